@@ -1,0 +1,34 @@
+"""One small adapter per wire format, behind one Protocol.
+
+An adapter turns a request body into the canonical message list the core decides on,
+and carries a decided `Insertion` back into a body, keeping everything else as it was.
+`ADAPTERS` maps a route (the path after `/v1/`) to its adapter: adding a format is one
+module plus its test file, and one line here.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from adapters.base import ParsedRequest
+from adapters.openai_chat import OpenAIChatAdapter
+from proxy.core.models import Insertion
+
+
+class Adapter(Protocol):
+    name: str
+
+    def parse(self, raw: bytes) -> ParsedRequest:
+        """Decode a request body; raises `AdapterError` when it does not fit."""
+        ...
+
+    def apply(self, parsed: ParsedRequest, insertion: Insertion) -> bytes:
+        """The body to send upstream with `insertion` carried out."""
+        ...
+
+
+ADAPTERS: dict[str, Adapter] = {
+    "chat/completions": OpenAIChatAdapter(),
+}
+
+__all__ = ["ADAPTERS", "Adapter", "ParsedRequest"]

@@ -1,0 +1,149 @@
+"""Cassettes: one proxied exchange written down, for `serve --record` and for test replay.
+
+A cassette is one JSON file:
+
+    {"format": "recap-proxy-cassette/1", "recorded_at": "...", "meta": {...},
+     "request":          {"method", "path", "query", "headers": [[k, v]...], <body>},
+     "upstream_request": {"method", "path", "query", "headers": [[k, v]...], <body>},
+     "response":         {"status", "reason", "headers": [[k, v]...],
+                          "chunks": [{"t": seconds, "text": "..."} | {"t": ..., "b64": "..."}]}}
+
+`request` is what the client (ST) sent us, `upstream_request` what we sent on (its `path`
+is relative to `upstream.base_url`), and `response.chunks` the upstream's bytes in the
+pieces and at the times they arrived. A body is stored as `"body"` (decoded JSON) when
+re-encoding it gives back the exact bytes, else as `"body_text"` or `"body_b64"`.
+Secrets are redacted before anything is written: auth headers, key-like query parameters
+and key-like JSON fields.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import itertools
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from proxy.core.headers import Headers, redact_headers, redact_json, redact_query
+
+FORMAT = "recap-proxy-cassette/1"
+
+
+def encode_body(raw: bytes | None, *, redact: bool = True) -> dict[str, Any]:
+    if not raw:
+        return {"body": None}
+    try:
+        value = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        value = None
+    else:
+        if orjson.dumps(value) == raw:
+            return {"body": redact_json(value) if redact else value}
+    try:
+        return {"body_text": raw.decode("utf-8")}
+    except UnicodeDecodeError:
+        return {"body_b64": base64.b64encode(raw).decode("ascii")}
+
+
+def decode_body(part: dict[str, Any]) -> bytes:
+    if "body_b64" in part:
+        return base64.b64decode(part["body_b64"])
+    if "body_text" in part:
+        return str(part["body_text"]).encode("utf-8")
+    value = part.get("body")
+    return b"" if value is None else orjson.dumps(value)
+
+
+def encode_chunk(t: float, data: bytes) -> dict[str, Any]:
+    try:
+        return {"t": round(t, 4), "text": data.decode("utf-8")}
+    except UnicodeDecodeError:
+        return {"t": round(t, 4), "b64": base64.b64encode(data).decode("ascii")}
+
+
+def decode_chunk(chunk: dict[str, Any]) -> bytes:
+    if "b64" in chunk:
+        return base64.b64decode(chunk["b64"])
+    return str(chunk["text"]).encode("utf-8")
+
+
+@dataclass(slots=True)
+class Exchange:
+    """One exchange as it happens; `to_cassette` writes it down with secrets redacted."""
+
+    method: str
+    path: str
+    query: str
+    headers: Headers
+    body: bytes
+    upstream_path: str = ""
+    upstream_headers: Headers = field(default_factory=list)
+    upstream_body: bytes | None = None
+    status: int | None = None
+    reason: str | None = None
+    response_headers: Headers = field(default_factory=list)
+    chunks: list[tuple[float, bytes]] = field(default_factory=list)
+    error: str | None = None
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def to_cassette(self) -> dict[str, Any]:
+        query = redact_query(self.query)
+        cassette: dict[str, Any] = {
+            "format": FORMAT,
+            "recorded_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+            "meta": self.meta,
+            "request": {
+                "method": self.method,
+                "path": self.path,
+                "query": query,
+                "headers": [list(p) for p in redact_headers(self.headers)],
+                **encode_body(self.body),
+            },
+            "upstream_request": {
+                "method": self.method,
+                "path": self.upstream_path,
+                "query": query,
+                "headers": [list(p) for p in redact_headers(self.upstream_headers)],
+                **encode_body(self.upstream_body),
+            },
+            "response": {
+                "status": self.status,
+                "reason": self.reason,
+                "headers": [list(p) for p in redact_headers(self.response_headers)],
+                "chunks": [encode_chunk(t, data) for t, data in self.chunks],
+            },
+        }
+        if self.error:
+            cassette["response"]["error"] = self.error
+        return cassette
+
+
+class Recorder:
+    """Writes exchanges into a folder, one file each, named so that they sort in order."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self._counter = itertools.count(1)
+        self._stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+
+    def write(self, exchange: Exchange) -> Path:
+        """Blocking; the server calls it in a worker thread, off the event loop."""
+        self.folder.mkdir(parents=True, exist_ok=True)
+        slug = exchange.path.strip("/").replace("/", "_") or "root"
+        name = f"{self._stamp}-{next(self._counter):05d}-{exchange.method.lower()}-{slug}.json"
+        target = self.folder / name
+        tmp = target.with_suffix(".json.tmp")
+        tmp.write_bytes(orjson.dumps(exchange.to_cassette(), option=orjson.OPT_INDENT_2))
+        os.replace(tmp, target)
+        return target
+
+
+def load_cassette(path: Path) -> dict[str, Any]:
+    data = orjson.loads(path.read_bytes())
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        raise ValueError(f"{path} is not a {FORMAT} cassette")
+    return data

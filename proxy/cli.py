@@ -1,0 +1,232 @@
+"""`recap-proxy`: arguments -> Settings -> run. Thin on purpose."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import ipaddress
+import logging
+import signal
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from aiohttp import web
+
+from adapters import ADAPTERS
+from proxy.core.models import Memory
+from proxy.errors import AdapterError, ConfigError, RecapProxyError
+from proxy.injection import Injector, load_injection_template, policy_from
+from proxy.providers import StaticMemory
+from proxy.settings import Settings, default_config_path, load_settings
+
+log = logging.getLogger("proxy")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="recap-proxy",
+        description="Long-term memory for SillyTavern, as a reverse proxy in front of your "
+        "OpenAI-compatible LLM API.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    def config_arg(p: argparse.ArgumentParser) -> None:
+        p.add_argument(
+            "--config",
+            type=Path,
+            help=f"settings file (TOML); default {default_config_path()} when it exists",
+        )
+
+    serve = sub.add_parser("serve", help="run the proxy")
+    config_arg(serve)
+    serve.add_argument("--host", help="listen address (default 127.0.0.1)")
+    serve.add_argument("--port", type=int, help="listen port (default 8765)")
+    serve.add_argument("--upstream", help="the real API's base URL, e.g. http://127.0.0.1:5001/v1")
+    serve.add_argument(
+        "--record", type=Path, metavar="DIR", help="write every exchange as a cassette into DIR"
+    )
+
+    inject = sub.add_parser(
+        "inject",
+        help="print the body the proxy would send upstream for a chat-completion request",
+    )
+    config_arg(inject)
+    inject.add_argument("--position", help="before_prompt|in_prompt|in_chat|none or 2|0|1|-1")
+    inject.add_argument("--depth", type=int, help="for in_chat: chat messages after the memory")
+    inject.add_argument("--role", help="system|user|assistant or 0|1|2")
+    memory = inject.add_mutually_exclusive_group(required=True)
+    memory.add_argument("--memory", metavar="TEXT", help="the running recap to insert")
+    memory.add_argument("--memory-file", type=Path, metavar="F", help="read the recap from F")
+    inject.add_argument(
+        "--no-template",
+        action="store_true",
+        help="insert the memory text as given instead of through the injection template",
+    )
+    inject.add_argument("--pretty", action="store_true", help="indent the printed JSON")
+    inject.add_argument(
+        "request", nargs="?", type=Path, metavar="REQUEST_JSON", help="request body; default stdin"
+    )
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        if args.command == "serve":
+            return _serve(args)
+        return _inject(args)
+    except ConfigError as exc:
+        print(f"recap-proxy: {exc}", file=sys.stderr)
+        return 2
+    except RecapProxyError as exc:
+        print(f"recap-proxy: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+
+
+def _setup_logging(level: str) -> None:
+    logging.basicConfig(
+        level=level.upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    # aiohttp's access log would print every request line; our own lines say what matters.
+    logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
+
+
+def _serve(args: argparse.Namespace) -> int:
+    settings = load_settings(
+        args.config,
+        overrides={
+            "server.host": args.host,
+            "server.port": args.port,
+            "upstream.base_url": args.upstream,
+            "server.record_dir": str(args.record) if args.record else None,
+        },
+    )
+    _setup_logging(settings.server.log_level)
+    try:
+        asyncio.run(serve(settings))
+    except OSError as exc:
+        print(
+            f"recap-proxy: cannot listen on {settings.server.host}:{settings.server.port}: "
+            f"{exc.strerror or exc}",
+            file=sys.stderr,
+        )
+        return 1
+    return 0
+
+
+async def serve(settings: Settings, *, ready: asyncio.Event | None = None) -> None:
+    """Run the server until SIGINT/SIGTERM."""
+    from proxy.web import make_app
+
+    app = make_app(settings)
+    # handler_cancellation: when ST disconnects (Stop), the handler is cancelled and the
+    # upstream request with it.
+    runner = web.AppRunner(app, handler_cancellation=True, access_log=None)
+    await runner.setup()
+    host, port = settings.server.host, settings.server.port
+    try:
+        site = web.TCPSite(runner, host, port)
+        await site.start()
+        _warn_if_exposed(host)
+        log.info(
+            "recap-proxy listening on http://%s:%d/v1 -> %s%s",
+            host,
+            port,
+            settings.upstream.base_url,
+            f" (recording into {settings.server.record_dir})" if settings.server.record_dir else "",
+        )
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            with contextlib.suppress(NotImplementedError):
+                loop.add_signal_handler(sig, stop.set)
+        if ready is not None:
+            ready.set()
+        await stop.wait()
+        log.info("recap-proxy stopping")
+    finally:
+        await runner.cleanup()
+
+
+def _warn_if_exposed(host: str) -> None:
+    try:
+        loopback = ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        loopback = host == "localhost"
+    if not loopback:
+        log.warning(
+            "listening on %s, not loopback: anyone who can reach this port can use your API key",
+            host,
+        )
+
+
+def _inject(args: argparse.Namespace) -> int:
+    overrides: dict[str, Any] = {
+        "injection.position": args.position,
+        "injection.depth": args.depth,
+        "injection.role": args.role,
+    }
+    if args.no_template:
+        overrides["injection.template"] = "{{running_recap}}"
+    settings = load_settings(args.config, overrides=overrides)
+    _setup_logging("warning")
+    text = args.memory
+    if args.memory_file is not None:
+        text = _read_text(args.memory_file, "memory file")
+    raw = _read_bytes(args.request) if args.request else sys.stdin.buffer.read()
+    adapter = ADAPTERS["chat/completions"]
+    try:
+        adapter.parse(raw)
+    except AdapterError as exc:
+        print(f"recap-proxy: {args.request or 'stdin'}: {exc}", file=sys.stderr)
+        return 2
+    # Same path as the server: a provider that always has this memory, then the injector.
+    injection = settings.injection.model_copy(update={"enabled": True})
+    injector = Injector(
+        policy_from(injection),
+        load_injection_template(injection),
+        StaticMemory(Memory(values={"running_recap": text}, chat_enabled=True)),
+    )
+    outcome = asyncio.run(injector.prepare(adapter, raw, {}, where="inject"))
+    body = outcome.body
+    if args.pretty:
+        import json
+
+        body = json.dumps(json.loads(body), indent=2, ensure_ascii=False).encode() + b"\n"
+    sys.stdout.buffer.write(body)
+    sys.stdout.buffer.flush()
+    placement = injection.placement()
+    if outcome.insertion is None:
+        print("recap-proxy: nothing inserted", file=sys.stderr)
+    else:
+        print(
+            f"recap-proxy: inserted a {outcome.insertion.role.value} message at index "
+            f"{outcome.insertion.index} ({placement.position.value}"
+            + (f", depth {placement.depth}" if placement.position.value == "in_chat" else "")
+            + f"), {outcome.insertion.tokens} tokens",
+            file=sys.stderr,
+        )
+    return 0
+
+
+def _read_bytes(path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except OSError as exc:
+        raise RecapProxyError(f"cannot read {path}: {exc.strerror}") from None
+
+
+def _read_text(path: Path, what: str) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise RecapProxyError(f"cannot read {what} {path}: {exc.strerror}") from None
+    except UnicodeDecodeError:
+        raise RecapProxyError(f"{what} {path} is not UTF-8 text") from None

@@ -1,0 +1,97 @@
+"""Which headers cross the proxy, and how secrets are hidden in what we keep.
+
+Hop-by-hop headers (RFC 9110 §7.6.1) describe one connection and stop at the proxy, as do
+the ones a `Connection` header names. Framing headers (`Host`, `Content-Length`) are set
+anew for the upstream request. Everything else is end-to-end and is forwarded untouched,
+`Accept-Encoding` included: the response bytes are relayed without decoding, so the
+upstream must only use encodings the client itself accepts.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+
+HOP_BY_HOP = frozenset(
+    {
+        "connection",
+        "keep-alive",
+        "proxy-authenticate",
+        "proxy-authorization",
+        "proxy-connection",
+        "te",
+        "trailer",
+        "trailers",
+        "transfer-encoding",
+        "upgrade",
+    }
+)
+REQUEST_FRAMING = frozenset({"host", "content-length"})
+SECRET_HEADERS = frozenset(
+    {
+        "authorization",
+        "proxy-authorization",
+        "x-api-key",
+        "api-key",
+        "x-goog-api-key",
+        "cookie",
+        "set-cookie",
+    }
+)
+SECRET_QUERY = re.compile(r"(?i)((?:^|&)(?:key|api_key|apikey|access_token|token)=)[^&]*")
+SECRET_BODY_KEY = re.compile(r"(?i)(^|_)(api_?key|apikey|secret|password|access_token)$")
+REDACTED = "<redacted>"
+
+Headers = list[tuple[str, str]]
+
+
+def _connection_tokens(headers: Iterable[tuple[str, str]]) -> set[str]:
+    tokens: set[str] = set()
+    for name, value in headers:
+        if name.lower() == "connection":
+            tokens.update(t.strip().lower() for t in value.split(",") if t.strip())
+    return tokens
+
+
+def request_headers(headers: Iterable[tuple[str, str]], api_key: str | None) -> Headers:
+    """Headers to send upstream: end-to-end ones, with `api_key` replacing the client's."""
+    pairs = list(headers)
+    dropped = HOP_BY_HOP | REQUEST_FRAMING | _connection_tokens(pairs)
+    out = [(k, v) for k, v in pairs if k.lower() not in dropped]
+    if api_key is not None:
+        out = [(k, v) for k, v in out if k.lower() not in ("authorization", "x-api-key")]
+        out.append(("Authorization", f"Bearer {api_key}"))
+    return out
+
+
+def response_headers(headers: Iterable[tuple[str, str]]) -> Headers:
+    """Headers to relay to the client; the body framing is redone by our server."""
+    pairs = list(headers)
+    dropped = HOP_BY_HOP | {"content-length"} | _connection_tokens(pairs)
+    return [(k, v) for k, v in pairs if k.lower() not in dropped]
+
+
+def redact_headers(headers: Iterable[tuple[str, str]]) -> Headers:
+    """Headers fit to be written down: secret values replaced, the auth scheme kept."""
+    out: Headers = []
+    for name, value in headers:
+        if name.lower() in SECRET_HEADERS:
+            scheme, _, rest = value.partition(" ")
+            value = f"{scheme} {REDACTED}" if rest and scheme.isalpha() else REDACTED
+        out.append((name, value))
+    return out
+
+
+def redact_query(query: str) -> str:
+    return SECRET_QUERY.sub(lambda m: m.group(1) + REDACTED, query)
+
+
+def redact_json(value: object) -> object:
+    """A copy of a decoded JSON body with secret-looking keys' values replaced."""
+    if isinstance(value, dict):
+        return {
+            k: REDACTED if SECRET_BODY_KEY.search(k) else redact_json(v) for k, v in value.items()
+        }
+    if isinstance(value, list):
+        return [redact_json(v) for v in value]
+    return value

@@ -1,0 +1,54 @@
+"""`{{macro}}` templates: compiled once, rendered per request.
+
+Macro names are matched case-insensitively and may be padded with spaces
+(`{{ running_recap }}`), as in ST. A macro the caller does not know is left as written,
+which is what ST does with unknown macros, so a typo stays visible instead of vanishing.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+_MACRO = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
+_BLANK_RUNS = re.compile(r"\n{3,}")
+
+
+@dataclass(frozen=True, slots=True)
+class Rendered:
+    """A rendered template; `has_content` is false when every macro it uses was empty."""
+
+    text: str
+    has_content: bool
+
+
+class Template:
+    """A compiled `{{macro}}` template."""
+
+    __slots__ = ("_parts", "macros", "source")
+
+    def __init__(self, source: str) -> None:
+        self.source = source
+        # Even positions hold literal text, odd positions macro names (lower-cased).
+        self._parts: list[str] = _MACRO.split(source)
+        for i in range(1, len(self._parts), 2):
+            self._parts[i] = self._parts[i].lower()
+        self.macros = frozenset(self._parts[1::2])
+
+    def render(self, values: Mapping[str, str]) -> Rendered:
+        lowered = {key.lower(): value for key, value in values.items()}
+        out: list[str] = []
+        has_content = False
+        for i, part in enumerate(self._parts):
+            if i % 2 == 0:
+                out.append(part)
+            elif part in lowered:
+                value = lowered[part].strip()
+                has_content = has_content or bool(value)
+                out.append(value)
+            else:
+                out.append("{{" + part + "}}")
+        # Empty optional sections leave blank runs behind; keep paragraphs, drop the holes.
+        text = _BLANK_RUNS.sub("\n\n", "".join(out)).strip()
+        return Rendered(text=text, has_content=has_content)

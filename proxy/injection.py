@@ -1,0 +1,108 @@
+"""The chat path's body step, shared by the server and `recap-proxy inject`.
+
+parse (adapter) -> memory (provider) -> decide (core) -> splice (adapter). Any failure on
+the way sends the original bytes on, and is logged once with what was being done.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from adapters import Adapter
+from proxy.core.models import Insertion
+from proxy.core.plan import InjectionPolicy, plan_insertion
+from proxy.core.render import Template
+from proxy.core.tokens import TokenCounter
+from proxy.errors import TemplateError
+from proxy.providers import MemoryProvider
+from proxy.settings import InjectionSettings
+
+log = logging.getLogger(__name__)
+
+_PACKAGE_DIR = Path(__file__).resolve().parent
+TEMPLATE_DIRS = (_PACKAGE_DIR / "templates", _PACKAGE_DIR.parent / "templates")
+
+
+def bundled_template(name: str) -> Path:
+    """A file of the bundled `templates/` folder (inside the wheel, or in a checkout)."""
+    for folder in TEMPLATE_DIRS:
+        if (folder / name).is_file():
+            return folder / name
+    raise TemplateError(f"bundled template {name!r} not found in {TEMPLATE_DIRS[0]}")
+
+
+def load_injection_template(settings: InjectionSettings) -> Template:
+    """The injection template: inline text, else the configured file, else the bundled one."""
+    if settings.template is not None:
+        return Template(settings.template)
+    path = settings.template_file or bundled_template("injection.md")
+    try:
+        return Template(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise TemplateError(f"cannot read injection template {path}: {exc.strerror}") from None
+
+
+def policy_from(settings: InjectionSettings) -> InjectionPolicy:
+    return InjectionPolicy(
+        placement=settings.placement(),
+        enabled=settings.enabled,
+        use_global_toggle_state=settings.use_global_toggle_state,
+        default_chat_enabled=settings.default_chat_enabled,
+        chats_enabled=dict(settings.chats_enabled),
+        history_start_markers=tuple(settings.history_start_markers),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """The body to send upstream and what was done to it."""
+
+    body: bytes
+    insertion: Insertion | None = None
+    chat_id: str | None = None
+
+
+class Injector:
+    """Turns a client body into the upstream body; never raises."""
+
+    def __init__(
+        self,
+        policy: InjectionPolicy,
+        template: Template,
+        provider: MemoryProvider,
+        counter: TokenCounter | None = None,
+    ) -> None:
+        self.policy = policy
+        self.template = template
+        self.provider = provider
+        self.counter = counter or TokenCounter()
+
+    async def prepare(
+        self, adapter: Adapter, raw: bytes, headers: Mapping[str, str], *, where: str = ""
+    ) -> Outcome:
+        chat_id: str | None = None
+        try:
+            parsed = adapter.parse(raw)
+            memory = await self.provider.memory_for(parsed, headers)
+            chat_id = memory.chat_id if memory is not None else None
+            insertion = plan_insertion(
+                parsed.messages, memory, self.policy, self.template, self.counter.count
+            )
+            if insertion is None:
+                return Outcome(body=raw, chat_id=chat_id)
+            return Outcome(
+                body=adapter.apply(parsed, insertion), insertion=insertion, chat_id=chat_id
+            )
+        except Exception as exc:
+            # Fail open: the user's chat goes on without memory, the cause is in the log.
+            log.warning(
+                "memory step failed for %s (%s: %s); forwarding the request unchanged",
+                where or adapter.name,
+                type(exc).__name__,
+                exc,
+                exc_info=True,
+            )
+            return Outcome(body=raw, chat_id=chat_id)

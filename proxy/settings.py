@@ -1,0 +1,257 @@
+"""The one settings model: a TOML file, then `RECAP_PROXY_...` environment overrides,
+then command-line flags, validated at once by pydantic.
+
+Loading is hand-written rather than pydantic-settings because the TOML path is chosen at
+run time (`--config`) and every bad key, from any source, must come back in one message
+that names the key and says what was expected.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+import platformdirs
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
+
+from proxy.core.models import Placement, Position, Role
+from proxy.errors import ConfigError
+
+APP_NAME = "recap-proxy"
+ENV_PREFIX = "RECAP_PROXY_"
+ENV_NESTING = "__"
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_default=True)
+
+
+class ServerSettings(_Section):
+    host: str = Field(
+        "127.0.0.1",
+        description="Address to listen on. Keep the loopback default unless other machines "
+        "must reach the proxy: it forwards your API key to the upstream.",
+    )
+    port: int = Field(
+        8765,
+        ge=1,
+        le=65535,
+        description="TCP port. 8765 is the port ST-Auto-Recap already recognises as its proxy.",
+    )
+    log_level: Literal["debug", "info", "warning", "error"] = Field(
+        "info", description="Logging verbosity. Request bodies and API keys are never logged."
+    )
+    record_dir: Path | None = Field(
+        None,
+        description="When set, every proxied exchange is written there as a cassette file "
+        "(API keys redacted). Same as `serve --record DIR`.",
+    )
+
+
+class UpstreamSettings(_Section):
+    base_url: str = Field(
+        "http://127.0.0.1:5001/v1",
+        description="The real OpenAI-compatible API. `/v1/<rest>` on the proxy maps to "
+        "`<base_url>/<rest>`, so include the API's own `/v1` here.",
+    )
+    api_key: SecretStr | None = Field(
+        None,
+        description="When set, replaces the client's `Authorization` with `Bearer <api_key>`. "
+        "Leave unset to forward the key ST sends.",
+    )
+    connect_timeout: float = Field(
+        10.0, gt=0, description="Seconds to wait for a connection to the upstream."
+    )
+    read_timeout: float = Field(
+        600.0,
+        gt=0,
+        description="Seconds to wait for the next byte from the upstream (slow models can "
+        "think for minutes before their first token).",
+    )
+    max_connections: int = Field(
+        100, ge=1, description="Upper bound on simultaneous connections to the upstream."
+    )
+
+    @field_validator("base_url")
+    @classmethod
+    def _http_url(cls, value: str) -> str:
+        if not value.startswith(("http://", "https://")):
+            raise ValueError("expected an http:// or https:// URL")
+        return value.rstrip("/")
+
+
+class InjectionSettings(_Section):
+    enabled: bool = Field(
+        True,
+        description="Master switch: when false, no memory is inserted into any request.",
+    )
+    use_global_toggle_state: bool = Field(
+        False,
+        description="When true, every chat follows `enabled` and per-chat states are ignored "
+        "(ST-Auto-Recap's `use_global_toggle_state`).",
+    )
+    default_chat_enabled: bool = Field(
+        True,
+        description="Whether a chat with no state of its own gets memory "
+        "(ST-Auto-Recap's `default_chat_enabled`). Also used while the chat is unknown.",
+    )
+    chats_enabled: dict[str, bool] = Field(
+        default_factory=dict,
+        description="Per-chat on/off, keyed by chat id (ST-Auto-Recap's `chats_enabled`).",
+    )
+    position: Position = Field(
+        Position.BEFORE_PROMPT,
+        description="Where the memory goes: `before_prompt` (2), `in_prompt` (0), "
+        "`in_chat` (1) or `none` (-1); ST's numbers are accepted too.",
+    )
+    depth: int = Field(
+        2,
+        ge=0,
+        le=10000,
+        description="For `in_chat`: how many chat messages follow the memory (0 = after the last).",
+    )
+    role: Role = Field(
+        Role.SYSTEM,
+        description="Role of the inserted message: `system` (0), `user` (1) or `assistant` (2).",
+    )
+    template: str | None = Field(
+        None,
+        description="Inline injection template; overrides `template_file` when set. "
+        "`{{running_recap}}` and the other macros are replaced.",
+    )
+    template_file: Path | None = Field(
+        None,
+        description="Path of the injection template. Unset: the bundled `templates/injection.md`.",
+    )
+    history_start_markers: list[str] = Field(
+        default_factory=lambda: ["[Start a new Chat]", "[Start a new group chat"],
+        description="Text at the start of ST's `new_chat_prompt` system message(s); chat "
+        "history begins after the last one. Add yours if you changed it in ST.",
+    )
+
+    @field_validator("position", mode="before")
+    @classmethod
+    def _position(cls, value: object) -> Position:
+        return Position.parse(value)
+
+    @field_validator("role", mode="before")
+    @classmethod
+    def _role(cls, value: object) -> Role:
+        return Role.parse(value)
+
+    def placement(self) -> Placement:
+        return Placement(position=self.position, depth=self.depth, role=self.role)
+
+
+class Settings(_Section):
+    """Everything recap-proxy can be told, with its default."""
+
+    server: ServerSettings = Field(
+        default_factory=ServerSettings, description="The HTTP server ST talks to."
+    )
+    upstream: UpstreamSettings = Field(
+        default_factory=UpstreamSettings, description="The real LLM API behind the proxy."
+    )
+    injection: InjectionSettings = Field(
+        default_factory=InjectionSettings,
+        description="How and where the memory is inserted into chat requests.",
+    )
+
+
+def default_config_path() -> Path:
+    """`config.toml` in the user's config dir (e.g. `~/.config/recap-proxy/`)."""
+    return Path(platformdirs.user_config_dir(APP_NAME)) / "config.toml"
+
+
+def load_settings(
+    path: Path | None = None,
+    *,
+    env: Mapping[str, str] | None = None,
+    overrides: Mapping[str, Any] | None = None,
+) -> Settings:
+    """Load and validate settings: TOML file < environment < `overrides` (dotted keys).
+
+    `path=None` uses the default config path when that file exists. Raises `ConfigError`
+    naming every bad key.
+    """
+    data: dict[str, Any] = {}
+    explicit = path is not None
+    path = path if explicit else default_config_path()
+    if path is not None and (explicit or path.exists()):
+        data = _read_toml(path)
+    env_values = _env_values(os.environ if env is None else env)
+    for dotted, value in env_values.items():
+        _set_dotted(data, dotted, value)
+    for dotted, value in (overrides or {}).items():
+        if value is not None:
+            _set_dotted(data, dotted, value)
+    try:
+        return Settings.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(_describe(exc, path, set(env_values))) from None
+
+
+def _read_toml(path: Path) -> dict[str, Any]:
+    try:
+        with path.open("rb") as fh:
+            return tomllib.load(fh)
+    except FileNotFoundError:
+        raise ConfigError(f"config file not found: {path}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"config file {path} is not valid TOML: {exc}") from None
+    except OSError as exc:
+        raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from None
+
+
+def _env_values(environ: Mapping[str, str]) -> dict[str, Any]:
+    """`RECAP_PROXY_UPSTREAM__BASE_URL=...` -> `{"upstream.base_url": ...}`.
+
+    Values that look like JSON lists or objects are decoded, so that
+    `RECAP_PROXY_INJECTION__CHATS_ENABLED='{"a": false}'` works.
+    """
+    values: dict[str, Any] = {}
+    for name, raw in environ.items():
+        if not name.startswith(ENV_PREFIX):
+            continue
+        dotted = name[len(ENV_PREFIX) :].lower().replace(ENV_NESTING, ".")
+        value: Any = raw
+        if raw[:1] in "[{":
+            with contextlib.suppress(ValueError):
+                value = json.loads(raw)
+        values[dotted] = value
+    return values
+
+
+def _set_dotted(data: dict[str, Any], dotted: str, value: Any) -> None:
+    *parents, leaf = dotted.split(".")
+    node = data
+    for part in parents:
+        child = node.setdefault(part, {})
+        if not isinstance(child, dict):
+            child = node[part] = {}
+        node = child
+    node[leaf] = value
+
+
+def _describe(exc: ValidationError, path: Path | None, env_keys: set[str]) -> str:
+    lines = ["invalid settings:"]
+    for err in exc.errors():
+        key = ".".join(str(part) for part in err["loc"])
+        if err["type"] == "extra_forbidden":
+            what = "unknown key"
+        else:
+            shown = "<hidden>" if "api_key" in key else repr(err["input"])
+            what = f"{err['msg']} (got {shown})"
+        source = ""
+        if key in env_keys:
+            env_name = ENV_PREFIX + key.upper().replace(".", ENV_NESTING)
+            source = f" [from environment {env_name}]"
+        elif path is not None:
+            source = f" [in {path}]"
+        lines.append(f"  {key}: {what}{source}")
+    return "\n".join(lines)

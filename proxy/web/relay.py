@@ -1,0 +1,171 @@
+"""Relaying one request upstream and its answer back, byte for byte.
+
+The answer is written to the client as it arrives (`iter_any`), never decoded or
+re-chunked. Our own failures before the answer starts become an OpenAI-style JSON error
+(502 unreachable, 504 timeout); after the first byte they can only end the stream, which
+is cut off without its terminating chunk so that the client sees it broke. When the client
+goes away, the handler is cancelled and the upstream connection is closed with it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Iterable
+
+import aiohttp
+from aiohttp import web
+
+from proxy.cassette import Exchange, Recorder
+from proxy.core.headers import Headers, request_headers, response_headers
+from proxy.errors import UpstreamError, UpstreamTimeout, UpstreamUnreachable
+from proxy.upstream import Upstream
+
+log = logging.getLogger(__name__)
+
+
+class Relay:
+    """Sends requests through the `Upstream` and streams answers back."""
+
+    def __init__(self, upstream: Upstream, recorder: Recorder | None = None) -> None:
+        self.upstream = upstream
+        self.recorder = recorder
+        self._writes: set[asyncio.Task[None]] = set()
+
+    def start_exchange(self, request: web.Request, body: bytes) -> Exchange | None:
+        if self.recorder is None:
+            return None
+        return Exchange(
+            method=request.method,
+            path=request.rel_url.raw_path,
+            query=request.rel_url.raw_query_string,
+            headers=list(request.headers.items()),
+            body=body,
+        )
+
+    async def forward(
+        self,
+        request: web.Request,
+        tail: str,
+        body: bytes | None,
+        *,
+        extra: Iterable[tuple[str, str]] = (),
+        exchange: Exchange | None = None,
+    ) -> web.StreamResponse:
+        extra = list(extra)
+        headers = request_headers(request.headers.items(), self.upstream.api_key)
+        query = request.rel_url.raw_query_string
+        if exchange is not None:
+            exchange.upstream_path = "/" + tail
+            exchange.upstream_headers = headers
+            exchange.upstream_body = body
+        try:
+            return await self._forward(request, tail, query, headers, body, extra, exchange)
+        finally:
+            if exchange is not None:
+                self._record(exchange)
+
+    async def _forward(
+        self,
+        request: web.Request,
+        tail: str,
+        query: str,
+        headers: Headers,
+        body: bytes | None,
+        extra: Headers,
+        exchange: Exchange | None,
+    ) -> web.StreamResponse:
+        started = time.monotonic()
+        try:
+            upstream = await self.upstream.send(request.method, tail, query, headers, body)
+        except UpstreamError as exc:
+            log.warning("%s %s: %s", request.method, request.rel_url.raw_path, exc)
+            if exchange is not None:
+                exchange.status, exchange.error = exc.status, str(exc)
+            return error_response(exc, extra)
+
+        response = web.StreamResponse(status=upstream.status, reason=upstream.reason)
+        for name, value in response_headers(upstream.headers.items()):
+            response.headers.add(name, value)
+        for name, value in extra:
+            response.headers[name] = value
+        if upstream.content_length is not None and "chunked" not in upstream.headers.get(
+            "Transfer-Encoding", ""
+        ):
+            response.content_length = upstream.content_length
+        if exchange is not None:
+            exchange.status, exchange.reason = upstream.status, upstream.reason
+            exchange.response_headers = list(upstream.headers.items())
+        complete = False
+        try:
+            await response.prepare(request)
+            async for chunk in upstream.content.iter_any():
+                if exchange is not None:
+                    exchange.chunks.append((time.monotonic() - started, chunk))
+                await response.write(chunk)
+            await response.write_eof()
+            complete = True
+        except (TimeoutError, aiohttp.ClientError) as exc:
+            failure = _mid_stream_error(exc)
+            log.warning(
+                "%s %s: upstream failed after the answer started: %s",
+                request.method,
+                request.rel_url.raw_path,
+                failure,
+            )
+            if exchange is not None:
+                exchange.error = str(failure)
+            # The status line is gone already: all we can do is end the stream broken.
+            if request.transport is not None:
+                request.transport.close()
+        except ConnectionResetError:
+            log.info("%s %s: client went away", request.method, request.rel_url.raw_path)
+            if exchange is not None:
+                exchange.error = "client disconnected"
+        finally:
+            if complete:
+                upstream.release()
+            else:
+                # Cancelled (the client pressed Stop) or broken: drop the upstream connection
+                # so that the upstream stops generating.
+                upstream.close()
+                if exchange is not None and exchange.error is None:
+                    exchange.error = "client disconnected"
+        return response
+
+    def _record(self, exchange: Exchange) -> None:
+        recorder = self.recorder
+        if recorder is None:
+            return
+        task = asyncio.get_running_loop().create_task(
+            asyncio.to_thread(_write_quietly, recorder, exchange), name="record-cassette"
+        )
+        self._writes.add(task)
+        task.add_done_callback(self._writes.discard)
+
+    async def drain(self) -> None:
+        """Wait for cassette writes still under way (at shutdown)."""
+        if self._writes:
+            await asyncio.gather(*self._writes, return_exceptions=True)
+
+
+def _write_quietly(recorder: Recorder, exchange: Exchange) -> None:
+    try:
+        recorder.write(exchange)
+    except OSError as exc:
+        log.error("cannot write cassette into %s: %s", recorder.folder, exc)
+
+
+def _mid_stream_error(exc: BaseException) -> UpstreamError:
+    if isinstance(exc, asyncio.TimeoutError | aiohttp.ServerTimeoutError):
+        return UpstreamTimeout(f"upstream stopped sending ({exc!r})", code="upstream_timeout")
+    return UpstreamUnreachable(f"upstream connection broke ({exc!r})", code="upstream_broken")
+
+
+def error_response(exc: UpstreamError, extra: Iterable[tuple[str, str]] = ()) -> web.Response:
+    """Our own failure as the OpenAI-style JSON error that ST shows in a toast."""
+    response = web.json_response(exc.to_openai(), status=exc.status)
+    for name, value in extra:
+        response.headers[name] = value
+    return response

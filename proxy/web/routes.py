@@ -1,0 +1,91 @@
+"""Routes of the proxy: `/v1/<rest>` to the upstream, chat formats through their adapter."""
+
+from __future__ import annotations
+
+import logging
+import re
+from urllib.parse import quote
+
+from aiohttp import web
+
+from adapters import ADAPTERS
+from proxy.injection import Injector
+from proxy.web.keys import INJECTOR, RELAY
+
+log = logging.getLogger(__name__)
+
+API_PREFIX = "/v1"
+CHAT_HEADER = "X-Recap-Chat"
+INJECTED_HEADER = "X-Recap-Injected"
+_SLASHES = re.compile(r"/{2,}")
+
+
+def upstream_tail(raw_path: str) -> str:
+    """`/v1//chat/completions` -> `chat/completions`: the path after `/v1`, slashes folded.
+
+    ST builds its URL as `<custom_url>/chat/completions`, so a URL typed with a trailing
+    slash arrives with a doubled one.
+    """
+    rest = raw_path[len(API_PREFIX) :] if raw_path.startswith(API_PREFIX) else raw_path
+    return _SLASHES.sub("/", rest).lstrip("/")
+
+
+async def handle_api(request: web.Request) -> web.StreamResponse:
+    tail = upstream_tail(request.rel_url.raw_path)
+    adapter = ADAPTERS.get(tail) if request.method == "POST" else None
+    relay = request.app[RELAY]
+    if adapter is None:
+        body = await request.read() if request.body_exists else None
+        exchange = relay.start_exchange(request, body or b"")
+        return await relay.forward(request, tail, body, exchange=exchange)
+
+    raw = await request.read()
+    exchange = relay.start_exchange(request, raw)
+    injector: Injector = request.app[INJECTOR]
+    outcome = await injector.prepare(
+        adapter, raw, request.headers, where=f"{request.method} {request.rel_url.raw_path}"
+    )
+    extra = [
+        (CHAT_HEADER, quote(outcome.chat_id or "", safe="")),
+        (INJECTED_HEADER, str(outcome.insertion.tokens if outcome.insertion else 0)),
+    ]
+    if exchange is not None and outcome.insertion is not None:
+        exchange.meta["insertion"] = {
+            "index": outcome.insertion.index,
+            "role": outcome.insertion.role.value,
+            "tokens": outcome.insertion.tokens,
+        }
+    return await relay.forward(request, tail, outcome.body, extra=extra, exchange=exchange)
+
+
+async def handle_root(request: web.Request) -> web.Response:
+    return web.json_response(
+        {
+            "service": "recap-proxy",
+            "upstream": str(request.app[RELAY].upstream.base_url),
+            "hint": "set SillyTavern's Custom (OpenAI-compatible) URL to "
+            f"{request.url.origin()}{API_PREFIX}",
+        }
+    )
+
+
+async def handle_unknown(request: web.Request) -> web.Response:
+    return web.json_response(
+        {
+            "error": {
+                "message": f"recap-proxy serves {API_PREFIX}/... (and /recap/...); "
+                f"{request.rel_url.raw_path} is neither. Point SillyTavern at "
+                f"{request.url.origin()}{API_PREFIX}",
+                "type": "not_found",
+                "code": "not_found",
+            }
+        },
+        status=404,
+    )
+
+
+def add_routes(app: web.Application) -> None:
+    app.router.add_get("/", handle_root)
+    app.router.add_route("*", API_PREFIX, handle_api)
+    app.router.add_route("*", API_PREFIX + "/{tail:.*}", handle_api)
+    app.router.add_route("*", "/{tail:.*}", handle_unknown)
