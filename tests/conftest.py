@@ -1,0 +1,65 @@
+"""Shared fixtures: a fake LLM upstream and a proxy wired to it, all in-process on loopback."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from aiohttp.test_utils import TestClient, TestServer
+
+from proxy.core.models import Memory
+from proxy.providers import MemoryProvider, StaticMemory
+from proxy.settings import Settings, _set_dotted
+from proxy.web import make_app
+from tests.fakes.fake_llm import FakeState, make_fake_llm
+
+
+def make_settings(**dotted: Any) -> Settings:
+    """Settings from dotted keys (`make_settings(**{"injection.depth": 4})`), no files, no env."""
+    data: dict[str, Any] = {}
+    for key, value in dotted.items():
+        _set_dotted(data, key, value)
+    return Settings.model_validate(data)
+
+
+@dataclass
+class FakeLLM:
+    state: FakeState
+    server: TestServer
+
+    @property
+    def base_url(self) -> str:
+        return str(self.server.make_url("/v1"))
+
+
+@pytest.fixture
+async def fake_llm(aiohttp_server: Callable[..., Awaitable[TestServer]]) -> FakeLLM:
+    state = FakeState()
+    server = await aiohttp_server(make_fake_llm(state))
+    return FakeLLM(state, server)
+
+
+ProxyFactory = Callable[..., Awaitable[TestClient[Any, Any]]]
+
+
+@pytest.fixture
+def proxy(aiohttp_client: Any, fake_llm: FakeLLM) -> ProxyFactory:
+    """`await proxy(memory=..., **{"injection.position": "in_chat"})` -> a client of the proxy."""
+
+    async def make(
+        memory: Memory | None = None,
+        provider: MemoryProvider | None = None,
+        **dotted: Any,
+    ) -> TestClient[Any, Any]:
+        dotted.setdefault("upstream.base_url", fake_llm.base_url)
+        settings = make_settings(**dotted)
+        if provider is None and memory is not None:
+            provider = StaticMemory(memory)
+        client: TestClient[Any, Any] = await aiohttp_client(
+            make_app(settings, provider=provider), auto_decompress=False
+        )
+        return client
+
+    return make

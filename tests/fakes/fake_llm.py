@@ -1,0 +1,191 @@
+"""A deterministic fake OpenAI-compatible LLM server, for tests and benchmarks.
+
+Runs in-process (`make_fake_llm()` with pytest-aiohttp's `aiohttp_server`) or as its own
+process (`python -m tests.fakes.fake_llm --port N`). Its behaviour is steered by the
+`X-Fake` request header so that one server serves every case:
+
+    (none)      a normal answer; SSE when the body says `"stream": true`
+    status=N    answer status N with an OpenAI-style error body
+    slow        wait (up to 30 s) before answering: for disconnect tests
+    gzip        gzip-compressed answer (when the client accepts gzip)
+    break       stream two chunks, then drop the connection
+    reasoning   stream reasoning and tool-call deltas too
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gzip
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import web
+
+REPLY = "[fake-llm reply] The forest is quiet tonight."
+
+
+@dataclass
+class Seen:
+    method: str
+    path: str
+    query: str
+    headers: dict[str, str]
+    body: bytes
+
+
+@dataclass
+class FakeState:
+    seen: list[Seen] = field(default_factory=list)
+    cancelled: asyncio.Event = field(default_factory=asyncio.Event)
+    started: asyncio.Event = field(default_factory=asyncio.Event)
+    chunk_delay: float = 0.0
+    gate: asyncio.Event | None = None  # when set: hold the stream after its first event
+
+
+STATE = web.AppKey("state", FakeState)
+
+
+def sse_chunks(reply: str, *, model: str, reasoning: bool = False) -> list[bytes]:
+    """OpenAI-style SSE events for `reply`, a few words per event."""
+    base = {"id": "chatcmpl-fake", "object": "chat.completion.chunk", "created": 0, "model": model}
+
+    def event(delta: dict[str, Any], finish: str | None = None) -> bytes:
+        choice = {"index": 0, "delta": delta, "finish_reason": finish}
+        return b"data: " + json.dumps({**base, "choices": [choice]}).encode() + b"\n\n"
+
+    chunks = [event({"role": "assistant", "content": ""})]
+    if reasoning:
+        chunks.append(event({"reasoning_content": "Thinking about the forest… "}))
+        call = {"index": 0, "id": "call_1", "type": "function"}
+        call["function"] = {"name": "roll_dice", "arguments": '{"sides": 20}'}
+        chunks.append(event({"tool_calls": [call]}))
+    words = reply.split(" ")
+    for i in range(0, len(words), 3):
+        piece = " ".join(words[i : i + 3]) + (" " if i + 3 < len(words) else "")
+        chunks.append(event({"content": piece}))
+    chunks.append(event({}, "stop"))
+    chunks.append(b"data: [DONE]\n\n")
+    return chunks
+
+
+def completion(reply: str, *, model: str) -> dict[str, Any]:
+    return {
+        "id": "chatcmpl-fake",
+        "object": "chat.completion",
+        "created": 0,
+        "model": model,
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": reply},
+                "finish_reason": "stop",
+            }
+        ],
+        "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+    }
+
+
+async def models(request: web.Request) -> web.Response:
+    request.app[STATE].seen.append(await _seen(request))
+    return web.json_response({"object": "list", "data": [{"id": "fake-model"}]})
+
+
+async def chat(request: web.Request) -> web.StreamResponse:
+    state = request.app[STATE]
+    seen = await _seen(request)
+    state.seen.append(seen)
+    state.started.set()
+    mode = request.headers.get("X-Fake", "")
+    if mode.startswith("status="):
+        status = int(mode.split("=", 1)[1])
+        body = {"error": {"message": f"fake error {status}", "type": "fake", "code": status}}
+        return web.json_response(body, status=status, headers={"X-Fake-Error": "yes"})
+    if mode == "slow":
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            state.cancelled.set()
+            raise
+    try:
+        payload = json.loads(seen.body)
+    except ValueError:
+        return web.json_response({"error": {"message": "bad json"}}, status=400)
+    model = str(payload.get("model", "fake-model"))
+    if not payload.get("stream"):
+        raw = json.dumps(completion(REPLY, model=model)).encode()
+        if mode == "gzip":
+            return web.Response(
+                body=gzip.compress(raw),
+                headers={"Content-Type": "application/json", "Content-Encoding": "gzip"},
+            )
+        return web.Response(body=raw, content_type="application/json")
+    response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+    chunks = sse_chunks(REPLY, model=model, reasoning=mode == "reasoning")
+    try:
+        await response.prepare(request)
+        for i, chunk in enumerate(chunks):
+            if mode == "break" and i == 2:
+                assert request.transport is not None
+                request.transport.close()
+                return response
+            await response.write(chunk)
+            if i == 0 and state.gate is not None:
+                await state.gate.wait()
+            if state.chunk_delay:
+                await asyncio.sleep(state.chunk_delay)
+        await response.write_eof()
+    except asyncio.CancelledError:
+        state.cancelled.set()
+        raise
+    return response
+
+
+async def echo(request: web.Request) -> web.Response:
+    """Any other path: say what arrived, so passthrough can be checked."""
+    seen = await _seen(request)
+    request.app[STATE].seen.append(seen)
+    return web.json_response(
+        {"method": seen.method, "path": seen.path, "query": seen.query, "size": len(seen.body)},
+        status=201 if request.method == "PUT" else 200,
+        headers={"X-Echo": "1"},
+    )
+
+
+async def _seen(request: web.Request) -> Seen:
+    return Seen(
+        method=request.method,
+        path=request.rel_url.raw_path,
+        query=request.rel_url.raw_query_string,
+        headers=dict(request.headers),
+        body=await request.read(),
+    )
+
+
+def make_fake_llm(state: FakeState | None = None) -> web.Application:
+    app = web.Application(client_max_size=512 * 1024 * 1024)
+    app[STATE] = state or FakeState()
+    app.router.add_get("/v1/models", models)
+    app.router.add_post("/v1/chat/completions", chat)
+    app.router.add_route("*", "/{tail:.*}", echo)
+    return app
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description="fake OpenAI-compatible LLM server")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=5001)
+    args = parser.parse_args()
+    web.run_app(
+        make_fake_llm(),
+        host=args.host,
+        port=args.port,
+        access_log=None,
+        handler_cancellation=True,
+        print=lambda *_: print(f"fake-llm ready on {args.port}", flush=True),
+    )
+
+
+if __name__ == "__main__":
+    main()
