@@ -10,8 +10,9 @@ from proxy.core.models import ChatMessage
 
 @dataclass(slots=True)
 class ParsedRequest:
-    """A decoded request: the body as decoded JSON, and its canonical messages."""
+    """A decoded request: its bytes, the body as decoded JSON, and its canonical messages."""
 
+    raw: bytes
     body: dict[str, Any]
     messages: list[ChatMessage]
     stream: bool

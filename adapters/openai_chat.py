@@ -8,6 +8,7 @@ order (unknown keys, `name` fields, content arrays with images, tool calls).
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import orjson
@@ -16,9 +17,12 @@ from adapters.base import ParsedRequest
 from proxy.core.models import ChatMessage, Insertion
 from proxy.errors import AdapterError
 
+# orjson reads integers past 64 bits as floats; nineteen digits in a row (perhaps inside a
+# string) send the rare body that has them through the exact, slower standard library.
+_LONG_DIGITS = re.compile(rb"[0-9]{19}")
+
 
 def decode_json(raw: bytes) -> Any:
-    """orjson for speed; the standard library for what orjson refuses (integers past 64 bits)."""
     try:
         return orjson.loads(raw)
     except orjson.JSONDecodeError:
@@ -28,11 +32,18 @@ def decode_json(raw: bytes) -> Any:
             raise AdapterError(f"body is not valid JSON: {exc}") from None
 
 
-def encode_json(value: Any) -> bytes:
-    try:
+def reencode(raw: bytes, body: dict[str, Any]) -> tuple[dict[str, Any], bool]:
+    """The body to re-encode, and whether orjson can do it without changing a number."""
+    if _LONG_DIGITS.search(raw):
+        exact: dict[str, Any] = json.loads(raw)
+        return exact, False
+    return body, True
+
+
+def encode_json(value: Any, *, fast: bool = True) -> bytes:
+    if fast:
         return orjson.dumps(value)
-    except TypeError:
-        return json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode()
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode()
 
 
 def content_text(content: Any) -> str:
@@ -73,6 +84,7 @@ class OpenAIChatAdapter:
             )
         model = body.get("model")
         return ParsedRequest(
+            raw=raw,
             body=body,
             messages=messages,
             stream=body.get("stream") is True,
@@ -80,8 +92,9 @@ class OpenAIChatAdapter:
         )
 
     def apply(self, parsed: ParsedRequest, insertion: Insertion) -> bytes:
-        wire = parsed.body["messages"]
+        source, fast = reencode(parsed.raw, parsed.body)
+        wire = source["messages"]
         new_message = {"role": insertion.role.value, "content": insertion.text}
-        body = dict(parsed.body)
+        body = dict(source)
         body["messages"] = [*wire[: insertion.index], new_message, *wire[insertion.index :]]
-        return encode_json(body)
+        return encode_json(body, fast=fast)

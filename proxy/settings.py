@@ -50,7 +50,13 @@ class ServerSettings(_Section):
         None,
         description="When set, every proxied exchange is written there as a cassette file "
         "(API keys redacted). Same as `serve --record DIR`.",
+        examples=["~/recap-proxy-recordings"],
     )
+
+    @field_validator("record_dir")
+    @classmethod
+    def _expand(cls, value: Path | None) -> Path | None:
+        return value.expanduser() if value is not None else None
 
 
 class UpstreamSettings(_Section):
@@ -63,6 +69,7 @@ class UpstreamSettings(_Section):
         None,
         description="When set, replaces the client's `Authorization` with `Bearer <api_key>`. "
         "Leave unset to forward the key ST sends.",
+        examples=["sk-..."],
     )
     connect_timeout: float = Field(
         10.0, gt=0, description="Seconds to wait for a connection to the upstream."
@@ -123,16 +130,23 @@ class InjectionSettings(_Section):
         None,
         description="Inline injection template; overrides `template_file` when set. "
         "`{{running_recap}}` and the other macros are replaced.",
+        examples=["[Story so far: {{running_recap}}]"],
     )
     template_file: Path | None = Field(
         None,
         description="Path of the injection template. Unset: the bundled `templates/injection.md`.",
+        examples=["~/.config/recap-proxy/injection.md"],
     )
     history_start_markers: list[str] = Field(
         default_factory=lambda: ["[Start a new Chat]", "[Start a new group chat"],
         description="Text at the start of ST's `new_chat_prompt` system message(s); chat "
         "history begins after the last one. Add yours if you changed it in ST.",
     )
+
+    @field_validator("template_file")
+    @classmethod
+    def _expand(cls, value: Path | None) -> Path | None:
+        return value.expanduser() if value is not None else None
 
     @field_validator("position", mode="before")
     @classmethod
@@ -255,3 +269,63 @@ def _describe(exc: ValidationError, path: Path | None, env_keys: set[str]) -> st
             source = f" [in {path}]"
         lines.append(f"  {key}: {what}{source}")
     return "\n".join(lines)
+
+
+def example_toml() -> str:
+    """`config.example.toml`: every setting with its description and default.
+
+    The committed file is generated from here (`python -m proxy.settings > config.example.toml`)
+    and a test keeps the two equal, so the example cannot fall behind the model.
+    """
+    lines = [
+        "# recap-proxy settings. Every key is optional; the values shown are the defaults.",
+        "# Default location: the user's config dir, e.g. ~/.config/recap-proxy/config.toml on",
+        "# Linux (`recap-proxy serve --help` shows yours), or pass --config FILE.",
+        f"# Environment overrides: {ENV_PREFIX}<SECTION>{ENV_NESTING}<KEY>, "
+        f"e.g. {ENV_PREFIX}UPSTREAM{ENV_NESTING}BASE_URL.",
+    ]
+    defaults = Settings()
+    for section_name, section_field in Settings.model_fields.items():
+        section = getattr(defaults, section_name)
+        lines += ["", f"# {section_field.description}", f"[{section_name}]"]
+        for name, field in type(section).model_fields.items():
+            lines.append("")
+            lines += [f"# {line}" for line in _wrap(field.description or "")]
+            rendered = _toml_value(getattr(section, name))
+            if rendered is None:  # unset by default: show an example, commented out
+                example = (field.examples or [""])[0]
+                lines.append(f"# {name} = {_toml_value(example)}")
+            else:
+                lines.append(f"{name} = {rendered}")
+    return "\n".join(lines) + "\n"
+
+
+def _wrap(text: str, width: int = 88) -> list[str]:
+    import textwrap
+
+    return textwrap.wrap(text, width=width) or [""]
+
+
+def _toml_value(value: object) -> str | None:
+    """A TOML literal, or None for "unset" (written as a commented-out key)."""
+    if value is None:
+        return None
+    if isinstance(value, Position | Role):
+        return json.dumps(value.value)
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return repr(value)
+    if isinstance(value, str | Path):
+        return json.dumps(str(value), ensure_ascii=False)
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml_value(v) or '""' for v in value) + "]"
+    if isinstance(value, dict):
+        return (
+            "{" + ", ".join(f"{json.dumps(k)} = {_toml_value(v)}" for k, v in value.items()) + "}"
+        )
+    raise TypeError(f"no TOML form for {value!r}")
+
+
+if __name__ == "__main__":
+    print(example_toml(), end="")

@@ -74,8 +74,10 @@ def cassette(line: dict[str, Any], run: str) -> dict[str, Any]:
 def main() -> None:
     fixtures, out = Path(sys.argv[1]), Path(sys.argv[2])
     out.mkdir(parents=True, exist_ok=True)
-    for run, path in (("stream", fixtures / "requests.jsonl"),
-                      ("nonstream", fixtures / "nonstream" / "requests.jsonl")):
+    for run, path in (
+        ("stream", fixtures / "requests.jsonl"),
+        ("nonstream", fixtures / "nonstream" / "requests.jsonl"),
+    ):
         for raw in path.read_text(encoding="utf-8").splitlines():
             line = json.loads(raw)
             name = f"{run}-{line['seq']:02d}-{line['step']}.json"

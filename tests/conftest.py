@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -22,6 +23,17 @@ def make_settings(**dotted: Any) -> Settings:
     for key, value in dotted.items():
         _set_dotted(data, key, value)
     return Settings.model_validate(data)
+
+
+@pytest.fixture(autouse=True)
+def _no_user_config(
+    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Tests never read the developer's own config or RECAP_PROXY_* variables."""
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path_factory.mktemp("config-home")))
+    for name in list(os.environ):
+        if name.startswith("RECAP_PROXY_"):
+            monkeypatch.delenv(name)
 
 
 @dataclass

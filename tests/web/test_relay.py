@@ -64,9 +64,7 @@ async def test_stream_bytes_are_relayed_unchanged(
 ) -> None:
     client = await proxy()
     headers = {"X-Fake": mode} if mode else {}
-    response = await client.post(
-        "/v1/chat/completions", data=body(stream=True), headers=headers
-    )
+    response = await client.post("/v1/chat/completions", data=body(stream=True), headers=headers)
     received = await response.read()
     expected = b"".join(sse_chunks(REPLY, model="fake-model", reasoning=mode == "reasoning"))
     assert received == expected
@@ -204,17 +202,19 @@ async def test_doubled_slash_from_a_trailing_slash_url_works(
     assert int(response.headers["X-Recap-Injected"]) > 0
 
 
-async def test_other_methods_and_paths_pass_through(
-    proxy: ProxyFactory, fake_llm: FakeLLM
-) -> None:
+async def test_other_methods_and_paths_pass_through(proxy: ProxyFactory, fake_llm: FakeLLM) -> None:
     client = await proxy()
     models = await client.get("/v1/models")
     assert (await models.json())["data"][0]["id"] == "fake-model"
     assert "X-Recap-Chat" not in models.headers
     put = await client.put("/v1/some/thing?a=1&b=%20x", data=b"\x00\x01raw")
     assert put.status == 201
-    assert await put.json() == {"method": "PUT", "path": "/v1/some/thing", "query": "a=1&b=%20x",
-                                "size": 5}
+    assert await put.json() == {
+        "method": "PUT",
+        "path": "/v1/some/thing",
+        "query": "a=1&b=%20x",
+        "size": 5,
+    }
     assert put.headers["X-Echo"] == "1"
     # Only POST goes through the chat adapter; a GET on the same path is plain passthrough.
     get_chat = await client.get("/v1/chat/completions")

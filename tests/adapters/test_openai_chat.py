@@ -1,0 +1,86 @@
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from adapters.openai_chat import OpenAIChatAdapter
+from proxy.core.models import Insertion, Role
+from proxy.errors import AdapterError
+from tests.core.st_requests import st_body
+
+ADAPTER = OpenAIChatAdapter()
+
+
+def test_parses_a_real_st_request() -> None:
+    parsed = ADAPTER.parse(st_body("stream-12-17_group_send_01"))
+    assert parsed.stream is True
+    assert parsed.model == "fake-model"
+    assert parsed.messages[5].name == "example_user"
+    assert parsed.messages[7].text.startswith("[Start a new group chat")
+
+
+def test_content_arrays_give_their_text() -> None:
+    raw = json.dumps(
+        {
+            "messages": [
+                {
+                    "role": "user",
+                    "content": [
+                        {"type": "text", "text": "look"},
+                        {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}},
+                        {"type": "text", "text": "here"},
+                    ],
+                }
+            ]
+        }
+    ).encode()
+    assert ADAPTER.parse(raw).messages[0].text == "look\nhere"
+
+
+def test_apply_keeps_every_other_field() -> None:
+    original = {
+        "messages": [
+            {"role": "system", "content": "main"},
+            {
+                "role": "user",
+                "name": "Arden",
+                "content": [
+                    {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}
+                ],
+            },
+            {"role": "assistant", "content": None, "tool_calls": [{"id": "1"}]},
+        ],
+        "model": "m",
+        "zeta_unknown": {"nested": [1, 2.5, None]},
+        "temperature": 0.7,
+        "logit_bias": {},
+        "stream": True,
+    }
+    parsed = ADAPTER.parse(json.dumps(original).encode())
+    out = json.loads(ADAPTER.apply(parsed, Insertion(1, Role.SYSTEM, "MEMORY", 1)))
+    assert list(out) == list(original)
+    assert out["messages"].pop(1) == {"role": "system", "content": "MEMORY"}
+    assert out == original
+
+
+def test_apply_handles_integers_beyond_64_bits() -> None:
+    raw = b'{"messages":[{"role":"user","content":"x"}],"seed":123456789012345678901234567890}'
+    parsed = ADAPTER.parse(raw)
+    out = ADAPTER.apply(parsed, Insertion(0, Role.SYSTEM, "M", 1))
+    assert b"123456789012345678901234567890" in out
+
+
+@pytest.mark.parametrize(
+    ("raw", "message"),
+    [
+        (b"{not json", "not valid JSON"),
+        (b"[1, 2]", "not a JSON object"),
+        (b'{"model": "m"}', "no `messages` list"),
+        (b'{"messages": [{"content": "x"}]}', "messages[0]"),
+        (b'{"messages": ["x"]}', "messages[0]"),
+    ],
+)
+def test_bad_bodies_are_named(raw: bytes, message: str) -> None:
+    with pytest.raises(AdapterError, match=message.replace("[", r"\[").replace("]", r"\]")):
+        ADAPTER.parse(raw)

@@ -1,0 +1,104 @@
+"""`recap-proxy inject`: the preview goes through the server's own code."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from proxy.cli import main
+from tests.core.st_requests import st_body
+
+REQUEST = st_body("stream-04-05_send_03")  # 10 messages, history from index 4
+
+
+@pytest.fixture
+def request_file(tmp_path: Path) -> Path:
+    path = tmp_path / "request.json"
+    path.write_bytes(REQUEST)
+    return path
+
+
+def run(capsysbinary: pytest.CaptureFixture[bytes], *argv: str) -> tuple[int, bytes, str]:
+    code = main(list(argv))
+    out, err = capsysbinary.readouterr()
+    return code, out, err.decode()
+
+
+def test_inject_in_chat(capsysbinary: pytest.CaptureFixture[bytes], request_file: Path) -> None:
+    code, out, err = run(
+        capsysbinary,
+        "inject",
+        "--position",
+        "in_chat",
+        "--depth",
+        "2",
+        "--role",
+        "1",
+        "--memory",
+        "Arden survived a wolf attack.",
+        str(request_file),
+    )
+    assert code == 0
+    body = json.loads(out)
+    inserted = body["messages"][8]
+    assert inserted["role"] == "user"
+    assert "Arden survived a wolf attack." in inserted["content"]
+    assert inserted["content"].startswith("<ROLEPLAY_RECAP>")  # the bundled template
+    assert len(body["messages"]) == 11
+    assert "index 8" in err and "depth 2" in err
+
+
+def test_inject_reads_stdin_and_memory_file(
+    capsysbinary: pytest.CaptureFixture[bytes], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import io
+    import sys
+
+    memory = tmp_path / "recap.txt"
+    memory.write_text("The glade is safe.", encoding="utf-8")
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(REQUEST)))
+    code, out, _ = run(
+        capsysbinary, "inject", "--position", "2", "--memory-file", str(memory), "--no-template"
+    )
+    assert code == 0
+    assert json.loads(out)["messages"][0] == {"role": "system", "content": "The glade is safe."}
+
+
+def test_inject_none_prints_the_request_unchanged(
+    capsysbinary: pytest.CaptureFixture[bytes], request_file: Path
+) -> None:
+    code, out, err = run(
+        capsysbinary, "inject", "--position", "none", "--memory", "x", str(request_file)
+    )
+    assert code == 0
+    assert out == REQUEST
+    assert "nothing inserted" in err
+
+
+def test_inject_uses_the_config_template(
+    capsysbinary: pytest.CaptureFixture[bytes], request_file: Path, tmp_path: Path
+) -> None:
+    config = tmp_path / "c.toml"
+    config.write_text('[injection]\ntemplate = "[Recap: {{running_recap}}]"\nposition = 0\n')
+    code, out, _ = run(
+        capsysbinary, "inject", "--config", str(config), "--memory", "wolves", str(request_file)
+    )
+    assert code == 0
+    assert json.loads(out)["messages"][1] == {"role": "system", "content": "[Recap: wolves]"}
+
+
+def test_inject_rejects_bad_input_clearly(
+    capsysbinary: pytest.CaptureFixture[bytes], tmp_path: Path, request_file: Path
+) -> None:
+    bad = tmp_path / "bad.json"
+    bad.write_text("{nope")
+    code, out, err = run(capsysbinary, "inject", "--memory", "x", str(bad))
+    assert code == 2 and out == b"" and "not valid JSON" in err
+    code, _, err = run(
+        capsysbinary, "inject", "--position", "middle", "--memory", "x", str(request_file)
+    )
+    assert code == 2 and "injection.position" in err
+    code, _, err = run(capsysbinary, "inject", "--memory", "x", str(tmp_path / "missing.json"))
+    assert code == 1 and "cannot read" in err

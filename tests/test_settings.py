@@ -1,0 +1,106 @@
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from proxy.core.models import Position, Role
+from proxy.errors import ConfigError
+from proxy.settings import Settings, example_toml, load_settings
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "config.toml"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def test_defaults_are_loopback_and_8765() -> None:
+    settings = Settings()
+    assert settings.server.host == "127.0.0.1"
+    assert settings.server.port == 8765
+    assert settings.injection.position is Position.BEFORE_PROMPT
+    assert settings.injection.role is Role.SYSTEM
+
+
+def test_file_then_env_then_overrides(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        '[server]\nport = 9000\nhost = "127.0.0.2"\n'
+        '[injection]\nposition = 1\ndepth = 4\nrole = "user"\n',
+    )
+    env = {
+        "RECAP_PROXY_SERVER__PORT": "9100",
+        "RECAP_PROXY_UPSTREAM__BASE_URL": "http://x/v1/",
+        "RECAP_PROXY_INJECTION__CHATS_ENABLED": '{"a/b": false}',
+        "OTHER": "1",
+    }
+    settings = load_settings(path, env=env, overrides={"server.host": "::1", "server.port": None})
+    assert settings.server.port == 9100
+    assert settings.server.host == "::1"
+    assert settings.upstream.base_url == "http://x/v1"
+    assert settings.injection.placement().position is Position.IN_CHAT
+    assert settings.injection.depth == 4
+    assert settings.injection.role is Role.USER
+    assert settings.injection.chats_enabled == {"a/b": False}
+
+
+def test_bad_value_names_key_and_expectation(tmp_path: Path) -> None:
+    path = write(tmp_path, '[server]\nport = "eighty"\n[injection]\nposition = "top"\n')
+    with pytest.raises(ConfigError) as err:
+        load_settings(path, env={})
+    text = str(err.value)
+    assert "server.port:" in text and "valid integer" in text and "'eighty'" in text
+    assert "injection.position:" in text and "before_prompt (2)" in text
+    assert str(path) in text
+
+
+def test_unknown_key_is_named(tmp_path: Path) -> None:
+    path = write(tmp_path, "[upstream]\nbaseurl = 'http://x'\n")
+    with pytest.raises(ConfigError, match=r"upstream\.baseurl: unknown key"):
+        load_settings(path, env={})
+
+
+def test_bad_env_value_names_the_variable() -> None:
+    with pytest.raises(ConfigError, match="RECAP_PROXY_INJECTION__DEPTH"):
+        load_settings(None, env={"RECAP_PROXY_INJECTION__DEPTH": "-3"})
+
+
+def test_api_key_never_appears_in_errors() -> None:
+    with pytest.raises(ConfigError) as err:
+        load_settings(None, env={"RECAP_PROXY_UPSTREAM__API_KEY": '{"k": "sk-secret"}'})
+    assert "sk-secret" not in str(err.value)
+    settings = load_settings(None, env={"RECAP_PROXY_UPSTREAM__API_KEY": "sk-secret"})
+    assert "sk-secret" not in repr(settings)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [("[server\nport = 1", "not valid TOML"), ("[upstream]\nbase_url = 'ftp://x'", "http://")],
+)
+def test_broken_files(tmp_path: Path, text: str, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        load_settings(write(tmp_path, text), env={})
+
+
+def test_missing_explicit_file_is_an_error(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="not found"):
+        load_settings(tmp_path / "nope.toml", env={})
+
+
+def test_example_file_is_current_and_loads() -> None:
+    committed = (ROOT / "config.example.toml").read_text(encoding="utf-8")
+    assert committed == example_toml(), "run: python -m proxy.settings > config.example.toml"
+    loaded = load_settings(ROOT / "config.example.toml", env={})
+    assert loaded == Settings()
+    # every field is described
+    for section in Settings.model_fields.values():
+        assert section.description
+        assert isinstance(section.annotation, type)
+        for name, field in section.annotation.model_fields.items():
+            assert field.description, name
+    data = tomllib.loads(committed)
+    assert set(data) == set(Settings.model_fields)
