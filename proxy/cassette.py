@@ -39,10 +39,12 @@ def encode_body(raw: bytes | None, *, redact: bool = True) -> dict[str, Any]:
     try:
         value = orjson.loads(raw)
     except orjson.JSONDecodeError:
-        value = None
+        pass
     else:
-        if orjson.dumps(value) == raw:
-            return {"body": redact_json(value) if redact else value}
+        redacted = redact_json(value) if redact else value
+        # Exact bytes when re-encoding gives them back; a secret outweighs exactness.
+        if orjson.dumps(value) == raw or redacted != value:
+            return {"body": redacted}
     try:
         return {"body_text": raw.decode("utf-8")}
     except UnicodeDecodeError:

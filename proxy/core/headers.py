@@ -41,6 +41,7 @@ SECRET_HEADERS = frozenset(
 SECRET_QUERY = re.compile(r"(?i)((?:^|&)(?:key|api_key|apikey|access_token|token)=)[^&]*")
 SECRET_BODY_KEY = re.compile(r"(?i)(^|_)(api_?key|apikey|secret|password|access_token)$")
 REDACTED = "<redacted>"
+REDACTED_IN_URL = "REDACTED"  # needs no percent-encoding, so a replay sends it as written
 
 Headers = list[tuple[str, str]]
 
@@ -83,7 +84,7 @@ def redact_headers(headers: Iterable[tuple[str, str]]) -> Headers:
 
 
 def redact_query(query: str) -> str:
-    return SECRET_QUERY.sub(lambda m: m.group(1) + REDACTED, query)
+    return SECRET_QUERY.sub(lambda m: m.group(1) + REDACTED_IN_URL, query)
 
 
 def redact_json(value: object) -> object:

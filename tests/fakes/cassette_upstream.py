@@ -27,16 +27,17 @@ class Replayer:
     served: list[dict[str, Any]] = field(default_factory=list)
 
     def find(self, method: str, path: str, query: str, body: bytes) -> dict[str, Any] | None:
-        for cassette in self.cassettes:
-            up = cassette["upstream_request"]
-            if (
-                up["method"] == method
-                and self.base_path + up["path"] == path
-                and up.get("query", "") == query
-                and decode_body(up) == body
-            ):
-                return cassette
-        return None
+        """The first matching cassette not played yet (a swipe repeats a request exactly)."""
+        matches = [
+            cassette
+            for cassette in self.cassettes
+            if cassette["upstream_request"]["method"] == method
+            and self.base_path + cassette["upstream_request"]["path"] == path
+            and cassette["upstream_request"].get("query", "") == query
+            and decode_body(cassette["upstream_request"]) == body
+        ]
+        fresh = [c for c in matches if not any(c is s for s in self.served)]
+        return (fresh or matches or [None])[0]
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
         body = await request.read()

@@ -1,0 +1,92 @@
+"""Memory placed by the server, and fail-open when anything on the memory path breaks."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Mapping
+
+import pytest
+
+from adapters.base import ParsedRequest
+from proxy.core.models import Memory
+from tests.conftest import FakeLLM, ProxyFactory
+from tests.core.st_requests import st_body, st_json
+
+CHAT_ID = "default-user/chats/Seraphina/Seraphina - 2023-5-12 @21h 32m 29s 224ms"
+
+
+async def test_memory_is_placed_and_the_rest_of_the_body_kept(
+    proxy: ProxyFactory, fake_llm: FakeLLM
+) -> None:
+    memory = Memory(values={"running_recap": "Arden was attacked by wolves."}, chat_id=CHAT_ID)
+    client = await proxy(
+        memory=memory,
+        **{"injection.position": "in_chat", "injection.depth": 2, "injection.role": "system"},
+    )
+    raw = st_body("stream-04-05_send_03")
+    response = await client.post("/v1/chat/completions", data=raw)
+    await response.read()
+    sent = json.loads(fake_llm.state.seen[-1].body)
+    inserted = sent["messages"].pop(8)
+    assert inserted["role"] == "system"
+    assert "Arden was attacked by wolves." in inserted["content"]
+    assert sent == st_json("stream-04-05_send_03")
+    assert list(sent) == list(st_json("stream-04-05_send_03"))
+    assert int(response.headers["X-Recap-Injected"]) > 5
+    assert response.headers["X-Recap-Chat"] == (
+        "default-user%2Fchats%2FSeraphina%2FSeraphina%20-%202023-5-12%20%4021h%2032m%2029s%20224ms"
+    )
+
+
+async def test_disabled_chat_gets_nothing(proxy: ProxyFactory, fake_llm: FakeLLM) -> None:
+    memory = Memory(values={"running_recap": "x"}, chat_id="c")
+    client = await proxy(memory=memory, **{"injection.chats_enabled": {"c": False}})
+    raw = st_body("stream-04-05_send_03")
+    response = await client.post("/v1/chat/completions", data=raw)
+    assert fake_llm.state.seen[-1].body == raw
+    assert response.headers["X-Recap-Injected"] == "0"
+    assert response.headers["X-Recap-Chat"] == "c"
+
+
+class BrokenProvider:
+    async def memory_for(self, parsed: ParsedRequest, headers: Mapping[str, str]) -> Memory:
+        raise RuntimeError("store is on fire")
+
+
+async def test_failing_memory_provider_fails_open(
+    proxy: ProxyFactory, fake_llm: FakeLLM, caplog: pytest.LogCaptureFixture
+) -> None:
+    client = await proxy(provider=BrokenProvider())
+    raw = st_body("stream-04-05_send_03")
+    with caplog.at_level(logging.WARNING):
+        response = await client.post(
+            "/v1/chat/completions", data=raw, headers={"Authorization": "Bearer sk-hidden"}
+        )
+        assert response.status == 200
+        await response.read()
+    assert fake_llm.state.seen[-1].body == raw
+    assert response.headers["X-Recap-Injected"] == "0"
+    failures = [r for r in caplog.records if "store is on fire" in r.getMessage()]
+    assert len(failures) == 1
+    assert "POST /v1/chat/completions" in failures[0].getMessage()
+    assert "sk-hidden" not in caplog.text
+
+
+async def test_unparseable_body_is_forwarded_unchanged(
+    proxy: ProxyFactory, fake_llm: FakeLLM
+) -> None:
+    client = await proxy(memory=Memory(values={"running_recap": "x"}))
+    raw = b'{"messages": "not a list"}'
+    response = await client.post("/v1/chat/completions", data=raw)
+    assert fake_llm.state.seen[-1].body == raw
+    assert response.headers["X-Recap-Injected"] == "0"
+    # The upstream's own verdict on the body reaches the client.
+    assert response.status == 200
+
+
+async def test_missing_template_file_stops_startup_clearly(proxy: ProxyFactory) -> None:
+    from proxy.errors import TemplateError
+
+    with pytest.raises(TemplateError, match="no-such-template.md"):
+        await proxy(**{"injection.template_file": "/no/such/dir/no-such-template.md"})
