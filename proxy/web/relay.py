@@ -62,6 +62,13 @@ class Relay:
             exchange.upstream_body = body
         try:
             return await self._forward(request, tail, query, headers, body, extra, exchange)
+        except asyncio.CancelledError:
+            log.info(
+                "%s %s: client disconnected; upstream request cancelled",
+                request.method,
+                request.rel_url.raw_path,
+            )
+            raise
         finally:
             if exchange is not None:
                 self._record(exchange)

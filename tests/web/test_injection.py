@@ -88,5 +88,5 @@ async def test_unparseable_body_is_forwarded_unchanged(
 async def test_missing_template_file_stops_startup_clearly(proxy: ProxyFactory) -> None:
     from proxy.errors import TemplateError
 
-    with pytest.raises(TemplateError, match="no-such-template.md"):
+    with pytest.raises(TemplateError, match=r"no-such-template\.md"):
         await proxy(**{"injection.template_file": "/no/such/dir/no-such-template.md"})
