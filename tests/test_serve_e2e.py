@@ -56,12 +56,26 @@ def servers(tmp_path: Path) -> Iterator[tuple[int, int, subprocess.Popen[bytes]]
     llm_port, proxy_port = free_port(), free_port()
     llm = subprocess.Popen(
         [sys.executable, "-m", "tests.fakes.fake_llm", "--port", str(llm_port)],
-        cwd=ROOT, env=env(tmp_path), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        cwd=ROOT,
+        env=env(tmp_path),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
     )
     proxy = subprocess.Popen(
-        [sys.executable, "-m", "proxy", "serve", "--port", str(proxy_port),
-         "--upstream", f"http://127.0.0.1:{llm_port}/v1/"],
-        cwd=ROOT, env=env(tmp_path), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        [
+            sys.executable,
+            "-m",
+            "proxy",
+            "serve",
+            "--port",
+            str(proxy_port),
+            "--upstream",
+            f"http://127.0.0.1:{llm_port}/v1/",
+        ],
+        cwd=ROOT,
+        env=env(tmp_path),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
     )
     try:
         wait_for_port(llm_port, llm)
@@ -83,9 +97,8 @@ def servers(tmp_path: Path) -> Iterator[tuple[int, int, subprocess.Popen[bytes]]
 async def test_serve_proxies_like_the_upstream(
     servers: tuple[int, int, subprocess.Popen[bytes]],
 ) -> None:
-    llm_port, proxy_port, proxy = servers
-    body = {"messages": [{"role": "user", "content": "hi"}], "model": "fake-model",
-            "stream": True}
+    _llm_port, proxy_port, proxy = servers
+    body = {"messages": [{"role": "user", "content": "hi"}], "model": "fake-model", "stream": True}
     async with aiohttp.ClientSession() as session:
         # ST's URL with a trailing slash produces `/v1//chat/completions`.
         url = f"http://127.0.0.1:{proxy_port}/v1//chat/completions"
@@ -114,7 +127,11 @@ def test_bad_config_stops_startup_naming_the_key(tmp_path: Path) -> None:
     config.write_text('[upstream]\nbase_url = "localhost:5001"\n[server]\nprot = 1\n')
     result = subprocess.run(
         [sys.executable, "-m", "proxy", "serve", "--config", str(config)],
-        cwd=ROOT, env=env(tmp_path), capture_output=True, text=True, timeout=30,
+        cwd=ROOT,
+        env=env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=30,
     )
     assert result.returncode == 2
     assert "upstream.base_url" in result.stderr and "http://" in result.stderr
@@ -128,7 +145,11 @@ def test_port_in_use_is_a_clear_error(tmp_path: Path) -> None:
         port = busy.getsockname()[1]
         result = subprocess.run(
             [sys.executable, "-m", "proxy", "serve", "--port", str(port)],
-            cwd=ROOT, env=env(tmp_path), capture_output=True, text=True, timeout=30,
+            cwd=ROOT,
+            env=env(tmp_path),
+            capture_output=True,
+            text=True,
+            timeout=30,
         )
     assert result.returncode == 1
     assert f"cannot listen on 127.0.0.1:{port}" in result.stderr

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import NamedTuple
 
 
 class Position(StrEnum):
@@ -75,11 +76,11 @@ class Placement:
             raise ValueError("depth must be between 0 and 10000 (ST's MAX_INJECTION_DEPTH)")
 
 
-@dataclass(frozen=True, slots=True)
-class ChatMessage:
+class ChatMessage(NamedTuple):
     """One message of a request, reduced to what the core decides on.
 
-    `text` is the message's text (the text parts joined, for content arrays).
+    `text` is the message's text (the text parts joined, for content arrays). A NamedTuple
+    because hundreds are built per request: it costs a quarter of a frozen dataclass.
     """
 
     role: str

@@ -46,6 +46,10 @@ class TokenCounter:
         self._loaded = encoder is not None
         self.count: Callable[[str], int] = lru_cache(maxsize=cache_size)(self._count)
 
+    def warm_up(self) -> None:
+        """Load the encoding now (a few hundred ms) rather than on the first request."""
+        self._ensure_loaded()
+
     @property
     def exact(self) -> bool:
         """True when a real tokenizer (not the byte estimate) does the counting."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 
 from aiohttp import web
@@ -36,18 +37,25 @@ def make_app(
     relay = Relay(upstream, recorder)
     app[SETTINGS] = settings
     app[RELAY] = relay
-    app[INJECTOR] = Injector(
+    injector = Injector(
         policy_from(settings.injection),
         load_injection_template(settings.injection),
         provider or NoMemory(),
         counter,
     )
+    app[INJECTOR] = injector
 
     async def upstream_ctx(app: web.Application) -> AsyncIterator[None]:
         async with upstream:
             yield
             await relay.drain()
 
+    async def tokenizer_ctx(app: web.Application) -> AsyncIterator[None]:
+        # Off the loop, before the first request needs it.
+        await asyncio.to_thread(injector.counter.warm_up)
+        yield
+
     app.cleanup_ctx.append(upstream_ctx)
+    app.cleanup_ctx.append(tokenizer_ctx)
     add_routes(app)
     return app
