@@ -179,7 +179,7 @@ class Settings(_Section):
 
 def default_config_path() -> Path:
     """`config.toml` in the user's config dir (e.g. `~/.config/recap-proxy/`)."""
-    return Path(platformdirs.user_config_dir(APP_NAME)) / "config.toml"
+    return Path(platformdirs.user_config_dir(APP_NAME, appauthor=False)) / "config.toml"
 
 
 def load_settings(
@@ -260,7 +260,7 @@ def _describe(exc: ValidationError, path: Path | None, env_keys: set[str]) -> st
             what = "unknown key"
         else:
             shown = "<hidden>" if "api_key" in key else repr(err["input"])
-            what = f"{err['msg']} (got {shown})"
+            what = f"{err['msg'].removeprefix('Value error, ')} (got {shown})"
         source = ""
         if key in env_keys:
             env_name = ENV_PREFIX + key.upper().replace(".", ENV_NESTING)
