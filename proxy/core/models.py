@@ -9,58 +9,57 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import NamedTuple
+from typing import Any, NamedTuple, Self
 
 
-class Position(StrEnum):
-    """ST's `extension_prompt_types`, by name; `parse` also takes ST's numbers."""
-
-    BEFORE_PROMPT = "before_prompt"  # ST 2
-    IN_PROMPT = "in_prompt"  # ST 0
-    IN_CHAT = "in_chat"  # ST 1
-    NONE = "none"  # ST -1
+class _STEnum(StrEnum):
+    """A setting ST stores as a number and we name; `parse` takes either."""
 
     @classmethod
-    def parse(cls, value: object) -> Position:
-        if isinstance(value, Position):
+    def _numbers(cls) -> dict[int, Any]:
+        raise NotImplementedError
+
+    @classmethod
+    def parse(cls, value: object) -> Self:
+        if isinstance(value, cls):
             return value
-        by_number = {2: cls.BEFORE_PROMPT, 0: cls.IN_PROMPT, 1: cls.IN_CHAT, -1: cls.NONE}
         key: object = value
         if isinstance(value, str):
             text = value.strip().lower()
             key = int(text) if text.lstrip("-").isdigit() else text
-        if isinstance(key, int) and not isinstance(key, bool) and key in by_number:
-            return by_number[key]
-        if isinstance(key, str):
-            for member in cls:
-                if member.value == key:
-                    return member
-        raise ValueError("expected before_prompt (2), in_prompt (0), in_chat (1) or none (-1)")
+        if isinstance(key, int) and not isinstance(key, bool) and key in cls._numbers():
+            member: Self = cls._numbers()[key]
+            return member
+        for candidate in cls:
+            if candidate.value == key:
+                return candidate
+        choices = ", ".join(f"{m.value} ({n})" for n, m in cls._numbers().items())
+        raise ValueError(f"expected one of {choices}")
 
 
-class Role(StrEnum):
-    """ST's `extension_prompt_roles`, by name; `parse` also takes ST's numbers."""
+class Position(_STEnum):
+    """ST's `extension_prompt_types`, by name; `parse` also takes ST's numbers."""
 
-    SYSTEM = "system"  # ST 0
-    USER = "user"  # ST 1
-    ASSISTANT = "assistant"  # ST 2
+    BEFORE_PROMPT = "before_prompt"
+    IN_PROMPT = "in_prompt"
+    IN_CHAT = "in_chat"
+    NONE = "none"
 
     @classmethod
-    def parse(cls, value: object) -> Role:
-        if isinstance(value, Role):
-            return value
-        by_number = {0: cls.SYSTEM, 1: cls.USER, 2: cls.ASSISTANT}
-        key: object = value
-        if isinstance(value, str):
-            text = value.strip().lower()
-            key = int(text) if text.isdigit() else text
-        if isinstance(key, int) and not isinstance(key, bool) and key in by_number:
-            return by_number[key]
-        if isinstance(key, str):
-            for member in cls:
-                if member.value == key:
-                    return member
-        raise ValueError("expected system (0), user (1) or assistant (2)")
+    def _numbers(cls) -> dict[int, Any]:
+        return {2: cls.BEFORE_PROMPT, 0: cls.IN_PROMPT, 1: cls.IN_CHAT, -1: cls.NONE}
+
+
+class Role(_STEnum):
+    """ST's `extension_prompt_roles`, by name; `parse` also takes ST's numbers."""
+
+    SYSTEM = "system"
+    USER = "user"
+    ASSISTANT = "assistant"
+
+    @classmethod
+    def _numbers(cls) -> dict[int, Any]:
+        return {0: cls.SYSTEM, 1: cls.USER, 2: cls.ASSISTANT}
 
 
 @dataclass(frozen=True, slots=True)
