@@ -187,6 +187,10 @@ async def run(rounds: int) -> None:
             probe = await session.post(proxied, data=small)
             assert probe.headers["X-Recap-Injected"] != "0", "the memory must be placed"
             await probe.read()
+            print(
+                f"proxy memory after start-up and a first request: RSS "
+                f"{rss_mb(proxy.pid)[0]:.1f} MB (tokenizer loaded)"
+            )
             print(f"non-stream latency ({rounds} interleaved rounds each):")
             line(
                 "small body",
@@ -214,11 +218,19 @@ async def run(rounds: int) -> None:
             f"  direct {d_rps:7.0f} req/s ({d_err} errors) | proxied {p_rps:7.0f} req/s "
             f"({p_err} errors) | ratio {p_rps / d_rps:4.2f}"
         )
+        print("64 concurrent streams, small body, 1024 requests:")
+        s_rps, s_err = await throughput(proxied, body(2, 20, True), 64, 1024)
+        print(
+            f"  proxied {s_rps:7.0f} streams/s, {s_err} errors; proxy RSS "
+            f"{rss_mb(proxy.pid)[0]:.1f} MB"
+        )
         print("64 concurrent streams, large body, 256 requests:")
         s_rps, s_err = await throughput(proxied, body(300, 250, True), 64, 256)
-        print(f"  proxied {s_rps:7.0f} streams/s, {s_err} errors")
         rss, peak = rss_mb(proxy.pid)
-        print(f"proxy memory: RSS {rss:.1f} MB now, peak {peak:.1f} MB")
+        print(
+            f"  proxied {s_rps:7.0f} streams/s, {s_err} errors; proxy RSS {rss:.1f} MB, "
+            f"peak {peak:.1f} MB"
+        )
     finally:
         for proc in (proxy, llm):
             proc.terminate()

@@ -113,6 +113,11 @@ class Relay:
                 await response.write(chunk)
             await response.write_eof()
             complete = True
+        except ConnectionResetError:
+            # Writing to ST failed (aiohttp's reset error is also a ClientError, hence first).
+            log.info("%s %s: client went away", request.method, request.rel_url.raw_path)
+            if exchange is not None:
+                exchange.error = "client disconnected"
         except (TimeoutError, aiohttp.ClientError) as exc:
             failure = _mid_stream_error(exc)
             log.warning(
@@ -126,10 +131,6 @@ class Relay:
             # The status line is gone already: all we can do is end the stream broken.
             if request.transport is not None:
                 request.transport.close()
-        except ConnectionResetError:
-            log.info("%s %s: client went away", request.method, request.rel_url.raw_path)
-            if exchange is not None:
-                exchange.error = "client disconnected"
         finally:
             if complete:
                 upstream.release()

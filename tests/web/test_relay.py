@@ -192,6 +192,18 @@ async def test_client_disconnect_cancels_the_upstream_request(
     await asyncio.wait_for(fake_llm.state.cancelled.wait(), timeout=5)
 
 
+async def test_client_disconnect_mid_stream_cancels_the_upstream_request(
+    proxy: ProxyFactory, fake_llm: FakeLLM
+) -> None:
+    fake_llm.state.gate = asyncio.Event()  # the upstream sends one event, then waits
+    client = await proxy()
+    response = await client.post("/v1/chat/completions", data=body(stream=True))
+    first = await asyncio.wait_for(response.content.readany(), timeout=5)
+    assert first.startswith(b"data: ")
+    response.close()  # Stop, while the reply is streaming
+    await asyncio.wait_for(fake_llm.state.cancelled.wait(), timeout=5)
+
+
 async def test_doubled_slash_from_a_trailing_slash_url_works(
     proxy: ProxyFactory, fake_llm: FakeLLM
 ) -> None:
