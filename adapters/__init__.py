@@ -8,6 +8,7 @@ module plus its test file, and one line here.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Protocol
 
 from adapters.base import ParsedRequest
@@ -22,8 +23,13 @@ class Adapter(Protocol):
         """Decode a request body; raises `AdapterError` when it does not fit."""
         ...
 
-    def apply(self, parsed: ParsedRequest, insertion: Insertion) -> bytes:
-        """The body to send upstream with `insertion` carried out."""
+    def apply(
+        self,
+        parsed: ParsedRequest,
+        insertion: Insertion | None,
+        replacements: Mapping[int, str] | None = None,
+    ) -> bytes:
+        """The body to send upstream with `insertion` and `replacements` carried out."""
         ...
 
 

@@ -8,6 +8,7 @@ order (unknown keys, `name` fields, content arrays with images, tool calls).
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Any
 
 import orjson
@@ -111,10 +112,20 @@ class OpenAIChatAdapter:
             model=model if isinstance(model, str) else None,
         )
 
-    def apply(self, parsed: ParsedRequest, insertion: Insertion) -> bytes:
+    def apply(
+        self,
+        parsed: ParsedRequest,
+        insertion: Insertion | None,
+        replacements: Mapping[int, str] | None = None,
+    ) -> bytes:
         source, fast = reencode(parsed.raw, parsed.body)
-        wire = source["messages"]
-        new_message = {"role": insertion.role.value, "content": insertion.text}
+        wire = list(source["messages"])
+        for index, text in (replacements or {}).items():
+            if isinstance(wire[index].get("content"), str):
+                wire[index] = {**wire[index], "content": text}
+        if insertion is not None:
+            new_message = {"role": insertion.role.value, "content": insertion.text}
+            wire.insert(insertion.index, new_message)
         body = dict(source)
-        body["messages"] = [*wire[: insertion.index], new_message, *wire[insertion.index :]]
+        body["messages"] = wire
         return encode_json(body, fast=fast)

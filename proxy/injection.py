@@ -91,11 +91,11 @@ class Injector:
             insertion = plan_insertion(
                 parsed.messages, memory, self.policy, self.template, self.counter.count
             )
-            if insertion is None:
+            replacements = memory.replacements if memory is not None else {}
+            if insertion is None and not replacements:
                 return Outcome(body=raw, chat_id=chat_id)
-            return Outcome(
-                body=adapter.apply(parsed, insertion), insertion=insertion, chat_id=chat_id
-            )
+            body = adapter.apply(parsed, insertion, replacements)
+            return Outcome(body=body, insertion=insertion, chat_id=chat_id)
         except Exception as exc:
             # Fail open: the user's chat goes on without memory, the cause is in the log.
             log.warning(

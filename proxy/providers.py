@@ -7,11 +7,16 @@ in here in later work; until then the server runs with `NoMemory`, and tests and
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Protocol
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Protocol
 
 from adapters.base import ParsedRequest
 from proxy.core.models import Memory
+
+if TYPE_CHECKING:
+    from proxy.library import ChatLibrary
+
+CHAT_ID_HEADER = "X-ST-Chat-Id"
 
 
 class MemoryProvider(Protocol):
@@ -35,3 +40,37 @@ class StaticMemory:
 
     async def memory_for(self, parsed: ParsedRequest, headers: Mapping[str, str]) -> Memory | None:
         return self.memory
+
+
+class ChatMemory:
+    """Memory for the chat a request belongs to, identified against ST's chats.
+
+    `values` gives a chat's macro values (the memory engine, once it exists); the chat's
+    identity, its on/off state and the request indices of its messages come from here.
+    """
+
+    def __init__(
+        self,
+        library: ChatLibrary,
+        markers: Sequence[str],
+        values: Callable[[str], Mapping[str, str]] | None = None,
+    ) -> None:
+        self.library = library
+        self.markers = tuple(markers)
+        self.values = values
+
+    async def memory_for(self, parsed: ParsedRequest, headers: Mapping[str, str]) -> Memory | None:
+        found = await self.library.identify_request(
+            parsed.messages, self.markers, headers.get(CHAT_ID_HEADER)
+        )
+        ident = found.identification
+        if ident is None:
+            return Memory(replacements=found.replacements)
+        entry = self.library.index.entries.get(ident.chat_id)
+        return Memory(
+            values=self.values(ident.chat_id) if self.values else {},
+            chat_id=ident.chat_id,
+            chat_enabled=entry.enabled if entry else None,
+            history=ident.history or None,
+            replacements=found.replacements,
+        )

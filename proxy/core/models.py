@@ -95,13 +95,17 @@ class Memory:
     `chat_enabled` is the chat's own on/off state, `None` when it has none.
     `history` optionally lists the request indices that are real chat messages (a known
     chat can tell them apart from ST's own injections); `None` means "find them from the
-    request alone".
+    request alone". `replacements` are edits to request messages that go upstream
+    whether or not memory is inserted.
     """
 
     values: Mapping[str, str] = field(default_factory=dict)
     chat_id: str | None = None
     chat_enabled: bool | None = None
     history: Sequence[int] | None = None
+    # Request messages whose text must change before forwarding (index -> new text), e.g.
+    # an `<ST_METADATA>` block that is ours, not the model's.
+    replacements: Mapping[int, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)

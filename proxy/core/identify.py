@@ -1,0 +1,303 @@
+"""Which indexed chat a request belongs to, and what kind of generation it is. Pure.
+
+ST sends no chat id. The request's chat history is compared with the newest visible
+messages of the indexed chats, newest first, by fingerprints of whitespace-normalised
+text. A file message has several fingerprints: its text, `Name: text` (group chats and
+ST's "names in content" mode), and its text with `{{char}}`/`{{user}}` filled in (greetings
+are stored raw). Request messages that match nothing are ST's own injections (Author's
+Note, world info at depth) and are skipped. The best alignment wins; a tie goes to the
+most recently saved chat, with low confidence.
+
+Generation kinds, from how the request's end meets the file's end:
+- normal: the file's last visible message is the request's last history message, a user one;
+- swipe: the file has one more assistant message than the request (regenerate, swipe);
+- continue: the request ends with the file's last assistant text (or a prefix of it);
+- quiet: nothing at the end matches (summaries, impersonation, other quiet prompts).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+from proxy.core.models import ChatMessage
+from proxy.core.placement import HistorySpan
+
+Generation = Literal["normal", "swipe", "continue", "quiet"]
+TAIL = 64  # newest visible messages per chat kept for matching
+MAX_SKIPPED = 12  # request messages that match nothing before an alignment gives up
+CONTINUE_NUDGE = "[continue"
+
+
+def normalize(text: str) -> str:
+    return " ".join(text.split())
+
+
+def fingerprint(text: str) -> int:
+    return hash(normalize(text))
+
+
+@dataclass(frozen=True, slots=True)
+class IndexedMessage:
+    """A visible file message: ST's index, speaker, and its fingerprints."""
+
+    position: int
+    is_user: bool
+    text: str  # normalised
+    fps: frozenset[int]
+
+
+def index_message(
+    position: int, is_user: bool, name: str, text: str, *, char: str = "", user: str = ""
+) -> IndexedMessage:
+    variants = {text, f"{name}: {text}"}
+    if "{{" in text:
+        filled = text
+        for macro, value in (("{{char}}", char or name), ("{{user}}", user)):
+            if value:
+                filled = filled.replace(macro, value).replace(macro.upper(), value)
+        variants |= {filled, f"{name}: {filled}"}
+    return IndexedMessage(
+        position=position,
+        is_user=is_user,
+        text=normalize(text),
+        fps=frozenset(fingerprint(v) for v in variants),
+    )
+
+
+@dataclass(slots=True)
+class ChatEntry:
+    chat_id: str
+    updated: float
+    total: int  # all messages in the file, hidden ones included
+    tail: list[IndexedMessage]  # the newest visible messages, oldest first
+    name: str = ""  # file name without .jsonl
+    group_name: str | None = None
+    enabled: bool | None = None  # the chat's own memory on/off, None = default
+
+
+@dataclass(slots=True)
+class ChatIndex:
+    """Fingerprints of every chat's newest messages, with a reverse map for lookups."""
+
+    entries: dict[str, ChatEntry] = field(default_factory=dict)
+    by_fp: dict[int, set[str]] = field(default_factory=dict)
+
+    def put(self, entry: ChatEntry) -> None:
+        self.remove(entry.chat_id)
+        entry.tail = entry.tail[-TAIL:]
+        self.entries[entry.chat_id] = entry
+        for message in entry.tail:
+            for fp in message.fps:
+                self.by_fp.setdefault(fp, set()).add(entry.chat_id)
+
+    def remove(self, chat_id: str) -> None:
+        old = self.entries.pop(chat_id, None)
+        if old is None:
+            return
+        for message in old.tail:
+            for fp in message.fps:
+                holders = self.by_fp.get(fp)
+                if holders is not None:
+                    holders.discard(chat_id)
+                    if not holders:
+                        del self.by_fp[fp]
+
+    def resolve(self, name: str) -> str | None:
+        """A chat id from what a client named: an id, a file name, or a group name."""
+        name = name.strip().removesuffix(".jsonl")
+        if name in self.entries:
+            return name
+        for attribute in ("name", "group_name"):
+            found = [e for e in self.entries.values() if getattr(e, attribute) == name]
+            if found:
+                return max(found, key=lambda e: e.updated).chat_id
+        return None
+
+    def candidates(self, fps: Iterable[int]) -> set[str]:
+        found: set[str] = set()
+        for fp in fps:
+            found |= self.by_fp.get(fp, set())
+        return found
+
+
+@dataclass(frozen=True, slots=True)
+class Identification:
+    chat_id: str
+    confidence: float  # 1.0 certain; below 0.5 a guess (ambiguous or barely matching)
+    generation: Generation
+    target_message: int | None  # ST index the reply will have or replace
+    history: tuple[int, ...]  # request indices that are this chat's messages
+    matched: int
+
+
+@dataclass(frozen=True, slots=True)
+class _Fit:
+    generation: Generation
+    matched: int
+    history: tuple[int, ...]
+    target: int | None
+
+
+def identify(
+    messages: Sequence[ChatMessage],
+    span: HistorySpan,
+    index: ChatIndex,
+    *,
+    only: str | None = None,
+) -> Identification | None:
+    """The most likely chat of a request, or None when no indexed chat fits.
+
+    `only` names the chat when the request said it (header, metadata): then only the
+    generation kind and the history are worked out, against that chat.
+    """
+    history = list(span.indices[-TAIL - MAX_SKIPPED :])
+    fps = {i: fingerprint(messages[i].text) for i in history}
+    trailing = messages[span.end :]
+    if only is not None:
+        entry = index.entries.get(only)
+        if entry is None:
+            return None
+        fit = _best_fit(messages, history, fps, trailing, entry) if history else None
+        fit = fit or _Fit("quiet", 0, (), None)
+        return Identification(only, 1.0, fit.generation, fit.target, fit.history, fit.matched)
+    if not history:
+        return None
+    candidates = index.candidates(fps[i] for i in history[-4:])
+    fits: list[tuple[_Fit, ChatEntry]] = []
+    for chat_id in candidates:
+        entry = index.entries[chat_id]
+        fit = _best_fit(messages, history, fps, trailing, entry)
+        if fit is not None:
+            fits.append((fit, entry))
+    if not fits:
+        return None
+    fits.sort(key=lambda pair: (pair[0].matched, pair[1].updated), reverse=True)
+    best, entry = fits[0]
+    tied = len(fits) > 1 and fits[1][0].matched == best.matched
+    coverage = best.matched / min(len(history), len(entry.tail))
+    confidence = min(1.0, coverage) * (0.4 if tied else 1.0)
+    return Identification(
+        chat_id=entry.chat_id,
+        confidence=round(confidence, 3),
+        generation=best.generation,
+        target_message=best.target,
+        history=best.history,
+        matched=best.matched,
+    )
+
+
+def _best_fit(
+    messages: Sequence[ChatMessage],
+    history: list[int],
+    fps: dict[int, int],
+    trailing: Sequence[ChatMessage],
+    entry: ChatEntry,
+) -> _Fit | None:
+    tail = entry.tail
+    if not tail:
+        return None
+    last = tail[-1]
+    last_request = messages[history[-1]]
+    fits: list[_Fit] = []
+    if fps[history[-1]] in last.fps:
+        # The request ends where the file ends.
+        matched, used = _align(history, fps, tail, len(tail) - 1)
+        if last.is_user:
+            fits.append(_Fit("normal", matched, used, entry.total))
+        elif _continues(trailing, last):
+            fits.append(_Fit("continue", matched, used, last.position))
+        else:
+            fits.append(_Fit("quiet", matched, used, None))
+    elif last_request.role == "assistant" and last.text.startswith(normalize(last_request.text)):
+        # Continue of a partial reply the file already holds in full.
+        matched, used = _align(history[:-1], fps, tail, len(tail) - 2)
+        fits.append(_Fit("continue", matched + 1, (*used, history[-1]), last.position))
+    if len(tail) >= 2 and not last.is_user and fps[history[-1]] in tail[-2].fps:
+        # The file has one more assistant message: the request regenerates it, unless the
+        # request carries that message as a continue-prefill at its very end.
+        matched, used = _align(history, fps, tail, len(tail) - 2)
+        kind: Generation = "continue" if _prefilled(trailing, last) else "swipe"
+        fits.append(_Fit(kind, matched, used, last.position))
+    if not fits:
+        return None
+    return max(fits, key=lambda fit: fit.matched)
+
+
+def _align(
+    history: Sequence[int], fps: dict[int, int], tail: Sequence[IndexedMessage], start: int
+) -> tuple[int, tuple[int, ...]]:
+    """Walk back from request `history[-1]` and file `tail[start]`; skip unmatched requests."""
+    matched: list[int] = []
+    r, f, skipped = len(history) - 1, start, 0
+    while r >= 0 and f >= 0:
+        if fps[history[r]] in tail[f].fps:
+            matched.append(history[r])
+            f -= 1
+            skipped = 0
+        else:
+            skipped += 1
+            if skipped > MAX_SKIPPED:
+                break
+        r -= 1
+    return len(matched), tuple(reversed(matched))
+
+
+def _continues(trailing: Sequence[ChatMessage], last: IndexedMessage) -> bool:
+    return any(
+        m.role == "system" and normalize(m.text).lower().startswith(CONTINUE_NUDGE)
+        for m in trailing
+    ) or _prefilled(trailing, last)
+
+
+def _prefilled(trailing: Sequence[ChatMessage], last: IndexedMessage) -> bool:
+    return any(
+        m.role == "assistant" and m.text.strip() and last.text.startswith(normalize(m.text))
+        for m in trailing
+    )
+
+
+_METADATA = re.compile(r"<ST_METADATA>\s*(\{.*?\})\s*</ST_METADATA>\s*", re.DOTALL)
+
+
+@dataclass(frozen=True, slots=True)
+class STMetadata:
+    """ST-Auto-Recap's `<ST_METADATA>{json}</ST_METADATA>` block (its proxy contract)."""
+
+    index: int  # the message that carried it
+    stripped: str  # that message's text without the block
+    chat: str | None
+    character: str | None
+    operation: str | None
+
+
+def find_st_metadata(messages: Sequence[ChatMessage]) -> STMetadata | None:
+    """The block in the first system message, if any (ST-Auto-Recap puts it there)."""
+    for i, message in enumerate(messages):
+        if message.role != "system":
+            continue
+        found = _METADATA.search(message.text)
+        if found is None:
+            return None
+        try:
+            data = json.loads(found.group(1))
+        except ValueError:
+            data = {}
+        fields = data if isinstance(data, dict) else {}
+        stripped = message.text[: found.start()] + message.text[found.end() :]
+        return STMetadata(
+            i,
+            stripped,
+            _text_field(fields, "chat"),
+            _text_field(fields, "character"),
+            _text_field(fields, "operation"),
+        )
+    return None
+
+
+def _text_field(data: dict[str, object], key: str) -> str | None:
+    value = data.get(key)
+    return value if isinstance(value, str) and value else None

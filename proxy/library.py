@@ -1,0 +1,329 @@
+"""The proxy's knowledge of ST's chats: the mirror in the store and the in-memory index.
+
+Every file read and store write runs on one worker thread (the store's one writer); the
+identification index lives on the event loop and is only changed there, from entries the
+worker computed. A chat file is re-read only when its size or mtime changed, and parsed
+only where its lines changed (see `proxy.sillytavern.chatfile`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TypeVar
+from urllib.parse import unquote
+
+from proxy.core.identify import (
+    ChatEntry,
+    ChatIndex,
+    Identification,
+    find_st_metadata,
+    identify,
+    index_message,
+)
+from proxy.core.models import ChatMessage
+from proxy.core.placement import find_history
+from proxy.sillytavern.chatfile import parse_chat
+from proxy.sillytavern.layout import (
+    ChatLocation,
+    GroupInfo,
+    locate,
+    read_groups,
+    read_persona_name,
+    scan,
+)
+from proxy.sillytavern.reconcile import Event, reconcile
+from proxy.store import ChatRecord, Store
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class RequestIdentity:
+    identification: Identification | None
+    replacements: dict[int, str]
+
+
+@dataclass(frozen=True, slots=True)
+class Refreshed:
+    """What one refresh did: the chat, its events, and the index entry to install."""
+
+    chat_id: str
+    events: tuple[Event, ...]
+    entry: ChatEntry | None  # None: the chat is gone
+    renamed_from: str | None = None
+
+
+class ChatLibrary:
+    """Owns the mirror of ST's chats: indexing, refreshing, and the identification index."""
+
+    def __init__(self, data_dir: Path | None, store: Store) -> None:
+        self.data_dir = data_dir
+        self.store = store
+        self.index = ChatIndex()
+        self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="recap-store")
+        self._groups: dict[str, dict[str, GroupInfo]] = {}
+        self._personas: dict[str, str | None] = {}
+        self.listeners: list[Callable[[Refreshed], None]] = []
+        # (size, mtime_ns) of each chat file when last read: the per-request freshness check
+        self._stats: dict[str, tuple[int, int]] = {}
+
+    def close(self) -> None:
+        self._worker.shutdown(wait=True)
+        self.store.close()
+
+    async def run(self, fn: Callable[[], T]) -> T:
+        """Run `fn` on the store's worker thread."""
+        return await asyncio.get_running_loop().run_in_executor(self._worker, fn)
+
+    # -- indexing ------------------------------------------------------------------------
+
+    async def index_all(self) -> int:
+        """Index every chat under the data folder; unchanged files are not read again."""
+        results = await self.run(self._index_all)
+        for result in results:
+            self._install(result)
+        return len(results)
+
+    async def refresh(self, paths: Iterable[Path]) -> list[Refreshed]:
+        """Re-read changed chat files (the watcher's entry point)."""
+        rels = [self._rel(p) for p in paths]
+        results = await self.run(lambda: self._refresh_many([r for r in rels if r]))
+        for result in results:
+            self._install(result)
+        return results
+
+    async def ensure_fresh(self, chat_id: str) -> bool:
+        """Re-read one chat if ST saved it since it was indexed; True if it was re-read."""
+        record = self.index.entries.get(chat_id)
+        if record is None or self.data_dir is None:
+            return False
+        path = self.data_dir / f"{chat_id}.jsonl"
+        try:
+            stat = path.stat()
+        except OSError:
+            return False
+        known = self._stats.get(chat_id)
+        if known == (stat.st_size, stat.st_mtime_ns):
+            return False
+        await self.refresh([path])
+        return True
+
+    def _install(self, result: Refreshed) -> None:
+        if result.renamed_from:
+            self.index.remove(result.renamed_from)
+        if result.entry is None:
+            self.index.remove(result.chat_id)
+        else:
+            self.index.put(result.entry)
+        for listener in self.listeners:
+            try:
+                listener(result)
+            except Exception:
+                log.exception("chat change listener failed for %s", result.chat_id)
+
+    def _rel(self, path: Path) -> str | None:
+        if self.data_dir is None:
+            return None
+        try:
+            return path.resolve().relative_to(self.data_dir.resolve()).as_posix()
+        except ValueError:
+            return None
+
+    # -- identification (event loop) ----------------------------------------------------
+
+    async def identify_request(
+        self,
+        messages: Sequence[ChatMessage],
+        markers: Sequence[str],
+        chat_header: str | None = None,
+    ) -> RequestIdentity:
+        """Which chat a request is for: header, then `<ST_METADATA>`, then matching.
+
+        The chosen chat's file is checked by a stat first and re-read if ST saved it since
+        it was indexed (ST saves the user's message just before it sends the request).
+        """
+        span = find_history(messages, markers)
+        replacements: dict[int, str] = {}
+        named: str | None = None
+        if chat_header:
+            named = self.index.resolve(unquote(chat_header))
+        metadata = find_st_metadata(messages)
+        if metadata is not None:
+            replacements[metadata.index] = metadata.stripped
+            if named is None and metadata.chat:
+                named = self.index.resolve(metadata.chat)
+        if named is not None:
+            await self.ensure_fresh(named)
+            return RequestIdentity(identify(messages, span, self.index, only=named), replacements)
+        found = identify(messages, span, self.index)
+        if found is not None and await self.ensure_fresh(found.chat_id):
+            found = identify(messages, span, self.index)
+        return RequestIdentity(found, replacements)
+
+    # -- worker-thread side --------------------------------------------------------------
+
+    def _index_all(self) -> list[Refreshed]:
+        if self.data_dir is None:
+            return []
+        self._groups.clear()
+        self._personas.clear()
+        seen: set[str] = set()
+        results = []
+        for location in scan(self.data_dir):
+            seen.add(location.chat_id)
+            result = self._refresh_location(location, startup=True)
+            if result is not None:
+                results.append(result)
+        for record in self.store.chats():
+            if record.id not in seen:
+                self.store.mark_deleted(record.id)
+                results.append(Refreshed(record.id, (), None))
+        return results
+
+    def _refresh_many(self, rels: list[str]) -> list[Refreshed]:
+        assert self.data_dir is not None
+        results: list[Refreshed] = []
+        # Deletions first: ST renames a chat by copying it, then deleting the original.
+        present = [r for r in rels if (self.data_dir / r).exists()]
+        for rel in rels:
+            if rel in present:
+                continue
+            location = locate(rel)
+            if location is not None and self.store.chat(location.chat_id) is not None:
+                results.append(self._deleted(location.chat_id))
+        for rel in rels:
+            if rel.split("/")[-1].endswith(".json") and "/groups/" in f"/{rel}":
+                self._groups.pop(rel.split("/")[0], None)
+        for rel in present:
+            location = locate(rel)
+            if location is not None:
+                result = self._refresh_location(location)
+                if result is not None:
+                    results.append(result)
+        return results
+
+    def _refresh_location(
+        self, location: ChatLocation, *, startup: bool = False
+    ) -> Refreshed | None:
+        assert self.data_dir is not None
+        path = self.data_dir / location.rel
+        try:
+            stat = path.stat()
+        except OSError:
+            return None
+        record = self.store.chat(location.chat_id)
+        stat_key = (stat.st_size, stat.st_mtime_ns)
+        if record is not None and not record.deleted and (record.size, record.mtime_ns) == stat_key:
+            self._stats[location.chat_id] = stat_key
+            return Refreshed(location.chat_id, (), self._entry(record)) if startup else None
+        try:
+            data = path.read_bytes()
+        except OSError as exc:
+            log.warning("cannot read chat %s: %s", path, exc.strerror)
+            return None
+        file_hash = hashlib.blake2b(data, digest_size=16).digest()
+        self._stats[location.chat_id] = stat_key
+        if record is not None and not record.deleted and record.file_hash == file_hash:
+            self.store.update_stat(location.chat_id, *stat_key)
+            return Refreshed(location.chat_id, (), self._entry(record)) if startup else None
+        renamed_from = None
+        if record is None:
+            renamed_from = self._adopt_renamed(location, data)
+        old_records = self.store.messages(location.chat_id)
+        known = {r.digest: r.message for r in old_records}
+        parsed = parse_chat(data, source=str(path), known=known)
+        old = self.store.old_messages(location.chat_id)
+        digests = [line.digest for line in parsed.lines]
+        plan = reconcile(old, digests, parsed.messages)
+        header = parsed.header
+        group = self._group_of(location)
+        record = ChatRecord(
+            id=location.chat_id,
+            user=location.user,
+            kind=location.kind,
+            character=location.character,
+            group_id=group.group_id if group else None,
+            group_name=group.name if group else None,
+            name=location.name,
+            file=location.rel,
+            integrity=header.integrity if header else None,
+            main_chat=header.main_chat if header else None,
+            enabled=record.enabled if record is not None else None,
+            size=stat.st_size,
+            mtime_ns=stat.st_mtime_ns,
+            file_hash=file_hash,
+            messages=len(parsed.messages),
+            bad_lines=len(parsed.bad),
+            updated=stat.st_mtime_ns / 1e9,
+            deleted=False,
+        )
+        events = self.store.save_chat(record, plan.uids, digests, parsed.messages, plan.events)
+        return Refreshed(location.chat_id, tuple(events), self._entry(record), renamed_from)
+
+    def _adopt_renamed(self, location: ChatLocation, data: bytes) -> str | None:
+        """A new file whose integrity slug and content match a deleted chat: a rename."""
+        parsed = parse_chat(data, source=location.rel)
+        integrity = parsed.header.integrity if parsed.header else None
+        if not integrity:
+            return None
+        digests = [line.digest for line in parsed.lines]
+        for old in self.store.deleted_with_integrity(integrity):
+            old_digests = [r.digest for r in self.store.messages(old.id)]
+            if old_digests[: len(digests)] == digests[: len(old_digests)]:
+                log.info("chat renamed: %s -> %s", old.id, location.chat_id)
+                self.store.rename(old.id, location.chat_id)
+                return old.id
+        return None
+
+    def _deleted(self, chat_id: str) -> Refreshed:
+        self.store.mark_deleted(chat_id)
+        self._stats.pop(chat_id, None)
+        log.info("chat deleted (its data is kept): %s", chat_id)
+        return Refreshed(chat_id, (), None)
+
+    def _group_of(self, location: ChatLocation) -> GroupInfo | None:
+        if location.kind != "group" or self.data_dir is None:
+            return None
+        if location.user not in self._groups:
+            self._groups[location.user] = read_groups(self.data_dir / location.user)
+        return self._groups[location.user].get(location.name)
+
+    def _persona(self, user: str) -> str:
+        if user not in self._personas and self.data_dir is not None:
+            self._personas[user] = read_persona_name(self.data_dir / user)
+        return self._personas.get(user) or ""
+
+    def _entry(self, record: ChatRecord) -> ChatEntry:
+        messages = self.store.messages(record.id)
+        visible = [m for m in messages if not m.message.is_system]
+        persona = next(
+            (m.message.name for m in reversed(visible) if m.message.is_user),
+            self._persona(record.user),
+        )
+        tail = [
+            index_message(
+                m.position,
+                m.message.is_user,
+                m.message.name,
+                m.message.mes,
+                char=record.character or m.message.name,
+                user=persona,
+            )
+            for m in visible[-64:]
+        ]
+        return ChatEntry(
+            chat_id=record.id,
+            updated=record.updated or 0.0,
+            total=len(messages),
+            tail=tail,
+            name=record.name,
+            group_name=record.group_name,
+            enabled=record.enabled,
+        )

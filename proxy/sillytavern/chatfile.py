@@ -1,0 +1,219 @@
+"""ST chat files (JSONL): every format ST has written, read line by line.
+
+A file is a header line (1.15+: `chat_metadata` with `user_name: "unused"`; older: real
+names and `create_date`; pre-1.15 group chats: no header) and one JSON message per line.
+BOM, CRLF and a missing trailing newline are accepted. A line that is not a JSON object
+or not a message is skipped, counted and reported with its line number; it never stops
+the rest of the file.
+
+Lines are hashed before they are parsed: a caller that already knows a line (same hash)
+does not need it parsed again, which is what keeps re-reading a 10k-message chat cheap.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
+
+log = logging.getLogger(__name__)
+
+_OLD_DATE_FORMATS = ("%B %d, %Y %I:%M%p", "%B %d, %Y %I:%M %p", "%b %d, %Y %I:%M%p")
+
+
+def normalize_send_date(value: object) -> str | None:
+    """ISO-8601 text for every `send_date` form ST has written, else the value as text."""
+    if value is None or isinstance(value, bool):
+        return None
+    if isinstance(value, int | float):
+        seconds = value / 1000 if value > 1e11 else value  # epoch ms or s
+        try:
+            return dt.datetime.fromtimestamp(seconds, dt.UTC).isoformat(timespec="milliseconds")
+        except (OverflowError, OSError, ValueError):
+            return str(value)
+    text = str(value).strip()
+    for fmt in _OLD_DATE_FORMATS:
+        try:
+            return dt.datetime.strptime(text, fmt).isoformat(timespec="minutes")
+        except ValueError:
+            continue
+    return text
+
+
+class STMessage(BaseModel):
+    """One message line; unknown keys are ignored, missing ones take ST's meaning."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    name: str = ""
+    is_user: bool = False
+    is_system: bool = False  # missing on AI messages means visible
+    send_date: str | None = None
+    mes: str = ""
+    swipe_id: int | None = None
+    swipe_hashes: tuple[str, ...] = ()  # one content hash per swipe
+    original_avatar: str | None = None
+    narrator: bool = False
+
+    @field_validator("send_date", mode="before")
+    @classmethod
+    def _date(cls, value: object) -> str | None:
+        return normalize_send_date(value)
+
+    @field_validator("is_user", "is_system", mode="before")
+    @classmethod
+    def _flag(cls, value: object) -> bool:
+        return bool(value) if value is not None else False
+
+    @property
+    def hidden(self) -> bool:
+        return self.is_system
+
+    @property
+    def swipe_count(self) -> int:
+        return len(self.swipe_hashes) or 1
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> STMessage:
+        extra = data.get("extra")
+        narrator = isinstance(extra, dict) and extra.get("type") == "narrator"
+        mes = data.get("mes")
+        swipes = data.get("swipes")
+        hashes = (
+            tuple(text_hash(s if isinstance(s, str) else "") for s in swipes)
+            if isinstance(swipes, list)
+            else ()
+        )
+        return cls.model_validate(
+            {
+                **data,
+                "narrator": narrator,
+                "mes": mes if isinstance(mes, str) else "",
+                "swipe_hashes": hashes,
+            }
+        )
+
+
+class ChatHeader(BaseModel):
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    user_name: str | None = None
+    character_name: str | None = None
+    create_date: str | None = None
+    chat_metadata: dict[str, Any] = {}
+
+    @property
+    def integrity(self) -> str | None:
+        value = self.chat_metadata.get("integrity")
+        return value if isinstance(value, str) else None
+
+    @property
+    def main_chat(self) -> str | None:
+        value = self.chat_metadata.get("main_chat")
+        return value if isinstance(value, str) and value else None
+
+
+@dataclass(frozen=True, slots=True)
+class Line:
+    """One non-empty line of a chat file: its 1-based number, bytes and hash."""
+
+    number: int
+    raw: bytes
+    digest: bytes
+
+
+@dataclass(slots=True)
+class BadLine:
+    number: int
+    reason: str
+
+
+@dataclass(slots=True)
+class ChatFile:
+    """A parsed chat file. `messages[i]` is ST's message id `i` (header excluded)."""
+
+    header: ChatHeader | None
+    lines: list[Line] = field(default_factory=list)
+    messages: list[STMessage] = field(default_factory=list)
+    bad: list[BadLine] = field(default_factory=list)
+
+
+def text_hash(text: str) -> str:
+    return hashlib.blake2b(text.encode("utf-8"), digest_size=8).hexdigest()
+
+
+def line_digest(raw: bytes) -> bytes:
+    return hashlib.blake2b(raw, digest_size=16).digest()
+
+
+def split_lines(data: bytes) -> list[Line]:
+    if data.startswith(b"\xef\xbb\xbf"):
+        data = data[3:]
+    out = []
+    for number, raw in enumerate(data.split(b"\n"), start=1):
+        raw = raw.rstrip(b"\r")
+        if raw.strip():
+            out.append(Line(number, raw, line_digest(raw)))
+    return out
+
+
+def _is_header(obj: dict[str, Any]) -> bool:
+    if "chat_metadata" in obj:
+        return True
+    return "mes" not in obj and "user_name" in obj and "character_name" in obj
+
+
+def parse_message(raw: bytes) -> STMessage:
+    """Parse one message line; raises ValueError with the reason."""
+    try:
+        obj = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise ValueError(f"not JSON ({exc})") from None
+    if not isinstance(obj, dict):
+        raise ValueError("not a JSON object")
+    try:
+        return STMessage.from_json(obj)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        raise ValueError(f"bad message field {where}: {first['msg']}") from None
+
+
+def parse_chat(
+    data: bytes, *, source: str = "", known: dict[bytes, STMessage] | None = None
+) -> ChatFile:
+    """Parse a whole chat file. `known` maps line digests to messages already parsed."""
+    lines = split_lines(data)
+    header: ChatHeader | None = None
+    if lines:
+        try:
+            first = orjson.loads(lines[0].raw)
+        except orjson.JSONDecodeError:
+            first = None
+        if isinstance(first, dict) and _is_header(first):
+            try:
+                header = ChatHeader.model_validate(first)
+            except ValidationError:
+                header = ChatHeader()
+            lines = lines[1:]
+    result = ChatFile(header=header)
+    for line in lines:
+        message = known.get(line.digest) if known else None
+        if message is None:
+            try:
+                message = parse_message(line.raw)
+            except ValueError as exc:
+                result.bad.append(BadLine(line.number, str(exc)))
+                continue
+        result.lines.append(line)
+        result.messages.append(message)
+    if result.bad:
+        shown = ", ".join(f"line {b.number}: {b.reason}" for b in result.bad[:3])
+        more = f" (+{len(result.bad) - 3} more)" if len(result.bad) > 3 else ""
+        log.warning("%s: skipped %d malformed line(s): %s%s", source, len(result.bad), shown, more)
+    return result

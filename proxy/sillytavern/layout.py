@@ -1,0 +1,165 @@
+"""Where ST keeps things under its data folder, and which paths are chats.
+
+    data/<user>/chats/<avatar key>/<chat name>.jsonl     character chats
+    data/<user>/group chats/<chat name>.jsonl            group chats
+    data/<user>/groups/<group id>.json                   group name, members, chat list
+    data/<user>/settings.json                            the persona name (`username`)
+
+A chat's id is its path relative to the data folder without `.jsonl`. ST's temp files
+(`x.jsonl.<digits>`), backups and folders such as `_storage` are not chats.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import Any, Literal
+
+import orjson
+
+log = logging.getLogger(__name__)
+
+CHATS = "chats"
+GROUP_CHATS = "group chats"
+SUFFIX = ".jsonl"
+ChatKind = Literal["character", "group"]
+
+
+@dataclass(frozen=True, slots=True)
+class ChatLocation:
+    chat_id: str
+    user: str
+    kind: ChatKind
+    character: str | None  # the avatar-key folder of a character chat
+    name: str  # the file name without .jsonl
+    rel: str  # the path relative to the data folder, with .jsonl
+
+
+def locate(rel: PurePosixPath | str) -> ChatLocation | None:
+    """The chat a data-relative path is, or None when it is not a chat file."""
+    parts = PurePosixPath(rel).parts
+    if not parts or parts[0].startswith(("_", ".")) or not parts[-1].endswith(SUFFIX):
+        return None
+    name = parts[-1][: -len(SUFFIX)]
+    if not name or name.startswith("."):
+        return None
+    user = parts[0]
+    rel_text = "/".join(parts)
+    if len(parts) == 4 and parts[1] == CHATS:
+        return ChatLocation(rel_text[: -len(SUFFIX)], user, "character", parts[2], name, rel_text)
+    if len(parts) == 3 and parts[1] == GROUP_CHATS:
+        return ChatLocation(rel_text[: -len(SUFFIX)], user, "group", None, name, rel_text)
+    return None
+
+
+def scan(data_dir: Path) -> Iterator[ChatLocation]:
+    """Every chat file under the data folder, for all users."""
+    try:
+        users = sorted(p for p in data_dir.iterdir() if p.is_dir())
+    except OSError as exc:
+        log.error("cannot list ST data folder %s: %s", data_dir, exc.strerror)
+        return
+    for user_dir in users:
+        for folder in (user_dir / CHATS, user_dir / GROUP_CHATS):
+            if not folder.is_dir():
+                continue
+            for root, dirs, files in os.walk(folder):
+                dirs.sort()
+                for file in sorted(files):
+                    rel = Path(root, file).relative_to(data_dir).as_posix()
+                    location = locate(rel)
+                    if location is not None:
+                        yield location
+
+
+@dataclass(frozen=True, slots=True)
+class GroupInfo:
+    group_id: str
+    name: str
+    members: tuple[str, ...]  # avatar keys
+    disabled: tuple[str, ...]
+
+
+def read_groups(user_dir: Path) -> dict[str, GroupInfo]:
+    """Group chat name -> its group, from `groups/*.json`. Bad files are logged and skipped."""
+    found: dict[str, GroupInfo] = {}
+    folder = user_dir / "groups"
+    if not folder.is_dir():
+        return found
+    for path in sorted(folder.glob("*.json")):
+        try:
+            data = orjson.loads(path.read_bytes())
+        except (OSError, orjson.JSONDecodeError) as exc:
+            log.warning("skipping group file %s: %s", path, exc)
+            continue
+        if not isinstance(data, dict):
+            continue
+        info = GroupInfo(
+            group_id=str(data.get("id") or path.stem),
+            name=str(data.get("name") or path.stem),
+            members=_strings(data.get("members")),
+            disabled=_strings(data.get("disabled_members")),
+        )
+        chats = [*_strings(data.get("chats")), *_strings([data.get("chat_id")])]
+        for chat in chats:
+            found[chat] = info
+    return found
+
+
+def read_persona_name(user_dir: Path) -> str | None:
+    """The user's current persona name (`username` in settings.json), if readable."""
+    try:
+        data = orjson.loads((user_dir / "settings.json").read_bytes())
+    except (OSError, orjson.JSONDecodeError):
+        return None
+    name = data.get("username") if isinstance(data, dict) else None
+    return name if isinstance(name, str) and name else None
+
+
+def _strings(value: Any) -> tuple[str, ...]:
+    if not isinstance(value, list):
+        return ()
+    return tuple(str(v) for v in value if isinstance(v, str | int) and str(v))
+
+
+def looks_like_data_dir(path: Path) -> bool:
+    """A folder with at least one user folder holding `chats` or `group chats`."""
+    try:
+        return any(
+            (child / CHATS).is_dir() or (child / GROUP_CHATS).is_dir()
+            for child in path.iterdir()
+            if child.is_dir()
+        )
+    except OSError:
+        return False
+
+
+def candidate_data_dirs(home: Path, cwd: Path, environ: dict[str, str]) -> list[Path]:
+    """Where ST's data folder usually is, most likely first."""
+    found: list[Path] = []
+    if environ.get("SILLYTAVERN_DATAROOT"):
+        found.append(Path(environ["SILLYTAVERN_DATAROOT"]))
+    for base in (
+        cwd,
+        home,
+        home / "Documents",
+        home / "Desktop",
+        home / "src",
+        home / "git",
+        Path("/opt"),
+        Path("/srv"),
+    ):
+        for name in ("SillyTavern", "sillytavern", "SillyTavern-Launcher/SillyTavern"):
+            found.append(base / name / "data")
+    found.append(cwd / "data")
+    return found
+
+
+def find_data_dir(home: Path, cwd: Path, environ: dict[str, str]) -> Path | None:
+    for candidate in candidate_data_dirs(home, cwd, environ):
+        if candidate.is_dir() and looks_like_data_dir(candidate):
+            return candidate
+    return None

@@ -1,0 +1,106 @@
+"""Match a new version of a chat file with the mirror, message by message.
+
+ST has no message ids: a message's index shifts when an earlier one is deleted, its text
+changes on edit, swipe and continue, and `is_system` flips on hide. Identity is kept by
+aligning the two versions: first by whole-line hash (what did not change at all), then,
+inside each changed stretch, by speaker and `send_date`, and finally by position among
+messages of the same speaker. What is left over was deleted or added.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from difflib import SequenceMatcher
+from typing import Literal
+
+from proxy.sillytavern.chatfile import STMessage
+
+EventKind = Literal["added", "edited", "deleted", "swiped", "hidden", "unhidden"]
+
+
+@dataclass(frozen=True, slots=True)
+class OldMessage:
+    """A mirrored message, as the store holds it."""
+
+    uid: int
+    digest: bytes
+    name: str
+    is_user: bool
+    is_system: bool
+    send_date: str | None
+    text: str
+    swipe_id: int | None
+    swipe_count: int
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """A change. `index` is the message's index in the new file (old file for `deleted`)."""
+
+    kind: EventKind
+    index: int
+    uid: int | None = None  # None for added messages: the store assigns one
+
+
+@dataclass(slots=True)
+class Reconciled:
+    uids: list[int | None] = field(default_factory=list)  # per new message; None = new
+    events: list[Event] = field(default_factory=list)
+
+
+def reconcile(
+    old: Sequence[OldMessage], new_digests: Sequence[bytes], new: Sequence[STMessage]
+) -> Reconciled:
+    result = Reconciled(uids=[None] * len(new))
+    matcher = SequenceMatcher(None, [o.digest for o in old], list(new_digests), autojunk=False)
+    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
+        if tag == "equal":
+            for k in range(i2 - i1):
+                result.uids[j1 + k] = old[i1 + k].uid
+            continue
+        paired = _pair(old[i1:i2], new[j1:j2])
+        used_old = set()
+        for oi, nj in paired:
+            before, after = old[i1 + oi], new[j1 + nj]
+            result.uids[j1 + nj] = before.uid
+            used_old.add(oi)
+            result.events.extend(_changes(before, after, j1 + nj))
+        for oi in range(i2 - i1):
+            if oi not in used_old:
+                result.events.append(Event("deleted", i1 + oi, old[i1 + oi].uid))
+        paired_new = {nj for _, nj in paired}
+        for nj in range(j2 - j1):
+            if nj not in paired_new:
+                result.events.append(Event("added", j1 + nj))
+    result.events.sort(key=lambda e: (e.kind == "deleted", e.index))
+    return result
+
+
+def _pair(old: Sequence[OldMessage], new: Sequence[STMessage]) -> list[tuple[int, int]]:
+    """(old, new) index pairs inside one changed stretch, in order."""
+    anchors_old = [(o.is_user, o.name, o.send_date) for o in old]
+    anchors_new = [(n.is_user, n.name, n.send_date) for n in new]
+    pairs: list[tuple[int, int]] = []
+    matcher = SequenceMatcher(None, anchors_old, anchors_new, autojunk=False)
+    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
+        if tag == "equal":
+            pairs.extend((i1 + k, j1 + k) for k in range(i2 - i1))
+        elif tag == "replace":
+            # Same stretch, different anchors (a swipe can move send_date): pair by
+            # position while the speaker kind agrees.
+            for k in range(min(i2 - i1, j2 - j1)):
+                if old[i1 + k].is_user == new[j1 + k].is_user:
+                    pairs.append((i1 + k, j1 + k))
+    return pairs
+
+
+def _changes(before: OldMessage, after: STMessage, index: int) -> list[Event]:
+    events: list[Event] = []
+    if before.is_system != after.is_system:
+        events.append(Event("hidden" if after.is_system else "unhidden", index, before.uid))
+    if before.swipe_count != after.swipe_count or before.swipe_id != after.swipe_id:
+        events.append(Event("swiped", index, before.uid))
+    elif before.text != after.mes or before.name != after.name:
+        events.append(Event("edited", index, before.uid))
+    return events

@@ -1,0 +1,349 @@
+"""The only owner of SQLite: the proxy's own data, never ST's.
+
+One connection, used from one thread (the caller serialises: the library runs every store
+call on its single worker thread). WAL mode, foreign keys on, and versioned migrations
+applied at open. Messages have a stable `uid` that survives deletions before them, edits,
+swipes, hiding and renames of their chat: see `proxy.sillytavern.reconcile`.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import orjson
+
+from proxy.sillytavern.chatfile import STMessage
+from proxy.sillytavern.reconcile import Event, OldMessage
+
+MIGRATIONS: tuple[str, ...] = (
+    # 1: chats, their mirrored messages, and the change log
+    """
+    CREATE TABLE chats (
+        id          TEXT PRIMARY KEY,      -- data-relative path without .jsonl
+        user        TEXT NOT NULL,
+        kind        TEXT NOT NULL,         -- character | group
+        character   TEXT,                  -- avatar-key folder (character chats)
+        group_id    TEXT,
+        group_name  TEXT,
+        name        TEXT NOT NULL,         -- file name without .jsonl
+        file        TEXT NOT NULL,         -- data-relative path
+        integrity   TEXT,
+        main_chat   TEXT,                  -- parent chat name of a branch
+        enabled     INTEGER,               -- NULL: the default applies
+        size        INTEGER NOT NULL DEFAULT 0,
+        mtime_ns    INTEGER NOT NULL DEFAULT 0,
+        file_hash   BLOB,
+        messages    INTEGER NOT NULL DEFAULT 0,
+        bad_lines   INTEGER NOT NULL DEFAULT 0,
+        updated     REAL,                  -- file mtime, seconds
+        deleted     INTEGER NOT NULL DEFAULT 0
+    );
+    CREATE INDEX chats_integrity ON chats(integrity);
+    CREATE TABLE messages (
+        uid          INTEGER PRIMARY KEY AUTOINCREMENT,
+        chat_id      TEXT NOT NULL REFERENCES chats(id) ON DELETE CASCADE ON UPDATE CASCADE,
+        position     INTEGER NOT NULL,     -- ST's message id, header excluded
+        digest       BLOB NOT NULL,        -- hash of the whole line
+        name         TEXT NOT NULL,
+        is_user      INTEGER NOT NULL,
+        is_system    INTEGER NOT NULL,     -- hidden
+        narrator     INTEGER NOT NULL,
+        send_date    TEXT,
+        text         TEXT NOT NULL,        -- the selected swipe
+        swipe_id     INTEGER,
+        swipe_hashes TEXT NOT NULL         -- JSON list, one hash per swipe
+    );
+    CREATE INDEX messages_chat ON messages(chat_id, position);
+    CREATE TABLE events (
+        seq      INTEGER PRIMARY KEY AUTOINCREMENT,
+        chat_id  TEXT NOT NULL,
+        kind     TEXT NOT NULL,            -- added edited deleted swiped hidden unhidden
+        uid      INTEGER,
+        position INTEGER NOT NULL,
+        at       REAL NOT NULL
+    );
+    CREATE INDEX events_chat ON events(chat_id, seq);
+    """,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class ChatRecord:
+    id: str
+    user: str
+    kind: str
+    character: str | None
+    group_id: str | None
+    group_name: str | None
+    name: str
+    file: str
+    integrity: str | None
+    main_chat: str | None
+    enabled: bool | None
+    size: int
+    mtime_ns: int
+    file_hash: bytes | None
+    messages: int
+    bad_lines: int
+    updated: float | None
+    deleted: bool
+
+    @property
+    def display_name(self) -> str:
+        if self.kind == "group":
+            return self.group_name or self.name
+        return self.character or self.name
+
+
+@dataclass(frozen=True, slots=True)
+class MessageRecord:
+    uid: int
+    position: int
+    digest: bytes
+    message: STMessage
+
+
+_CHAT_COLUMNS = (
+    "id, user, kind, character, group_id, group_name, name, file, integrity, main_chat, "
+    "enabled, size, mtime_ns, file_hash, messages, bad_lines, updated, deleted"
+)
+_MESSAGE_COLUMNS = (
+    "uid, position, digest, name, is_user, is_system, narrator, send_date, text, swipe_id, "
+    "swipe_hashes"
+)
+
+
+def _chat(row: sqlite3.Row) -> ChatRecord:
+    values = dict(row)
+    values["enabled"] = None if values["enabled"] is None else bool(values["enabled"])
+    values["deleted"] = bool(values["deleted"])
+    return ChatRecord(**values)
+
+
+def _message(row: sqlite3.Row) -> MessageRecord:
+    message = STMessage.model_construct(
+        name=row["name"],
+        is_user=bool(row["is_user"]),
+        is_system=bool(row["is_system"]),
+        send_date=row["send_date"],
+        mes=row["text"],
+        swipe_id=row["swipe_id"],
+        swipe_hashes=tuple(orjson.loads(row["swipe_hashes"])),
+        original_avatar=None,
+        narrator=bool(row["narrator"]),
+    )
+    return MessageRecord(row["uid"], row["position"], row["digest"], message)
+
+
+class Store:
+    """The proxy's SQLite file."""
+
+    def __init__(self, path: Path | str) -> None:
+        if str(path) != ":memory:":
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+        self.path = path
+        self.db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None)
+        self.db.row_factory = sqlite3.Row
+        self.db.execute("PRAGMA journal_mode=WAL")
+        self.db.execute("PRAGMA synchronous=NORMAL")
+        self.db.execute("PRAGMA foreign_keys=ON")
+        self._migrate()
+
+    def close(self) -> None:
+        self.db.close()
+
+    @property
+    def schema_version(self) -> int:
+        return int(self.db.execute("PRAGMA user_version").fetchone()[0])
+
+    def _migrate(self) -> None:
+        version = self.schema_version
+        if version > len(MIGRATIONS):
+            raise RuntimeError(
+                f"store {self.path} has schema {version}, newer than this recap-proxy "
+                f"({len(MIGRATIONS)}); upgrade recap-proxy"
+            )
+        for number in range(version + 1, len(MIGRATIONS) + 1):
+            # One transaction per migration: the schema and its version move together.
+            self.db.executescript(
+                f"BEGIN;\n{MIGRATIONS[number - 1]}\nPRAGMA user_version={number};\nCOMMIT;"
+            )
+
+    # -- chats ---------------------------------------------------------------------------
+
+    def chat(self, chat_id: str) -> ChatRecord | None:
+        row = self.db.execute(f"SELECT {_CHAT_COLUMNS} FROM chats WHERE id=?", (chat_id,))
+        found = row.fetchone()
+        return _chat(found) if found else None
+
+    def chats(self, *, include_deleted: bool = False) -> list[ChatRecord]:
+        where = "" if include_deleted else "WHERE deleted=0"
+        rows = self.db.execute(f"SELECT {_CHAT_COLUMNS} FROM chats {where} ORDER BY id")
+        return [_chat(r) for r in rows]
+
+    def deleted_with_integrity(self, integrity: str) -> list[ChatRecord]:
+        rows = self.db.execute(
+            f"SELECT {_CHAT_COLUMNS} FROM chats WHERE deleted=1 AND integrity=?", (integrity,)
+        )
+        return [_chat(r) for r in rows]
+
+    def set_enabled(self, chat_id: str, enabled: bool | None) -> None:
+        value = None if enabled is None else int(enabled)
+        self.db.execute("UPDATE chats SET enabled=? WHERE id=?", (value, chat_id))
+
+    def mark_deleted(self, chat_id: str) -> None:
+        self.db.execute("UPDATE chats SET deleted=1 WHERE id=?", (chat_id,))
+
+    def rename(self, old_id: str, new_id: str) -> None:
+        """Move a chat's data to a new id (the file was renamed)."""
+        with self._transaction():
+            self.db.execute("DELETE FROM chats WHERE id=?", (new_id,))
+            self.db.execute("UPDATE chats SET id=?, deleted=0 WHERE id=?", (new_id, old_id))
+            self.db.execute("UPDATE events SET chat_id=? WHERE chat_id=?", (new_id, old_id))
+
+    # -- messages ------------------------------------------------------------------------
+
+    def messages(self, chat_id: str) -> list[MessageRecord]:
+        rows = self.db.execute(
+            f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE chat_id=? ORDER BY position",
+            (chat_id,),
+        )
+        return [_message(r) for r in rows]
+
+    def old_messages(self, chat_id: str) -> list[OldMessage]:
+        return [
+            OldMessage(
+                uid=r.uid,
+                digest=r.digest,
+                name=r.message.name,
+                is_user=r.message.is_user,
+                is_system=r.message.is_system,
+                send_date=r.message.send_date,
+                text=r.message.mes,
+                swipe_id=r.message.swipe_id,
+                swipe_count=r.message.swipe_count,
+            )
+            for r in self.messages(chat_id)
+        ]
+
+    def save_chat(
+        self,
+        chat: ChatRecord,
+        uids: Sequence[int | None],
+        digests: Sequence[bytes],
+        messages: Sequence[STMessage],
+        events: Iterable[Event],
+    ) -> list[Event]:
+        """Write a chat and its reconciled messages in one transaction.
+
+        `uids[i]` is the existing uid of new message `i`, or None for an added one. Rows
+        whose uid is not kept are deleted. Returns the events with the uids of added
+        messages filled in.
+        """
+        now = time.time()
+        with self._transaction():
+            self._upsert_chat(chat)
+            current = {
+                row["uid"]: (row["position"], row["digest"])
+                for row in self.db.execute(
+                    "SELECT uid, position, digest FROM messages WHERE chat_id=?", (chat.id,)
+                )
+            }
+            kept = {uid for uid in uids if uid is not None}
+            gone = [(uid,) for uid in current if uid not in kept]
+            self.db.executemany("DELETE FROM messages WHERE uid=?", gone)
+            final_uids: list[int] = []
+            for position, (uid, digest, message) in enumerate(
+                zip(uids, digests, messages, strict=True)
+            ):
+                if uid is not None and current.get(uid) == (position, digest):
+                    final_uids.append(uid)
+                    continue
+                values = (
+                    position,
+                    digest,
+                    message.name,
+                    int(message.is_user),
+                    int(message.is_system),
+                    int(message.narrator),
+                    message.send_date,
+                    message.mes,
+                    message.swipe_id,
+                    orjson.dumps(list(message.swipe_hashes)).decode(),
+                )
+                if uid is None:
+                    cursor = self.db.execute(
+                        "INSERT INTO messages (chat_id, position, digest, name, is_user, "
+                        "is_system, narrator, send_date, text, swipe_id, swipe_hashes) "
+                        "VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+                        (chat.id, *values),
+                    )
+                    final_uids.append(int(cursor.lastrowid or 0))
+                else:
+                    self.db.execute(
+                        "UPDATE messages SET position=?, digest=?, name=?, is_user=?, "
+                        "is_system=?, narrator=?, send_date=?, text=?, swipe_id=?, "
+                        "swipe_hashes=? WHERE uid=?",
+                        (*values, uid),
+                    )
+                    final_uids.append(uid)
+            filled = [
+                Event(e.kind, e.index, final_uids[e.index] if e.uid is None else e.uid)
+                for e in events
+            ]
+            self.db.executemany(
+                "INSERT INTO events (chat_id, kind, uid, position, at) VALUES (?,?,?,?,?)",
+                [(chat.id, e.kind, e.uid, e.index, now) for e in filled],
+            )
+        return filled
+
+    def update_stat(self, chat_id: str, size: int, mtime_ns: int) -> None:
+        self.db.execute(
+            "UPDATE chats SET size=?, mtime_ns=?, updated=? WHERE id=?",
+            (size, mtime_ns, mtime_ns / 1e9, chat_id),
+        )
+
+    def events(self, chat_id: str, after: int = 0) -> list[tuple[int, str, int | None, int]]:
+        rows = self.db.execute(
+            "SELECT seq, kind, uid, position FROM events WHERE chat_id=? AND seq>? ORDER BY seq",
+            (chat_id, after),
+        )
+        return [(r[0], r[1], r[2], r[3]) for r in rows]
+
+    def _upsert_chat(self, chat: ChatRecord) -> None:
+        values = (
+            chat.id, chat.user, chat.kind, chat.character, chat.group_id, chat.group_name,
+            chat.name, chat.file, chat.integrity, chat.main_chat,
+            None if chat.enabled is None else int(chat.enabled),
+            chat.size, chat.mtime_ns, chat.file_hash, chat.messages, chat.bad_lines,
+            chat.updated, int(chat.deleted),
+        )  # fmt: skip
+        self.db.execute(
+            f"INSERT INTO chats ({_CHAT_COLUMNS}) VALUES ({','.join('?' * 18)}) "
+            "ON CONFLICT(id) DO UPDATE SET user=excluded.user, kind=excluded.kind, "
+            "character=excluded.character, group_id=excluded.group_id, "
+            "group_name=excluded.group_name, name=excluded.name, file=excluded.file, "
+            "integrity=excluded.integrity, main_chat=excluded.main_chat, size=excluded.size, "
+            "mtime_ns=excluded.mtime_ns, file_hash=excluded.file_hash, "
+            "messages=excluded.messages, bad_lines=excluded.bad_lines, "
+            "updated=excluded.updated, deleted=excluded.deleted",
+            values,
+        )
+
+    def _transaction(self) -> _Transaction:
+        return _Transaction(self.db)
+
+
+class _Transaction:
+    def __init__(self, db: sqlite3.Connection) -> None:
+        self.db = db
+
+    def __enter__(self) -> None:
+        self.db.execute("BEGIN IMMEDIATE")
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        self.db.execute("ROLLBACK" if exc_type else "COMMIT")

@@ -1,0 +1,111 @@
+"""Following ST's data folder: a pure path filter and a thin watchfiles loop.
+
+ST saves a chat by writing `<file>.jsonl.<digits>` and renaming it over the chat, and
+keeps backups in `<user>/backups/`; neither is a chat. The loop batches what changed over
+a short debounce and hands the chat files (and group files, which name group chats) to
+the library, which re-reads only what really changed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+from pathlib import Path, PurePosixPath
+
+from watchfiles import Change, awatch
+
+from proxy.library import ChatLibrary
+from proxy.sillytavern.layout import locate
+
+log = logging.getLogger(__name__)
+
+
+def is_relevant(rel: str) -> bool:
+    """True for chat files and group files, by their path relative to the data folder."""
+    if locate(rel) is not None:
+        return True
+    parts = PurePosixPath(rel).parts
+    return len(parts) == 3 and parts[1] == "groups" and parts[2].endswith(".json")
+
+
+class Watcher:
+    """Watches the data folder while the server runs (an async context manager)."""
+
+    def __init__(
+        self,
+        library: ChatLibrary,
+        *,
+        debounce_ms: int = 100,
+        force_polling: bool = False,
+    ) -> None:
+        self.library = library
+        self.debounce_ms = debounce_ms
+        self.force_polling = force_polling
+        self._stop = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self.ready = asyncio.Event()
+
+    async def __aenter__(self) -> Watcher:
+        if self.library.data_dir is not None:
+            self._task = asyncio.create_task(self._run(), name="st-data-watcher")
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self._stop.set()
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+    async def _run(self) -> None:
+        data_dir = self.library.data_dir
+        assert data_dir is not None
+        root = data_dir.resolve()
+
+        def keep(change: Change, path: str) -> bool:
+            try:
+                rel = Path(path).resolve().relative_to(root).as_posix()
+            except ValueError:
+                return False
+            return is_relevant(rel)
+
+        while not self._stop.is_set():
+            try:
+                watch = awatch(
+                    data_dir,
+                    watch_filter=keep,
+                    debounce=self.debounce_ms,
+                    step=20,
+                    stop_event=self._stop,
+                    force_polling=self.force_polling or None,
+                    yield_on_timeout=True,
+                    rust_timeout=500,
+                )
+                self.ready.set()
+                async for changes in watch:
+                    if changes:
+                        await self._apply(changes)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("watching %s failed; retrying in 2 s", data_dir)
+                await asyncio.sleep(2)
+
+    async def _apply(self, changes: set[tuple[Change, str]]) -> None:
+        paths = sorted({Path(p) for _, p in changes})
+        try:
+            results = await self.library.refresh(paths)
+        except Exception:
+            log.exception("indexing %d changed file(s) failed", len(paths))
+            return
+        for result in results:
+            if result.events:
+                summary = ", ".join(f"{e.kind} #{e.index}" for e in result.events[:6])
+                log.debug("%s: %s", result.chat_id, summary)
+
+
+async def watching(watcher: Watcher) -> AsyncIterator[None]:
+    async with watcher:
+        yield
