@@ -91,6 +91,7 @@ class Exchange:
     chunks: list[tuple[float, bytes]] = field(default_factory=list)
     error: str | None = None
     meta: dict[str, Any] = field(default_factory=dict)
+    seq: int = 0  # order of arrival, which names the file
 
     def to_cassette(self) -> dict[str, Any]:
         query = redact_query(self.query)
@@ -132,11 +133,14 @@ class Recorder:
         self._counter = itertools.count(1)
         self._stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
 
+    def next_seq(self) -> int:
+        return next(self._counter)
+
     def write(self, exchange: Exchange) -> Path:
         """Blocking; the server calls it in a worker thread, off the event loop."""
         self.folder.mkdir(parents=True, exist_ok=True)
         slug = exchange.path.strip("/").replace("/", "_") or "root"
-        name = f"{self._stamp}-{next(self._counter):05d}-{exchange.method.lower()}-{slug}.json"
+        name = f"{self._stamp}-{exchange.seq:05d}-{exchange.method.lower()}-{slug}.json"
         target = self.folder / name
         tmp = target.with_suffix(".json.tmp")
         tmp.write_bytes(orjson.dumps(exchange.to_cassette(), option=orjson.OPT_INDENT_2))

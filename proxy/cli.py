@@ -6,9 +6,11 @@ import argparse
 import asyncio
 import contextlib
 import ipaddress
+import json
 import logging
 import signal
 import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -19,6 +21,7 @@ from adapters import ADAPTERS
 from proxy.core.models import Memory
 from proxy.errors import AdapterError, ConfigError, RecapProxyError
 from proxy.injection import Injector, load_injection_template, policy_from
+from proxy.library import ChatLibrary
 from proxy.providers import StaticMemory
 from proxy.settings import Settings, default_config_path, load_settings
 
@@ -48,6 +51,21 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--record", type=Path, metavar="DIR", help="write every exchange as a cassette into DIR"
     )
+    st_data_help = "SillyTavern's data/ folder (default: sillytavern.data_dir, else auto-detect)"
+    serve.add_argument("--st-data", type=Path, metavar="DIR", help=st_data_help)
+
+    chats = sub.add_parser("chats", help="index SillyTavern's chats and list them")
+    config_arg(chats)
+    chats.add_argument("--st-data", type=Path, metavar="DIR", help=st_data_help)
+    chats.add_argument("--json", action="store_true", help="print JSON instead of a table")
+
+    ident = sub.add_parser("identify", help="tell which chat a chat-completion request belongs to")
+    config_arg(ident)
+    ident.add_argument("--st-data", type=Path, metavar="DIR", help=st_data_help)
+    ident.add_argument(
+        "request", nargs="?", type=Path, metavar="REQUEST_JSON", help="request body; default stdin"
+    )
+    ident.add_argument("--chat-id", help="as the X-ST-Chat-Id header would name it")
 
     inject = sub.add_parser(
         "inject",
@@ -77,6 +95,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "serve":
             return _serve(args)
+        if args.command == "chats":
+            return asyncio.run(_chats(args))
+        if args.command == "identify":
+            return asyncio.run(_identify(args))
         return _inject(args)
     except ConfigError as exc:
         print(f"recap-proxy: {exc}", file=sys.stderr)
@@ -106,6 +128,7 @@ def _serve(args: argparse.Namespace) -> int:
             "server.port": args.port,
             "upstream.base_url": args.upstream,
             "server.record_dir": str(args.record) if args.record else None,
+            "sillytavern.data_dir": str(args.st_data) if args.st_data else None,
         },
     )
     _setup_logging(settings.server.log_level)
@@ -230,3 +253,62 @@ def _read_text(path: Path, what: str) -> str:
         raise RecapProxyError(f"cannot read {what} {path}: {exc.strerror}") from None
     except UnicodeDecodeError:
         raise RecapProxyError(f"{what} {path} is not UTF-8 text") from None
+
+
+async def _open_library(args: argparse.Namespace) -> ChatLibrary:
+    from proxy.web.app import library_from
+
+    settings = load_settings(
+        args.config,
+        overrides={"sillytavern.data_dir": str(args.st_data) if args.st_data else None},
+    )
+    _setup_logging("warning")
+    library = library_from(settings)
+    if library is None:
+        raise RecapProxyError(
+            "no SillyTavern data folder: pass --st-data DIR or set sillytavern.data_dir"
+        )
+    await library.open()
+    await library.index_all()
+    return library
+
+
+async def _chats(args: argparse.Namespace) -> int:
+    from proxy.web.api import chat_summary
+
+    library = await _open_library(args)
+    try:
+        records = await library.run(library.store.chats)
+    finally:
+        library.close()
+    rows = [chat_summary(r) for r in records]
+    if args.json:
+        print(json.dumps(rows, indent=2, ensure_ascii=False))
+        return 0
+    if not rows:
+        print(f"no chats under {library.data_dir}", file=sys.stderr)
+        return 0
+    print(f"{'MESSAGES':>8}  {'UPDATED':<16}  {'KIND':<9}  ID")
+    for row in rows:
+        when = time.strftime("%Y-%m-%d %H:%M", time.localtime(row["updated"] or 0))
+        print(f"{row['messages']:>8}  {when:<16}  {row['kind']:<9}  {row['id']}")
+    return 0
+
+
+async def _identify(args: argparse.Namespace) -> int:
+    from proxy.web.api import identification_json
+
+    raw = _read_bytes(args.request) if args.request else sys.stdin.buffer.read()
+    try:
+        parsed = ADAPTERS["chat/completions"].parse(raw)
+    except AdapterError as exc:
+        print(f"recap-proxy: {args.request or 'stdin'}: {exc}", file=sys.stderr)
+        return 2
+    library = await _open_library(args)
+    try:
+        settings_markers = load_settings(args.config).injection.history_start_markers
+        found = await library.identify_request(parsed.messages, settings_markers, args.chat_id)
+    finally:
+        library.close()
+    print(json.dumps(identification_json(found.identification), indent=2))
+    return 0 if found.identification is not None else 1

@@ -63,9 +63,10 @@ class Refreshed:
 class ChatLibrary:
     """Owns the mirror of ST's chats: indexing, refreshing, and the identification index."""
 
-    def __init__(self, data_dir: Path | None, store: Store) -> None:
+    def __init__(self, data_dir: Path | None, store: Store | Path) -> None:
         self.data_dir = data_dir
-        self.store = store
+        self._store_path = store if isinstance(store, Path) else None
+        self._store = store if isinstance(store, Store) else None
         self.index = ChatIndex()
         self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="recap-store")
         self._groups: dict[str, dict[str, GroupInfo]] = {}
@@ -74,9 +75,23 @@ class ChatLibrary:
         # (size, mtime_ns) of each chat file when last read: the per-request freshness check
         self._stats: dict[str, tuple[int, int]] = {}
 
+    @property
+    def store(self) -> Store:
+        if self._store is None:
+            raise RuntimeError("ChatLibrary.open() was not awaited")
+        return self._store
+
+    async def open(self) -> None:
+        """Open the store (migrations run here) on the worker thread."""
+        if self._store is None:
+            path = self._store_path
+            assert path is not None
+            self._store = await self.run(lambda: Store(path))
+
     def close(self) -> None:
         self._worker.shutdown(wait=True)
-        self.store.close()
+        if self._store is not None:
+            self._store.close()
 
     async def run(self, fn: Callable[[], T]) -> T:
         """Run `fn` on the store's worker thread."""

@@ -162,6 +162,49 @@ class InjectionSettings(_Section):
         return Placement(position=self.position, depth=self.depth, role=self.role)
 
 
+class SillyTavernSettings(_Section):
+    data_dir: Path | None = Field(
+        None,
+        description="ST's `data/` folder (the one holding `default-user/`). Unset: looked for "
+        "in the usual install places; without it the proxy still proxies, without memory. "
+        "Read only: nothing is ever written there.",
+        examples=["~/SillyTavern/data"],
+    )
+    watch: bool = Field(True, description="Follow changes to ST's chats while serving.")
+    debounce_ms: int = Field(
+        100, ge=10, le=10000, description="Milliseconds to gather file changes before re-reading."
+    )
+    force_polling: bool = Field(
+        False,
+        description="Poll for changes instead of using OS notifications (network shares, "
+        "some Docker volumes).",
+    )
+
+    @field_validator("data_dir")
+    @classmethod
+    def _expand(cls, value: Path | None) -> Path | None:
+        return value.expanduser() if value is not None else None
+
+
+class StoreSettings(_Section):
+    path: Path | None = Field(
+        None,
+        description="The proxy's own SQLite file. Unset: `recap-proxy.sqlite3` in the user's "
+        "data dir (e.g. ~/.local/share/recap-proxy/ on Linux).",
+        examples=["~/.local/share/recap-proxy/recap-proxy.sqlite3"],
+    )
+
+    @field_validator("path")
+    @classmethod
+    def _expand(cls, value: Path | None) -> Path | None:
+        return value.expanduser() if value is not None else None
+
+    def resolved_path(self) -> Path:
+        if self.path is not None:
+            return self.path
+        return Path(platformdirs.user_data_dir(APP_NAME, appauthor=False)) / "recap-proxy.sqlite3"
+
+
 class Settings(_Section):
     """Everything recap-proxy can be told, with its default."""
 
@@ -175,6 +218,10 @@ class Settings(_Section):
         default_factory=InjectionSettings,
         description="How and where the memory is inserted into chat requests.",
     )
+    sillytavern: SillyTavernSettings = Field(
+        default_factory=SillyTavernSettings, description="Where SillyTavern keeps its chats."
+    )
+    store: StoreSettings = Field(default_factory=StoreSettings, description="The proxy's own data.")
 
 
 def default_config_path() -> Path:

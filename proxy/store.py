@@ -151,6 +151,8 @@ class Store:
         self.db.execute("PRAGMA journal_mode=WAL")
         self.db.execute("PRAGMA synchronous=NORMAL")
         self.db.execute("PRAGMA foreign_keys=ON")
+        # The CLI and a running server may share the file: wait for the other's write.
+        self.db.execute("PRAGMA busy_timeout=5000")
         self._migrate()
 
     def close(self) -> None:

@@ -29,8 +29,12 @@ def make_settings(**dotted: Any) -> Settings:
 def _no_user_config(
     tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Tests never read the developer's own config or RECAP_PROXY_* variables."""
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path_factory.mktemp("config-home")))
+    """Tests never read the developer's own config, data or RECAP_PROXY_* variables."""
+    home = tmp_path_factory.mktemp("home")
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(home / ".config"))
+    monkeypatch.setenv("XDG_DATA_HOME", str(home / ".local" / "share"))
+    monkeypatch.delenv("SILLYTAVERN_DATAROOT", raising=False)
     for name in list(os.environ):
         if name.startswith("RECAP_PROXY_"):
             monkeypatch.delenv(name)

@@ -3,19 +3,29 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
+import os
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 from aiohttp import web
 
 from proxy.cassette import Recorder
 from proxy.core.tokens import TokenCounter
 from proxy.injection import Injector, load_injection_template, policy_from
-from proxy.providers import MemoryProvider, NoMemory
+from proxy.library import ChatLibrary
+from proxy.providers import ChatMemory, MemoryProvider, NoMemory
 from proxy.settings import Settings
+from proxy.sillytavern.layout import find_data_dir, looks_like_data_dir
 from proxy.upstream import Upstream
-from proxy.web.keys import INJECTOR, RELAY, SETTINGS
+from proxy.watcher import Watcher
+from proxy.web.api import add_api_routes
+from proxy.web.keys import INJECTOR, LIBRARY, RELAY, SETTINGS
 from proxy.web.relay import Relay
 from proxy.web.routes import add_routes
+
+log = logging.getLogger(__name__)
 
 # ST sends the whole prompt in one body; 100k-token chats are several MB.
 MAX_BODY_BYTES = 256 * 1024 * 1024
@@ -28,6 +38,7 @@ def make_app(
     provider: MemoryProvider | None = None,
     recorder: Recorder | None = None,
     counter: TokenCounter | None = None,
+    library: ChatLibrary | None = None,
 ) -> web.Application:
     """The proxy application. Every owner can be injected (tests pass fakes)."""
     app = web.Application(client_max_size=MAX_BODY_BYTES)
@@ -35,15 +46,22 @@ def make_app(
     if recorder is None and settings.server.record_dir is not None:
         recorder = Recorder(settings.server.record_dir)
     relay = Relay(upstream, recorder)
-    app[SETTINGS] = settings
-    app[RELAY] = relay
+    if library is None and provider is None:
+        library = library_from(settings)
+    if provider is None:
+        markers = settings.injection.history_start_markers
+        provider = ChatMemory(library, markers) if library is not None else NoMemory()
     injector = Injector(
         policy_from(settings.injection),
         load_injection_template(settings.injection),
-        provider or NoMemory(),
+        provider,
         counter,
     )
+    app[SETTINGS] = settings
+    app[RELAY] = relay
     app[INJECTOR] = injector
+    if library is not None:
+        app[LIBRARY] = library
 
     async def upstream_ctx(app: web.Application) -> AsyncIterator[None]:
         async with upstream:
@@ -57,5 +75,74 @@ def make_app(
 
     app.cleanup_ctx.append(upstream_ctx)
     app.cleanup_ctx.append(tokenizer_ctx)
+    if library is not None:
+        app.cleanup_ctx.append(_library_ctx(library, settings))
     add_routes(app)
+    add_api_routes(app)
     return app
+
+
+def library_from(settings: Settings) -> ChatLibrary | None:
+    """The chat library for ST's data folder, or None (logged) when there is none."""
+    data_dir = resolve_data_dir(settings)
+    if data_dir is None:
+        return None
+    return ChatLibrary(data_dir, settings.store.resolved_path())
+
+
+def resolve_data_dir(settings: Settings) -> Path | None:
+    configured = settings.sillytavern.data_dir
+    if configured is not None:
+        if not configured.is_dir():
+            log.error(
+                "SillyTavern data folder %s does not exist; proxying without memory", configured
+            )
+            return None
+        if not looks_like_data_dir(configured):
+            log.warning(
+                "%s has no <user>/chats folder yet; is it ST's data/ folder? watching it anyway",
+                configured,
+            )
+        return configured
+    found = find_data_dir(Path.home(), Path.cwd(), dict(os.environ))
+    if found is None:
+        log.warning(
+            "no SillyTavern data folder found in the usual places; set sillytavern.data_dir "
+            "(or --st-data) for memory. Proxying without memory."
+        )
+    else:
+        log.info("using SillyTavern data folder %s", found)
+    return found
+
+
+def _library_ctx(library: ChatLibrary, settings: Settings):  # type: ignore[no-untyped-def]
+    async def ctx(app: web.Application) -> AsyncIterator[None]:
+        await library.open()
+        watcher = Watcher(
+            library,
+            debounce_ms=settings.sillytavern.debounce_ms,
+            force_polling=settings.sillytavern.force_polling,
+        )
+
+        async def index_then_watch() -> None:
+            # In the background: the proxy serves at once; identification starts with
+            # whatever is indexed so far.
+            try:
+                count = await library.index_all()
+                log.info("indexed %d SillyTavern chat(s) in %s", count, library.data_dir)
+            except Exception:
+                log.exception("indexing %s failed", library.data_dir)
+            if settings.sillytavern.watch:
+                await watcher.__aenter__()
+
+        task = asyncio.create_task(index_then_watch(), name="st-initial-index")
+        try:
+            yield
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+            await watcher.__aexit__(None, None, None)
+            await asyncio.to_thread(library.close)
+
+    return ctx

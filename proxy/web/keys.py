@@ -5,9 +5,11 @@ from __future__ import annotations
 from aiohttp import web
 
 from proxy.injection import Injector
+from proxy.library import ChatLibrary
 from proxy.settings import Settings
 from proxy.web.relay import Relay
 
 SETTINGS = web.AppKey("settings", Settings)
 RELAY = web.AppKey("relay", Relay)
 INJECTOR = web.AppKey("injector", Injector)
+LIBRARY = web.AppKey("library", ChatLibrary)

@@ -42,6 +42,7 @@ class Relay:
             query=request.rel_url.raw_query_string,
             headers=list(request.headers.items()),
             body=body,
+            seq=self.recorder.next_seq(),
         )
 
     async def forward(

@@ -1,0 +1,114 @@
+"""`/recap/api/...`: JSON for users and the dashboard."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from aiohttp import web
+
+from adapters import ADAPTERS
+from proxy.core.identify import Identification
+from proxy.errors import AdapterError
+from proxy.library import ChatLibrary
+from proxy.sillytavern.chatfile import STMessage
+from proxy.store import ChatRecord
+from proxy.web.keys import LIBRARY, SETTINGS
+
+SHORT_TEXT = 200
+
+
+def chat_summary(record: ChatRecord) -> dict[str, Any]:
+    return {
+        "id": record.id,
+        "user": record.user,
+        "kind": record.kind,
+        "name": record.display_name,
+        "file": record.file,
+        "messages": record.messages,
+        "updated": record.updated,
+    }
+
+
+def _error(cls: type[web.HTTPException], message: str, kind: str) -> web.HTTPException:
+    body = json.dumps({"error": {"message": message, "type": kind, "code": kind}})
+    return cls(text=body, content_type="application/json")
+
+
+def _library(request: web.Request) -> ChatLibrary:
+    library = request.app.get(LIBRARY)
+    if library is None:
+        raise _error(
+            web.HTTPServiceUnavailable,
+            "no SillyTavern data folder: set sillytavern.data_dir or start with --st-data",
+            "no_data_folder",
+        )
+    return library
+
+
+async def list_chats(request: web.Request) -> web.Response:
+    library = _library(request)
+    records = await library.run(library.store.chats)
+    return web.json_response([chat_summary(r) for r in records])
+
+
+async def get_chat(request: web.Request) -> web.Response:
+    library = _library(request)
+    chat_id = request.match_info["chat_id"]
+    record = await library.run(lambda: library.store.chat(chat_id))
+    if record is None or record.deleted:
+        raise _error(web.HTTPNotFound, f"no chat {chat_id!r}", "not_found")
+    messages = await library.run(lambda: library.store.messages(chat_id))
+    visible = [
+        {
+            "index": m.position,
+            "role": "user"
+            if m.message.is_user
+            else "system"
+            if m.message.narrator
+            else "assistant",
+            "name": m.message.name,
+            "text": m.message.mes[:SHORT_TEXT],
+            "swipes": m.message.swipe_count,
+        }
+        for m in messages
+        if not m.message.is_system
+    ]
+    return web.json_response({**chat_summary(record), "visible": visible})
+
+
+def _role(message: STMessage) -> str:
+    if message.is_user:
+        return "user"
+    return "system" if message.narrator else "assistant"
+
+
+async def identify_request(request: web.Request) -> web.Response:
+    library = _library(request)
+    raw = await request.read()
+    try:
+        parsed = ADAPTERS["chat/completions"].parse(raw)
+    except AdapterError as exc:
+        raise _error(web.HTTPBadRequest, str(exc), "bad_request") from None
+    markers = request.app[SETTINGS].injection.history_start_markers
+    found = await library.identify_request(
+        parsed.messages, markers, request.headers.get("X-ST-Chat-Id")
+    )
+    return web.json_response(identification_json(found.identification))
+
+
+def identification_json(ident: Identification | None) -> dict[str, Any]:
+    if ident is None:
+        return {"chat": None, "confidence": 0.0, "generation": None, "target_message": None}
+    return {
+        "chat": ident.chat_id,
+        "confidence": ident.confidence,
+        "generation": ident.generation,
+        "target_message": ident.target_message,
+    }
+
+
+def add_api_routes(app: web.Application) -> None:
+    app.router.add_get("/recap/api/chats", list_chats)
+    app.router.add_get("/recap/api/chats/{chat_id:.+}", get_chat)
+    app.router.add_post("/recap/api/identify", identify_request)
