@@ -25,6 +25,7 @@ from proxy.core.identify import (
     find_st_metadata,
     identify,
     index_message,
+    likely_chats,
 )
 from proxy.core.models import ChatMessage
 from proxy.core.placement import find_history
@@ -177,10 +178,9 @@ class ChatLibrary:
         if named is not None:
             await self.ensure_fresh(named)
             return RequestIdentity(identify(messages, span, self.index, only=named), replacements)
-        found = identify(messages, span, self.index)
-        if found is not None and await self.ensure_fresh(found.chat_id):
-            found = identify(messages, span, self.index)
-        return RequestIdentity(found, replacements)
+        for chat_id in likely_chats(messages, span, self.index):
+            await self.ensure_fresh(chat_id)
+        return RequestIdentity(identify(messages, span, self.index), replacements)
 
     # -- worker-thread side --------------------------------------------------------------
 

@@ -9,7 +9,8 @@ Note, world info at depth) and are skipped. The best alignment wins; a tie goes 
 most recently saved chat, with low confidence.
 
 Generation kinds, from how the request's end meets the file's end:
-- normal: the file's last visible message is the request's last history message, a user one;
+- normal: the file's last visible message is the request's last history message, a user one
+  (or, in a group, another member's reply followed by ST's group nudge);
 - swipe: the file has one more assistant message than the request (regenerate, swipe);
 - continue: the request ends with the file's last assistant text (or a prefix of it);
 - quiet: nothing at the end matches (summaries, impersonation, other quiet prompts).
@@ -30,6 +31,7 @@ Generation = Literal["normal", "swipe", "continue", "quiet"]
 TAIL = 64  # newest visible messages per chat kept for matching
 MAX_SKIPPED = 12  # request messages that match nothing before an alignment gives up
 CONTINUE_NUDGE = "[continue"
+GROUP_NUDGE = "[write the next reply only as"
 
 
 def normalize(text: str) -> str:
@@ -142,6 +144,15 @@ class _Fit:
     target: int | None
 
 
+def likely_chats(
+    messages: Sequence[ChatMessage], span: HistorySpan, index: ChatIndex, limit: int = 3
+) -> list[str]:
+    """The chats that share the request's newest messages, most recently saved first."""
+    fps = [fingerprint(messages[i].text) for i in span.indices[-4:]]
+    found = index.candidates(fps)
+    return sorted(found, key=lambda c: index.entries[c].updated, reverse=True)[:limit]
+
+
 def identify(
     messages: Sequence[ChatMessage],
     span: HistorySpan,
@@ -206,7 +217,8 @@ def _best_fit(
     if fps[history[-1]] in last.fps:
         # The request ends where the file ends.
         matched, used = _align(history, fps, tail, len(tail) - 1)
-        if last.is_user:
+        if last.is_user or _nudged(trailing):
+            # After the user, or the next group member answering after another one.
             fits.append(_Fit("normal", matched, used, entry.total))
         elif _continues(trailing, last):
             fits.append(_Fit("continue", matched, used, last.position))
@@ -244,6 +256,12 @@ def _align(
                 break
         r -= 1
     return len(matched), tuple(reversed(matched))
+
+
+def _nudged(trailing: Sequence[ChatMessage]) -> bool:
+    return any(
+        m.role == "system" and normalize(m.text).lower().startswith(GROUP_NUDGE) for m in trailing
+    )
 
 
 def _continues(trailing: Sequence[ChatMessage], last: IndexedMessage) -> bool:

@@ -1,0 +1,156 @@
+"""The chat library against the real ST capture: mirror, change events, identification."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from adapters.openai_chat import OpenAIChatAdapter
+from proxy.library import ChatLibrary
+from proxy.store import Store
+from tests.st_data import GROUP_ID, MARKERS, SOLO_ID, save_like_st, timeline
+
+ADAPTER = OpenAIChatAdapter()
+
+# What each captured request is, given the chat file as it was when ST sent it.
+EXPECTED = [
+    ("03_send_01", SOLO_ID, "normal", 2),
+    ("04_send_02", SOLO_ID, "normal", 4),
+    ("05_send_03", SOLO_ID, "normal", 6),
+    ("06_send_04", SOLO_ID, "normal", 8),
+    ("07_send_05", SOLO_ID, "normal", 10),
+    ("08_send_06", SOLO_ID, "normal", 12),
+    ("09_send_07", SOLO_ID, "normal", 14),
+    ("10_swipe", SOLO_ID, "swipe", 14),
+    ("13_continue", SOLO_ID, "continue", 13),
+    ("14_send_08", SOLO_ID, "normal", 15),
+    ("17_group_send_01", GROUP_ID, "normal", 4),
+    ("17_group_send_01", GROUP_ID, "normal", 5),
+    ("18_group_send_02", GROUP_ID, "normal", 7),
+    ("18_group_send_02", GROUP_ID, "normal", 8),
+]
+
+
+@pytest.fixture
+async def library(tmp_path: Path) -> ChatLibrary:
+    data = tmp_path / "data"
+    (data / "default-user").mkdir(parents=True)
+    lib = ChatLibrary(data, Store(tmp_path / "store.sqlite3"))
+    await lib.index_all()
+    return lib
+
+
+async def test_capture_replay_identifies_every_request_and_mirrors_every_change(
+    library: ChatLibrary,
+) -> None:
+    assert library.data_dir is not None
+    user = library.data_dir / "default-user"
+    steps = timeline()
+    identified = []
+    events: dict[str, list[tuple[str, int]]] = {}
+    current = {"step": ""}
+    library.listeners.append(
+        lambda r: events.setdefault(current["step"], []).extend((e.kind, e.index) for e in r.events)
+    )
+    for i, step in enumerate(steps):
+        if step.kind == "file":
+            current["step"] = step.step
+            save_like_st(user / step.file, step.data)
+            # The watcher sees most saves; the user's message saved right before a request
+            # is left to the request's own freshness check.
+            next_is_request = i + 1 < len(steps) and steps[i + 1].kind == "request"
+            if not next_is_request:
+                await library.refresh([user / step.file])
+            continue
+        assert step.body is not None
+        parsed = ADAPTER.parse(json.dumps(step.body).encode())
+        found = await library.identify_request(parsed.messages, MARKERS)
+        ident = found.identification
+        assert ident is not None, step.step
+        identified.append((step.step, ident.chat_id, ident.generation, ident.target_message))
+        assert ident.confidence == 1.0, step.step
+        # the request messages the chat knows are marked as its history
+        assert len(ident.history) == ident.matched >= 2
+    assert identified == EXPECTED
+    assert events["10_swipe"] == [("swiped", 14)]
+    assert events["11_edit"] == [("edited", 5)]
+    assert events["12_delete"] == [("deleted", 8)]
+    assert events["13_continue"] == [("edited", 13)]
+
+
+async def test_message_identity_survives_edit_delete_and_swipe(library: ChatLibrary) -> None:
+    assert library.data_dir is not None
+    user = library.data_dir / "default-user"
+    uids_by_step = {}
+    for step in timeline():
+        if step.kind == "file" and step.file.startswith("chats/"):
+            save_like_st(user / step.file, step.data)
+            await library.refresh([user / step.file])
+            uids_by_step[step.step] = [m.uid for m in library.store.messages(SOLO_ID)]
+    before, after_delete = uids_by_step["11_edit"], uids_by_step["12_delete"]
+    assert after_delete == before[:8] + before[9:]  # message 8 went, the rest kept their uid
+    assert uids_by_step["10_swipe"] == uids_by_step["09_send_07"]
+    assert uids_by_step["14_send_08"][:-2] == after_delete
+
+
+async def test_unchanged_files_are_not_read_again(
+    tmp_path: Path, library: ChatLibrary, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert library.data_dir is not None
+    user = library.data_dir / "default-user"
+    last = [s for s in timeline() if s.kind == "file" and s.file.startswith("chats/")][-1]
+    save_like_st(user / last.file, last.data)
+    await library.index_all()
+    library.close()
+
+    reopened = ChatLibrary(library.data_dir, Store(tmp_path / "store.sqlite3"))
+    reads: list[Path] = []
+    original = Path.read_bytes
+
+    def counting(self: Path) -> bytes:
+        reads.append(self)
+        return original(self)
+
+    monkeypatch.setattr(Path, "read_bytes", counting)
+    count = await reopened.index_all()
+    assert count == 1
+    assert not [p for p in reads if p.suffix == ".jsonl"]
+    assert SOLO_ID in reopened.index.entries
+
+
+async def test_deleted_chat_is_marked_and_a_renamed_one_keeps_its_data(
+    library: ChatLibrary,
+) -> None:
+    assert library.data_dir is not None
+    user = library.data_dir / "default-user"
+    header = (
+        b'{"chat_metadata":{"integrity":"slug-1"},"user_name":"unused","character_name":"unused"}'
+    )
+    lines = [
+        header,
+        b'{"name":"Seraphina","is_user":false,"mes":"Welcome.","send_date":"2026-05-01T12:00:00.000Z"}',
+        b'{"name":"Alex","is_user":true,"mes":"Hi.","send_date":"2026-05-01T12:01:00.000Z"}',
+    ]
+    old = user / "chats" / "Seraphina" / "Old name.jsonl"
+    save_like_st(old, b"\n".join(lines))
+    await library.refresh([old])
+    uids = [m.uid for m in library.store.messages("default-user/chats/Seraphina/Old name")]
+    library.store.set_enabled("default-user/chats/Seraphina/Old name", False)
+
+    # ST renames by copying to the new name, then deleting the old file.
+    new = old.with_name("New name.jsonl")
+    save_like_st(new, b"\n".join(lines))
+    old.unlink()
+    await library.refresh([new, old])
+    renamed = library.store.chat("default-user/chats/Seraphina/New name")
+    assert renamed is not None and renamed.enabled is False
+    assert [m.uid for m in library.store.messages(renamed.id)] == uids
+    assert library.store.chat("default-user/chats/Seraphina/Old name") is None
+
+    new.unlink()
+    await library.refresh([new])
+    gone = library.store.chat(renamed.id)
+    assert gone is not None and gone.deleted
+    assert renamed.id not in library.index.entries
