@@ -1,0 +1,196 @@
+"""Every chat file format ST has written, and every way a file can be broken."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from proxy.sillytavern.chatfile import normalize_send_date, parse_chat
+from tests.st_data import CAPTURE
+
+HEADER_115 = {
+    "chat_metadata": {"integrity": "0d1f", "main_chat": "Parent"},
+    "user_name": "unused",
+    "character_name": "unused",
+}
+HEADER_OLD = {
+    "user_name": "Alex",
+    "character_name": "Seraphina",
+    "create_date": "2024-05-01@14h03m22s",
+    "chat_metadata": {"tainted": True},
+}
+GREETING = {
+    "name": "Seraphina",
+    "is_user": False,
+    "is_system": False,
+    "send_date": "2026-05-01T12:03:22.130Z",
+    "mes": "Welcome, {{user}}.",
+    "extra": {},
+}
+USER = {
+    "name": "Alex",
+    "is_user": True,
+    "is_system": False,
+    "send_date": "May 1, 2024 2:03pm",
+    "mes": "Where am I?",
+    "extra": {"isSmallSys": False},
+}
+REPLY = {
+    "extra": {"api": "custom", "model": "m"},
+    "name": "Seraphina",
+    "is_user": False,
+    "send_date": 1714572202000,
+    "mes": "In Eldoria.",
+    "swipe_id": 1,
+    "swipes": ["In my glade.", "In Eldoria."],
+    "swipe_info": [{}, {}],
+}
+HIDDEN = {**USER, "is_system": True, "mes": "(OOC: brb)"}
+NARRATOR = {
+    "name": "System",
+    "is_user": False,
+    "is_system": False,
+    "mes": "Night falls.",
+    "extra": {"type": "narrator"},
+}
+
+
+def jsonl(*objects: object, end: bytes = b"") -> bytes:
+    return b"\n".join(json.dumps(o).encode() for o in objects) + end
+
+
+def test_current_format() -> None:
+    chat = parse_chat(jsonl(HEADER_115, GREETING, USER, REPLY, HIDDEN, NARRATOR))
+    assert chat.header is not None
+    assert chat.header.integrity == "0d1f" and chat.header.main_chat == "Parent"
+    assert [m.name for m in chat.messages] == ["Seraphina", "Alex", "Seraphina", "Alex", "System"]
+    greeting, user, reply, hidden, narrator = chat.messages
+    assert greeting.is_system is False and greeting.mes == "Welcome, {{user}}."
+    assert user.is_user and not user.hidden
+    assert reply.is_system is False  # missing means visible
+    assert reply.swipe_count == 2 and reply.swipe_id == 1
+    assert hidden.hidden
+    assert narrator.narrator and not narrator.hidden
+    assert chat.bad == []
+
+
+def test_old_header_and_date_forms() -> None:
+    chat = parse_chat(jsonl(HEADER_OLD, GREETING, USER, REPLY))
+    assert chat.header is not None and chat.header.character_name == "Seraphina"
+    assert chat.header.integrity is None
+    assert chat.messages[0].send_date == "2026-05-01T12:03:22.130Z"
+    assert chat.messages[1].send_date == "2024-05-01T14:03"
+    assert chat.messages[2].send_date == "2024-05-01T14:03:22.000+00:00"
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ("November 22, 2026 3:50pm", "2026-11-22T15:50"),
+        (1714572202, "2024-05-01T14:03:22.000+00:00"),
+        ("something else", "something else"),
+        (None, None),
+        (True, None),
+    ],
+)
+def test_send_date_forms(value: object, expected: str | None) -> None:
+    assert normalize_send_date(value) == expected
+
+
+def test_group_chat_without_header() -> None:
+    chat = parse_chat(jsonl(GREETING, USER))
+    assert chat.header is None
+    assert len(chat.messages) == 2
+
+
+def test_bom_crlf_and_trailing_newline() -> None:
+    data = b"\xef\xbb\xbf" + jsonl(HEADER_115, GREETING, USER).replace(b"\n", b"\r\n") + b"\r\n"
+    chat = parse_chat(data)
+    assert chat.header is not None
+    assert [m.mes for m in chat.messages] == [GREETING["mes"], USER["mes"]]
+
+
+def test_malformed_lines_are_skipped_counted_and_logged(caplog: pytest.LogCaptureFixture) -> None:
+    data = b"\n".join(
+        [
+            json.dumps(HEADER_115).encode(),
+            json.dumps(GREETING).encode(),
+            b"{not json",
+            b"[1, 2]",
+            json.dumps({**USER, "is_user": {"x": 1}, "name": ["bad"]}).encode(),
+            json.dumps(USER).encode(),
+        ]
+    )
+    with caplog.at_level(logging.WARNING):
+        chat = parse_chat(data, source="x.jsonl")
+    assert [m.mes for m in chat.messages] == [GREETING["mes"], USER["mes"]]
+    assert [b.number for b in chat.bad] == [3, 4, 5]
+    assert "x.jsonl: skipped 3 malformed line(s): line 3: not JSON" in caplog.text
+
+
+def test_real_capture_files() -> None:
+    solo = CAPTURE / "final" / "chats" / "default_Seraphina"
+    chat = parse_chat(next(solo.glob("*.jsonl")).read_bytes())
+    assert chat.header is not None and chat.header.character_name == "Seraphina"
+    assert len(chat.messages) == 16 and chat.bad == []
+    group = parse_chat(next((CAPTURE / "final" / "group chats").glob("*.jsonl")).read_bytes())
+    assert group.header is None
+    assert group.messages[0].hidden  # "Group chat created" notice
+    assert {m.name for m in group.messages[1:]} == {"Orin", "Seraphina", "User"}
+
+
+def test_large_file_parses() -> None:
+    lines = [HEADER_115] + [
+        {**REPLY, "mes": f"reply {i} " + "words " * 300} if i % 2 else {**USER, "mes": f"u {i}"}
+        for i in range(10_000)
+    ]
+    chat = parse_chat(jsonl(*lines))
+    assert len(chat.messages) == 10_000
+
+
+def test_known_lines_are_not_parsed_again() -> None:
+    first = parse_chat(jsonl(HEADER_115, GREETING, USER))
+    known = {line.digest: msg for line, msg in zip(first.lines, first.messages, strict=True)}
+    again = parse_chat(jsonl(HEADER_115, GREETING, USER, REPLY), known=known)
+    assert again.messages[0] is first.messages[0]
+    assert again.messages[2].mes == "In Eldoria."
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=2000))
+def test_no_byte_sequence_crashes_the_parser(data: bytes) -> None:
+    chat = parse_chat(data)
+    assert len(chat.messages) + len(chat.bad) <= data.count(b"\n") + 1
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.one_of(
+            st.dictionaries(
+                st.text(max_size=8),
+                st.recursive(
+                    st.none()
+                    | st.booleans()
+                    | st.integers()
+                    | st.floats(allow_nan=False)
+                    | st.text(max_size=20),
+                    lambda inner: (
+                        st.lists(inner, max_size=3)
+                        | st.dictionaries(st.text(max_size=5), inner, max_size=3)
+                    ),
+                    max_leaves=6,
+                ),
+            ),
+            st.text(max_size=30),
+        ),
+        max_size=6,
+    )
+)
+def test_no_json_shape_crashes_the_parser(objects: list[object]) -> None:
+    data = b"\n".join(json.dumps(o).encode() for o in objects)
+    parse_chat(data)

@@ -1,0 +1,71 @@
+"""The watcher over a real temp folder, with files saved the way ST saves them."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from proxy.library import ChatLibrary
+from proxy.store import Store
+from proxy.watcher import Watcher, is_relevant
+from tests.st_data import SOLO, SOLO_ID, save_like_st, timeline
+
+
+@pytest.mark.parametrize(
+    ("rel", "relevant"),
+    [
+        ("default-user/chats/Seraphina/Seraphina - 2026-05-01@14h03m22s123ms.jsonl", True),
+        ("default-user/group chats/2026-05-02@09h15m00s001ms.jsonl", True),
+        ("alice/chats/Orin/My renamed chat.jsonl", True),
+        ("default-user/groups/1746170100000.json", True),
+        ("default-user/chats/Seraphina/Seraphina - x.jsonl.4184720981", False),
+        ("default-user/backups/chat_seraphina_20260501-140322.jsonl", False),
+        ("default-user/chats/Seraphina/notes.txt", False),
+        ("default-user/chats/Seraphina.jsonl", False),
+        ("_storage/whatever.jsonl", False),
+        ("default-user/settings.json", False),
+        ("default-user/worlds/Eldoria.json", False),
+    ],
+)
+def test_path_filter(rel: str, relevant: bool) -> None:
+    assert is_relevant(rel) is relevant
+
+
+async def wait_for(condition, timeout: float = 10.0) -> None:  # type: ignore[no-untyped-def]
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not condition():
+        if asyncio.get_running_loop().time() > deadline:
+            raise TimeoutError("the watcher did not catch up")
+        await asyncio.sleep(0.02)
+
+
+async def test_changes_reach_the_mirror(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    user = data / "default-user"
+    user.mkdir(parents=True)
+    library = ChatLibrary(data, Store(tmp_path / "store.sqlite3"))
+    await library.index_all()
+    versions = [s for s in timeline() if s.kind == "file" and s.file == SOLO]
+    async with Watcher(library, debounce_ms=50) as watcher:
+        await asyncio.wait_for(watcher.ready.wait(), 5)
+        await asyncio.sleep(0.2)
+        for version in versions:
+            save_like_st(user / version.file, version.data)
+            expected = version.data.count(b"\n")  # lines minus the header
+            await wait_for(
+                lambda expected=expected: (
+                    SOLO_ID in library.index.entries
+                    and library.index.entries[SOLO_ID].total == expected
+                )
+            )
+        # a temp file and a backup are not chats
+        (user / "backups").mkdir()
+        (user / "backups" / "chat_x.jsonl").write_bytes(versions[0].data)
+        (user / (SOLO + ".123456")).write_bytes(versions[0].data)
+        (user / SOLO).unlink()
+        await wait_for(lambda: SOLO_ID not in library.index.entries)
+    assert [c.id for c in library.store.chats()] == []
+    chat = library.store.chat(SOLO_ID)
+    assert chat is not None and chat.deleted
