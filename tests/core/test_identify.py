@@ -1,0 +1,160 @@
+"""Identification over a hand-made index: ties, quiet requests, names in content, macros."""
+
+from __future__ import annotations
+
+from proxy.core.identify import ChatEntry, ChatIndex, find_st_metadata, identify, index_message
+from proxy.core.models import ChatMessage
+from proxy.core.placement import find_history
+
+MARKERS = ("[Start a new Chat]", "[Start a new group chat")
+GREETING = "*You wake in a glade.* Welcome, {{user}}."
+
+
+def entry(chat_id: str, updated: float, texts: list[tuple[bool, str, str]]) -> ChatEntry:
+    tail = [
+        index_message(i, is_user, name, text, char="Seraphina", user="Alex")
+        for i, (is_user, name, text) in enumerate(texts)
+    ]
+    return ChatEntry(chat_id, updated, len(texts), tail, name=chat_id.rsplit("/", 1)[-1])
+
+
+def request(
+    *turns: tuple[str, str], trailing: tuple[tuple[str, str], ...] = ()
+) -> list[ChatMessage]:
+    return [
+        ChatMessage("system", "Write Seraphina's next reply."),
+        ChatMessage("system", "[Start a new Chat]"),
+        *(ChatMessage(role, text) for role, text in turns),
+        *(ChatMessage(role, text) for role, text in trailing),
+    ]
+
+
+def run(index: ChatIndex, messages: list[ChatMessage]):  # type: ignore[no-untyped-def]
+    return identify(messages, find_history(messages, MARKERS), index)
+
+
+def test_a_shared_greeting_is_ambiguous_and_the_newest_chat_wins() -> None:
+    index = ChatIndex()
+    index.put(entry("u/chats/S/old", 100.0, [(False, "Seraphina", GREETING)]))
+    index.put(entry("u/chats/S/new", 200.0, [(False, "Seraphina", GREETING)]))
+    found = run(
+        index, request(("assistant", "*You wake in a glade.*  Welcome, Alex."), ("user", "Hello?"))
+    )
+    # The user's new message is not in this index yet (the library re-reads the file
+    # first), so the request's end meets no chat's end.
+    assert found is None
+    # The greeting arrives with {{user}} filled in and its whitespace changed.
+    greeting_only = request(("assistant", "*You wake in a glade.*  Welcome, Alex."))
+    found = run(index, greeting_only + [ChatMessage("system", "[Summarise the story.]")])
+    assert found is not None
+    assert found.chat_id == "u/chats/S/new"
+    assert found.confidence < 0.5
+
+
+def test_more_matching_history_beats_recency() -> None:
+    index = ChatIndex()
+    turns = [
+        (False, "Seraphina", GREETING),
+        (True, "Alex", "Where am I?"),
+        (False, "Seraphina", "In my glade."),
+        (True, "Alex", "Thank you."),
+    ]
+    index.put(entry("u/chats/S/mine", 100.0, turns))
+    index.put(
+        entry(
+            "u/chats/S/other",
+            300.0,
+            [*turns[:2], (False, "Seraphina", "Elsewhere."), (True, "Alex", "Thank you.")],
+        )
+    )
+    found = run(
+        index,
+        request(
+            ("assistant", "*You wake in a glade.* Welcome, Alex."),
+            ("user", "Where am I?"),
+            ("assistant", "In my glade."),
+            ("user", "Thank you."),
+        ),
+    )
+    assert found is not None
+    assert (found.chat_id, found.generation, found.target_message) == (
+        "u/chats/S/mine",
+        "normal",
+        4,
+    )
+    assert found.confidence == 1.0
+    assert found.history == (2, 3, 4, 5)
+
+
+def test_group_names_in_content_and_quiet_requests() -> None:
+    index = ChatIndex()
+    index.put(
+        entry(
+            "u/group chats/g",
+            1.0,
+            [
+                (False, "Orin", "Ah, company."),
+                (True, "Alex", "Hello both."),
+                (False, "Orin", "Good evening."),
+            ],
+        )
+    )
+    messages = request(
+        ("assistant", "Orin: Ah, company."),
+        ("user", "Hello both."),
+        ("assistant", "Orin: Good evening."),
+        trailing=(("system", "[Write a summary of the chat so far.]"),),
+    )
+    found = run(index, messages)
+    assert found is not None
+    assert (found.generation, found.target_message) == ("quiet", None)
+    nudged = messages[:-1] + [ChatMessage("system", "[Write the next reply only as Seraphina.]")]
+    found = run(index, nudged)
+    assert found is not None and (found.generation, found.target_message) == ("normal", 3)
+
+
+def test_continue_with_a_partial_prefill() -> None:
+    index = ChatIndex()
+    index.put(
+        entry(
+            "u/chats/S/c",
+            1.0,
+            [
+                (True, "Alex", "Tell me a story."),
+                (False, "Seraphina", "Once upon a time, in Eldoria."),
+            ],
+        )
+    )
+    messages = request(("user", "Tell me a story."), trailing=(("assistant", "Once upon a time,"),))
+    found = run(index, messages)
+    assert found is not None
+    assert (found.generation, found.target_message) == ("continue", 1)
+
+
+def test_st_metadata_block() -> None:
+    block = '<ST_METADATA>\n{"version": "1.0", "chat": "Seraphina - 2026", "operation": "chat-4"}'
+    messages = [
+        ChatMessage("system", block + "\n</ST_METADATA>\n\nMain prompt."),
+        ChatMessage("user", "hi"),
+    ]
+    found = find_st_metadata(messages)
+    assert found is not None
+    assert (found.index, found.stripped, found.chat, found.operation) == (
+        0,
+        "Main prompt.",
+        "Seraphina - 2026",
+        "chat-4",
+    )
+    assert find_st_metadata([ChatMessage("system", "plain"), ChatMessage("user", "hi")]) is None
+    broken = find_st_metadata([ChatMessage("system", "<ST_METADATA>{oops}</ST_METADATA>x")])
+    assert broken is not None and broken.chat is None and broken.stripped == "x"
+
+
+def test_index_resolves_names_and_forgets_removed_chats() -> None:
+    index = ChatIndex()
+    index.put(entry("u/chats/S/Seraphina - 1", 1.0, [(False, "Seraphina", "Hi.")]))
+    assert index.resolve("Seraphina - 1.jsonl") == "u/chats/S/Seraphina - 1"
+    assert index.resolve("u/chats/S/Seraphina - 1") == "u/chats/S/Seraphina - 1"
+    assert index.resolve("nope") is None
+    index.remove("u/chats/S/Seraphina - 1")
+    assert index.by_fp == {} and index.entries == {}
