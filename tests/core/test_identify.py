@@ -45,7 +45,7 @@ def test_a_shared_greeting_is_ambiguous_and_the_newest_chat_wins() -> None:
     assert found is None
     # The greeting arrives with {{user}} filled in and its whitespace changed.
     greeting_only = request(("assistant", "*You wake in a glade.*  Welcome, Alex."))
-    found = run(index, greeting_only + [ChatMessage("system", "[Summarise the story.]")])
+    found = run(index, [*greeting_only, ChatMessage("system", "[Summarise the story.]")])
     assert found is not None
     assert found.chat_id == "u/chats/S/new"
     assert found.confidence < 0.5
@@ -108,7 +108,7 @@ def test_group_names_in_content_and_quiet_requests() -> None:
     found = run(index, messages)
     assert found is not None
     assert (found.generation, found.target_message) == ("quiet", None)
-    nudged = messages[:-1] + [ChatMessage("system", "[Write the next reply only as Seraphina.]")]
+    nudged = [*messages[:-1], ChatMessage("system", "[Write the next reply only as Seraphina.]")]
     found = run(index, nudged)
     assert found is not None and (found.generation, found.target_message) == ("normal", 3)
 
