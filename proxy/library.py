@@ -19,6 +19,7 @@ from typing import TypeVar
 from urllib.parse import unquote
 
 from proxy.core.identify import (
+    TAIL,
     ChatEntry,
     ChatIndex,
     Identification,
@@ -235,9 +236,12 @@ class ChatLibrary:
             return None
         record = self.store.chat(location.chat_id)
         stat_key = (stat.st_size, stat.st_mtime_ns)
-        if record is not None and not record.deleted and (record.size, record.mtime_ns) == stat_key:
+        # Size and mtime decide only at start-up: a change event means the file changed,
+        # even when two saves of the same size fell within one mtime tick.
+        unchanged = record is not None and (record.size, record.mtime_ns) == stat_key
+        if startup and unchanged and record is not None and not record.deleted:
             self._stats[location.chat_id] = stat_key
-            return Refreshed(location.chat_id, (), self._entry(record)) if startup else None
+            return Refreshed(location.chat_id, (), self._entry(record))
         try:
             data = path.read_bytes()
         except OSError as exc:
@@ -251,12 +255,10 @@ class ChatLibrary:
         renamed_from = None
         if record is None:
             renamed_from = self._adopt_renamed(location, data)
-        old_records = self.store.messages(location.chat_id)
-        known = {r.digest: r.message for r in old_records}
-        parsed = parse_chat(data, source=str(path), known=known)
         old = self.store.old_messages(location.chat_id)
+        parsed = parse_chat(data, source=str(path), known={o.digest for o in old})
         digests = [line.digest for line in parsed.lines]
-        plan = reconcile(old, digests, parsed.messages)
+        plan = reconcile(old, digests, parsed.message)
         header = parsed.header
         group = self._group_of(location)
         record = ChatRecord(
@@ -279,7 +281,7 @@ class ChatLibrary:
             updated=stat.st_mtime_ns / 1e9,
             deleted=False,
         )
-        events = self.store.save_chat(record, plan.uids, digests, parsed.messages, plan.events)
+        events = self.store.save_chat(record, plan.uids, digests, parsed.message, plan.events)
         return Refreshed(location.chat_id, tuple(events), self._entry(record), renamed_from)
 
     def _adopt_renamed(self, location: ChatLocation, data: bytes) -> str | None:
@@ -290,7 +292,7 @@ class ChatLibrary:
             return None
         digests = [line.digest for line in parsed.lines]
         for old in self.store.deleted_with_integrity(integrity):
-            old_digests = [r.digest for r in self.store.messages(old.id)]
+            old_digests = [o.digest for o in self.store.old_messages(old.id)]
             if old_digests[: len(digests)] == digests[: len(old_digests)]:
                 log.info("chat renamed: %s -> %s", old.id, location.chat_id)
                 self.store.rename(old.id, location.chat_id)
@@ -316,8 +318,7 @@ class ChatLibrary:
         return self._personas.get(user) or ""
 
     def _entry(self, record: ChatRecord) -> ChatEntry:
-        messages = self.store.messages(record.id)
-        visible = [m for m in messages if not m.message.is_system]
+        total, visible = self.store.tail(record.id, TAIL)
         persona = next(
             (m.message.name for m in reversed(visible) if m.message.is_user),
             self._persona(record.user),
@@ -331,12 +332,12 @@ class ChatLibrary:
                 char=record.character or m.message.name,
                 user=persona,
             )
-            for m in visible[-64:]
+            for m in visible
         ]
         return ChatEntry(
             chat_id=record.id,
             updated=record.updated or 0.0,
-            total=len(messages),
+            total=total,
             tail=tail,
             name=record.name,
             group_name=record.group_name,

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import sqlite3
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import orjson
 
-from proxy.sillytavern.chatfile import STMessage
+from proxy.sillytavern.chatfile import STMessage, text_hash
 from proxy.sillytavern.reconcile import Event, OldMessage
 
 MIGRATIONS: tuple[str, ...] = (
@@ -54,6 +54,7 @@ MIGRATIONS: tuple[str, ...] = (
         narrator     INTEGER NOT NULL,
         send_date    TEXT,
         text         TEXT NOT NULL,        -- the selected swipe
+        text_hash    TEXT NOT NULL,
         swipe_id     INTEGER,
         swipe_hashes TEXT NOT NULL         -- JSON list, one hash per swipe
     );
@@ -115,6 +116,10 @@ _MESSAGE_COLUMNS = (
     "uid, position, digest, name, is_user, is_system, narrator, send_date, text, swipe_id, "
     "swipe_hashes"
 )
+_WRITE_COLUMNS = (
+    "position, digest, name, is_user, is_system, narrator, send_date, text, text_hash, "
+    "swipe_id, swipe_hashes"
+)
 
 
 def _chat(row: sqlite3.Row) -> ChatRecord:
@@ -122,6 +127,22 @@ def _chat(row: sqlite3.Row) -> ChatRecord:
     values["enabled"] = None if values["enabled"] is None else bool(values["enabled"])
     values["deleted"] = bool(values["deleted"])
     return ChatRecord(**values)
+
+
+def _row(position: int, digest: bytes, message: STMessage) -> tuple[object, ...]:
+    return (
+        position,
+        digest,
+        message.name,
+        int(message.is_user),
+        int(message.is_system),
+        int(message.narrator),
+        message.send_date,
+        message.mes,
+        text_hash(message.mes),
+        message.swipe_id,
+        orjson.dumps(list(message.swipe_hashes)).decode(),
+    )
 
 
 def _message(row: sqlite3.Row) -> MessageRecord:
@@ -216,20 +237,38 @@ class Store:
         )
         return [_message(r) for r in rows]
 
+    def tail(self, chat_id: str, limit: int) -> tuple[int, list[MessageRecord]]:
+        """The message count and the newest `limit` visible messages, oldest first."""
+        count = self.db.execute(
+            "SELECT COUNT(*) FROM messages WHERE chat_id=?", (chat_id,)
+        ).fetchone()[0]
+        rows = self.db.execute(
+            f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE chat_id=? AND is_system=0 "
+            "ORDER BY position DESC LIMIT ?",
+            (chat_id, limit),
+        )
+        return int(count), [_message(r) for r in reversed(rows.fetchall())]
+
     def old_messages(self, chat_id: str) -> list[OldMessage]:
+        """What reconciling needs of the mirror (no texts: they can be megabytes)."""
+        rows = self.db.execute(
+            "SELECT uid, digest, name, is_user, is_system, send_date, text_hash, swipe_id, "
+            "swipe_hashes FROM messages WHERE chat_id=? ORDER BY position",
+            (chat_id,),
+        )
         return [
             OldMessage(
-                uid=r.uid,
-                digest=r.digest,
-                name=r.message.name,
-                is_user=r.message.is_user,
-                is_system=r.message.is_system,
-                send_date=r.message.send_date,
-                text=r.message.mes,
-                swipe_id=r.message.swipe_id,
-                swipe_count=r.message.swipe_count,
+                uid=r[0],
+                digest=r[1],
+                name=r[2],
+                is_user=bool(r[3]),
+                is_system=bool(r[4]),
+                send_date=r[5],
+                text_hash=r[6],
+                swipe_id=r[7],
+                swipe_count=len(orjson.loads(r[8])) or 1,
             )
-            for r in self.messages(chat_id)
+            for r in rows
         ]
 
     def save_chat(
@@ -237,20 +276,21 @@ class Store:
         chat: ChatRecord,
         uids: Sequence[int | None],
         digests: Sequence[bytes],
-        messages: Sequence[STMessage],
+        load: Callable[[int], STMessage],
         events: Iterable[Event],
     ) -> list[Event]:
         """Write a chat and its reconciled messages in one transaction.
 
-        `uids[i]` is the existing uid of new message `i`, or None for an added one. Rows
-        whose uid is not kept are deleted. Returns the events with the uids of added
-        messages filled in.
+        `uids[i]` is the existing uid of new message `i`, or None for an added one; rows
+        whose uid is not kept are deleted. A kept row whose line did not change only has its
+        position updated, so `load(i)` (which may parse) is called for changed rows only.
+        Returns the events with the uids of added messages filled in.
         """
         now = time.time()
         with self._transaction():
             self._upsert_chat(chat)
             current = {
-                row["uid"]: (row["position"], row["digest"])
+                row[0]: (row[1], row[2])
                 for row in self.db.execute(
                     "SELECT uid, position, digest FROM messages WHERE chat_id=?", (chat.id,)
                 )
@@ -258,41 +298,29 @@ class Store:
             kept = {uid for uid in uids if uid is not None}
             gone = [(uid,) for uid in current if uid not in kept]
             self.db.executemany("DELETE FROM messages WHERE uid=?", gone)
+            moves: list[tuple[int, int]] = []
             final_uids: list[int] = []
-            for position, (uid, digest, message) in enumerate(
-                zip(uids, digests, messages, strict=True)
-            ):
-                if uid is not None and current.get(uid) == (position, digest):
+            for position, (uid, digest) in enumerate(zip(uids, digests, strict=True)):
+                if uid is not None and current.get(uid, (None, None))[1] == digest:
                     final_uids.append(uid)
+                    if current[uid][0] != position:
+                        moves.append((position, uid))
                     continue
-                values = (
-                    position,
-                    digest,
-                    message.name,
-                    int(message.is_user),
-                    int(message.is_system),
-                    int(message.narrator),
-                    message.send_date,
-                    message.mes,
-                    message.swipe_id,
-                    orjson.dumps(list(message.swipe_hashes)).decode(),
-                )
+                values = _row(position, digest, load(position))
                 if uid is None:
                     cursor = self.db.execute(
-                        "INSERT INTO messages (chat_id, position, digest, name, is_user, "
-                        "is_system, narrator, send_date, text, swipe_id, swipe_hashes) "
-                        "VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+                        f"INSERT INTO messages (chat_id, {_WRITE_COLUMNS}) "
+                        f"VALUES (?,{','.join('?' * len(values))})",
                         (chat.id, *values),
                     )
                     final_uids.append(int(cursor.lastrowid or 0))
                 else:
+                    assignments = ", ".join(f"{c.strip()}=?" for c in _WRITE_COLUMNS.split(","))
                     self.db.execute(
-                        "UPDATE messages SET position=?, digest=?, name=?, is_user=?, "
-                        "is_system=?, narrator=?, send_date=?, text=?, swipe_id=?, "
-                        "swipe_hashes=? WHERE uid=?",
-                        (*values, uid),
+                        f"UPDATE messages SET {assignments} WHERE uid=?", (*values, uid)
                     )
                     final_uids.append(uid)
+            self.db.executemany("UPDATE messages SET position=? WHERE uid=?", moves)
             filled = [
                 Event(e.kind, e.index, final_uids[e.index] if e.uid is None else e.uid)
                 for e in events

@@ -80,11 +80,12 @@ class Watcher:
                     step=20,
                     stop_event=self._stop,
                     force_polling=self.force_polling or None,
+                    # An empty batch every 100 ms tells us the OS watch is in place.
                     yield_on_timeout=True,
-                    rust_timeout=500,
+                    rust_timeout=100,
                 )
-                self.ready.set()
                 async for changes in watch:
+                    self.ready.set()
                     if changes:
                         await self._apply(changes)
             except asyncio.CancelledError:

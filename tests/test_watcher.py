@@ -50,7 +50,6 @@ async def test_changes_reach_the_mirror(tmp_path: Path) -> None:
     versions = [s for s in timeline() if s.kind == "file" and s.file == SOLO]
     async with Watcher(library, debounce_ms=50) as watcher:
         await asyncio.wait_for(watcher.ready.wait(), 5)
-        await asyncio.sleep(0.2)
         for version in versions:
             save_like_st(user / version.file, version.data)
             expected = version.data.count(b"\n")  # lines minus the header

@@ -15,6 +15,7 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import logging
+from collections.abc import Container
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -135,12 +136,22 @@ class BadLine:
 
 @dataclass(slots=True)
 class ChatFile:
-    """A parsed chat file. `messages[i]` is ST's message id `i` (header excluded)."""
+    """A parsed chat file. `messages[i]` is ST's message id `i` (header excluded).
+
+    A message is None when its line's digest was in `known`: the caller has it already.
+    """
 
     header: ChatHeader | None
     lines: list[Line] = field(default_factory=list)
-    messages: list[STMessage] = field(default_factory=list)
+    messages: list[STMessage | None] = field(default_factory=list)
     bad: list[BadLine] = field(default_factory=list)
+
+    def message(self, i: int) -> STMessage:
+        """Message `i`, parsed now if it was skipped as known."""
+        found = self.messages[i]
+        if found is None:
+            found = self.messages[i] = parse_message(self.lines[i].raw)
+        return found
 
 
 def text_hash(text: str) -> str:
@@ -184,10 +195,8 @@ def parse_message(raw: bytes) -> STMessage:
         raise ValueError(f"bad message field {where}: {first['msg']}") from None
 
 
-def parse_chat(
-    data: bytes, *, source: str = "", known: dict[bytes, STMessage] | None = None
-) -> ChatFile:
-    """Parse a whole chat file. `known` maps line digests to messages already parsed."""
+def parse_chat(data: bytes, *, source: str = "", known: Container[bytes] = ()) -> ChatFile:
+    """Parse a chat file; lines whose digest is in `known` are left unparsed (None)."""
     lines = split_lines(data)
     header: ChatHeader | None = None
     if lines:
@@ -203,8 +212,8 @@ def parse_chat(
             lines = lines[1:]
     result = ChatFile(header=header)
     for line in lines:
-        message = known.get(line.digest) if known else None
-        if message is None:
+        message: STMessage | None = None
+        if line.digest not in known:
             try:
                 message = parse_message(line.raw)
             except ValueError as exc:

@@ -9,12 +9,12 @@ messages of the same speaker. What is left over was deleted or added.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from difflib import SequenceMatcher
 from typing import Literal
 
-from proxy.sillytavern.chatfile import STMessage
+from proxy.sillytavern.chatfile import STMessage, text_hash
 
 EventKind = Literal["added", "edited", "deleted", "swiped", "hidden", "unhidden"]
 
@@ -29,7 +29,7 @@ class OldMessage:
     is_user: bool
     is_system: bool
     send_date: str | None
-    text: str
+    text_hash: str
     swipe_id: int | None
     swipe_count: int
 
@@ -50,19 +50,22 @@ class Reconciled:
 
 
 def reconcile(
-    old: Sequence[OldMessage], new_digests: Sequence[bytes], new: Sequence[STMessage]
+    old: Sequence[OldMessage], new_digests: Sequence[bytes], load: Callable[[int], STMessage]
 ) -> Reconciled:
-    result = Reconciled(uids=[None] * len(new))
+    """Align the mirror with the new file. `load(i)` gives new message `i`; it is only
+    called for messages in changed stretches, so unchanged lines are never parsed."""
+    result = Reconciled(uids=[None] * len(new_digests))
     matcher = SequenceMatcher(None, [o.digest for o in old], list(new_digests), autojunk=False)
     for tag, i1, i2, j1, j2 in matcher.get_opcodes():
         if tag == "equal":
             for k in range(i2 - i1):
                 result.uids[j1 + k] = old[i1 + k].uid
             continue
-        paired = _pair(old[i1:i2], new[j1:j2])
+        stretch = [load(j) for j in range(j1, j2)]
+        paired = _pair(old[i1:i2], stretch)
         used_old = set()
         for oi, nj in paired:
-            before, after = old[i1 + oi], new[j1 + nj]
+            before, after = old[i1 + oi], stretch[nj]
             result.uids[j1 + nj] = before.uid
             used_old.add(oi)
             result.events.extend(_changes(before, after, j1 + nj))
@@ -101,6 +104,6 @@ def _changes(before: OldMessage, after: STMessage, index: int) -> list[Event]:
         events.append(Event("hidden" if after.is_system else "unhidden", index, before.uid))
     if before.swipe_count != after.swipe_count or before.swipe_id != after.swipe_id:
         events.append(Event("swiped", index, before.uid))
-    elif before.text != after.mes or before.name != after.name:
+    elif before.text_hash != text_hash(after.mes) or before.name != after.name:
         events.append(Event("edited", index, before.uid))
     return events

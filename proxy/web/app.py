@@ -126,14 +126,17 @@ def _library_ctx(library: ChatLibrary, settings: Settings):  # type: ignore[no-u
 
         async def index_then_watch() -> None:
             # In the background: the proxy serves at once; identification starts with
-            # whatever is indexed so far.
+            # whatever is indexed so far. The watch starts first so that no save made
+            # during indexing is missed.
+            if settings.sillytavern.watch:
+                await watcher.__aenter__()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(watcher.ready.wait(), 5)
             try:
                 count = await library.index_all()
                 log.info("indexed %d SillyTavern chat(s) in %s", count, library.data_dir)
             except Exception:
                 log.exception("indexing %s failed", library.data_dir)
-            if settings.sillytavern.watch:
-                await watcher.__aenter__()
 
         task = asyncio.create_task(index_then_watch(), name="st-initial-index")
         try:

@@ -154,10 +154,11 @@ def test_large_file_parses() -> None:
 
 def test_known_lines_are_not_parsed_again() -> None:
     first = parse_chat(jsonl(HEADER_115, GREETING, USER))
-    known = {line.digest: msg for line, msg in zip(first.lines, first.messages, strict=True)}
+    known = {line.digest for line in first.lines}
     again = parse_chat(jsonl(HEADER_115, GREETING, USER, REPLY), known=known)
-    assert again.messages[0] is first.messages[0]
-    assert again.messages[2].mes == "In Eldoria."
+    assert again.messages[:2] == [None, None]
+    assert again.messages[2] is not None and again.messages[2].mes == "In Eldoria."
+    assert again.message(1) == first.messages[1]  # parsed on demand
 
 
 @settings(max_examples=300, deadline=None)

@@ -1,0 +1,195 @@
+"""Indexing ST's chats and identifying requests. Prints figures; not a timed test.
+
+    python bench/ingest.py
+
+- a generated 10,000-message chat (every other message with three swipes, ~20 MB):
+  full index time, and the time from ST's save (rename) of one more message until the
+  store and index are updated, through the real watcher;
+- 2,000 indexed chats: identification latency of a request (p50/p99, in-process,
+  including the freshness stat);
+- the process's RSS.
+Targets (2-core machine): full index at most 1 s, append at most 150 ms, identification
+at most 1 ms p50, RSS at most 250 MB.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import random
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from adapters.openai_chat import OpenAIChatAdapter  # noqa: E402
+from proxy.library import ChatLibrary  # noqa: E402
+from proxy.store import Store  # noqa: E402
+from proxy.watcher import Watcher  # noqa: E402
+
+MARKERS = ("[Start a new Chat]",)
+WORDS = [
+    "the",
+    "river",
+    "spirits",
+    "whisper",
+    "of",
+    "old",
+    "oaths",
+    "beneath",
+    "the",
+    "silver",
+    "moon",
+    "and",
+]
+
+
+def text(rng: random.Random, n: int) -> str:
+    return " ".join(rng.choice(WORDS) for _ in range(n))
+
+
+def message(i: int, rng: random.Random, words: int) -> dict[str, object]:
+    date = f"2026-05-01T12:{i // 3600 % 60:02d}:{i // 60 % 60:02d}.{i % 1000:03d}Z"
+    if i % 2:
+        return {
+            "name": "Alex",
+            "is_user": True,
+            "is_system": False,
+            "send_date": date,
+            "mes": f"({i}) " + text(rng, words // 4),
+            "extra": {"isSmallSys": False},
+        }
+    swipes = [f"({i}/{k}) " + text(rng, words) for k in range(3)]
+    return {
+        "extra": {"api": "custom", "model": "m"},
+        "name": "Seraphina",
+        "is_user": False,
+        "send_date": date,
+        "mes": swipes[2],
+        "swipe_id": 2,
+        "swipes": swipes,
+        "swipe_info": [{"send_date": date, "extra": {}} for _ in swipes],
+    }
+
+
+def chat_file(n: int, seed: int, words: int) -> list[bytes]:
+    rng = random.Random(seed)
+    header = {
+        "chat_metadata": {"integrity": f"slug-{seed}"},
+        "user_name": "unused",
+        "character_name": "unused",
+    }
+    return [json.dumps(header).encode()] + [
+        json.dumps(message(i, rng, words)).encode() for i in range(n)
+    ]
+
+
+def save_like_st(path: Path, lines: list[bytes]) -> None:
+    tmp = path.with_name(path.name + f".{random.randint(10**8, 10**9)}")
+    tmp.write_bytes(b"\n".join(lines))
+    os.replace(tmp, path)
+
+
+def rss_mb() -> float:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+async def big_chat(root: Path) -> None:
+    data = root / "big" / "data"
+    folder = data / "default-user" / "chats" / "Seraphina"
+    folder.mkdir(parents=True)
+    lines = chat_file(10_000, 1, 220)
+    path = folder / "Seraphina - 2026-05-01@12h00m00s000ms.jsonl"
+    save_like_st(path, lines)
+    size = path.stat().st_size / 1e6
+    library = ChatLibrary(data, Store(root / "big.sqlite3"))
+    started = time.perf_counter()
+    await library.index_all()
+    full = time.perf_counter() - started
+    print(
+        f"10,000-message chat ({size:.1f} MB, 3 swipes on every reply): "
+        f"full index {full * 1000:.0f} ms"
+    )
+    chat_id = next(iter(library.index.entries))
+    timings = []
+    async with Watcher(library, debounce_ms=100) as watcher:
+        await asyncio.wait_for(watcher.ready.wait(), 5)
+        await asyncio.sleep(0.3)
+        rng = random.Random(7)
+        for k in range(10):
+            lines.append(json.dumps(message(10_000 + k, rng, 220)).encode())
+            expected = len(lines) - 1
+            started = time.perf_counter()
+            save_like_st(path, lines)
+            while library.index.entries[chat_id].total != expected:
+                await asyncio.sleep(0.001)
+            timings.append(time.perf_counter() - started)
+            await asyncio.sleep(0.2)
+    timings.sort()
+    print(
+        f"  append one message, save -> store and index updated (watcher, 10 saves): "
+        f"p50 {statistics.median(timings) * 1000:.0f} ms, max {timings[-1] * 1000:.0f} ms"
+    )
+    library.close()
+
+
+async def many_chats(root: Path) -> None:
+    data = root / "many" / "data"
+    adapter = OpenAIChatAdapter()
+    requests = []
+    for c in range(2000):
+        folder = data / "default-user" / "chats" / f"Char{c % 200}"
+        folder.mkdir(parents=True, exist_ok=True)
+        lines = chat_file(40, 1000 + c, 60)
+        save_like_st(folder / f"Char{c % 200} - chat {c}.jsonl", lines)
+        if c % 40 == 0:
+            history = [json.loads(line) for line in lines[1:]]
+            messages = [
+                {"role": "system", "content": "Write the next reply."},
+                {"role": "system", "content": "[Start a new Chat]"},
+            ]
+            messages += [
+                {"role": "user" if m["is_user"] else "assistant", "content": m["mes"]}
+                for m in history
+            ]
+            body = json.dumps({"messages": messages, "model": "m"}).encode()
+            requests.append(adapter.parse(body).messages)
+    library = ChatLibrary(data, Store(root / "many.sqlite3"))
+    started = time.perf_counter()
+    await library.index_all()
+    print(f"2,000 chats of 40 messages: full index {time.perf_counter() - started:.2f} s")
+    timings, wrong = [], 0
+    for _ in range(20):
+        for messages in requests:
+            started = time.perf_counter()
+            found = await library.identify_request(messages, MARKERS)
+            timings.append(time.perf_counter() - started)
+            wrong += found.identification is None
+    timings.sort()
+    p50 = statistics.median(timings) * 1000
+    p99 = timings[int(len(timings) * 0.99)] * 1000
+    print(
+        f"  identification, {len(timings)} requests: p50 {p50:.3f} ms, p99 {p99:.3f} ms, "
+        f"{wrong} unidentified"
+    )
+    library.close()
+
+
+async def main() -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        await big_chat(root)
+        await many_chats(root)
+    print(f"peak RSS of this process: {rss_mb():.0f} MB")
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
