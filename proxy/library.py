@@ -9,7 +9,6 @@ only where its lines changed (see `proxy.sillytavern.chatfile`).
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import logging
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -30,8 +29,9 @@ from proxy.core.identify import (
 )
 from proxy.core.models import ChatMessage
 from proxy.core.placement import find_history
-from proxy.sillytavern.chatfile import parse_chat
+from proxy.sillytavern.chatfile import file_digest, parse_chat
 from proxy.sillytavern.layout import (
+    SUFFIX,
     ChatLocation,
     GroupInfo,
     locate,
@@ -109,9 +109,20 @@ class ChatLibrary:
         return len(results)
 
     async def refresh(self, paths: Iterable[Path]) -> list[Refreshed]:
-        """Re-read changed chat files (the watcher's entry point)."""
-        rels = [self._rel(p) for p in paths]
-        results = await self.run(lambda: self._refresh_many([r for r in rels if r]))
+        """Re-read changed chat files, or the chat files inside changed folders (the
+        watcher's entry point)."""
+        paths = list(paths)
+
+        def work() -> list[Refreshed]:
+            files: list[Path] = []
+            for path in paths:
+                if path.is_dir():
+                    files.extend(sorted(path.rglob(f"*{SUFFIX}")))
+                else:
+                    files.append(path)
+            return self._refresh_many([r for r in map(self._rel, files) if r])
+
+        results = await self.run(work)
         for result in results:
             self._install(result)
         return results
@@ -247,18 +258,24 @@ class ChatLibrary:
         except OSError as exc:
             log.warning("cannot read chat %s: %s", path, exc.strerror)
             return None
-        file_hash = hashlib.blake2b(data, digest_size=16).digest()
         self._stats[location.chat_id] = stat_key
-        if record is not None and not record.deleted and record.file_hash == file_hash:
-            self.store.update_stat(location.chat_id, *stat_key)
-            return Refreshed(location.chat_id, (), self._entry(record)) if startup else None
         renamed_from = None
         if record is None:
             renamed_from = self._adopt_renamed(location, data)
-        old = self.store.old_messages(location.chat_id)
-        parsed = parse_chat(data, source=str(path), known={o.digest for o in old})
+        chat_id = location.chat_id
+        layout = self.store.layout(chat_id)
+        parsed = parse_chat(data, source=str(path), known={d for _, d in layout})
+        file_hash = file_digest(parsed.lines)
+        if record is not None and not record.deleted and record.file_hash == file_hash:
+            self.store.update_stat(chat_id, *stat_key)
+            return Refreshed(chat_id, (), self._entry(record)) if startup else None
         digests = [line.digest for line in parsed.lines]
-        plan = reconcile(old, digests, parsed.message)
+        plan = reconcile(
+            layout,
+            digests,
+            lambda uids: self.store.old_messages(chat_id, uids),
+            parsed.message,
+        )
         header = parsed.header
         group = self._group_of(location)
         record = ChatRecord(
@@ -292,7 +309,7 @@ class ChatLibrary:
             return None
         digests = [line.digest for line in parsed.lines]
         for old in self.store.deleted_with_integrity(integrity):
-            old_digests = [o.digest for o in self.store.old_messages(old.id)]
+            old_digests = [digest for _, digest in self.store.layout(old.id)]
             if old_digests[: len(digests)] == digests[: len(old_digests)]:
                 log.info("chat renamed: %s -> %s", old.id, location.chat_id)
                 self.store.rename(old.id, location.chat_id)

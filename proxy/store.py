@@ -56,6 +56,7 @@ MIGRATIONS: tuple[str, ...] = (
         text         TEXT NOT NULL,        -- the selected swipe
         text_hash    TEXT NOT NULL,
         swipe_id     INTEGER,
+        swipe_count  INTEGER NOT NULL,
         swipe_hashes TEXT NOT NULL         -- JSON list, one hash per swipe
     );
     CREATE INDEX messages_chat ON messages(chat_id, position);
@@ -118,7 +119,7 @@ _MESSAGE_COLUMNS = (
 )
 _WRITE_COLUMNS = (
     "position, digest, name, is_user, is_system, narrator, send_date, text, text_hash, "
-    "swipe_id, swipe_hashes"
+    "swipe_id, swipe_count, swipe_hashes"
 )
 
 
@@ -141,6 +142,7 @@ def _row(position: int, digest: bytes, message: STMessage) -> tuple[object, ...]
         message.mes,
         text_hash(message.mes),
         message.swipe_id,
+        message.swipe_count,
         orjson.dumps(list(message.swipe_hashes)).decode(),
     )
 
@@ -249,13 +251,28 @@ class Store:
         )
         return int(count), [_message(r) for r in reversed(rows.fetchall())]
 
-    def old_messages(self, chat_id: str) -> list[OldMessage]:
-        """What reconciling needs of the mirror (no texts: they can be megabytes)."""
+    def layout(self, chat_id: str) -> list[tuple[int, bytes]]:
+        """(uid, line digest) of every mirrored message, in order: enough to align."""
         rows = self.db.execute(
-            "SELECT uid, digest, name, is_user, is_system, send_date, text_hash, swipe_id, "
-            "swipe_hashes FROM messages WHERE chat_id=? ORDER BY position",
-            (chat_id,),
+            "SELECT uid, digest FROM messages WHERE chat_id=? ORDER BY position", (chat_id,)
         )
+        return [(r[0], r[1]) for r in rows]
+
+    def old_messages(self, chat_id: str, uids: Iterable[int] | None = None) -> list[OldMessage]:
+        """What reconciling needs of the mirror (no texts: they can be megabytes).
+
+        With `uids`, only those messages (the ones in changed stretches), in order.
+        """
+        query = (
+            "SELECT uid, digest, name, is_user, is_system, send_date, text_hash, swipe_id, "
+            "swipe_count FROM messages WHERE chat_id=?"
+        )
+        params: list[object] = [chat_id]
+        if uids is not None:
+            wanted = list(uids)
+            query += f" AND uid IN ({','.join('?' * len(wanted))})"
+            params += wanted
+        rows = self.db.execute(query + " ORDER BY position", params)
         return [
             OldMessage(
                 uid=r[0],
@@ -266,7 +283,7 @@ class Store:
                 send_date=r[5],
                 text_hash=r[6],
                 swipe_id=r[7],
-                swipe_count=len(orjson.loads(r[8])) or 1,
+                swipe_count=r[8],
             )
             for r in rows
         ]
@@ -290,10 +307,8 @@ class Store:
         with self._transaction():
             self._upsert_chat(chat)
             current = {
-                row[0]: (row[1], row[2])
-                for row in self.db.execute(
-                    "SELECT uid, position, digest FROM messages WHERE chat_id=?", (chat.id,)
-                )
+                uid: (position, digest)
+                for position, (uid, digest) in enumerate(self.layout(chat.id))
             }
             kept = {uid for uid in uids if uid is not None}
             gone = [(uid,) for uid in current if uid not in kept]

@@ -17,7 +17,7 @@ from pathlib import Path, PurePosixPath
 from watchfiles import Change, awatch
 
 from proxy.library import ChatLibrary
-from proxy.sillytavern.layout import locate
+from proxy.sillytavern.layout import CHATS, GROUP_CHATS, locate
 
 log = logging.getLogger(__name__)
 
@@ -28,6 +28,18 @@ def is_relevant(rel: str) -> bool:
         return True
     parts = PurePosixPath(rel).parts
     return len(parts) == 3 and parts[1] == "groups" and parts[2].endswith(".json")
+
+
+def may_hold_chats(rel: str) -> bool:
+    """True for folders that hold chats: a user, `chats`, a character's, `group chats`."""
+    parts = PurePosixPath(rel).parts
+    if not parts or parts[0].startswith(("_", ".")):
+        return False
+    return (
+        len(parts) == 1
+        or (len(parts) == 2 and parts[1] in (CHATS, GROUP_CHATS))
+        or (len(parts) == 3 and parts[1] == CHATS)
+    )
 
 
 class Watcher:
@@ -69,6 +81,10 @@ class Watcher:
                 rel = Path(path).resolve().relative_to(root).as_posix()
             except ValueError:
                 return False
+            if change == Change.added and may_hold_chats(rel) and Path(path).is_dir():
+                # Files written into a folder before the OS watch on it is in place raise
+                # no event of their own (a new character's first chat): look inside.
+                return True
             return is_relevant(rel)
 
         while not self._stop.is_set():

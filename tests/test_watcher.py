@@ -33,11 +33,11 @@ def test_path_filter(rel: str, relevant: bool) -> None:
     assert is_relevant(rel) is relevant
 
 
-async def wait_for(condition, timeout: float = 10.0) -> None:  # type: ignore[no-untyped-def]
+async def wait_for(condition, timeout: float = 10.0, what: str = "") -> None:  # type: ignore[no-untyped-def]
     deadline = asyncio.get_running_loop().time() + timeout
     while not condition():
         if asyncio.get_running_loop().time() > deadline:
-            raise TimeoutError("the watcher did not catch up")
+            raise TimeoutError(f"the watcher did not catch up: {what}")
         await asyncio.sleep(0.02)
 
 
@@ -57,7 +57,9 @@ async def test_changes_reach_the_mirror(tmp_path: Path) -> None:
                 lambda expected=expected: (
                     SOLO_ID in library.index.entries
                     and library.index.entries[SOLO_ID].total == expected
-                )
+                ),
+                what=f"{version.step}: want {expected}, have "
+                f"{getattr(library.index.entries.get(SOLO_ID), 'total', None)}",
             )
         # a temp file and a backup are not chats
         (user / "backups").mkdir()

@@ -50,29 +50,35 @@ class Reconciled:
 
 
 def reconcile(
-    old: Sequence[OldMessage], new_digests: Sequence[bytes], load: Callable[[int], STMessage]
+    old: Sequence[tuple[int, bytes]],
+    new_digests: Sequence[bytes],
+    load_old: Callable[[Sequence[int]], Sequence[OldMessage]],
+    load_new: Callable[[int], STMessage],
 ) -> Reconciled:
-    """Align the mirror with the new file. `load(i)` gives new message `i`; it is only
-    called for messages in changed stretches, so unchanged lines are never parsed."""
+    """Align the mirror (`(uid, line digest)` in order) with the new file's line digests.
+
+    `load_old(uids)` and `load_new(i)` give the details of messages in changed stretches
+    only: unchanged lines are never parsed, and their rows never read.
+    """
     result = Reconciled(uids=[None] * len(new_digests))
-    matcher = SequenceMatcher(None, [o.digest for o in old], list(new_digests), autojunk=False)
+    matcher = SequenceMatcher(None, [d for _, d in old], list(new_digests), autojunk=False)
     for tag, i1, i2, j1, j2 in matcher.get_opcodes():
         if tag == "equal":
             for k in range(i2 - i1):
-                result.uids[j1 + k] = old[i1 + k].uid
+                result.uids[j1 + k] = old[i1 + k][0]
             continue
-        stretch = [load(j) for j in range(j1, j2)]
-        paired = _pair(old[i1:i2], stretch)
-        used_old = set()
+        before_stretch = list(load_old([uid for uid, _ in old[i1:i2]])) if i2 > i1 else []
+        after_stretch = [load_new(j) for j in range(j1, j2)]
+        paired = _pair(before_stretch, after_stretch)
         for oi, nj in paired:
-            before, after = old[i1 + oi], stretch[nj]
+            before, after = before_stretch[oi], after_stretch[nj]
             result.uids[j1 + nj] = before.uid
-            used_old.add(oi)
             result.events.extend(_changes(before, after, j1 + nj))
-        for oi in range(i2 - i1):
-            if oi not in used_old:
-                result.events.append(Event("deleted", i1 + oi, old[i1 + oi].uid))
+        paired_old = {oi for oi, _ in paired}
         paired_new = {nj for _, nj in paired}
+        for oi, before in enumerate(before_stretch):
+            if oi not in paired_old:
+                result.events.append(Event("deleted", i1 + oi, before.uid))
         for nj in range(j2 - j1):
             if nj not in paired_new:
                 result.events.append(Event("added", j1 + nj))
