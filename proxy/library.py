@@ -298,7 +298,9 @@ class ChatLibrary:
             updated=stat.st_mtime_ns / 1e9,
             deleted=False,
         )
-        events = self.store.save_chat(record, plan.uids, digests, parsed.message, plan.events)
+        events = self.store.save_chat(
+            record, plan.uids, digests, parsed.message, plan.events, layout
+        )
         return Refreshed(location.chat_id, tuple(events), self._entry(record), renamed_from)
 
     def _adopt_renamed(self, location: ChatLocation, data: bytes) -> str | None:

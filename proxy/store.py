@@ -295,21 +295,22 @@ class Store:
         digests: Sequence[bytes],
         load: Callable[[int], STMessage],
         events: Iterable[Event],
+        layout: Sequence[tuple[int, bytes]] | None = None,
     ) -> list[Event]:
         """Write a chat and its reconciled messages in one transaction.
 
         `uids[i]` is the existing uid of new message `i`, or None for an added one; rows
         whose uid is not kept are deleted. A kept row whose line did not change only has its
         position updated, so `load(i)` (which may parse) is called for changed rows only.
-        Returns the events with the uids of added messages filled in.
+        Returns the events with the uids of added messages filled in. `layout` is the
+        mirror's `layout()` when the caller just read it.
         """
         now = time.time()
         with self._transaction():
             self._upsert_chat(chat)
-            current = {
-                uid: (position, digest)
-                for position, (uid, digest) in enumerate(self.layout(chat.id))
-            }
+            if layout is None:
+                layout = self.layout(chat.id)
+            current = {uid: (position, digest) for position, (uid, digest) in enumerate(layout)}
             kept = {uid for uid in uids if uid is not None}
             gone = [(uid,) for uid in current if uid not in kept]
             self.db.executemany("DELETE FROM messages WHERE uid=?", gone)

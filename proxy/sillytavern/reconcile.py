@@ -61,8 +61,7 @@ def reconcile(
     only: unchanged lines are never parsed, and their rows never read.
     """
     result = Reconciled(uids=[None] * len(new_digests))
-    matcher = SequenceMatcher(None, [d for _, d in old], list(new_digests), autojunk=False)
-    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
+    for tag, i1, i2, j1, j2 in _opcodes([d for _, d in old], list(new_digests)):
         if tag == "equal":
             for k in range(i2 - i1):
                 result.uids[j1 + k] = old[i1 + k][0]
@@ -84,6 +83,27 @@ def reconcile(
                 result.events.append(Event("added", j1 + nj))
     result.events.sort(key=lambda e: (e.kind == "deleted", e.index))
     return result
+
+
+def _opcodes(a: list[bytes], b: list[bytes]) -> list[tuple[str, int, int, int, int]]:
+    """difflib's opcodes, with the common head and tail cut off first: ST's usual changes
+    (a message appended, the last one swiped or continued) then cost no matching at all."""
+    head = 0
+    limit = min(len(a), len(b))
+    while head < limit and a[head] == b[head]:
+        head += 1
+    tail = 0
+    while tail < limit - head and a[-1 - tail] == b[-1 - tail]:
+        tail += 1
+    ops: list[tuple[str, int, int, int, int]] = []
+    if head:
+        ops.append(("equal", 0, head, 0, head))
+    middle = SequenceMatcher(None, a[head : len(a) - tail], b[head : len(b) - tail], autojunk=False)
+    for tag, i1, i2, j1, j2 in middle.get_opcodes():
+        ops.append((tag, i1 + head, i2 + head, j1 + head, j2 + head))
+    if tail:
+        ops.append(("equal", len(a) - tail, len(a), len(b) - tail, len(b)))
+    return ops
 
 
 def _pair(old: Sequence[OldMessage], new: Sequence[STMessage]) -> list[tuple[int, int]]:
