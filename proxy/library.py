@@ -13,6 +13,7 @@ import logging
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import TypeVar
 from urllib.parse import unquote
@@ -44,6 +45,7 @@ from proxy.store import ChatRecord, Store
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+FRESHNESS_WAIT = 1.0  # seconds a request may wait for its chat file to be re-read
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,11 +104,26 @@ class ChatLibrary:
     # -- indexing ------------------------------------------------------------------------
 
     async def index_all(self) -> int:
-        """Index every chat under the data folder; unchanged files are not read again."""
-        results = await self.run(self._index_all)
-        for result in results:
+        """Index every chat under the data folder; unchanged files are not read again.
+
+        One chat per worker job, so that a request's freshness check can slip in between
+        and identification improves as indexing goes.
+        """
+        if self.data_dir is None:
+            return 0
+        data_dir = self.data_dir
+        locations = await self.run(lambda: list(scan(data_dir)))
+        await self.run(self._reset_caches)
+        count = 0
+        for location in locations:
+            result = await self.run(partial(self._refresh_location, location, startup=True))
+            if result is not None:
+                self._install(result)
+                count += 1
+        seen = {location.chat_id for location in locations}
+        for result in await self.run(lambda: self._forget_missing(seen)):
             self._install(result)
-        return len(results)
+        return count
 
     async def refresh(self, paths: Iterable[Path]) -> list[Refreshed]:
         """Re-read changed chat files, or the chat files inside changed folders (the
@@ -140,7 +157,15 @@ class ChatLibrary:
         known = self._stats.get(chat_id)
         if known == (stat.st_size, stat.st_mtime_ns):
             return False
-        await self.refresh([path])
+        try:
+            # Bounded: a request never waits long for the mirror; past this it is
+            # identified against what is indexed, and the re-read finishes anyway.
+            await asyncio.wait_for(asyncio.shield(self.refresh([path])), FRESHNESS_WAIT)
+        except TimeoutError:
+            log.warning(
+                "re-reading %s took over %.1f s; identifying without it", path, FRESHNESS_WAIT
+            )
+            return False
         return True
 
     def _install(self, result: Refreshed) -> None:
@@ -196,18 +221,12 @@ class ChatLibrary:
 
     # -- worker-thread side --------------------------------------------------------------
 
-    def _index_all(self) -> list[Refreshed]:
-        if self.data_dir is None:
-            return []
+    def _reset_caches(self) -> None:
         self._groups.clear()
         self._personas.clear()
-        seen: set[str] = set()
+
+    def _forget_missing(self, seen: set[str]) -> list[Refreshed]:
         results = []
-        for location in scan(self.data_dir):
-            seen.add(location.chat_id)
-            result = self._refresh_location(location, startup=True)
-            if result is not None:
-                results.append(result)
         for record in self.store.chats():
             if record.id not in seen:
                 self.store.mark_deleted(record.id)

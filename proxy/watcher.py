@@ -93,7 +93,7 @@ class Watcher:
                     data_dir,
                     watch_filter=keep,
                     debounce=self.debounce_ms,
-                    step=20,
+                    step=10,
                     stop_event=self._stop,
                     force_polling=self.force_polling or None,
                     # An empty batch every 100 ms tells us the OS watch is in place.
