@@ -22,6 +22,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -77,27 +78,30 @@ def message(i: int, rng: random.Random, words: int) -> dict[str, object]:
     }
 
 
-def chat_file(n: int, seed: int, words: int) -> list[bytes]:
+def chat_lines(n: int, seed: int, words: int) -> Iterator[bytes]:
     rng = random.Random(seed)
     header = {
         "chat_metadata": {"integrity": f"slug-{seed}"},
         "user_name": "unused",
         "character_name": "unused",
     }
-    return [json.dumps(header).encode()] + [
-        json.dumps(message(i, rng, words)).encode() for i in range(n)
-    ]
+    yield json.dumps(header).encode()
+    for i in range(n):
+        yield json.dumps(message(i, rng, words)).encode()
 
 
-def save_like_st(path: Path, lines: list[bytes]) -> None:
+def save_like_st(path: Path, lines: Iterable[bytes]) -> None:
+    """Written line by line, so that this process holds no copy of a big chat."""
     tmp = path.with_name(path.name + f".{random.randint(10**8, 10**9)}")
-    tmp.write_bytes(b"\n".join(lines))
+    with tmp.open("wb") as out:
+        for i, line in enumerate(lines):
+            out.write(b"\n" + line if i else line)
     os.replace(tmp, path)
 
 
-def rss_mb() -> float:
+def rss_mb(field: str = "VmHWM") -> float:
     for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmHWM"):
+        if line.startswith(field):
             return int(line.split()[1]) / 1024
     return float("nan")
 
@@ -106,9 +110,8 @@ async def big_chat(root: Path) -> None:
     data = root / "big" / "data"
     folder = data / "default-user" / "chats" / "Seraphina"
     folder.mkdir(parents=True)
-    lines = chat_file(10_000, 1, 220)
     path = folder / "Seraphina - 2026-05-01@12h00m00s000ms.jsonl"
-    save_like_st(path, lines)
+    save_like_st(path, chat_lines(10_000, 1, 220))
     size = path.stat().st_size / 1e6
     library = ChatLibrary(data, Store(root / "big.sqlite3"))
     started = time.perf_counter()
@@ -125,10 +128,12 @@ async def big_chat(root: Path) -> None:
         await asyncio.sleep(0.3)
         rng = random.Random(7)
         for k in range(10):
-            lines.append(json.dumps(message(10_000 + k, rng, 220)).encode())
-            expected = len(lines) - 1
+            new_line = json.dumps(message(10_000 + k, rng, 220)).encode()
+            expected = 10_001 + k
+            current = path.read_bytes()
             started = time.perf_counter()
-            save_like_st(path, lines)
+            save_like_st(path, [current, new_line])
+            del current
             while library.index.entries[chat_id].total != expected:
                 await asyncio.sleep(0.001)
             timings.append(time.perf_counter() - started)
@@ -148,7 +153,7 @@ async def many_chats(root: Path) -> None:
     for c in range(2000):
         folder = data / "default-user" / "chats" / f"Char{c % 200}"
         folder.mkdir(parents=True, exist_ok=True)
-        lines = chat_file(40, 1000 + c, 60)
+        lines = list(chat_lines(40, 1000 + c, 60))
         save_like_st(folder / f"Char{c % 200} - chat {c}.jsonl", lines)
         if c % 40 == 0:
             history = [json.loads(line) for line in lines[1:]]
@@ -188,7 +193,7 @@ async def main() -> None:
         root = Path(tmp)
         await big_chat(root)
         await many_chats(root)
-    print(f"peak RSS of this process: {rss_mb():.0f} MB")
+    print(f"RSS of this process: {rss_mb('VmRSS'):.0f} MB now, peak {rss_mb():.0f} MB")
 
 
 if __name__ == "__main__":

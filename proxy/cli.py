@@ -118,6 +118,8 @@ def _setup_logging(level: str) -> None:
     )
     # aiohttp's access log would print every request line; our own lines say what matters.
     logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
+    # watchfiles logs every batch of changes at INFO; the library logs what matters.
+    logging.getLogger("watchfiles").setLevel(logging.WARNING)
 
 
 def _serve(args: argparse.Namespace) -> int:
