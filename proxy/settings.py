@@ -14,10 +14,18 @@ import os
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import platformdirs
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+)
 
 from proxy.core.models import Placement, Position, Role
 from proxy.errors import ConfigError
@@ -25,6 +33,9 @@ from proxy.errors import ConfigError
 APP_NAME = "recap-proxy"
 ENV_PREFIX = "RECAP_PROXY_"
 ENV_NESTING = "__"
+
+# A path from the user: `~` means their home, wherever it is written.
+UserPath = Annotated[Path, AfterValidator(Path.expanduser)]
 
 
 class _Section(BaseModel):
@@ -46,17 +57,12 @@ class ServerSettings(_Section):
     log_level: Literal["debug", "info", "warning", "error"] = Field(
         "info", description="Logging verbosity. Request bodies and API keys are never logged."
     )
-    record_dir: Path | None = Field(
+    record_dir: UserPath | None = Field(
         None,
         description="When set, every proxied exchange is written there as a cassette file "
         "(API keys redacted). Same as `serve --record DIR`.",
         examples=["~/recap-proxy-recordings"],
     )
-
-    @field_validator("record_dir")
-    @classmethod
-    def _expand(cls, value: Path | None) -> Path | None:
-        return value.expanduser() if value is not None else None
 
 
 class UpstreamSettings(_Section):
@@ -132,7 +138,7 @@ class InjectionSettings(_Section):
         "`{{running_recap}}` and the other macros are replaced.",
         examples=["[Story so far: {{running_recap}}]"],
     )
-    template_file: Path | None = Field(
+    template_file: UserPath | None = Field(
         None,
         description="Path of the injection template. Unset: the bundled `templates/injection.md`.",
         examples=["~/.config/recap-proxy/injection.md"],
@@ -142,11 +148,6 @@ class InjectionSettings(_Section):
         description="Text at the start of ST's `new_chat_prompt` system message(s); chat "
         "history begins after the last one. Add yours if you changed it in ST.",
     )
-
-    @field_validator("template_file")
-    @classmethod
-    def _expand(cls, value: Path | None) -> Path | None:
-        return value.expanduser() if value is not None else None
 
     @field_validator("position", mode="before")
     @classmethod
@@ -163,7 +164,7 @@ class InjectionSettings(_Section):
 
 
 class SillyTavernSettings(_Section):
-    data_dir: Path | None = Field(
+    data_dir: UserPath | None = Field(
         None,
         description="ST's `data/` folder (the one holding `default-user/`). Unset: looked for "
         "in the usual install places; without it the proxy still proxies, without memory. "
@@ -180,24 +181,14 @@ class SillyTavernSettings(_Section):
         "some Docker volumes).",
     )
 
-    @field_validator("data_dir")
-    @classmethod
-    def _expand(cls, value: Path | None) -> Path | None:
-        return value.expanduser() if value is not None else None
-
 
 class StoreSettings(_Section):
-    path: Path | None = Field(
+    path: UserPath | None = Field(
         None,
         description="The proxy's own SQLite file. Unset: `recap-proxy.sqlite3` in the user's "
         "data dir (e.g. ~/.local/share/recap-proxy/ on Linux).",
         examples=["~/.local/share/recap-proxy/recap-proxy.sqlite3"],
     )
-
-    @field_validator("path")
-    @classmethod
-    def _expand(cls, value: Path | None) -> Path | None:
-        return value.expanduser() if value is not None else None
 
     def resolved_path(self) -> Path:
         if self.path is not None:
