@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator
 from pathlib import Path, PurePosixPath
 
 from watchfiles import Change, awatch
@@ -121,8 +120,3 @@ class Watcher:
             if result.events:
                 summary = ", ".join(f"{e.kind} #{e.index}" for e in result.events[:6])
                 log.debug("%s: %s", result.chat_id, summary)
-
-
-async def watching(watcher: Watcher) -> AsyncIterator[None]:
-    async with watcher:
-        yield

@@ -160,12 +160,6 @@ def text_hash(text: str) -> str:
     return hashlib.blake2b(text.encode("utf-8"), digest_size=8).hexdigest()
 
 
-def line_digest(raw: bytes) -> bytes:
-    # Change detection, not security: SHA-1 is the fastest hashlib digest here (SHA-NI).
-    # `split_lines` inlines the same call.
-    return hashlib.sha1(raw).digest()
-
-
 def file_digest(lines: list[Line]) -> bytes:
     """A digest of a file's content from its line digests (no second pass over the bytes)."""
     return hashlib.sha1(b"".join(line.digest for line in lines)).digest()
@@ -177,6 +171,7 @@ def split_lines(data: bytes) -> list[Line]:
     if b"\r" in data:
         data = data.replace(b"\r\n", b"\n")
     view = memoryview(data)
+    # Change detection, not security: SHA-1 is the fastest hashlib digest here (SHA-NI).
     sha1 = hashlib.sha1
     find = data.find
     lines: list[Line] = []

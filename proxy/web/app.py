@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import logging
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 from aiohttp import web
@@ -115,7 +115,9 @@ def resolve_data_dir(settings: Settings) -> Path | None:
     return found
 
 
-def _library_ctx(library: ChatLibrary, settings: Settings):  # type: ignore[no-untyped-def]
+def _library_ctx(
+    library: ChatLibrary, settings: Settings
+) -> Callable[[web.Application], AsyncIterator[None]]:
     async def ctx(app: web.Application) -> AsyncIterator[None]:
         await library.open()
         watcher = Watcher(

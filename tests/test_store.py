@@ -1,0 +1,62 @@
+"""The store: migrations at open, the change log, per-chat on/off."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from proxy.sillytavern.chatfile import STMessage
+from proxy.sillytavern.reconcile import Event
+from proxy.store import MIGRATIONS, ChatRecord, Store
+
+
+def record(chat_id: str = "u/chats/S/c") -> ChatRecord:
+    return ChatRecord(
+        id=chat_id,
+        user="u",
+        kind="character",
+        character="S",
+        group_id=None,
+        group_name=None,
+        name="c",
+        file=chat_id + ".jsonl",
+        integrity="slug",
+        main_chat=None,
+        enabled=None,
+        size=1,
+        mtime_ns=1,
+        file_hash=b"h",
+        messages=1,
+        bad_lines=0,
+        updated=1.0,
+        deleted=False,
+    )
+
+
+def test_migrations_run_once_and_a_newer_store_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "s.sqlite3"
+    store = Store(path)
+    assert store.schema_version == len(MIGRATIONS)
+    assert store.db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    store.close()
+    Store(path).close()  # opening again applies nothing twice
+    db = sqlite3.connect(path)
+    db.execute(f"PRAGMA user_version={len(MIGRATIONS) + 1}")
+    db.close()
+    with pytest.raises(RuntimeError, match="newer than this recap-proxy"):
+        Store(path)
+
+
+def test_events_are_logged_with_uids_and_enabled_is_kept() -> None:
+    store = Store(":memory:")
+    message = STMessage(name="Alex", is_user=True, mes="hi")
+    events = store.save_chat(record(), [None], [b"d1"], lambda i: message, [Event("added", 0)])
+    uid = store.messages("u/chats/S/c")[0].uid
+    assert events == [Event("added", 0, uid)]
+    assert store.events("u/chats/S/c") == [(1, "added", uid, 0)]
+    store.set_enabled("u/chats/S/c", False)
+    store.save_chat(record(), [uid], [b"d1"], lambda i: message, [])
+    chat = store.chat("u/chats/S/c")
+    assert chat is not None and chat.enabled is False  # re-indexing keeps the user's choice
