@@ -7,12 +7,12 @@ the way sends the original bytes on, and is logged once with what was being done
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from adapters import Adapter
-from proxy.core.models import Insertion
+from proxy.core.models import ChatMessage, Insertion, Memory
 from proxy.core.plan import InjectionPolicy, plan_insertion
 from proxy.core.render import Template
 from proxy.core.tokens import TokenCounter
@@ -63,6 +63,8 @@ class Outcome:
     body: bytes
     insertion: Insertion | None = None
     chat_id: str | None = None
+    memory: Memory | None = None
+    messages: Sequence[ChatMessage] = ()
 
 
 class Injector:
@@ -92,10 +94,10 @@ class Injector:
                 parsed.messages, memory, self.policy, self.template, self.counter.count
             )
             replacements = memory.replacements if memory is not None else {}
-            if insertion is None and not replacements:
-                return Outcome(body=raw, chat_id=chat_id)
-            body = adapter.apply(parsed, insertion, replacements)
-            return Outcome(body=body, insertion=insertion, chat_id=chat_id)
+            body = raw
+            if insertion is not None or replacements:
+                body = adapter.apply(parsed, insertion, replacements)
+            return Outcome(body, insertion, chat_id, memory, parsed.messages)
         except Exception as exc:
             # Fail open: the user's chat goes on without memory, the cause is in the log.
             log.warning(

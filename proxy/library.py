@@ -18,6 +18,8 @@ from pathlib import Path
 from typing import TypeVar
 from urllib.parse import unquote
 
+import orjson
+
 from proxy.core.identify import (
     TAIL,
     ChatEntry,
@@ -316,6 +318,7 @@ class ChatLibrary:
             bad_lines=len(parsed.bad),
             updated=stat.st_mtime_ns / 1e9,
             deleted=False,
+            metadata=orjson.dumps(header.chat_metadata).decode() if header else None,
         )
         events = self.store.save_chat(
             record, plan.uids, digests, parsed.message, plan.events, layout

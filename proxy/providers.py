@@ -73,4 +73,5 @@ class ChatMemory:
             chat_enabled=entry.enabled if entry else None,
             history=ident.history or None,
             replacements=found.replacements,
+            identity=ident,
         )

@@ -13,11 +13,14 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import orjson
 
 from proxy.sillytavern.chatfile import STMessage, text_hash
 from proxy.sillytavern.reconcile import Event, OldMessage
+
+PENDING_SNAPSHOT_TTL = 3600.0  # seconds a lorebook snapshot waits for its reply to be saved
 
 MIGRATIONS: tuple[str, ...] = (
     # 1: chats, their mirrored messages, and the change log
@@ -70,6 +73,23 @@ MIGRATIONS: tuple[str, ...] = (
     );
     CREATE INDEX events_chat ON events(chat_id, seq);
     """,
+    # 2: the chat's ST metadata (its lorebook, timed effects) and lorebook snapshots
+    """
+    ALTER TABLE chats ADD COLUMN metadata TEXT;   -- chat_metadata JSON from the header
+    CREATE TABLE lore_snapshots (
+        id           INTEGER PRIMARY KEY AUTOINCREMENT,
+        chat_id      TEXT NOT NULL REFERENCES chats(id) ON DELETE CASCADE ON UPDATE CASCADE,
+        message_uid  INTEGER REFERENCES messages(uid) ON DELETE CASCADE,  -- NULL until saved
+        target       INTEGER NOT NULL,     -- ST index the reply has or replaces
+        swipe        INTEGER NOT NULL,
+        generation   TEXT NOT NULL,
+        created      REAL NOT NULL,
+        active       TEXT NOT NULL,        -- JSON list of entry descriptions
+        inactive     TEXT NOT NULL
+    );
+    CREATE INDEX lore_snapshots_message ON lore_snapshots(message_uid, swipe);
+    CREATE INDEX lore_snapshots_pending ON lore_snapshots(chat_id, message_uid);
+    """,
 )
 
 
@@ -93,6 +113,14 @@ class ChatRecord:
     bad_lines: int
     updated: float | None
     deleted: bool
+    metadata: str | None = None  # the header's chat_metadata, JSON
+
+    @property
+    def chat_metadata(self) -> dict[str, Any]:
+        if not self.metadata:
+            return {}
+        value = orjson.loads(self.metadata)
+        return value if isinstance(value, dict) else {}
 
     @property
     def display_name(self) -> str:
@@ -111,7 +139,7 @@ class MessageRecord:
 
 _CHAT_COLUMNS = (
     "id, user, kind, character, group_id, group_name, name, file, integrity, main_chat, "
-    "enabled, size, mtime_ns, file_hash, messages, bad_lines, updated, deleted"
+    "enabled, size, mtime_ns, file_hash, messages, bad_lines, updated, deleted, metadata"
 )
 _MESSAGE_COLUMNS = (
     "uid, position, digest, name, is_user, is_system, narrator, send_date, text, swipe_id, "
@@ -345,7 +373,81 @@ class Store:
                 "INSERT INTO events (chat_id, kind, uid, position, at) VALUES (?,?,?,?,?)",
                 [(chat.id, e.kind, e.uid, e.index, now) for e in filled],
             )
+            self._bind_snapshots(chat.id, now)
         return filled
+
+    # -- lorebook snapshots --------------------------------------------------------------
+
+    def add_snapshot(
+        self,
+        chat_id: str,
+        target: int,
+        swipe: int,
+        generation: str,
+        snapshot: dict[str, list[dict[str, Any]]],
+    ) -> None:
+        now = time.time()
+        with self._transaction():
+            self.db.execute(
+                "INSERT INTO lore_snapshots (chat_id, target, swipe, generation, created, "
+                "active, inactive) VALUES (?,?,?,?,?,?,?)",
+                (
+                    chat_id, target, swipe, generation, now,
+                    orjson.dumps(snapshot["active"]).decode(),
+                    orjson.dumps(snapshot["inactive"]).decode(),
+                ),
+            )  # fmt: skip
+            self._bind_snapshots(chat_id, now)
+
+    def _bind_snapshots(self, chat_id: str, now: float) -> None:
+        """Tie waiting snapshots to the reply saved at their target index.
+
+        A snapshot waits until ST saves the reply it was made for; it binds only to a
+        character's message (a reply never saved must not land on the user's next one),
+        and one that waited over an hour is dropped.
+        """
+        self.db.execute(
+            "DELETE FROM lore_snapshots WHERE chat_id=? AND message_uid IS NULL AND created<?",
+            (chat_id, now - PENDING_SNAPSHOT_TTL),
+        )
+        self.db.execute(
+            "UPDATE lore_snapshots SET message_uid = ("
+            "  SELECT uid FROM messages m WHERE m.chat_id=lore_snapshots.chat_id"
+            "  AND m.position=lore_snapshots.target AND m.is_user=0)"
+            " WHERE chat_id=? AND message_uid IS NULL AND EXISTS ("
+            "  SELECT 1 FROM messages m WHERE m.chat_id=lore_snapshots.chat_id"
+            "  AND m.position=lore_snapshots.target AND m.is_user=0)",
+            (chat_id,),
+        )
+
+    def snapshot_for(self, message_uid: int, swipe: int) -> dict[str, Any] | None:
+        """The newest snapshot of a message's swipe."""
+        row = self.db.execute(
+            "SELECT active, inactive, generation, created FROM lore_snapshots "
+            "WHERE message_uid=? AND swipe=? ORDER BY id DESC LIMIT 1",
+            (message_uid, swipe),
+        ).fetchone()
+        if row is None:
+            return None
+        return {
+            "active": orjson.loads(row[0]),
+            "inactive": orjson.loads(row[1]),
+            "generation": row[2],
+            "created": row[3],
+        }
+
+    def visible_count(self, chat_id: str) -> int:
+        row = self.db.execute(
+            "SELECT COUNT(*) FROM messages WHERE chat_id=? AND is_system=0", (chat_id,)
+        ).fetchone()
+        return int(row[0])
+
+    def message_at(self, chat_id: str, position: int) -> MessageRecord | None:
+        row = self.db.execute(
+            f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE chat_id=? AND position=?",
+            (chat_id, position),
+        ).fetchone()
+        return _message(row) if row else None
 
     def update_stat(self, chat_id: str, size: int, mtime_ns: int) -> None:
         self.db.execute(
@@ -366,17 +468,17 @@ class Store:
             chat.name, chat.file, chat.integrity, chat.main_chat,
             None if chat.enabled is None else int(chat.enabled),
             chat.size, chat.mtime_ns, chat.file_hash, chat.messages, chat.bad_lines,
-            chat.updated, int(chat.deleted),
+            chat.updated, int(chat.deleted), chat.metadata,
         )  # fmt: skip
         self.db.execute(
-            f"INSERT INTO chats ({_CHAT_COLUMNS}) VALUES ({','.join('?' * 18)}) "
+            f"INSERT INTO chats ({_CHAT_COLUMNS}) VALUES ({','.join('?' * 19)}) "
             "ON CONFLICT(id) DO UPDATE SET user=excluded.user, kind=excluded.kind, "
             "character=excluded.character, group_id=excluded.group_id, "
             "group_name=excluded.group_name, name=excluded.name, file=excluded.file, "
             "integrity=excluded.integrity, main_chat=excluded.main_chat, size=excluded.size, "
             "mtime_ns=excluded.mtime_ns, file_hash=excluded.file_hash, "
             "messages=excluded.messages, bad_lines=excluded.bad_lines, "
-            "updated=excluded.updated, deleted=excluded.deleted",
+            "updated=excluded.updated, deleted=excluded.deleted, metadata=excluded.metadata",
             values,
         )
 

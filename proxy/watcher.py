@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Callable
 from pathlib import Path, PurePosixPath
 
 from watchfiles import Change, awatch
@@ -26,7 +27,21 @@ def is_relevant(rel: str) -> bool:
     if locate(rel) is not None:
         return True
     parts = PurePosixPath(rel).parts
-    return len(parts) == 3 and parts[1] == "groups" and parts[2].endswith(".json")
+    return (len(parts) == 3 and parts[1] == "groups" and parts[2].endswith(".json")) or is_lore(rel)
+
+
+def is_lore(rel: str) -> bool:
+    """Lorebooks, character cards and ST's settings: what says which lore a chat has."""
+    parts = PurePosixPath(rel).parts
+    if not parts or parts[0].startswith(("_", ".")):
+        return False
+    if len(parts) == 2:
+        return parts[1] == "settings.json"
+    if len(parts) != 3:
+        return False
+    return (parts[1] == "worlds" and parts[2].endswith(".json")) or (
+        parts[1] == "characters" and parts[2].endswith((".png", ".json"))
+    )
 
 
 def may_hold_chats(rel: str) -> bool:
@@ -54,6 +69,7 @@ class Watcher:
         self.library = library
         self.debounce_ms = debounce_ms
         self.force_polling = force_polling
+        self.on_files: list[Callable[[list[Path]], None]] = []  # told of every changed path
         self._stop = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self.ready = asyncio.Event()
@@ -111,6 +127,11 @@ class Watcher:
 
     async def _apply(self, changes: set[tuple[Change, str]]) -> None:
         paths = sorted({Path(p) for _, p in changes})
+        for callback in self.on_files:
+            try:
+                callback(paths)
+            except Exception:
+                log.exception("file change callback failed")
         try:
             results = await self.library.refresh(paths)
         except Exception:

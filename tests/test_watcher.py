@@ -25,8 +25,12 @@ from tests.st_data import SOLO, SOLO_ID, save_like_st, timeline
         ("default-user/chats/Seraphina/notes.txt", False),
         ("default-user/chats/Seraphina.jsonl", False),
         ("_storage/whatever.jsonl", False),
-        ("default-user/settings.json", False),
-        ("default-user/worlds/Eldoria.json", False),
+        ("default-user/settings.json", True),  # global lorebooks
+        ("default-user/worlds/Eldoria.json", True),
+        ("default-user/characters/Seraphina.png", True),
+        ("default-user/characters/Seraphina.webp", False),
+        ("default-user/worlds/sub/Eldoria.json", False),
+        ("default-user/secrets.json", False),
     ],
 )
 def test_path_filter(rel: str, relevant: bool) -> None:

@@ -9,7 +9,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any, NamedTuple, Self
+from typing import TYPE_CHECKING, Any, NamedTuple, Self
+
+if TYPE_CHECKING:
+    from proxy.core.identify import Identification
 
 
 class _STEnum(StrEnum):
@@ -106,6 +109,8 @@ class Memory:
     # Request messages whose text must change before forwarding (index -> new text), e.g.
     # an `<ST_METADATA>` block that is ours, not the model's.
     replacements: Mapping[int, str] = field(default_factory=dict)
+    # How the request was identified (chat, generation kind, target message), if it was.
+    identity: Identification | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -108,7 +108,36 @@ def identification_json(ident: Identification | None) -> dict[str, Any]:
     }
 
 
+async def message_lore(request: web.Request) -> web.Response:
+    """`{active, inactive}` lorebook entries of a generated message (and swipe)."""
+    library = _library(request)
+    chat_id = request.match_info["chat_id"]
+    index = int(request.match_info["index"])
+    swipe_text = request.query.get("swipe")
+    if swipe_text is not None and not swipe_text.isdigit():
+        raise _error(web.HTTPBadRequest, "swipe must be a number", "bad_request")
+
+    def find() -> dict[str, Any] | None:
+        message = library.store.message_at(chat_id, index)
+        if message is None:
+            return None
+        swipe = int(swipe_text) if swipe_text is not None else message.message.swipe_id or 0
+        found = library.store.snapshot_for(message.uid, swipe)
+        return None if found is None else {"swipe": swipe, **found}
+
+    snapshot = await library.run(find)
+    if snapshot is None:
+        raise _error(
+            web.HTTPNotFound,
+            f"no lorebook snapshot for message {index} of {chat_id!r}",
+            "not_found",
+        )
+    return web.json_response(snapshot)
+
+
 def add_api_routes(app: web.Application) -> None:
     app.router.add_get("/recap/api/chats", list_chats)
+    # Before the catch-all chat route: chat ids contain slashes.
+    app.router.add_get(r"/recap/api/chats/{chat_id:.+}/messages/{index:\d+}/lore", message_lore)
     app.router.add_get("/recap/api/chats/{chat_id:.+}", get_chat)
     app.router.add_post("/recap/api/identify", identify_request)

@@ -15,13 +15,14 @@ from proxy.cassette import Recorder
 from proxy.core.tokens import TokenCounter
 from proxy.injection import Injector, load_injection_template, policy_from
 from proxy.library import ChatLibrary
+from proxy.lore import LoreService
 from proxy.providers import ChatMemory, MemoryProvider, NoMemory
 from proxy.settings import Settings
 from proxy.sillytavern.layout import find_data_dir, looks_like_data_dir
 from proxy.upstream import Upstream
 from proxy.watcher import Watcher
 from proxy.web.api import add_api_routes
-from proxy.web.keys import INJECTOR, LIBRARY, RELAY, SETTINGS
+from proxy.web.keys import INJECTOR, LIBRARY, LORE, RELAY, SETTINGS
 from proxy.web.relay import Relay
 from proxy.web.routes import add_routes
 
@@ -60,8 +61,10 @@ def make_app(
     app[SETTINGS] = settings
     app[RELAY] = relay
     app[INJECTOR] = injector
+    lore: LoreService | None = None
     if library is not None:
         app[LIBRARY] = library
+        lore = app[LORE] = LoreService(library)
 
     async def upstream_ctx(app: web.Application) -> AsyncIterator[None]:
         async with upstream:
@@ -76,7 +79,7 @@ def make_app(
     app.cleanup_ctx.append(upstream_ctx)
     app.cleanup_ctx.append(tokenizer_ctx)
     if library is not None:
-        app.cleanup_ctx.append(_library_ctx(library, settings))
+        app.cleanup_ctx.append(_library_ctx(library, settings, lore))
     add_routes(app)
     add_api_routes(app)
     return app
@@ -116,7 +119,7 @@ def resolve_data_dir(settings: Settings) -> Path | None:
 
 
 def _library_ctx(
-    library: ChatLibrary, settings: Settings
+    library: ChatLibrary, settings: Settings, lore: LoreService | None
 ) -> Callable[[web.Application], AsyncIterator[None]]:
     async def ctx(app: web.Application) -> AsyncIterator[None]:
         await library.open()
@@ -125,6 +128,8 @@ def _library_ctx(
             debounce_ms=settings.sillytavern.debounce_ms,
             force_polling=settings.sillytavern.force_polling,
         )
+        if lore is not None:
+            watcher.on_files.append(lore.invalidate)
 
         async def index_then_watch() -> None:
             # In the background: the proxy serves at once; identification starts with
@@ -148,6 +153,8 @@ def _library_ctx(
             with contextlib.suppress(asyncio.CancelledError):
                 await task
             await watcher.__aexit__(None, None, None)
+            if lore is not None:
+                await lore.drain()
             await asyncio.to_thread(library.close)
 
     return ctx

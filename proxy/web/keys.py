@@ -6,6 +6,7 @@ from aiohttp import web
 
 from proxy.injection import Injector
 from proxy.library import ChatLibrary
+from proxy.lore import LoreService
 from proxy.settings import Settings
 from proxy.web.relay import Relay
 
@@ -13,3 +14,4 @@ SETTINGS = web.AppKey("settings", Settings)
 RELAY = web.AppKey("relay", Relay)
 INJECTOR = web.AppKey("injector", Injector)
 LIBRARY = web.AppKey("library", ChatLibrary)
+LORE = web.AppKey("lore", LoreService)

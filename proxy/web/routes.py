@@ -10,7 +10,7 @@ from aiohttp import web
 
 from adapters import ADAPTERS
 from proxy.injection import Injector
-from proxy.web.keys import INJECTOR, RELAY
+from proxy.web.keys import INJECTOR, LORE, RELAY
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +49,10 @@ async def handle_api(request: web.Request) -> web.StreamResponse:
         (CHAT_HEADER, quote(outcome.chat_id or "", safe="")),
         (INJECTED_HEADER, str(outcome.insertion.tokens if outcome.insertion else 0)),
     ]
+    lore = request.app.get(LORE)
+    identity = outcome.memory.identity if outcome.memory is not None else None
+    if lore is not None and identity is not None:
+        lore.record_later(identity, outcome.messages)
     if exchange is not None and outcome.insertion is not None:
         exchange.meta["insertion"] = {
             "index": outcome.insertion.index,

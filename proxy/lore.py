@@ -1,0 +1,171 @@
+"""Lorebook snapshots for generated messages: which entries each prompt carried.
+
+After a chat request is forwarded, the books that apply to its chat are matched against
+the prompt that was sent, on the library's worker thread, and the snapshot is stored for
+the message the reply will be (it binds to that message once ST saves it). Books, cards
+and ST's settings are read once and re-read only when the watcher says they changed.
+Nothing here can delay or break a request: every failure is logged and dropped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+from proxy.core.identify import Identification, normalize
+from proxy.core.lore import LoreEntry, LoreMatcher, StickyTracker, prepare, snapshot, st_sticky_keys
+from proxy.core.models import ChatMessage
+from proxy.library import ChatLibrary
+from proxy.sillytavern.layout import read_groups, read_persona_name
+from proxy.sillytavern.worlds import (
+    Card,
+    LoreSettings,
+    World,
+    read_card,
+    read_lore_settings,
+    read_world,
+)
+from proxy.store import ChatRecord
+
+log = logging.getLogger(__name__)
+
+
+class LoreService:
+    """Owns the lorebook caches and writes snapshots through the library's worker."""
+
+    def __init__(self, library: ChatLibrary) -> None:
+        self.library = library
+        self._worlds: dict[Path, World | None] = {}
+        self._cards: dict[Path, Card | None] = {}
+        self._settings: dict[str, LoreSettings] = {}
+        self._matchers: dict[tuple[object, ...], LoreMatcher] = {}
+        self._trackers: dict[str, StickyTracker] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    # -- called by the server --------------------------------------------------------------
+
+    def record_later(
+        self, ident: Identification, messages: Sequence[ChatMessage], swipe: int | None = None
+    ) -> None:
+        """Snapshot this generation in the background; the request does not wait."""
+        if ident.target_message is None:
+            return  # quiet generations make no message
+        texts = [m.text for m in messages]
+        task = asyncio.get_running_loop().create_task(
+            self._record(ident, texts, swipe), name=f"lore-snapshot {ident.chat_id}"
+        )
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def drain(self) -> None:
+        if self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    def invalidate(self, paths: Iterable[Path]) -> None:
+        """Forget cached books, cards and settings that changed on disk."""
+        for path in paths:
+            self._worlds.pop(path, None)
+            self._cards.pop(path, None)
+            if path.name == "settings.json":
+                self._settings.pop(path.parent.name, None)
+        self._matchers.clear()
+
+    async def _record(self, ident: Identification, texts: list[str], swipe: int | None) -> None:
+        try:
+            await self.library.run(lambda: self._record_now(ident, texts, swipe))
+        except Exception:
+            log.exception("lorebook snapshot for %s failed", ident.chat_id)
+
+    # -- worker-thread side ---------------------------------------------------------------
+
+    def _record_now(self, ident: Identification, texts: list[str], swipe: int | None) -> None:
+        store = self.library.store
+        chat = store.chat(ident.chat_id)
+        if chat is None or ident.target_message is None:
+            return
+        entries = self.entries_for(chat)
+        if not entries:
+            return
+        matcher = self._matcher(chat, entries)
+        active = matcher.active(normalize("\n".join(texts)))
+        tracker = self._trackers.setdefault(chat.id, StickyTracker())
+        tracker.advance(ident.target_message)
+        st_sticky = st_sticky_keys(chat.chat_metadata, store.visible_count(chat.id))
+        result = snapshot(matcher.entries, active, tracker, st_sticky)
+        store.add_snapshot(
+            chat.id, ident.target_message, self._swipe(chat, ident, swipe), ident.generation, result
+        )
+
+    def _swipe(self, chat: ChatRecord, ident: Identification, swipe: int | None) -> int:
+        if swipe is not None:
+            return swipe
+        target = self.library.store.message_at(chat.id, ident.target_message or 0)
+        if ident.generation == "swipe" and target is not None:
+            return target.message.swipe_count  # the swipe about to be added
+        if ident.generation == "continue" and target is not None:
+            return target.message.swipe_id or 0
+        return 0
+
+    def entries_for(self, chat: ChatRecord) -> list[LoreEntry]:
+        """Every enabled entry of every book that applies to the chat."""
+        data_dir = self.library.data_dir
+        if data_dir is None:
+            return []
+        user_dir = data_dir / chat.user
+        settings = self._settings.get(chat.user)
+        if settings is None:
+            settings = self._settings[chat.user] = read_lore_settings(user_dir)
+        avatars = self._avatars(chat, user_dir)
+        cards = [self._card(user_dir, a) for a in avatars]
+        books: list[str] = []
+        own = chat.chat_metadata.get("world_info")
+        for name in (
+            ([own] if isinstance(own, str) and own else [])
+            + ([settings.persona_book] if settings.persona_book else [])
+            + [c.world for c in cards if c is not None and c.world]
+            + [b for a in avatars for b in settings.character_extras.get(a, ())]
+            + list(settings.global_books)
+        ):
+            if name not in books:
+                books.append(name)
+        persona = read_persona_name(user_dir) or ""
+        entries: list[LoreEntry] = []
+        for name in books:
+            world = self._world(user_dir / "worlds" / f"{name}.json")
+            if world is None:
+                continue
+            char = next((c.name for c in cards if c is not None and c.world == name), None)
+            char = char or (cards[0].name if cards and cards[0] else chat.display_name)
+            entries += prepare(world.name, world.entries, {"char": char, "user": persona})
+        return entries
+
+    def _avatars(self, chat: ChatRecord, user_dir: Path) -> list[str]:
+        if chat.kind == "character" and chat.character:
+            return [chat.character]
+        group = read_groups(user_dir).get(chat.name)
+        return [m.removesuffix(".png") for m in group.members] if group else []
+
+    def _card(self, user_dir: Path, avatar: str) -> Card | None:
+        for path in (
+            user_dir / "characters" / f"{avatar}.png",
+            user_dir / "characters" / f"{avatar}.json",
+        ):
+            if path not in self._cards:
+                self._cards[path] = read_card(path) if path.exists() else None
+            if self._cards[path] is not None:
+                return self._cards[path]
+        return None
+
+    def _world(self, path: Path) -> World | None:
+        if path not in self._worlds:
+            self._worlds[path] = read_world(path)
+        return self._worlds[path]
+
+    def _matcher(self, chat: ChatRecord, entries: list[LoreEntry]) -> LoreMatcher:
+        key = (chat.id, tuple((e.key, e.content_hash, e.text[:32]) for e in entries))
+        matcher = self._matchers.get(key)
+        if matcher is None:
+            matcher = self._matchers[key] = LoreMatcher(entries)
+        return matcher
