@@ -78,6 +78,25 @@ class LoreService:
         except Exception:
             log.exception("lorebook snapshot for %s failed", ident.chat_id)
 
+    async def active_lore(self, chat_id: str, first: int, last: int) -> str:
+        """`{{active_lore}}` for a scene: the entries its messages' prompts carried, with
+        their current text, one per line (empty when there are none)."""
+
+        def work() -> str:
+            chat = self.library.store.chat(chat_id)
+            if chat is None:
+                return ""
+            current = {e.key: e for e in self.entries_for(chat)}
+            lines = []
+            for item in self.library.store.active_lore(chat_id, first, last):
+                found = current.get((item["world"], str(item["uid"])))
+                if found is not None:
+                    title = found.entry.comment or ", ".join(found.entry.key) or "entry"
+                    lines.append(f"- {title}: {found.text}")
+            return "\n".join(lines)
+
+        return await self.library.run(work)
+
     # -- worker-thread side ---------------------------------------------------------------
 
     def _record_now(self, ident: Identification, texts: list[str], swipe: int | None) -> None:

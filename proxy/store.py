@@ -436,6 +436,20 @@ class Store:
             "created": row[3],
         }
 
+    def active_lore(self, chat_id: str, first: int, last: int) -> list[dict[str, Any]]:
+        """The entries active in the current swipes of messages `first`..`last`, once each."""
+        rows = self.db.execute(
+            "SELECT s.active FROM lore_snapshots s JOIN messages m ON m.uid = s.message_uid "
+            "WHERE m.chat_id=? AND m.position BETWEEN ? AND ? "
+            "AND s.swipe = COALESCE(m.swipe_id, 0) ORDER BY m.position, s.id",
+            (chat_id, first, last),
+        )
+        seen: dict[tuple[str, object], dict[str, Any]] = {}
+        for row in rows:
+            for item in orjson.loads(row[0]):
+                seen[(item["world"], item["uid"])] = item
+        return list(seen.values())
+
     def visible_count(self, chat_id: str) -> int:
         row = self.db.execute(
             "SELECT COUNT(*) FROM messages WHERE chat_id=? AND is_system=0", (chat_id,)

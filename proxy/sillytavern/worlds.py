@@ -50,6 +50,12 @@ class WorldEntry(BaseModel):
     delay: int | None = None
     vectorized: bool = False
 
+    @field_validator("uid", mode="before")
+    @classmethod
+    def _uid(cls, value: object) -> object:
+        # ST's uids are numbers; the `entries` keys that carry them when missing are text.
+        return int(value) if isinstance(value, str) and value.isdigit() else value
+
     @field_validator("key", "keysecondary", mode="before")
     @classmethod
     def _keys(cls, value: object) -> tuple[str, ...]:

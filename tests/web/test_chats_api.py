@@ -202,3 +202,45 @@ async def test_without_a_data_folder_the_api_says_so(
     assert (await response.json())["error"]["type"] == "no_data_folder"
     chat = await client.post("/v1/chat/completions", json=request_body(stream=False))
     assert chat.status == 200
+
+
+async def test_lore_of_a_generated_message(
+    aiohttp_client: Callable[..., Any], fake_llm: FakeLLM, st_data: Path, tmp_path: Path
+) -> None:
+    from proxy.web.keys import LORE
+    from tests.lore_data import entry, write_card, write_world
+
+    user = st_data / "default-user"
+    write_world(
+        user,
+        "Eldoria",
+        {"0": entry(0, "Seraphina's glade is warded."), "1": entry(1, "Never in this prompt.")},
+    )
+    write_card(user, "default_Seraphina", "Seraphina", "Eldoria")
+    settings = make_settings(
+        **{
+            "upstream.base_url": fake_llm.base_url,
+            "sillytavern.data_dir": str(st_data),
+            "store.path": str(tmp_path / "store.sqlite3"),
+        }
+    )
+    app = make_app(settings)
+    client = await aiohttp_client(app)
+    library = app[LIBRARY]
+    for _ in range(250):
+        if len(library.index.entries) == 2:
+            break
+        await __import__("asyncio").sleep(0.02)
+    body = request_body(stream=True)
+    body["messages"].insert(1, {"role": "system", "content": "Seraphina's glade is warded."})
+    response = await client.post("/v1/chat/completions", json=body)
+    await response.read()  # the answer streams while the snapshot is made beside it
+    await app[LORE].drain()
+    # The final file's last reply (index 15) is being swiped: the snapshot is for swipe 1.
+    url = f"/recap/api/chats/{quote(SOLO_ID)}/messages/15/lore"
+    lore = await (await client.get(url + "?swipe=1")).json()
+    assert [(e["world"], e["uid"]) for e in lore["active"]] == [("Eldoria", 0)]
+    assert [(e["world"], e["uid"]) for e in lore["inactive"]] == [("Eldoria", 1)]
+    assert lore["generation"] == "swipe" and lore["swipe"] == 1
+    assert (await client.get(url)).status == 404  # swipe 0 was made before the proxy
+    assert (await client.get(url + "?swipe=x")).status == 400

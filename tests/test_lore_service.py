@@ -1,0 +1,200 @@
+"""Lorebook snapshots over the real ST capture: each reply lists the entries its prompt had."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from adapters.openai_chat import OpenAIChatAdapter
+from proxy.library import ChatLibrary
+from proxy.lore import LoreService
+from proxy.store import Store
+from tests.lore_data import entry, glade_content, write_card, write_settings, write_world
+from tests.st_data import CAPTURE, GROUP_ID, MARKERS, SOLO_ID, save_like_st, timeline
+
+ADAPTER = OpenAIChatAdapter()
+
+
+def lore_folder(user: Path) -> str:
+    glade = glade_content(CAPTURE / "requests.jsonl")
+    write_world(
+        user,
+        "Eldoria",
+        {
+            "0": entry(0, glade, key=["glade", "forest"]),
+            "1": entry(1, "{{char}} guards the Shadowfang border for {{user}}.", key=["border"]),
+            "2": entry(2, "Eldoria is old.", constant=True),
+            "3": entry(3, "Disabled.", disable=True),
+        },
+    )
+    write_world(user, "Common", {"0": entry(0, "The moon is silver.", key=["moon"])})
+    write_world(user, "Unused", {"0": entry(0, "Never applies.")})
+    (user / "worlds" / "Broken.json").write_text("{oops")
+    write_card(user, "default_Seraphina", "Seraphina", "Eldoria")
+    write_card(user, "Orin", "Orin", None)
+    write_settings(user, global_books=["Common", "Broken", "Missing"])
+    return glade
+
+
+async def replay(tmp_path: Path) -> tuple[ChatLibrary, LoreService]:
+    data = tmp_path / "data"
+    user = data / "default-user"
+    user.mkdir(parents=True)
+    lore_folder(user)
+    library = ChatLibrary(data, Store(tmp_path / "store.sqlite3"))
+    service = LoreService(library)
+    await library.index_all()
+    for step in timeline():
+        if step.kind == "file":
+            save_like_st(user / step.file, step.data)
+            await library.refresh([user / step.file])
+            continue
+        assert step.body is not None
+        parsed = ADAPTER.parse(json.dumps(step.body).encode())
+        found = await library.identify_request(parsed.messages, MARKERS)
+        assert found.identification is not None
+        service.record_later(found.identification, parsed.messages)
+        await service.drain()
+    return library, service
+
+
+def lore_of(library: ChatLibrary, chat_id: str, index: int, swipe: int) -> dict[str, Any] | None:
+    message = library.store.message_at(chat_id, index)
+    assert message is not None
+    return library.store.snapshot_for(message.uid, swipe)
+
+
+def keys(entries: list[dict[str, Any]]) -> set[tuple[str, int]]:
+    return {(e["world"], e["uid"]) for e in entries}
+
+
+@pytest.fixture
+async def replayed(tmp_path: Path):  # type: ignore[no-untyped-def]
+    library, service = await replay(tmp_path)
+    yield library, service
+    library.close()
+
+
+async def test_each_reply_lists_the_entries_of_its_prompt(replayed) -> None:  # type: ignore[no-untyped-def]
+    library, _ = replayed
+    applicable = {("Eldoria", 0), ("Eldoria", 1), ("Eldoria", 2), ("Common", 0)}
+    # The reply to the third message was generated with the glade entry in its prompt
+    # (final file: message 6 is that reply).
+    third = lore_of(library, SOLO_ID, 6, 0)
+    assert third is not None
+    assert keys(third["active"]) == {("Eldoria", 0)}
+    assert keys(third["inactive"]) == applicable - {("Eldoria", 0)}
+    assert third["active"][0]["strategy"] == "normal"
+    assert third["active"][0]["keys"] == ["glade", "forest"]
+    # ...the first reply had none.
+    first = lore_of(library, SOLO_ID, 2, 0)
+    assert first is not None and first["active"] == []
+    assert keys(first["inactive"]) == applicable
+
+
+async def test_swipes_keep_their_own_and_continue_binds_to_its_message(replayed) -> None:  # type: ignore[no-untyped-def]
+    library, _ = replayed
+    # message 13 in the final file: swiped (swipe 1), then continued
+    assert lore_of(library, SOLO_ID, 13, 0) is not None  # the original reply
+    swiped = lore_of(library, SOLO_ID, 13, 1)
+    assert swiped is not None and swiped["generation"] in {"swipe", "continue"}
+    message = library.store.message_at(SOLO_ID, 13)
+    assert message is not None
+    rows = library.store.db.execute(
+        "SELECT generation, swipe FROM lore_snapshots WHERE message_uid=? ORDER BY id",
+        (message.uid,),
+    ).fetchall()
+    # made at index 14; the deletion of message 8 later moved the message, not its lore
+    assert [tuple(r) for r in rows] == [("normal", 0), ("swipe", 1), ("continue", 1)]
+
+
+async def test_group_members_books_apply(replayed) -> None:  # type: ignore[no-untyped-def]
+    library, _ = replayed
+    seraphina_turn = lore_of(library, GROUP_ID, 5, 0)
+    assert seraphina_turn is not None
+    assert keys(seraphina_turn["active"]) == {("Eldoria", 0)}
+
+
+async def test_deleted_messages_take_their_snapshots(replayed) -> None:  # type: ignore[no-untyped-def]
+    library, _ = replayed
+    # The capture deleted the reply at index 8 (to the fourth message); its snapshot went.
+    bound = library.store.db.execute(
+        "SELECT COUNT(*) FROM lore_snapshots WHERE chat_id=? AND message_uid IS NOT NULL",
+        (SOLO_ID,),
+    ).fetchone()[0]
+    made = library.store.db.execute(
+        "SELECT COUNT(*) FROM lore_snapshots WHERE chat_id=?", (SOLO_ID,)
+    ).fetchone()[0]
+    assert (made, bound) == (9, 9)  # ten solo generations, one reply deleted
+
+
+async def test_a_book_edited_between_generations(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    user = data / "default-user"
+    user.mkdir(parents=True)
+    lore_folder(user)
+    library = ChatLibrary(data, Store(tmp_path / "s.sqlite3"))
+    service = LoreService(library)
+    chat = user / "chats" / "default_Seraphina" / "c.jsonl"
+    header = {
+        "chat_metadata": {"integrity": "x"},
+        "user_name": "unused",
+        "character_name": "unused",
+    }
+    lines = [
+        header,
+        {"name": "Seraphina", "is_user": False, "mes": "Welcome."},
+        {"name": "User", "is_user": True, "mes": "The border?"},
+    ]
+    save_like_st(chat, b"\n".join(json.dumps(x).encode() for x in lines))
+    await library.index_all()
+
+    async def generate(prompt_lore: str, reply: str) -> None:
+        body = {
+            "messages": [
+                {"role": "system", "content": "Main."},
+                {"role": "system", "content": prompt_lore},
+                {"role": "system", "content": "[Start a new Chat]"},
+                *(
+                    {"role": "user" if x["is_user"] else "assistant", "content": x["mes"]}
+                    for x in lines[1:]
+                ),
+            ]
+        }
+        parsed = ADAPTER.parse(json.dumps(body).encode())
+        found = await library.identify_request(parsed.messages, MARKERS)
+        assert found.identification is not None
+        service.record_later(found.identification, parsed.messages)
+        await service.drain()
+        lines.append({"name": "Seraphina", "is_user": False, "mes": reply})
+        save_like_st(chat, b"\n".join(json.dumps(x).encode() for x in lines))
+        await library.refresh([chat])
+
+    await generate("Seraphina guards the Shadowfang border for User.", "I do.")
+    new_text = "{{char}} watches the northern border for {{user}}."
+    path = write_world(user, "Eldoria", {"1": entry(1, new_text, key=["border"])})
+    service.invalidate([path])
+    lines.append({"name": "User", "is_user": True, "mes": "And now?"})
+    save_like_st(chat, b"\n".join(json.dumps(x).encode() for x in lines))
+    await library.refresh([chat])
+    await generate("Seraphina watches the northern border for User.", "Still.")
+    chat_id = "default-user/chats/default_Seraphina/c"
+    before, after = lore_of(library, chat_id, 2, 0), lore_of(library, chat_id, 4, 0)
+    assert before is not None and after is not None
+    assert keys(before["active"]) == {("Eldoria", 1)}
+    assert keys(after["active"]) == {("Eldoria", 1)}
+    assert before["active"][0]["content_hash"] != after["active"][0]["content_hash"]
+    library.close()
+
+
+async def test_active_lore_of_a_scene(replayed) -> None:  # type: ignore[no-untyped-def]
+    _library, service = replayed
+    # Messages 0..7 of the solo chat: the reply at 6 carried the glade entry.
+    text = await service.active_lore(SOLO_ID, 0, 7)
+    assert text.startswith('- entry 0: User: "What is the glade?"')
+    assert text.count("\n") == 0
+    assert await service.active_lore(SOLO_ID, 0, 3) == ""
+    assert await service.active_lore("no/such/chat", 0, 3) == ""
