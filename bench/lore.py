@@ -25,10 +25,32 @@ from proxy.core.lore import LoreMatcher, prepare  # noqa: E402
 from proxy.core.tokens import TokenCounter  # noqa: E402
 from proxy.sillytavern.worlds import WorldEntry  # noqa: E402
 
-WORDS = (
-    "the river spirits whisper of old oaths beneath silver moon while {{char}} keeps watch"
-    " over {{user}} and the glade of Eldoria where shadowfangs roam"
-).split()
+WORDS = [
+    "the",
+    "river",
+    "spirits",
+    "whisper",
+    "of",
+    "old",
+    "oaths",
+    "beneath",
+    "silver",
+    "moon",
+    "while",
+    "{{char}}",
+    "keeps",
+    "watch",
+    "over",
+    "{{user}}",
+    "and",
+    "the",
+    "glade",
+    "of",
+    "Eldoria",
+    "where",
+    "shadowfangs",
+    "roam",
+]
 
 
 def main() -> None:
