@@ -18,7 +18,7 @@ from proxy.core.identify import Identification, normalize
 from proxy.core.lore import LoreEntry, LoreMatcher, StickyTracker, prepare, snapshot, st_sticky_keys
 from proxy.core.models import ChatMessage
 from proxy.library import ChatLibrary
-from proxy.sillytavern.layout import read_groups, read_persona_name
+from proxy.sillytavern.layout import GroupInfo, read_groups, read_persona_name
 from proxy.sillytavern.worlds import (
     Card,
     LoreSettings,
@@ -40,6 +40,8 @@ class LoreService:
         self._worlds: dict[Path, World | None] = {}
         self._cards: dict[Path, Card | None] = {}
         self._settings: dict[str, LoreSettings] = {}
+        self._personas: dict[str, str] = {}
+        self._groups: dict[str, dict[str, GroupInfo]] = {}
         self._matchers: dict[tuple[object, ...], LoreMatcher] = {}
         self._trackers: dict[str, StickyTracker] = {}
         self._tasks: set[asyncio.Task[None]] = set()
@@ -70,6 +72,9 @@ class LoreService:
             self._cards.pop(path, None)
             if path.name == "settings.json":
                 self._settings.pop(path.parent.name, None)
+                self._personas.pop(path.parent.name, None)
+            if path.parent.name == "groups":
+                self._groups.pop(path.parent.parent.name, None)
         self._matchers.clear()
 
     async def _record(self, ident: Identification, texts: list[str], swipe: int | None) -> None:
@@ -149,7 +154,9 @@ class LoreService:
         ):
             if name not in books:
                 books.append(name)
-        persona = read_persona_name(user_dir) or ""
+        if chat.user not in self._personas:
+            self._personas[chat.user] = read_persona_name(user_dir) or ""
+        persona = self._personas[chat.user]
         entries: list[LoreEntry] = []
         for name in books:
             world = self._world(user_dir / "worlds" / f"{name}.json")
@@ -163,7 +170,9 @@ class LoreService:
     def _avatars(self, chat: ChatRecord, user_dir: Path) -> list[str]:
         if chat.kind == "character" and chat.character:
             return [chat.character]
-        group = read_groups(user_dir).get(chat.name)
+        if chat.user not in self._groups:
+            self._groups[chat.user] = read_groups(user_dir)
+        group = self._groups[chat.user].get(chat.name)
         return [m.removesuffix(".png") for m in group.members] if group else []
 
     def _card(self, user_dir: Path, avatar: str) -> Card | None:
