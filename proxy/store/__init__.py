@@ -11,183 +11,26 @@ from __future__ import annotations
 import sqlite3
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import orjson
 
-from proxy.sillytavern.chatfile import STMessage, text_hash
+from proxy.sillytavern.chatfile import STMessage
 from proxy.sillytavern.reconcile import Event, OldMessage
-
-PENDING_SNAPSHOT_TTL = 3600.0  # seconds a lorebook snapshot waits for its reply to be saved
-
-MIGRATIONS: tuple[str, ...] = (
-    # 1: chats, their mirrored messages, and the change log
-    """
-    CREATE TABLE chats (
-        id          TEXT PRIMARY KEY,      -- data-relative path without .jsonl
-        user        TEXT NOT NULL,
-        kind        TEXT NOT NULL,         -- character | group
-        character   TEXT,                  -- avatar-key folder (character chats)
-        group_id    TEXT,
-        group_name  TEXT,
-        name        TEXT NOT NULL,         -- file name without .jsonl
-        file        TEXT NOT NULL,         -- data-relative path
-        integrity   TEXT,
-        main_chat   TEXT,                  -- parent chat name of a branch
-        enabled     INTEGER,               -- NULL: the default applies
-        size        INTEGER NOT NULL DEFAULT 0,
-        mtime_ns    INTEGER NOT NULL DEFAULT 0,
-        file_hash   BLOB,
-        messages    INTEGER NOT NULL DEFAULT 0,
-        bad_lines   INTEGER NOT NULL DEFAULT 0,
-        updated     REAL,                  -- file mtime, seconds
-        deleted     INTEGER NOT NULL DEFAULT 0
-    );
-    CREATE INDEX chats_integrity ON chats(integrity);
-    CREATE TABLE messages (
-        uid          INTEGER PRIMARY KEY AUTOINCREMENT,
-        chat_id      TEXT NOT NULL REFERENCES chats(id) ON DELETE CASCADE ON UPDATE CASCADE,
-        position     INTEGER NOT NULL,     -- ST's message id, header excluded
-        digest       BLOB NOT NULL,        -- hash of the whole line
-        name         TEXT NOT NULL,
-        is_user      INTEGER NOT NULL,
-        is_system    INTEGER NOT NULL,     -- hidden
-        narrator     INTEGER NOT NULL,
-        send_date    TEXT,
-        text         TEXT NOT NULL,        -- the selected swipe
-        text_hash    TEXT NOT NULL,
-        swipe_id     INTEGER,
-        swipe_count  INTEGER NOT NULL,
-        swipe_hashes TEXT NOT NULL         -- JSON list, one hash per swipe
-    );
-    CREATE INDEX messages_chat ON messages(chat_id, position);
-    CREATE TABLE events (
-        seq      INTEGER PRIMARY KEY AUTOINCREMENT,
-        chat_id  TEXT NOT NULL,
-        kind     TEXT NOT NULL,            -- added edited deleted swiped hidden unhidden
-        uid      INTEGER,
-        position INTEGER NOT NULL,
-        at       REAL NOT NULL
-    );
-    CREATE INDEX events_chat ON events(chat_id, seq);
-    """,
-    # 2: the chat's ST metadata (its lorebook, timed effects) and lorebook snapshots
-    """
-    ALTER TABLE chats ADD COLUMN metadata TEXT;   -- chat_metadata JSON from the header
-    CREATE TABLE lore_snapshots (
-        id           INTEGER PRIMARY KEY AUTOINCREMENT,
-        chat_id      TEXT NOT NULL REFERENCES chats(id) ON DELETE CASCADE ON UPDATE CASCADE,
-        message_uid  INTEGER REFERENCES messages(uid) ON DELETE CASCADE,  -- NULL until saved
-        target       INTEGER NOT NULL,     -- ST index the reply has or replaces
-        swipe        INTEGER NOT NULL,
-        generation   TEXT NOT NULL,
-        created      REAL NOT NULL,
-        active       TEXT NOT NULL,        -- JSON list of entry descriptions
-        inactive     TEXT NOT NULL
-    );
-    CREATE INDEX lore_snapshots_message ON lore_snapshots(message_uid, swipe);
-    CREATE INDEX lore_snapshots_pending ON lore_snapshots(chat_id, message_uid);
-    """,
+from proxy.store.records import (
+    CHAT_COLUMNS,
+    MESSAGE_COLUMNS,
+    WRITE_COLUMNS,
+    ChatRecord,
+    MessageRecord,
+    chat_from_row,
+    message_from_row,
+    message_values,
 )
+from proxy.store.schema import MIGRATIONS, PENDING_SNAPSHOT_TTL
 
-
-@dataclass(frozen=True, slots=True)
-class ChatRecord:
-    id: str
-    user: str
-    kind: str
-    character: str | None
-    group_id: str | None
-    group_name: str | None
-    name: str
-    file: str
-    integrity: str | None
-    main_chat: str | None
-    enabled: bool | None
-    size: int
-    mtime_ns: int
-    file_hash: bytes | None
-    messages: int
-    bad_lines: int
-    updated: float | None
-    deleted: bool
-    metadata: str | None = None  # the header's chat_metadata, JSON
-
-    @property
-    def chat_metadata(self) -> dict[str, Any]:
-        if not self.metadata:
-            return {}
-        value = orjson.loads(self.metadata)
-        return value if isinstance(value, dict) else {}
-
-    @property
-    def display_name(self) -> str:
-        if self.kind == "group":
-            return self.group_name or self.name
-        return self.character or self.name
-
-
-@dataclass(frozen=True, slots=True)
-class MessageRecord:
-    uid: int
-    position: int
-    digest: bytes
-    message: STMessage
-
-
-_CHAT_COLUMNS = (
-    "id, user, kind, character, group_id, group_name, name, file, integrity, main_chat, "
-    "enabled, size, mtime_ns, file_hash, messages, bad_lines, updated, deleted, metadata"
-)
-_MESSAGE_COLUMNS = (
-    "uid, position, digest, name, is_user, is_system, narrator, send_date, text, swipe_id, "
-    "swipe_hashes"
-)
-_WRITE_COLUMNS = (
-    "position, digest, name, is_user, is_system, narrator, send_date, text, text_hash, "
-    "swipe_id, swipe_count, swipe_hashes"
-)
-
-
-def _chat(row: sqlite3.Row) -> ChatRecord:
-    values = dict(row)
-    values["enabled"] = None if values["enabled"] is None else bool(values["enabled"])
-    values["deleted"] = bool(values["deleted"])
-    return ChatRecord(**values)
-
-
-def _row(position: int, digest: bytes, message: STMessage) -> tuple[object, ...]:
-    return (
-        position,
-        digest,
-        message.name,
-        int(message.is_user),
-        int(message.is_system),
-        int(message.narrator),
-        message.send_date,
-        message.mes,
-        text_hash(message.mes),
-        message.swipe_id,
-        message.swipe_count,
-        orjson.dumps(list(message.swipe_hashes)).decode(),
-    )
-
-
-def _message(row: sqlite3.Row) -> MessageRecord:
-    message = STMessage.model_construct(
-        name=row["name"],
-        is_user=bool(row["is_user"]),
-        is_system=bool(row["is_system"]),
-        send_date=row["send_date"],
-        mes=row["text"],
-        swipe_id=row["swipe_id"],
-        swipe_hashes=tuple(orjson.loads(row["swipe_hashes"])),
-        original_avatar=None,
-        narrator=bool(row["narrator"]),
-    )
-    return MessageRecord(row["uid"], row["position"], row["digest"], message)
+__all__ = ["MIGRATIONS", "ChatRecord", "MessageRecord", "Store"]
 
 
 class Store:
@@ -229,20 +72,20 @@ class Store:
     # -- chats ---------------------------------------------------------------------------
 
     def chat(self, chat_id: str) -> ChatRecord | None:
-        row = self.db.execute(f"SELECT {_CHAT_COLUMNS} FROM chats WHERE id=?", (chat_id,))
+        row = self.db.execute(f"SELECT {CHAT_COLUMNS} FROM chats WHERE id=?", (chat_id,))
         found = row.fetchone()
-        return _chat(found) if found else None
+        return chat_from_row(found) if found else None
 
     def chats(self, *, include_deleted: bool = False) -> list[ChatRecord]:
         where = "" if include_deleted else "WHERE deleted=0"
-        rows = self.db.execute(f"SELECT {_CHAT_COLUMNS} FROM chats {where} ORDER BY id")
-        return [_chat(r) for r in rows]
+        rows = self.db.execute(f"SELECT {CHAT_COLUMNS} FROM chats {where} ORDER BY id")
+        return [chat_from_row(r) for r in rows]
 
     def deleted_with_integrity(self, integrity: str) -> list[ChatRecord]:
         rows = self.db.execute(
-            f"SELECT {_CHAT_COLUMNS} FROM chats WHERE deleted=1 AND integrity=?", (integrity,)
+            f"SELECT {CHAT_COLUMNS} FROM chats WHERE deleted=1 AND integrity=?", (integrity,)
         )
-        return [_chat(r) for r in rows]
+        return [chat_from_row(r) for r in rows]
 
     def set_enabled(self, chat_id: str, enabled: bool | None) -> None:
         value = None if enabled is None else int(enabled)
@@ -262,10 +105,10 @@ class Store:
 
     def messages(self, chat_id: str) -> list[MessageRecord]:
         rows = self.db.execute(
-            f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE chat_id=? ORDER BY position",
+            f"SELECT {MESSAGE_COLUMNS} FROM messages WHERE chat_id=? ORDER BY position",
             (chat_id,),
         )
-        return [_message(r) for r in rows]
+        return [message_from_row(r) for r in rows]
 
     def tail(self, chat_id: str, limit: int) -> tuple[int, list[MessageRecord]]:
         """The message count and the newest `limit` visible messages, oldest first."""
@@ -273,11 +116,11 @@ class Store:
             "SELECT COUNT(*) FROM messages WHERE chat_id=?", (chat_id,)
         ).fetchone()[0]
         rows = self.db.execute(
-            f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE chat_id=? AND is_system=0 "
+            f"SELECT {MESSAGE_COLUMNS} FROM messages WHERE chat_id=? AND is_system=0 "
             "ORDER BY position DESC LIMIT ?",
             (chat_id, limit),
         )
-        return int(count), [_message(r) for r in reversed(rows.fetchall())]
+        return int(count), [message_from_row(r) for r in reversed(rows.fetchall())]
 
     def layout(self, chat_id: str) -> list[tuple[int, bytes]]:
         """(uid, line digest) of every mirrored message, in order: enough to align."""
@@ -350,16 +193,16 @@ class Store:
                     if current[uid][0] != position:
                         moves.append((position, uid))
                     continue
-                values = _row(position, digest, load(position))
+                values = message_values(position, digest, load(position))
                 if uid is None:
                     cursor = self.db.execute(
-                        f"INSERT INTO messages (chat_id, {_WRITE_COLUMNS}) "
+                        f"INSERT INTO messages (chat_id, {WRITE_COLUMNS}) "
                         f"VALUES (?,{','.join('?' * len(values))})",
                         (chat.id, *values),
                     )
                     final_uids.append(int(cursor.lastrowid or 0))
                 else:
-                    assignments = ", ".join(f"{c.strip()}=?" for c in _WRITE_COLUMNS.split(","))
+                    assignments = ", ".join(f"{c.strip()}=?" for c in WRITE_COLUMNS.split(","))
                     self.db.execute(
                         f"UPDATE messages SET {assignments} WHERE uid=?", (*values, uid)
                     )
@@ -458,10 +301,10 @@ class Store:
 
     def message_at(self, chat_id: str, position: int) -> MessageRecord | None:
         row = self.db.execute(
-            f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE chat_id=? AND position=?",
+            f"SELECT {MESSAGE_COLUMNS} FROM messages WHERE chat_id=? AND position=?",
             (chat_id, position),
         ).fetchone()
-        return _message(row) if row else None
+        return message_from_row(row) if row else None
 
     def update_stat(self, chat_id: str, size: int, mtime_ns: int) -> None:
         self.db.execute(
@@ -485,7 +328,7 @@ class Store:
             chat.updated, int(chat.deleted), chat.metadata,
         )  # fmt: skip
         self.db.execute(
-            f"INSERT INTO chats ({_CHAT_COLUMNS}) VALUES ({','.join('?' * 19)}) "
+            f"INSERT INTO chats ({CHAT_COLUMNS}) VALUES ({','.join('?' * 19)}) "
             "ON CONFLICT(id) DO UPDATE SET user=excluded.user, kind=excluded.kind, "
             "character=excluded.character, group_id=excluded.group_id, "
             "group_name=excluded.group_name, name=excluded.name, file=excluded.file, "

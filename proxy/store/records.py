@@ -1,0 +1,108 @@
+"""Rows of the store as typed records, and the column lists that read and write them."""
+
+from __future__ import annotations
+
+import sqlite3
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from proxy.sillytavern.chatfile import STMessage, text_hash
+
+
+@dataclass(frozen=True, slots=True)
+class ChatRecord:
+    id: str
+    user: str
+    kind: str
+    character: str | None
+    group_id: str | None
+    group_name: str | None
+    name: str
+    file: str
+    integrity: str | None
+    main_chat: str | None
+    enabled: bool | None
+    size: int
+    mtime_ns: int
+    file_hash: bytes | None
+    messages: int
+    bad_lines: int
+    updated: float | None
+    deleted: bool
+    metadata: str | None = None  # the header's chat_metadata, JSON
+
+    @property
+    def chat_metadata(self) -> dict[str, Any]:
+        if not self.metadata:
+            return {}
+        value = orjson.loads(self.metadata)
+        return value if isinstance(value, dict) else {}
+
+    @property
+    def display_name(self) -> str:
+        if self.kind == "group":
+            return self.group_name or self.name
+        return self.character or self.name
+
+
+@dataclass(frozen=True, slots=True)
+class MessageRecord:
+    uid: int
+    position: int
+    digest: bytes
+    message: STMessage
+
+
+CHAT_COLUMNS = (
+    "id, user, kind, character, group_id, group_name, name, file, integrity, main_chat, "
+    "enabled, size, mtime_ns, file_hash, messages, bad_lines, updated, deleted, metadata"
+)
+MESSAGE_COLUMNS = (
+    "uid, position, digest, name, is_user, is_system, narrator, send_date, text, swipe_id, "
+    "swipe_hashes"
+)
+WRITE_COLUMNS = (
+    "position, digest, name, is_user, is_system, narrator, send_date, text, text_hash, "
+    "swipe_id, swipe_count, swipe_hashes"
+)
+
+
+def chat_from_row(row: sqlite3.Row) -> ChatRecord:
+    values = dict(row)
+    values["enabled"] = None if values["enabled"] is None else bool(values["enabled"])
+    values["deleted"] = bool(values["deleted"])
+    return ChatRecord(**values)
+
+
+def message_values(position: int, digest: bytes, message: STMessage) -> tuple[object, ...]:
+    return (
+        position,
+        digest,
+        message.name,
+        int(message.is_user),
+        int(message.is_system),
+        int(message.narrator),
+        message.send_date,
+        message.mes,
+        text_hash(message.mes),
+        message.swipe_id,
+        message.swipe_count,
+        orjson.dumps(list(message.swipe_hashes)).decode(),
+    )
+
+
+def message_from_row(row: sqlite3.Row) -> MessageRecord:
+    message = STMessage.model_construct(
+        name=row["name"],
+        is_user=bool(row["is_user"]),
+        is_system=bool(row["is_system"]),
+        send_date=row["send_date"],
+        mes=row["text"],
+        swipe_id=row["swipe_id"],
+        swipe_hashes=tuple(orjson.loads(row["swipe_hashes"])),
+        original_avatar=None,
+        narrator=bool(row["narrator"]),
+    )
+    return MessageRecord(row["uid"], row["position"], row["digest"], message)
