@@ -233,6 +233,8 @@ class ChatLibrary:
             if record.id not in seen:
                 self.store.mark_deleted(record.id)
                 results.append(Refreshed(record.id, (), None))
+        for chat_id in self.store.purge_deleted():
+            log.info("forgot chat deleted over a week ago: %s", chat_id)
         return results
 
     def _refresh_many(self, rels: list[str]) -> list[Refreshed]:

@@ -60,3 +60,19 @@ def test_events_are_logged_with_uids_and_enabled_is_kept() -> None:
     store.save_chat(record(), [uid], [b"d1"], lambda i: message, [])
     chat = store.chat("u/chats/S/c")
     assert chat is not None and chat.enabled is False  # re-indexing keeps the user's choice
+
+
+def test_deleted_chats_are_forgotten_after_a_week() -> None:
+    store = Store(":memory:")
+    message = STMessage(name="Seraphina", mes="hi")
+    store.save_chat(record(), [None], [b"d1"], lambda i: message, [Event("added", 0)])
+    uid = store.messages("u/chats/S/c")[0].uid
+    store.add_snapshot("u/chats/S/c", 0, 0, "normal", {"active": [], "inactive": []})
+    assert store.snapshot_for(uid, 0) is not None
+    store.mark_deleted("u/chats/S/c")
+    assert store.purge_deleted() == []  # a rename may still claim it
+    assert store.purge_deleted(now=1e12) == ["u/chats/S/c"]
+    assert store.chat("u/chats/S/c") is None
+    assert store.messages("u/chats/S/c") == []
+    assert store.snapshot_for(uid, 0) is None
+    assert store.events("u/chats/S/c") == []

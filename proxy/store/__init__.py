@@ -28,7 +28,7 @@ from proxy.store.records import (
     message_from_row,
     message_values,
 )
-from proxy.store.schema import MIGRATIONS, PENDING_SNAPSHOT_TTL
+from proxy.store.schema import DELETED_CHAT_TTL, MIGRATIONS, PENDING_SNAPSHOT_TTL
 
 __all__ = ["MIGRATIONS", "ChatRecord", "MessageRecord", "Store"]
 
@@ -92,13 +92,33 @@ class Store:
         self.db.execute("UPDATE chats SET enabled=? WHERE id=?", (value, chat_id))
 
     def mark_deleted(self, chat_id: str) -> None:
-        self.db.execute("UPDATE chats SET deleted=1 WHERE id=?", (chat_id,))
+        self.db.execute(
+            "UPDATE chats SET deleted=1, deleted_at=COALESCE(deleted_at, ?) WHERE id=?",
+            (time.time(), chat_id),
+        )
+
+    def purge_deleted(self, now: float | None = None) -> list[str]:
+        """Forget chats deleted longer ago than a rename could claim them, with their
+        messages, change log and lorebook snapshots."""
+        cutoff = (time.time() if now is None else now) - DELETED_CHAT_TTL
+        with self._transaction():
+            gone = [
+                r[0]
+                for r in self.db.execute(
+                    "SELECT id FROM chats WHERE deleted=1 AND deleted_at < ?", (cutoff,)
+                )
+            ]
+            self.db.executemany("DELETE FROM events WHERE chat_id=?", [(c,) for c in gone])
+            self.db.executemany("DELETE FROM chats WHERE id=?", [(c,) for c in gone])
+        return gone
 
     def rename(self, old_id: str, new_id: str) -> None:
         """Move a chat's data to a new id (the file was renamed)."""
         with self._transaction():
             self.db.execute("DELETE FROM chats WHERE id=?", (new_id,))
-            self.db.execute("UPDATE chats SET id=?, deleted=0 WHERE id=?", (new_id, old_id))
+            self.db.execute(
+                "UPDATE chats SET id=?, deleted=0, deleted_at=NULL WHERE id=?", (new_id, old_id)
+            )
             self.db.execute("UPDATE events SET chat_id=? WHERE chat_id=?", (new_id, old_id))
 
     # -- messages ------------------------------------------------------------------------
@@ -335,7 +355,8 @@ class Store:
             "integrity=excluded.integrity, main_chat=excluded.main_chat, size=excluded.size, "
             "mtime_ns=excluded.mtime_ns, file_hash=excluded.file_hash, "
             "messages=excluded.messages, bad_lines=excluded.bad_lines, "
-            "updated=excluded.updated, deleted=excluded.deleted, metadata=excluded.metadata",
+            "updated=excluded.updated, deleted=excluded.deleted, metadata=excluded.metadata, "
+            "deleted_at=NULL",
             values,
         )
 

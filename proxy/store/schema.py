@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 PENDING_SNAPSHOT_TTL = 3600.0  # seconds a lorebook snapshot waits for its reply to be saved
+DELETED_CHAT_TTL = 7 * 86400.0  # seconds a deleted chat's data is kept for a rename to claim
 
 MIGRATIONS: tuple[str, ...] = (
     # 1: chats, their mirrored messages, and the change log
@@ -58,6 +59,7 @@ MIGRATIONS: tuple[str, ...] = (
     # 2: the chat's ST metadata (its lorebook, timed effects) and lorebook snapshots
     """
     ALTER TABLE chats ADD COLUMN metadata TEXT;   -- chat_metadata JSON from the header
+    ALTER TABLE chats ADD COLUMN deleted_at REAL; -- when its file went (a rename may follow)
     CREATE TABLE lore_snapshots (
         id           INTEGER PRIMARY KEY AUTOINCREMENT,
         chat_id      TEXT NOT NULL REFERENCES chats(id) ON DELETE CASCADE ON UPDATE CASCADE,
