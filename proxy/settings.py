@@ -196,6 +196,22 @@ class StoreSettings(_Section):
         return Path(platformdirs.user_data_dir(APP_NAME, appauthor=False)) / "recap-proxy.sqlite3"
 
 
+class QueueSettings(_Section):
+    concurrency: int = Field(
+        1, ge=1, le=16, description="LLM calls at a time per upstream for the proxy's own work."
+    )
+    delay_seconds: float = Field(
+        0.0, ge=0, description="Pause after each of the proxy's own LLM calls, per upstream."
+    )
+    max_attempts: int = Field(
+        5, ge=1, le=100, description="Tries before a job is marked failed (401/403: one)."
+    )
+    backoff_seconds: float = Field(
+        10.0, gt=0, description="Wait before the first retry; doubles with each retry."
+    )
+    backoff_cap_seconds: float = Field(300.0, gt=0, description="Longest wait between retries.")
+
+
 class Settings(_Section):
     """Everything recap-proxy can be told, with its default."""
 

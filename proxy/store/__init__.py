@@ -18,6 +18,7 @@ import orjson
 
 from proxy.sillytavern.chatfile import STMessage
 from proxy.sillytavern.reconcile import Event, OldMessage
+from proxy.store.jobs import JobTable
 from proxy.store.records import (
     CHAT_COLUMNS,
     MESSAGE_COLUMNS,
@@ -48,6 +49,8 @@ class Store:
         # The CLI and a running server may share the file: wait for the other's write.
         self.db.execute("PRAGMA busy_timeout=5000")
         self._migrate()
+        self._tx = _Transaction(self.db)
+        self.jobs = JobTable(self.db, self._transaction)
 
     def close(self) -> None:
         self.db.close()
@@ -361,15 +364,23 @@ class Store:
         )
 
     def _transaction(self) -> _Transaction:
-        return _Transaction(self.db)
+        return self._tx
 
 
 class _Transaction:
+    """BEGIN IMMEDIATE ... COMMIT (ROLLBACK on error); nested uses join the outer one, so
+    that a job's result and its `done` mark can share a transaction."""
+
     def __init__(self, db: sqlite3.Connection) -> None:
         self.db = db
+        self.depth = 0
 
     def __enter__(self) -> None:
-        self.db.execute("BEGIN IMMEDIATE")
+        if self.depth == 0:
+            self.db.execute("BEGIN IMMEDIATE")
+        self.depth += 1
 
     def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
-        self.db.execute("ROLLBACK" if exc_type else "COMMIT")
+        self.depth -= 1
+        if self.depth == 0:
+            self.db.execute("ROLLBACK" if exc_type else "COMMIT")

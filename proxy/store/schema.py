@@ -74,4 +74,26 @@ MIGRATIONS: tuple[str, ...] = (
     CREATE INDEX lore_snapshots_message ON lore_snapshots(message_uid, swipe);
     CREATE INDEX lore_snapshots_pending ON lore_snapshots(chat_id, message_uid);
     """,
+    # 3: the operation queue
+    """
+    CREATE TABLE jobs (
+        id          INTEGER PRIMARY KEY AUTOINCREMENT,
+        chat_id     TEXT NOT NULL REFERENCES chats(id) ON DELETE CASCADE ON UPDATE CASCADE,
+        operation   TEXT NOT NULL,
+        priority    INTEGER NOT NULL,     -- lower runs first
+        dedup_key   TEXT NOT NULL,        -- at most one live job per key
+        payload     TEXT NOT NULL,        -- JSON: what the job works on
+        input_hash  TEXT NOT NULL,        -- the content it was made from
+        upstream    TEXT NOT NULL,        -- which API it calls (concurrency is per upstream)
+        state       TEXT NOT NULL,        -- queued running done failed dropped
+        attempts    INTEGER NOT NULL DEFAULT 0,
+        not_before  REAL NOT NULL,
+        error       TEXT,
+        created     REAL NOT NULL,
+        updated     REAL NOT NULL
+    );
+    CREATE UNIQUE INDEX jobs_live ON jobs(dedup_key) WHERE state IN ('queued', 'running');
+    CREATE INDEX jobs_next ON jobs(state, priority, id);
+    CREATE TABLE settings_kv (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+    """,
 )

@@ -1,0 +1,223 @@
+"""The job table: the persistent half of the operation queue (see `proxy.jobs`).
+
+Every method runs on the store's one worker thread. State changes that must not be split
+(apply a result and mark its job done) happen in one transaction.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable, Collection, Mapping
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+LIVE = ("queued", "running")
+JOB_COLUMNS = (
+    "id, chat_id, operation, priority, dedup_key, payload, input_hash, upstream, state, "
+    "attempts, not_before, error, created, updated"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    id: int
+    chat_id: str
+    operation: str
+    priority: int
+    dedup_key: str
+    payload: dict[str, Any]
+    input_hash: str
+    upstream: str
+    state: str
+    attempts: int
+    not_before: float
+    error: str | None
+    created: float
+    updated: float
+
+    def public(self) -> dict[str, Any]:
+        """The job as the API shows it."""
+        return {
+            "id": self.id,
+            "chat": self.chat_id,
+            "operation": self.operation,
+            "priority": self.priority,
+            "state": self.state,
+            "attempts": self.attempts,
+            "not_before": self.not_before,
+            "error": self.error,
+            "created": self.created,
+            "updated": self.updated,
+        }
+
+
+def _job(row: sqlite3.Row | tuple[Any, ...]) -> Job:
+    values = list(row)
+    values[5] = orjson.loads(values[5])
+    return Job(*values)
+
+
+class JobTable:
+    def __init__(
+        self, db: sqlite3.Connection, transaction: Callable[[], AbstractContextManager[None]]
+    ) -> None:
+        self.db = db
+        self._transaction = transaction
+
+    def enqueue(
+        self,
+        *,
+        chat_id: str,
+        operation: str,
+        priority: int,
+        dedup_key: str,
+        payload: Mapping[str, Any],
+        input_hash: str,
+        upstream: str,
+        now: float,
+    ) -> tuple[int, bool]:
+        """Persist a job; returns (id, True) when new. A live job with the same key absorbs
+        the request, taking the new content if it changed (a running one is redone)."""
+        encoded = orjson.dumps(dict(payload)).decode()
+        with self._transaction():
+            row = self.db.execute(
+                "SELECT id, input_hash FROM jobs WHERE dedup_key=? AND state IN ('queued', "
+                "'running')",
+                (dedup_key,),
+            ).fetchone()
+            if row is not None:
+                if row[1] != input_hash:
+                    self.db.execute(
+                        "UPDATE jobs SET payload=?, input_hash=?, updated=? WHERE id=?",
+                        (encoded, input_hash, now, row[0]),
+                    )
+                return int(row[0]), False
+            cursor = self.db.execute(
+                f"INSERT INTO jobs ({JOB_COLUMNS}) VALUES "
+                "(NULL,?,?,?,?,?,?,?,'queued',0,?,NULL,?,?)",
+                (chat_id, operation, priority, dedup_key, encoded, input_hash, upstream,
+                 now, now, now),
+            )  # fmt: skip
+            return int(cursor.lastrowid or 0), True
+
+    def claim_next(self, now: float, busy: Collection[str]) -> Job | None:
+        """Mark the most urgent runnable job running and return it."""
+        excluded = ",".join("?" * len(busy))
+        where = f"AND upstream NOT IN ({excluded})" if busy else ""
+        with self._transaction():
+            row = self.db.execute(
+                f"SELECT {JOB_COLUMNS} FROM jobs WHERE state='queued' AND not_before<=? "
+                f"{where} ORDER BY priority, id LIMIT 1",
+                (now, *busy),
+            ).fetchone()
+            if row is None:
+                return None
+            self.db.execute(
+                "UPDATE jobs SET state='running', attempts=attempts+1, updated=? WHERE id=?",
+                (now, row[0]),
+            )
+        job = _job(row)
+        return Job(**{**_fields(job), "state": "running", "attempts": job.attempts + 1})
+
+    def next_due(self) -> float | None:
+        row = self.db.execute("SELECT MIN(not_before) FROM jobs WHERE state='queued'").fetchone()
+        return None if row[0] is None else float(row[0])
+
+    def complete(
+        self,
+        job: Job,
+        now: float,
+        still_current: Callable[[Job], bool],
+        apply: Callable[[], None],
+    ) -> str:
+        """Apply a finished job's result and mark it done, atomically. Returns the state:
+        `done`; `queued` when its input changed while it ran (it is redone with the new
+        content); `dropped` when what it was made for is gone or different."""
+        with self._transaction():
+            row = self.db.execute(
+                "SELECT input_hash, state FROM jobs WHERE id=?", (job.id,)
+            ).fetchone()
+            if row is None or row[1] != "running":
+                return "dropped"  # cleared while it ran
+            if row[0] != job.input_hash:
+                self._set(job.id, "queued", now, attempts=0, error=None, not_before=now)
+                return "queued"
+            if not still_current(job):
+                self._set(job.id, "dropped", now, error="its input changed")
+                return "dropped"
+            apply()
+            self._set(job.id, "done", now, error=None)
+            return "done"
+
+    def retry_later(self, job: Job, now: float, when: float, error: str) -> None:
+        self._set(job.id, "queued", now, error=error, not_before=when)
+
+    def fail(self, job: Job, now: float, error: str) -> None:
+        self._set(job.id, "failed", now, error=error)
+
+    def drop(self, job: Job, now: float, reason: str) -> None:
+        self._set(job.id, "dropped", now, error=reason)
+
+    def recover(self, now: float) -> int:
+        """Jobs left running by a stop: queued again (their results were never applied)."""
+        cursor = self.db.execute(
+            "UPDATE jobs SET state='queued', updated=? WHERE state='running'", (now,)
+        )
+        return cursor.rowcount
+
+    def retry(self, job_id: int, now: float) -> bool:
+        cursor = self.db.execute(
+            "UPDATE jobs SET state='queued', attempts=0, error=NULL, not_before=?, updated=? "
+            "WHERE id=? AND state IN ('failed', 'dropped') AND NOT EXISTS (SELECT 1 FROM jobs j "
+            "WHERE j.dedup_key=jobs.dedup_key AND j.state IN ('queued', 'running'))",
+            (now, now, job_id),
+        )
+        return cursor.rowcount == 1
+
+    def clear(self, chat_id: str | None = None) -> int:
+        """Remove waiting, failed and dropped jobs (of one chat); running ones finish."""
+        where = "state IN ('queued', 'failed', 'dropped')"
+        params: tuple[Any, ...] = ()
+        if chat_id is not None:
+            where += " AND chat_id=?"
+            params = (chat_id,)
+        return self.db.execute(f"DELETE FROM jobs WHERE {where}", params).rowcount
+
+    def list(self, chat_id: str | None = None, states: Collection[str] = ()) -> list[Job]:
+        clauses, params = [], []
+        if chat_id is not None:
+            clauses.append("chat_id=?")
+            params.append(chat_id)
+        if states:
+            clauses.append(f"state IN ({','.join('?' * len(states))})")
+            params.extend(states)
+        where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
+        rows = self.db.execute(
+            f"SELECT {JOB_COLUMNS} FROM jobs {where} ORDER BY priority, id", params
+        )
+        return [_job(r) for r in rows]
+
+    def paused(self) -> bool:
+        row = self.db.execute("SELECT value FROM settings_kv WHERE key='queue_paused'").fetchone()
+        return row is not None and row[0] == "1"
+
+    def set_paused(self, paused: bool) -> None:
+        self.db.execute(
+            "INSERT INTO settings_kv (key, value) VALUES ('queue_paused', ?) "
+            "ON CONFLICT(key) DO UPDATE SET value=excluded.value",
+            ("1" if paused else "0",),
+        )
+
+    def _set(self, job_id: int, state: str, now: float, **fields: Any) -> None:
+        sets = ["state=?", "updated=?", *(f"{name}=?" for name in fields)]
+        self.db.execute(
+            f"UPDATE jobs SET {', '.join(sets)} WHERE id=?",
+            (state, now, *fields.values(), job_id),
+        )
+
+
+def _fields(job: Job) -> dict[str, Any]:
+    return {name: getattr(job, name) for name in Job.__dataclass_fields__}

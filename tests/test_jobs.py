@@ -1,0 +1,208 @@
+"""The operation queue with fake handlers: order, retries, failures, changed input, restarts."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from proxy.jobs import JobFailure, JobQueue, Unauthorized
+from proxy.library import ChatLibrary
+from proxy.settings import QueueSettings
+from proxy.store import ChatRecord, Store
+from proxy.store.jobs import Job
+
+FAST = QueueSettings(backoff_seconds=0.01, backoff_cap_seconds=0.04, max_attempts=3)
+
+
+def chat(chat_id: str) -> ChatRecord:
+    return ChatRecord(
+        id=chat_id,
+        user="u",
+        kind="character",
+        character="S",
+        group_id=None,
+        group_name=None,
+        name=chat_id,
+        file=chat_id + ".jsonl",
+        integrity=None,
+        main_chat=None,
+        enabled=None,
+        size=0,
+        mtime_ns=0,
+        file_hash=None,
+        messages=0,
+        bad_lines=0,
+        updated=0.0,
+        deleted=False,
+    )
+
+
+class Fake:
+    """A handler whose behaviour each test scripts; it records what it applied."""
+
+    def __init__(self, library: ChatLibrary) -> None:
+        self.library = library
+        self.outcomes: dict[str, list[Any]] = {}  # dedup key -> per attempt: None ok, or error
+        self.applied: list[tuple[str, str]] = []
+        self.current: dict[str, str] = {}  # dedup key -> the input hash that is current
+        self.gate: asyncio.Event | None = None
+        self.in_flight = 0
+        self.max_in_flight = 0
+        self.order: list[str] = []
+
+    async def run(self, job: Job) -> Callable[[], None]:
+        self.order.append(job.dedup_key)
+        self.in_flight += 1
+        self.max_in_flight = max(self.max_in_flight, self.in_flight)
+        try:
+            if self.gate is not None:
+                await self.gate.wait()
+            await asyncio.sleep(0.005)
+            script = self.outcomes.get(job.dedup_key, [])
+            outcome = script[job.attempts - 1] if job.attempts - 1 < len(script) else None
+            if outcome is not None:
+                raise outcome
+        finally:
+            self.in_flight -= 1
+        return lambda: self.applied.append((job.dedup_key, job.input_hash))
+
+    def still_current(self, job: Job) -> bool:
+        return self.current.get(job.dedup_key, job.input_hash) == job.input_hash
+
+
+@pytest.fixture
+async def setup(tmp_path: Path):  # type: ignore[no-untyped-def]
+    library = ChatLibrary(None, Store(tmp_path / "s.sqlite3"))
+    for chat_id in ("a", "b"):
+        library.store.save_chat(chat(chat_id), [], [], lambda i: None, [])  # type: ignore[arg-type, return-value]
+    fake = Fake(library)
+    handlers = {
+        op: fake for op in ("running_recap", "scene_recap", "detect_scene_break", "message_recap")
+    }
+    yield library, fake, handlers
+    library.close()
+
+
+async def test_order_dedup_and_success(setup) -> None:  # type: ignore[no-untyped-def]
+    library, fake, handlers = setup
+    async with JobQueue(library, handlers, FAST) as queue:
+        await queue.pause()
+        await queue.enqueue("a", "message_recap", "m1", {}, "h1", "up")
+        await queue.enqueue("a", "message_recap", "m1", {}, "h1", "up")  # deduplicated
+        await queue.enqueue("a", "detect_scene_break", "d1", {}, "h", "up")
+        await queue.enqueue("a", "running_recap", "r1", {}, "h", "up")
+        await queue.enqueue("a", "scene_recap", "s1", {}, "h", "up")
+        assert len(await queue.jobs()) == 4
+        await queue.resume()
+        await queue.idle()
+    assert fake.order == ["r1", "s1", "d1", "m1"]
+    assert sorted(fake.applied) == [("d1", "h"), ("m1", "h1"), ("r1", "h"), ("s1", "h")]
+    assert {j.state for j in await JobQueue(library, handlers, FAST).jobs()} == {"done"}
+
+
+async def test_retries_back_off_then_succeed_or_fail(setup) -> None:  # type: ignore[no-untyped-def]
+    library, fake, handlers = setup
+    fake.outcomes = {
+        "flaky": [JobFailure("429 too many requests"), None],
+        "broken": [JobFailure("500")] * 5,
+        "denied": [Unauthorized("401 bad key")],
+        "bug": [RuntimeError("boom"), None],
+    }
+    async with JobQueue(library, handlers, FAST) as queue:
+        for key in fake.outcomes:
+            await queue.enqueue("a", "message_recap", key, {}, "h", f"up-{key}")
+        await queue.idle()
+        jobs = {j.dedup_key: j for j in await queue.jobs()}
+    assert (jobs["flaky"].state, jobs["flaky"].attempts) == ("done", 2)
+    assert (jobs["bug"].state, jobs["bug"].attempts) == ("done", 2)
+    assert (jobs["broken"].state, jobs["broken"].attempts) == ("failed", 3)
+    assert jobs["broken"].error == "JobFailure: 500"
+    assert (jobs["denied"].state, jobs["denied"].attempts) == ("failed", 1)
+    assert "401" in (jobs["denied"].error or "")
+    assert ("broken", "h") not in fake.applied
+
+
+async def test_changed_input_is_redone_and_vanished_input_dropped(setup) -> None:  # type: ignore[no-untyped-def]
+    library, fake, handlers = setup
+    fake.gate = asyncio.Event()
+    async with JobQueue(library, handlers, FAST) as queue:
+        await queue.enqueue("a", "message_recap", "edited", {"text": "v1"}, "v1", "up1")
+        await queue.enqueue("a", "message_recap", "deleted", {}, "x", "up2")
+        while fake.in_flight < 2:
+            await asyncio.sleep(0.005)
+        # While both run: one message is edited (new content), the other deleted.
+        await queue.enqueue("a", "message_recap", "edited", {"text": "v2"}, "v2", "up1")
+        fake.current["deleted"] = "gone"
+        fake.gate.set()
+        await queue.idle()
+        jobs = {j.dedup_key: j for j in await queue.jobs()}
+    assert fake.applied == [("edited", "v2")]  # the old content was never applied
+    assert jobs["edited"].payload == {"text": "v2"} and jobs["edited"].state == "done"
+    assert jobs["deleted"].state == "dropped"
+
+
+async def test_concurrency_is_per_upstream(setup) -> None:  # type: ignore[no-untyped-def]
+    library, fake, handlers = setup
+    async with JobQueue(library, handlers, FAST) as queue:
+        for i in range(4):
+            await queue.enqueue("a", "message_recap", f"x{i}", {}, "h", "one")
+        await queue.idle()
+        assert fake.max_in_flight == 1
+        fake.max_in_flight = 0
+        for i in range(4):
+            await queue.enqueue("b", "message_recap", f"y{i}", {}, "h", f"api-{i}")
+        await queue.idle()
+    assert fake.max_in_flight > 1
+
+
+async def test_restart_runs_interrupted_jobs_once(setup, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    library, fake, handlers = setup
+    fake.gate = asyncio.Event()
+    async with JobQueue(library, handlers, FAST) as queue:
+        await queue.enqueue("a", "scene_recap", "done-before", {}, "h", "up1")
+        await queue.enqueue("a", "scene_recap", "interrupted", {}, "h", "up2")
+        fake.gate.set()
+        while ("done-before", "h") not in fake.applied:
+            await asyncio.sleep(0.005)
+        fake.gate.clear()
+        await queue.enqueue("a", "scene_recap", "stuck", {}, "h", "up3")
+        while fake.in_flight == 0:
+            await asyncio.sleep(0.005)
+    # stopped with "stuck" (and maybe "interrupted") running
+    fake.gate.set()
+    applied_before = list(fake.applied)
+    async with JobQueue(library, handlers, FAST) as queue:
+        await queue.idle()
+        jobs = {j.dedup_key: j for j in await queue.jobs()}
+    assert {j.state for j in jobs.values()} == {"done"}
+    keys = [k for k, _ in fake.applied]
+    assert sorted(set(keys)) == ["done-before", "interrupted", "stuck"]
+    assert len(keys) == len(set(keys))  # nothing applied twice
+    assert applied_before.count(("done-before", "h")) == 1
+
+
+async def test_pause_resume_retry_clear(setup) -> None:  # type: ignore[no-untyped-def]
+    library, fake, handlers = setup
+    fake.outcomes = {"denied": [Unauthorized("403")]}
+    async with JobQueue(library, handlers, FAST) as queue:
+        await queue.enqueue("a", "message_recap", "denied", {}, "h", "up")
+        await queue.idle()
+        (job,) = await queue.jobs(states=("failed",))
+        fake.outcomes.clear()  # the user fixed the key
+        await queue.pause()
+        assert await queue.retry(job.id)
+        await asyncio.sleep(0.05)
+        assert (await queue.jobs())[0].state == "queued"  # paused: not run
+        await queue.resume()
+        await queue.idle()
+        assert (await queue.jobs())[0].state == "done"
+        await queue.pause()
+        await queue.enqueue("b", "message_recap", "later", {}, "h", "up")
+        assert await queue.clear("b") == 1
+        assert [j.dedup_key for j in await queue.jobs()] == ["denied"]
+        with pytest.raises(ValueError, match="unknown operation"):
+            await queue.enqueue("a", "bake_cake", "k", {}, "h", "up")
