@@ -116,6 +116,7 @@ class InjectionSettings(_Section):
     chats_enabled: dict[str, bool] = Field(
         default_factory=dict,
         description="Per-chat on/off, keyed by chat id (ST-Auto-Recap's `chats_enabled`).",
+        examples=[{"default-user/chats/Seraphina/Seraphina - 2026-05-01@14h03m22s123ms": False}],
     )
     position: Position = Field(
         Position.BEFORE_PROMPT,
@@ -212,6 +213,66 @@ class QueueSettings(_Section):
     backoff_cap_seconds: float = Field(300.0, gt=0, description="Longest wait between retries.")
 
 
+class LLMOverride(_Section):
+    model: str | None = Field(None, description="Model for this operation.")
+    temperature: float | None = Field(None, ge=0, le=2, description="Sampling temperature.")
+    max_tokens: int | None = Field(None, ge=1, description="Answer length limit.")
+
+
+class LLMSettings(_Section):
+    base_url: str | None = Field(
+        None,
+        description="OpenAI-compatible API for the proxy's own calls (recaps, scene "
+        "detection). Unset: the chat's own upstream.",
+        examples=["https://openrouter.ai/api/v1"],
+    )
+    api_key: SecretStr | None = Field(
+        None,
+        description="Key for `base_url`. Unset: the `Authorization` of the chat's latest "
+        "request, kept in memory only.",
+        examples=["sk-..."],
+    )
+    model: str | None = Field(
+        None,
+        description="Model for the proxy's own calls. Unset: the model of the chat's latest "
+        "request.",
+        examples=["deepseek/deepseek-chat"],
+    )
+    temperature: float = Field(0.3, ge=0, le=2, description="Sampling temperature.")
+    max_tokens: int = Field(1024, ge=1, description="Answer length limit.")
+    timeout_seconds: float = Field(
+        180.0, gt=0, description="Seconds one of the proxy's own LLM calls may take."
+    )
+    operations: dict[str, LLMOverride] = Field(
+        default_factory=dict,
+        description="Per-operation overrides, keyed by `message_recap`, "
+        "`detect_scene_break`, `scene_recap` or `running_recap`.",
+        examples=[{"scene_recap": {"model": "gpt-4o-mini", "max_tokens": 2048}}],
+    )
+
+    @field_validator("base_url")
+    @classmethod
+    def _http_url(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith(("http://", "https://")):
+            raise ValueError("expected an http:// or https:// URL")
+        return value.rstrip("/") if value else value
+
+    @field_validator("operations")
+    @classmethod
+    def _known_operations(cls, value: dict[str, LLMOverride]) -> dict[str, LLMOverride]:
+        known = {"message_recap", "detect_scene_break", "scene_recap", "running_recap"}
+        unknown = sorted(set(value) - known)
+        if unknown:
+            raise ValueError(f"unknown operation(s) {unknown}; expected some of {sorted(known)}")
+        return value
+
+
+class MemorySettings(_Section):
+    llm: LLMSettings = Field(
+        default_factory=LLMSettings, description="The LLM that writes the memory."
+    )
+
+
 class Settings(_Section):
     """Everything recap-proxy can be told, with its default."""
 
@@ -229,6 +290,13 @@ class Settings(_Section):
         default_factory=SillyTavernSettings, description="Where SillyTavern keeps its chats."
     )
     store: StoreSettings = Field(default_factory=StoreSettings, description="The proxy's own data.")
+    queue: QueueSettings = Field(
+        default_factory=QueueSettings,
+        description="The queue of the proxy's own LLM work (recaps, scene detection).",
+    )
+    memory: MemorySettings = Field(
+        default_factory=MemorySettings, description="How the memory is written."
+    )
 
 
 def default_config_path() -> Path:
@@ -340,18 +408,31 @@ def example_toml() -> str:
     ]
     defaults = Settings()
     for section_name, section_field in Settings.model_fields.items():
-        section = getattr(defaults, section_name)
-        lines += ["", f"# {section_field.description}", f"[{section_name}]"]
-        for name, field in type(section).model_fields.items():
-            lines.append("")
-            lines += [f"# {line}" for line in _wrap(field.description or "")]
-            rendered = _toml_value(getattr(section, name))
-            if rendered is None:  # unset by default: show an example, commented out
-                example = (field.examples or [""])[0]
-                lines.append(f"# {name} = {_toml_value(example)}")
-            else:
-                lines.append(f"{name} = {rendered}")
+        _section_lines(
+            lines, section_name, section_field.description, getattr(defaults, section_name)
+        )
     return "\n".join(lines) + "\n"
+
+
+def _section_lines(lines: list[str], path: str, description: str | None, section: Any) -> None:
+    """One `[section]` with its keys; sub-sections (`[memory.llm]`) follow it."""
+    lines += ["", f"# {description}", f"[{path}]"]
+    nested = []
+    for name, field in type(section).model_fields.items():
+        value = getattr(section, name)
+        if isinstance(value, BaseModel):
+            nested.append((f"{path}.{name}", field.description, value))
+            continue
+        lines.append("")
+        lines += [f"# {line}" for line in _wrap(field.description or "")]
+        rendered = _toml_value(value)
+        if rendered is None:  # unset by default: show an example, commented out
+            example = (field.examples or [""])[0]
+            lines.append(f"# {name} = {_toml_value(example)}")
+        else:
+            lines.append(f"{name} = {rendered}")
+    for sub_path, sub_description, sub_section in nested:
+        _section_lines(lines, sub_path, sub_description, sub_section)
 
 
 def _wrap(text: str, width: int = 88) -> list[str]:
@@ -375,9 +456,10 @@ def _toml_value(value: object) -> str | None:
     if isinstance(value, list):
         return "[" + ", ".join(_toml_value(v) or '""' for v in value) + "]"
     if isinstance(value, dict):
-        return (
-            "{" + ", ".join(f"{json.dumps(k)} = {_toml_value(v)}" for k, v in value.items()) + "}"
-        )
+        if not value:
+            return None  # an empty table is shown as a commented example
+        pairs = (f"{json.dumps(k)} = {_toml_value(v)}" for k, v in value.items())
+        return "{" + ", ".join(pairs) + "}"
     raise TypeError(f"no TOML form for {value!r}")
 
 
