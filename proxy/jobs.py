@@ -46,10 +46,14 @@ class JobFailure(RecapProxyError):
     retry = True
 
 
-class Unauthorized(JobFailure):
-    """401/403 from the LLM: retrying with the same key cannot help."""
+class Refused(JobFailure):
+    """The LLM refused the request itself (a 4xx): the same request would fail again."""
 
     retry = False
+
+
+class Unauthorized(Refused):
+    """401/403 from the LLM: retrying with the same key cannot help."""
 
 
 class Handler(Protocol):

@@ -97,7 +97,11 @@ async def chat(request: web.Request) -> web.StreamResponse:
     seen = await _seen(request)
     state.seen.append(seen)
     state.started.set()
+    # The steering word comes from the X-Fake header, or from the model name for callers
+    # that cannot add headers (the proxy's own LLM client).
     mode = request.headers.get("X-Fake", "")
+    if not mode and b'"model": "status=' in seen.body.replace(b'":"', b'": "'):
+        mode = json.loads(seen.body)["model"]
     if mode.startswith("status="):
         status = int(mode.split("=", 1)[1])
         body = {"error": {"message": f"fake error {status}", "type": "fake", "code": status}}

@@ -1,0 +1,114 @@
+"""The proxy's own LLM client against the fake LLM."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+
+from proxy.jobs import JobFailure, Refused, Unauthorized
+from proxy.llm import OPERATION_HEADER, LLMClient
+from proxy.settings import LLMSettings, UpstreamSettings
+from proxy.upstream import Upstream
+from tests.conftest import FakeLLM
+from tests.fakes.fake_llm import REPLY
+
+PROMPT = [
+    {"role": "system", "content": "Recap the scene as JSON."},
+    {"role": "user", "content": "..."},
+]
+
+
+@pytest.fixture
+async def chat_upstream(fake_llm: FakeLLM) -> AsyncIterator[Upstream]:
+    async with Upstream(UpstreamSettings(base_url=fake_llm.base_url)) as upstream:
+        yield upstream
+
+
+def last(fake_llm: FakeLLM) -> tuple[dict[str, str], dict[str, Any]]:
+    seen = fake_llm.state.seen[-1]
+    return seen.headers, json.loads(seen.body)
+
+
+async def test_uses_the_chats_own_key_and_model(
+    fake_llm: FakeLLM, chat_upstream: Upstream, caplog: pytest.LogCaptureFixture
+) -> None:
+    client = LLMClient(LLMSettings(), chat_upstream, None)
+    client.remember("c", {"Authorization": "Bearer sk-chat-secret"}, "fake-model")
+    with caplog.at_level(logging.DEBUG):
+        answer = await client.complete("scene_recap", "c", PROMPT)
+    assert answer.text == REPLY and answer.model == "fake-model"
+    headers, body = last(fake_llm)
+    assert headers[OPERATION_HEADER] == "scene_recap"
+    assert headers["Authorization"] == "Bearer sk-chat-secret"
+    assert (body["model"], body["temperature"], body["max_tokens"], body["stream"]) == (
+        "fake-model",
+        0.3,
+        1024,
+        False,
+    )
+    assert body["messages"] == PROMPT
+    assert "sk-chat-secret" not in caplog.text
+
+
+async def test_settings_and_per_operation_overrides(
+    fake_llm: FakeLLM, chat_upstream: Upstream
+) -> None:
+    settings = LLMSettings.model_validate(
+        {
+            "model": "cheap-model",
+            "operations": {"running_recap": {"model": "smart-model", "max_tokens": 4000}},
+        }
+    )
+    client = LLMClient(settings, chat_upstream, None)
+    await client.complete("message_recap", "c", PROMPT)
+    assert last(fake_llm)[1]["model"] == "cheap-model"
+    await client.complete("running_recap", "c", PROMPT)
+    _, body = last(fake_llm)
+    assert (body["model"], body["max_tokens"]) == ("smart-model", 4000)
+
+
+async def test_a_separate_api_with_its_own_key(fake_llm: FakeLLM, chat_upstream: Upstream) -> None:
+    settings = LLMSettings.model_validate(
+        {"base_url": fake_llm.base_url, "api_key": "sk-own", "model": "m"}
+    )
+    async with Upstream(UpstreamSettings(base_url=fake_llm.base_url)) as own:
+        client = LLMClient(settings, chat_upstream, own)
+        client.remember("c", {"Authorization": "Bearer sk-chat"}, "fake-model")
+        await client.complete("detect_scene_break", "c", PROMPT)
+    headers, body = last(fake_llm)
+    assert headers["Authorization"] == "Bearer sk-own" and body["model"] == "m"
+
+
+@pytest.mark.parametrize(
+    ("status", "error", "retry"),
+    [
+        (401, Unauthorized, False),
+        (403, Unauthorized, False),
+        (400, Refused, False),
+        (429, JobFailure, True),
+        (500, JobFailure, True),
+        (503, JobFailure, True),
+    ],
+)
+async def test_answers_become_job_failures(
+    chat_upstream: Upstream, status: int, error: type[JobFailure], retry: bool
+) -> None:
+    client = LLMClient(LLMSettings(model=f"status={status}"), chat_upstream, None)
+    with pytest.raises(error) as caught:
+        await client.complete("message_recap", "c", PROMPT)
+    assert caught.value.retry is retry
+    assert str(status) in str(caught.value)
+
+
+async def test_unreachable_and_unknown_model() -> None:
+    async with Upstream(UpstreamSettings(base_url="http://127.0.0.1:9/v1")) as dead:
+        client = LLMClient(LLMSettings(model="m"), dead, None)
+        with pytest.raises(JobFailure) as caught:
+            await client.complete("scene_recap", "c", PROMPT)
+        assert caught.value.retry is True
+        with pytest.raises(Unauthorized, match="no model"):
+            await LLMClient(LLMSettings(), dead, None).complete("scene_recap", "c", PROMPT)
