@@ -2,14 +2,19 @@
 
     ST --HTTP--> web/ (routes) --> adapters (parse) --> core (pure decisions) --> upstream --> LLM
                    |   the answer streams back byte for byte                        |
-                   +--> /recap/api, CLI                providers (memory seam) <-- store (later)
+                   +--> /recap/api, CLI      providers (memory seam) <-- library <-- watcher <-- ST data
 
-core/      pure: models, placement (ST semantics), render ({{macros}}), tokens, plan
-web/       the HTTP edge: make_app wires; relay streams; routes map errors to answers
-upstream   the only owner of the client session to LLM APIs
-injection  parse -> memory -> decide -> splice, fail-open; shared by server and `inject`
-cassette   recorded exchanges (serve --record) that the tests replay
-settings   the one pydantic model; errors: the error tree
+core/         pure: models, placement (ST rules), render, tokens, plan, identify, lore, replies
+web/          the HTTP edge: make_app wires; relay streams; routes and api map errors to answers
+upstream      the only owner of the client session to LLM APIs
+injection     parse -> memory -> decide -> splice, fail-open; shared by server and `inject`
+sillytavern/  ST's files: chats, data-folder layout, reconciling versions, lorebooks and cards
+store/        the only owner of SQLite: chats, messages, change log, lore snapshots, jobs
+library       the mirror of ST's chats and the identification index (one worker thread)
+watcher, lore the data folder followed live; lorebook snapshots per generated message
+jobs, llm     the persistent operation queue and the LLM client for the proxy's own work
+cassette      recorded exchanges (serve --record) that the tests replay
+settings      the one pydantic model; errors: the error tree
 """
 
 __version__ = "0.1.0"
