@@ -1,8 +1,8 @@
 """recap-proxy: long-term memory for SillyTavern, as a streaming reverse proxy.
 
-    ST --HTTP--> web/ (routes) --> adapters (parse) --> core (pure decisions) --> upstream --> LLM
-                   |   the answer streams back byte for byte                        |
-                   +--> /recap/api, CLI      providers (memory seam) <-- library <-- watcher <-- ST data
+    ST -> web/ (routes) -> adapters (parse) -> core (pure decisions) -> upstream -> LLM
+            |   the answer streams back byte for byte                    |
+            +-> /recap/api, CLI    providers (memory) <- library <- watcher <- ST data
 
 core/         pure: models, placement (ST rules), render, tokens, plan, identify, lore, replies
 web/          the HTTP edge: make_app wires; relay streams; routes and api map errors to answers
