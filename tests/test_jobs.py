@@ -12,33 +12,11 @@ import pytest
 from proxy.jobs import JobFailure, JobQueue, Unauthorized
 from proxy.library import ChatLibrary
 from proxy.settings import QueueSettings
-from proxy.store import ChatRecord, Store
+from proxy.store import Store
 from proxy.store.jobs import Job
+from tests.test_store import record
 
 FAST = QueueSettings(backoff_seconds=0.01, backoff_cap_seconds=0.04, max_attempts=3)
-
-
-def chat(chat_id: str) -> ChatRecord:
-    return ChatRecord(
-        id=chat_id,
-        user="u",
-        kind="character",
-        character="S",
-        group_id=None,
-        group_name=None,
-        name=chat_id,
-        file=chat_id + ".jsonl",
-        integrity=None,
-        main_chat=None,
-        enabled=None,
-        size=0,
-        mtime_ns=0,
-        file_hash=None,
-        messages=0,
-        bad_lines=0,
-        updated=0.0,
-        deleted=False,
-    )
 
 
 class Fake:
@@ -78,7 +56,7 @@ class Fake:
 async def setup(tmp_path: Path):  # type: ignore[no-untyped-def]
     library = ChatLibrary(None, Store(tmp_path / "s.sqlite3"))
     for chat_id in ("a", "b"):
-        library.store.save_chat(chat(chat_id), [], [], lambda i: None, [])  # type: ignore[arg-type, return-value]
+        library.store.save_chat(record(chat_id), [], [], lambda i: None, [])  # type: ignore[arg-type, return-value]
     fake = Fake(library)
     handlers = {
         op: fake for op in ("running_recap", "scene_recap", "detect_scene_break", "message_recap")
