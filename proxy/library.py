@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import partial
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import TypeVar
 from urllib.parse import unquote
 
@@ -249,8 +249,7 @@ class ChatLibrary:
             if location is not None and self.store.chat(location.chat_id) is not None:
                 results.append(self._deleted(location.chat_id))
         for rel in rels:
-            if rel.split("/")[-1].endswith(".json") and "/groups/" in f"/{rel}":
-                self._groups.pop(rel.split("/")[0], None)
+            self._forget_user_file(PurePosixPath(rel))
         for rel in present:
             location = locate(rel)
             if location is not None:
@@ -349,22 +348,35 @@ class ChatLibrary:
         return Refreshed(chat_id, (), None)
 
     def _group_of(self, location: ChatLocation) -> GroupInfo | None:
-        if location.kind != "group" or self.data_dir is None:
-            return None
-        if location.user not in self._groups:
-            self._groups[location.user] = read_groups(self.data_dir / location.user)
-        return self._groups[location.user].get(location.name)
+        return self.group(location.user, location.name) if location.kind == "group" else None
 
-    def _persona(self, user: str) -> str:
+    def group(self, user: str, chat_name: str) -> GroupInfo | None:
+        """The group a group chat belongs to (`groups/*.json`, cached). Worker thread."""
+        if self.data_dir is None:
+            return None
+        if user not in self._groups:
+            self._groups[user] = read_groups(self.data_dir / user)
+        return self._groups[user].get(chat_name)
+
+    def persona(self, user: str) -> str:
+        """The user's persona name from ST's settings (cached). Worker thread."""
         if user not in self._personas and self.data_dir is not None:
             self._personas[user] = read_persona_name(self.data_dir / user)
         return self._personas.get(user) or ""
+
+    def _forget_user_file(self, rel: PurePosixPath) -> None:
+        """Drop what a changed group file or settings.json made stale."""
+        parts = rel.parts
+        if len(parts) == 3 and parts[1] == "groups":
+            self._groups.pop(parts[0], None)
+        elif len(parts) == 2 and parts[1] == "settings.json":
+            self._personas.pop(parts[0], None)
 
     def _entry(self, record: ChatRecord) -> ChatEntry:
         total, visible = self.store.tail(record.id, TAIL)
         persona = next(
             (m.message.name for m in reversed(visible) if m.message.is_user),
-            self._persona(record.user),
+            self.persona(record.user),
         )
         tail = [
             index_message(

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections import deque
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
@@ -18,7 +19,6 @@ from proxy.core.identify import Identification, normalize
 from proxy.core.lore import LoreEntry, LoreMatcher, StickyTracker, prepare, snapshot, st_sticky_keys
 from proxy.core.models import ChatMessage
 from proxy.library import ChatLibrary
-from proxy.sillytavern.layout import GroupInfo, read_groups, read_persona_name
 from proxy.sillytavern.worlds import (
     Card,
     LoreSettings,
@@ -40,9 +40,12 @@ class LoreService:
         self._worlds: dict[Path, World | None] = {}
         self._cards: dict[Path, Card | None] = {}
         self._settings: dict[str, LoreSettings] = {}
-        self._personas: dict[str, str] = {}
-        self._groups: dict[str, dict[str, GroupInfo]] = {}
+        # Matchers per (user, books with their {{char}}, persona): entries are prepared once
+        # per book version, not per generation.
         self._matchers: dict[tuple[object, ...], LoreMatcher] = {}
+        # Changed files reported from the event loop; the worker forgets them before it
+        # next reads a cache (every cache here is the worker thread's alone).
+        self._changed: deque[Path] = deque()
         self._trackers: dict[str, StickyTracker] = {}
         self._tasks: set[asyncio.Task[None]] = set()
 
@@ -66,16 +69,8 @@ class LoreService:
             await asyncio.gather(*self._tasks, return_exceptions=True)
 
     def invalidate(self, paths: Iterable[Path]) -> None:
-        """Forget cached books, cards and settings that changed on disk."""
-        for path in paths:
-            self._worlds.pop(path, None)
-            self._cards.pop(path, None)
-            if path.name == "settings.json":
-                self._settings.pop(path.parent.name, None)
-                self._personas.pop(path.parent.name, None)
-            if path.parent.name == "groups":
-                self._groups.pop(path.parent.parent.name, None)
-        self._matchers.clear()
+        """Note books, cards and settings that changed on disk (thread-safe)."""
+        self._changed.extend(paths)
 
     async def _record(self, ident: Identification, texts: list[str], swipe: int | None) -> None:
         try:
@@ -89,9 +84,10 @@ class LoreService:
 
         def work() -> str:
             chat = self.library.store.chat(chat_id)
-            if chat is None:
+            matcher = self.matcher_for(chat) if chat is not None else None
+            if matcher is None:
                 return ""
-            current = {e.key: e for e in self.entries_for(chat)}
+            current = {e.key: e for e in matcher.entries}
             lines = []
             for item in self.library.store.active_lore(chat_id, first, last):
                 found = current.get((item["world"], str(item["uid"])))
@@ -109,10 +105,9 @@ class LoreService:
         chat = store.chat(ident.chat_id)
         if chat is None or ident.target_message is None:
             return
-        entries = self.entries_for(chat)
-        if not entries:
+        matcher = self.matcher_for(chat)
+        if matcher is None:
             return
-        matcher = self._matcher(chat, entries)
         active = matcher.active(normalize("\n".join(texts)))
         tracker = self._trackers.setdefault(chat.id, StickyTracker())
         tracker.advance(ident.target_message)
@@ -132,47 +127,61 @@ class LoreService:
             return target.message.swipe_id or 0
         return 0
 
-    def entries_for(self, chat: ChatRecord) -> list[LoreEntry]:
-        """Every enabled entry of every book that applies to the chat."""
+    def matcher_for(self, chat: ChatRecord) -> LoreMatcher | None:
+        """The matcher over every enabled entry of every book that applies to the chat,
+        or None when none does. Worker thread."""
         data_dir = self.library.data_dir
         if data_dir is None:
-            return []
+            return None
+        self._forget_changed()
         user_dir = data_dir / chat.user
         settings = self._settings.get(chat.user)
         if settings is None:
             settings = self._settings[chat.user] = read_lore_settings(user_dir)
-        avatars = self._avatars(chat, user_dir)
-        cards = [self._card(user_dir, a) for a in avatars]
-        books: list[str] = []
+        avatars = self._avatars(chat)
+        cards = [card for card in (self._card(user_dir, a) for a in avatars) if card]
         own = chat.chat_metadata.get("world_info")
-        for name in (
-            ([own] if isinstance(own, str) and own else [])
-            + ([settings.persona_book] if settings.persona_book else [])
-            + [c.world for c in cards if c is not None and c.world]
-            + [b for a in avatars for b in settings.character_extras.get(a, ())]
-            + list(settings.global_books)
-        ):
-            if name not in books:
-                books.append(name)
-        if chat.user not in self._personas:
-            self._personas[chat.user] = read_persona_name(user_dir) or ""
-        persona = self._personas[chat.user]
-        entries: list[LoreEntry] = []
-        for name in books:
-            world = self._world(user_dir / "worlds" / f"{name}.json")
-            if world is None:
-                continue
-            char = next((c.name for c in cards if c is not None and c.world == name), None)
-            char = char or (cards[0].name if cards and cards[0] else chat.display_name)
-            entries += prepare(world.name, world.entries, {"char": char, "user": persona})
-        return entries
+        # ST's order of sources: the chat's book, the persona's, the characters', global.
+        candidates = [
+            own if isinstance(own, str) else None,
+            settings.persona_book,
+            *(card.world for card in cards),
+            *(book for a in avatars for book in settings.character_extras.get(a, ())),
+            *settings.global_books,
+        ]
+        books = list(dict.fromkeys(name for name in candidates if name))
+        default_char = cards[0].name if cards else chat.display_name
+        # A book's {{char}} is the character whose card brought it in.
+        chars = {card.world: card.name for card in reversed(cards) if card.world}
+        persona = self.library.persona(chat.user)
+        key = (chat.user, tuple((b, chars.get(b, default_char)) for b in books), persona)
+        matcher = self._matchers.get(key)
+        if matcher is None:
+            entries: list[LoreEntry] = []
+            for name in books:
+                world = self._world(user_dir / "worlds" / f"{name}.json")
+                if world is not None:
+                    macros = {"char": chars.get(name, default_char), "user": persona}
+                    entries += prepare(world.name, world.entries, macros)
+            matcher = self._matchers[key] = LoreMatcher(entries)
+        return matcher if matcher.entries else None
 
-    def _avatars(self, chat: ChatRecord, user_dir: Path) -> list[str]:
+    def _forget_changed(self) -> None:
+        changed = False
+        while self._changed:
+            path = self._changed.popleft()
+            changed = True
+            self._worlds.pop(path, None)
+            self._cards.pop(path, None)
+            if path.name == "settings.json":
+                self._settings.pop(path.parent.name, None)
+        if changed:
+            self._matchers.clear()
+
+    def _avatars(self, chat: ChatRecord) -> list[str]:
         if chat.kind == "character" and chat.character:
             return [chat.character]
-        if chat.user not in self._groups:
-            self._groups[chat.user] = read_groups(user_dir)
-        group = self._groups[chat.user].get(chat.name)
+        group = self.library.group(chat.user, chat.name)
         return [m.removesuffix(".png") for m in group.members] if group else []
 
     def _card(self, user_dir: Path, avatar: str) -> Card | None:
@@ -190,10 +199,3 @@ class LoreService:
         if path not in self._worlds:
             self._worlds[path] = read_world(path)
         return self._worlds[path]
-
-    def _matcher(self, chat: ChatRecord, entries: list[LoreEntry]) -> LoreMatcher:
-        key = (chat.id, tuple((e.key, e.content_hash, e.text[:32]) for e in entries))
-        matcher = self._matchers.get(key)
-        if matcher is None:
-            matcher = self._matchers[key] = LoreMatcher(entries)
-        return matcher

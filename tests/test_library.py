@@ -154,3 +154,25 @@ async def test_deleted_chat_is_marked_and_a_renamed_one_keeps_its_data(
     gone = library.store.chat(renamed.id)
     assert gone is not None and gone.deleted
     assert renamed.id not in library.index.entries
+
+
+async def test_persona_and_groups_are_reread_when_their_files_change(
+    library: ChatLibrary,
+) -> None:
+    assert library.data_dir is not None
+    user = library.data_dir / "default-user"
+    settings = user / "settings.json"
+    settings.write_text(json.dumps({"username": "Alex"}))
+    assert await library.run(lambda: library.persona("default-user")) == "Alex"
+    settings.write_text(json.dumps({"username": "Arden"}))
+    assert await library.run(lambda: library.persona("default-user")) == "Alex"  # cached
+    await library.refresh([settings])
+    assert await library.run(lambda: library.persona("default-user")) == "Arden"
+
+    group = user / "groups" / "1.json"
+    group.parent.mkdir()
+    group.write_text(json.dumps({"id": 1, "name": "Old", "members": [], "chats": ["g"]}))
+    assert (await library.run(lambda: library.group("default-user", "g"))).name == "Old"  # type: ignore[union-attr]
+    group.write_text(json.dumps({"id": 1, "name": "New", "members": [], "chats": ["g"]}))
+    await library.refresh([group])
+    assert (await library.run(lambda: library.group("default-user", "g"))).name == "New"  # type: ignore[union-attr]
