@@ -257,7 +257,7 @@ def _read_text(path: Path, what: str) -> str:
         raise RecapProxyError(f"{what} {path} is not UTF-8 text") from None
 
 
-async def _open_library(args: argparse.Namespace) -> ChatLibrary:
+async def _open_library(args: argparse.Namespace) -> tuple[ChatLibrary, Settings]:
     from proxy.web.app import library_from
 
     settings = load_settings(
@@ -272,13 +272,13 @@ async def _open_library(args: argparse.Namespace) -> ChatLibrary:
         )
     await library.open()
     await library.index_all()
-    return library
+    return library, settings
 
 
 async def _chats(args: argparse.Namespace) -> int:
     from proxy.web.api import chat_summary
 
-    library = await _open_library(args)
+    library, _ = await _open_library(args)
     try:
         records = await library.run(library.store.chats)
     finally:
@@ -306,10 +306,10 @@ async def _identify(args: argparse.Namespace) -> int:
     except AdapterError as exc:
         print(f"recap-proxy: {args.request or 'stdin'}: {exc}", file=sys.stderr)
         return 2
-    library = await _open_library(args)
+    library, settings = await _open_library(args)
     try:
-        settings_markers = load_settings(args.config).injection.history_start_markers
-        found = await library.identify_request(parsed.messages, settings_markers, args.chat_id)
+        markers = settings.injection.history_start_markers
+        found = await library.identify_request(parsed.messages, markers, args.chat_id)
     finally:
         library.close()
     print(json.dumps(identification_json(found.identification), indent=2))

@@ -62,9 +62,12 @@ class Outcome:
 
     body: bytes
     insertion: Insertion | None = None
-    chat_id: str | None = None
     memory: Memory | None = None
     messages: Sequence[ChatMessage] = ()
+
+    @property
+    def chat_id(self) -> str | None:
+        return self.memory.chat_id if self.memory is not None else None
 
 
 class Injector:
@@ -85,11 +88,10 @@ class Injector:
     async def prepare(
         self, adapter: Adapter, raw: bytes, headers: Mapping[str, str], *, where: str = ""
     ) -> Outcome:
-        chat_id: str | None = None
+        memory: Memory | None = None
         try:
             parsed = adapter.parse(raw)
             memory = await self.provider.memory_for(parsed, headers)
-            chat_id = memory.chat_id if memory is not None else None
             insertion = plan_insertion(
                 parsed.messages, memory, self.policy, self.template, self.counter.count
             )
@@ -97,7 +99,7 @@ class Injector:
             body = raw
             if insertion is not None or replacements:
                 body = adapter.apply(parsed, insertion, replacements)
-            return Outcome(body, insertion, chat_id, memory, parsed.messages)
+            return Outcome(body, insertion, memory, parsed.messages)
         except Exception as exc:
             # Fail open: the user's chat goes on without memory, the cause is in the log.
             log.warning(
@@ -107,4 +109,5 @@ class Injector:
                 exc,
                 exc_info=True,
             )
-            return Outcome(body=raw, chat_id=chat_id)
+            # The chat stays known (for X-Recap-Chat) when only a later step failed.
+            return Outcome(body=raw, memory=memory)

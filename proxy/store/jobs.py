@@ -9,7 +9,7 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Callable, Collection, Mapping
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import orjson
@@ -120,7 +120,7 @@ class JobTable:
                 (now, row[0]),
             )
         job = _job(row)
-        return Job(**{**_fields(job), "state": "running", "attempts": job.attempts + 1})
+        return replace(job, state="running", attempts=job.attempts + 1)
 
     def next_due(self) -> float | None:
         row = self.db.execute("SELECT MIN(not_before) FROM jobs WHERE state='queued'").fetchone()
@@ -217,7 +217,3 @@ class JobTable:
             f"UPDATE jobs SET {', '.join(sets)} WHERE id=?",
             (state, now, *fields.values(), job_id),
         )
-
-
-def _fields(job: Job) -> dict[str, Any]:
-    return {name: getattr(job, name) for name in Job.__dataclass_fields__}

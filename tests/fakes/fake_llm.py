@@ -99,9 +99,13 @@ async def chat(request: web.Request) -> web.StreamResponse:
     state.started.set()
     # The steering word comes from the X-Fake header, or from the model name for callers
     # that cannot add headers (the proxy's own LLM client).
+    try:
+        payload = json.loads(seen.body)
+    except ValueError:
+        payload = None
     mode = request.headers.get("X-Fake", "")
-    if not mode and b'"model": "status=' in seen.body.replace(b'":"', b'": "'):
-        mode = json.loads(seen.body)["model"]
+    if not mode and isinstance(payload, dict) and str(payload.get("model")).startswith("status="):
+        mode = str(payload["model"])
     if mode.startswith("status="):
         status = int(mode.split("=", 1)[1])
         body = {"error": {"message": f"fake error {status}", "type": "fake", "code": status}}
@@ -112,9 +116,7 @@ async def chat(request: web.Request) -> web.StreamResponse:
         except asyncio.CancelledError:
             state.cancelled.set()
             raise
-    try:
-        payload = json.loads(seen.body)
-    except ValueError:
+    if not isinstance(payload, dict):
         return web.json_response({"error": {"message": "bad json"}}, status=400)
     model = str(payload.get("model", "fake-model"))
     if not payload.get("stream"):

@@ -90,3 +90,15 @@ async def test_missing_template_file_stops_startup_clearly(proxy: ProxyFactory) 
 
     with pytest.raises(TemplateError, match=r"no-such-template\.md"):
         await proxy(**{"injection.template_file": "/no/such/dir/no-such-template.md"})
+
+
+async def test_a_late_failure_still_names_the_chat(proxy: ProxyFactory, fake_llm: FakeLLM) -> None:
+    # The splice fails (a replacement for a message that does not exist): the request goes
+    # up unchanged, and the chat that was identified is still reported.
+    memory = Memory(values={"running_recap": "x"}, chat_id="c", replacements={99: "boom"})
+    client = await proxy(memory=memory)
+    raw = st_body("stream-04-05_send_03")
+    response = await client.post("/v1/chat/completions", data=raw)
+    assert fake_llm.state.seen[-1].body == raw
+    assert response.headers["X-Recap-Chat"] == "c"
+    assert response.headers["X-Recap-Injected"] == "0"
