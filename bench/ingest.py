@@ -29,25 +29,12 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from adapters.openai_chat import OpenAIChatAdapter  # noqa: E402
+from bench.words import WORDS  # noqa: E402
 from proxy.library import ChatLibrary  # noqa: E402
 from proxy.store import Store  # noqa: E402
 from proxy.watcher import Watcher  # noqa: E402
 
 MARKERS = ("[Start a new Chat]",)
-WORDS = [
-    "the",
-    "river",
-    "spirits",
-    "whisper",
-    "of",
-    "old",
-    "oaths",
-    "beneath",
-    "the",
-    "silver",
-    "moon",
-    "and",
-]
 
 
 def text(rng: random.Random, n: int) -> str:

@@ -20,37 +20,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.words import WORDS  # noqa: E402
 from proxy.core.identify import normalize  # noqa: E402
 from proxy.core.lore import LoreMatcher, prepare  # noqa: E402
 from proxy.core.tokens import TokenCounter  # noqa: E402
 from proxy.sillytavern.worlds import WorldEntry  # noqa: E402
-
-WORDS = [
-    "the",
-    "river",
-    "spirits",
-    "whisper",
-    "of",
-    "old",
-    "oaths",
-    "beneath",
-    "silver",
-    "moon",
-    "while",
-    "{{char}}",
-    "keeps",
-    "watch",
-    "over",
-    "{{user}}",
-    "and",
-    "the",
-    "glade",
-    "of",
-    "Eldoria",
-    "where",
-    "shadowfangs",
-    "roam",
-]
 
 
 def main() -> None:

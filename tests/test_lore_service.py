@@ -39,13 +39,17 @@ def lore_folder(user: Path) -> str:
     return glade
 
 
-async def replay(tmp_path: Path) -> tuple[ChatLibrary, LoreService]:
-    data = tmp_path / "data"
-    user = data / "default-user"
+def lore_library(tmp_path: Path) -> tuple[ChatLibrary, LoreService, Path]:
+    """A data folder with books, cards and settings; its library and lore service."""
+    user = tmp_path / "data" / "default-user"
     user.mkdir(parents=True)
     lore_folder(user)
-    library = ChatLibrary(data, Store(tmp_path / "store.sqlite3"))
-    service = LoreService(library)
+    library = ChatLibrary(tmp_path / "data", Store(tmp_path / "store.sqlite3"))
+    return library, LoreService(library), user
+
+
+async def replay(tmp_path: Path) -> tuple[ChatLibrary, LoreService]:
+    library, service, user = lore_library(tmp_path)
     await library.index_all()
     for step in timeline():
         if step.kind == "file":
@@ -132,12 +136,7 @@ async def test_deleted_messages_take_their_snapshots(replayed) -> None:  # type:
 
 
 async def test_a_book_edited_between_generations(tmp_path: Path) -> None:
-    data = tmp_path / "data"
-    user = data / "default-user"
-    user.mkdir(parents=True)
-    lore_folder(user)
-    library = ChatLibrary(data, Store(tmp_path / "s.sqlite3"))
-    service = LoreService(library)
+    library, service, user = lore_library(tmp_path)
     chat = user / "chats" / "default_Seraphina" / "c.jsonl"
     header = {
         "chat_metadata": {"integrity": "x"},

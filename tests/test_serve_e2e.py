@@ -122,17 +122,22 @@ async def test_serve_proxies_like_the_upstream(
     assert "Traceback" not in log
 
 
-def test_bad_config_stops_startup_naming_the_key(tmp_path: Path) -> None:
-    config = tmp_path / "bad.toml"
-    config.write_text('[upstream]\nbase_url = "localhost:5001"\n[server]\nprot = 1\n')
-    result = subprocess.run(
-        [sys.executable, "-m", "proxy", "serve", "--config", str(config)],
+def run_serve(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """`recap-proxy serve ARGS` that is expected to stop at once."""
+    return subprocess.run(
+        [sys.executable, "-m", "proxy", "serve", *args],
         cwd=ROOT,
         env=env(tmp_path),
         capture_output=True,
         text=True,
         timeout=30,
     )
+
+
+def test_bad_config_stops_startup_naming_the_key(tmp_path: Path) -> None:
+    config = tmp_path / "bad.toml"
+    config.write_text('[upstream]\nbase_url = "localhost:5001"\n[server]\nprot = 1\n')
+    result = run_serve(tmp_path, "--config", str(config))
     assert result.returncode == 2
     assert "upstream.base_url" in result.stderr and "http://" in result.stderr
     assert "server.prot: unknown key" in result.stderr
@@ -143,13 +148,6 @@ def test_port_in_use_is_a_clear_error(tmp_path: Path) -> None:
         busy.bind(("127.0.0.1", 0))
         busy.listen()
         port = busy.getsockname()[1]
-        result = subprocess.run(
-            [sys.executable, "-m", "proxy", "serve", "--port", str(port)],
-            cwd=ROOT,
-            env=env(tmp_path),
-            capture_output=True,
-            text=True,
-            timeout=30,
-        )
+        result = run_serve(tmp_path, "--port", str(port))
     assert result.returncode == 1
     assert f"cannot listen on 127.0.0.1:{port}" in result.stderr

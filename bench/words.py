@@ -1,0 +1,31 @@
+"""The vocabulary generated chats and lorebooks are made of, in every benchmark."""
+
+WORDS = tuple(
+    [
+        "the",
+        "river",
+        "spirits",
+        "whisper",
+        "of",
+        "old",
+        "oaths",
+        "beneath",
+        "the",
+        "silver",
+        "moon",
+        "while",
+        "{{char}}",
+        "keeps",
+        "watch",
+        "over",
+        "{{user}}",
+        "and",
+        "the",
+        "glade",
+        "of",
+        "Eldoria",
+        "where",
+        "shadowfangs",
+        "roam",
+    ]
+)
