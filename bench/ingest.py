@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from adapters.openai_chat import OpenAIChatAdapter  # noqa: E402
-from bench.words import WORDS  # noqa: E402
+from bench.words import CHAT_WORDS as WORDS  # noqa: E402
 from proxy.library import ChatLibrary  # noqa: E402
 from proxy.store import Store  # noqa: E402
 from proxy.watcher import Watcher  # noqa: E402

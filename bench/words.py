@@ -29,3 +29,6 @@ WORDS = tuple(
         "roam",
     ]
 )
+
+# Chat files store messages with macros already filled in (only greetings keep them).
+CHAT_WORDS = tuple(word for word in WORDS if "{{" not in word)
