@@ -8,7 +8,7 @@ module plus its test file, and one line here.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Protocol
 
 from adapters.base import ParsedRequest
@@ -28,8 +28,10 @@ class Adapter(Protocol):
         parsed: ParsedRequest,
         insertion: Insertion | None,
         replacements: Mapping[int, str] | None = None,
+        drop: Collection[int] = (),
     ) -> bytes:
-        """The body to send upstream with `insertion` and `replacements` carried out."""
+        """The body to send upstream with `insertion` and `replacements` carried out, and
+        the messages at the indices in `drop` (of the parsed list) left out."""
         ...
 
 

@@ -8,7 +8,7 @@ order (unknown keys, `name` fields, content arrays with images, tool calls).
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any
 
 import orjson
@@ -117,6 +117,7 @@ class OpenAIChatAdapter:
         parsed: ParsedRequest,
         insertion: Insertion | None,
         replacements: Mapping[int, str] | None = None,
+        drop: Collection[int] = (),
     ) -> bytes:
         source, fast = reencode(parsed.raw, parsed.body)
         wire = list(source["messages"])
@@ -126,6 +127,11 @@ class OpenAIChatAdapter:
         if insertion is not None:
             new_message = {"role": insertion.role.value, "content": insertion.text}
             wire.insert(insertion.index, new_message)
+        if drop:
+            # Indices are of the parsed list; the insertion shifted the ones after it.
+            shift = insertion.index if insertion is not None else len(wire)
+            gone = {i + 1 if i >= shift else i for i in drop}
+            wire = [m for i, m in enumerate(wire) if i not in gone]
         body = dict(source)
         body["messages"] = wire
         return encode_json(body, fast=fast)

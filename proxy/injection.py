@@ -64,6 +64,7 @@ class Outcome:
     insertion: Insertion | None = None
     memory: Memory | None = None
     messages: Sequence[ChatMessage] = ()
+    dropped: int = 0  # chat messages left out because the memory covers them
 
     @property
     def chat_id(self) -> str | None:
@@ -96,10 +97,12 @@ class Injector:
                 parsed.messages, memory, self.policy, self.template, self.counter.count
             )
             replacements = memory.replacements if memory is not None else {}
+            # Covered history goes only when the memory that covers it goes in.
+            drop = memory.drop if memory is not None and insertion is not None else ()
             body = raw
             if insertion is not None or replacements:
-                body = adapter.apply(parsed, insertion, replacements)
-            return Outcome(body, insertion, memory, parsed.messages)
+                body = adapter.apply(parsed, insertion, replacements, drop)
+            return Outcome(body, insertion, memory, parsed.messages, len(drop))
         except Exception as exc:
             # Fail open: the user's chat goes on without memory, the cause is in the log.
             log.warning(

@@ -89,6 +89,9 @@ class JobQueue:
         self._cooling: dict[str, float] = {}  # upstream -> time its pause ends
         self._tasks: set[asyncio.Task[None]] = set()
         self._runner: asyncio.Task[None] | None = None
+        # Called on the event loop after each job ends (done, dropped, failed or retried):
+        # the memory engine plans what follows from it.
+        self.on_settled: list[Callable[[Job], None]] = []
 
     async def __aenter__(self) -> JobQueue:
         recovered = await self.library.run(lambda: self.library.store.jobs.recover(self.clock()))
@@ -134,6 +137,10 @@ class JobQueue:
         )
         self._wake.set()
         return job_id
+
+    def wake(self) -> None:
+        """Look for work now (after jobs were written to the store directly)."""
+        self._wake.set()
 
     async def pause(self) -> None:
         await self.library.run(lambda: self.library.store.jobs.set_paused(True))
@@ -211,6 +218,11 @@ class JobQueue:
             if self.settings.delay_seconds:
                 self._cooling[job.upstream] = self.clock() + self.settings.delay_seconds
             self._wake.set()
+            for callback in self.on_settled:
+                try:
+                    callback(job)
+                except Exception:
+                    log.exception("after job %d", job.id)
 
     def _failed(self, job: Job, exc: Exception) -> None:
         jobs = self.library.store.jobs

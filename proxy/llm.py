@@ -20,7 +20,7 @@ import orjson
 
 from proxy.errors import UpstreamError
 from proxy.jobs import JobFailure, Refused, Unauthorized
-from proxy.settings import LLMSettings
+from proxy.memory.settings import LLMSettings
 from proxy.upstream import Upstream
 
 log = logging.getLogger(__name__)
@@ -54,6 +54,11 @@ class LLMClient:
         # Only when `[memory.llm] base_url` names another API; entered by the app.
         self.own_upstream = own_upstream
         self._credentials: dict[str, Credentials] = {}
+
+    @property
+    def upstream_name(self) -> str:
+        """Which API the proxy's own calls go to (the queue limits calls per API)."""
+        return str((self.own_upstream or self.chat_upstream).base_url)
 
     def remember(self, chat_id: str, headers: Mapping[str, str], model: str | None) -> None:
         """Keep the key and model of a chat's latest request (the chat path calls this)."""

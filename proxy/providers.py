@@ -1,8 +1,8 @@
 """The memory provider seam: what the chat path asks for the memory of a request.
 
-The server asks its provider once per chat request. The store and the memory engine plug
-in here in later work; until then the server runs with `NoMemory`, and tests and the
-`inject` preview fill the seam with `StaticMemory`.
+The server asks its provider once per chat request: `ChatMemory` identifies the chat and
+takes its memory from the memory engine (no store reads on the request path); `NoMemory`
+runs without an ST data folder; tests fill the seam with `StaticMemory`.
 """
 
 from __future__ import annotations
@@ -12,9 +12,11 @@ from typing import TYPE_CHECKING, Protocol
 
 from adapters.base import ParsedRequest
 from proxy.core.models import Memory
+from proxy.core.placement import known_history
 
 if TYPE_CHECKING:
     from proxy.library import ChatLibrary
+    from proxy.memory.engine import MemoryEngine
 
 CHAT_ID_HEADER = "X-ST-Chat-Id"
 
@@ -45,8 +47,9 @@ class StaticMemory:
 class ChatMemory:
     """Memory for the chat a request belongs to, identified against ST's chats.
 
-    `values` gives a chat's macro values (the memory engine, once it exists); the chat's
-    identity, its on/off state and the request indices of its messages come from here.
+    The chat's identity, its on/off state and the request indices of its messages come
+    from here; its macro values and the covered messages to leave out from the memory
+    engine (or from `values`, a fixed source for tests and previews).
     """
 
     def __init__(
@@ -54,10 +57,12 @@ class ChatMemory:
         library: ChatLibrary,
         markers: Sequence[str],
         values: Callable[[str], Mapping[str, str]] | None = None,
+        engine: MemoryEngine | None = None,
     ) -> None:
         self.library = library
         self.markers = tuple(markers)
         self.values = values
+        self.engine = engine
 
     async def memory_for(self, parsed: ParsedRequest, headers: Mapping[str, str]) -> Memory | None:
         found = await self.library.identify_request(
@@ -67,11 +72,19 @@ class ChatMemory:
         if ident is None:
             return Memory(replacements=found.replacements)
         entry = self.library.index.entries.get(ident.chat_id)
+        values: Mapping[str, str] = self.values(ident.chat_id) if self.values else {}
+        drop: tuple[int, ...] = ()
+        if self.engine is not None:
+            self.engine.touch(ident, headers, parsed.model)
+            history = known_history(parsed.messages, self.markers, ident.history).indices
+            got = self.engine.request_memory(ident, parsed.messages, history, parsed.model)
+            values, drop = {**got.values, **values}, got.drop
         return Memory(
-            values=self.values(ident.chat_id) if self.values else {},
+            values=values,
             chat_id=ident.chat_id,
             chat_enabled=entry.enabled if entry else None,
             history=ident.history or None,
             replacements=found.replacements,
             identity=ident,
+            drop=drop,
         )

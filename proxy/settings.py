@@ -14,13 +14,11 @@ import os
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
 import platformdirs
 from pydantic import (
-    AfterValidator,
     BaseModel,
-    ConfigDict,
     Field,
     SecretStr,
     ValidationError,
@@ -29,17 +27,13 @@ from pydantic import (
 
 from proxy.core.models import Placement, Position, Role
 from proxy.errors import ConfigError
+from proxy.memory.settings import MemorySettings, Section, UserPath
 
 APP_NAME = "recap-proxy"
 ENV_PREFIX = "RECAP_PROXY_"
 ENV_NESTING = "__"
 
-# A path from the user: `~` means their home, wherever it is written.
-UserPath = Annotated[Path, AfterValidator(Path.expanduser)]
-
-
-class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_default=True)
+_Section = Section
 
 
 class ServerSettings(_Section):
@@ -211,66 +205,6 @@ class QueueSettings(_Section):
         10.0, gt=0, description="Wait before the first retry; doubles with each retry."
     )
     backoff_cap_seconds: float = Field(300.0, gt=0, description="Longest wait between retries.")
-
-
-class LLMOverride(_Section):
-    model: str | None = Field(None, description="Model for this operation.")
-    temperature: float | None = Field(None, ge=0, le=2, description="Sampling temperature.")
-    max_tokens: int | None = Field(None, ge=1, description="Answer length limit.")
-
-
-class LLMSettings(_Section):
-    base_url: str | None = Field(
-        None,
-        description="OpenAI-compatible API for the proxy's own calls (recaps, scene "
-        "detection). Unset: the chat's own upstream.",
-        examples=["https://openrouter.ai/api/v1"],
-    )
-    api_key: SecretStr | None = Field(
-        None,
-        description="Key for `base_url`. Unset: the `Authorization` of the chat's latest "
-        "request, kept in memory only.",
-        examples=["sk-..."],
-    )
-    model: str | None = Field(
-        None,
-        description="Model for the proxy's own calls. Unset: the model of the chat's latest "
-        "request.",
-        examples=["deepseek/deepseek-chat"],
-    )
-    temperature: float = Field(0.3, ge=0, le=2, description="Sampling temperature.")
-    max_tokens: int = Field(1024, ge=1, description="Answer length limit.")
-    timeout_seconds: float = Field(
-        180.0, gt=0, description="Seconds one of the proxy's own LLM calls may take."
-    )
-    operations: dict[str, LLMOverride] = Field(
-        default_factory=dict,
-        description="Per-operation overrides, keyed by `message_recap`, "
-        "`detect_scene_break`, `scene_recap` or `running_recap`.",
-        examples=[{"scene_recap": {"model": "gpt-4o-mini", "max_tokens": 2048}}],
-    )
-
-    @field_validator("base_url")
-    @classmethod
-    def _http_url(cls, value: str | None) -> str | None:
-        if value is not None and not value.startswith(("http://", "https://")):
-            raise ValueError("expected an http:// or https:// URL")
-        return value.rstrip("/") if value else value
-
-    @field_validator("operations")
-    @classmethod
-    def _known_operations(cls, value: dict[str, LLMOverride]) -> dict[str, LLMOverride]:
-        known = {"message_recap", "detect_scene_break", "scene_recap", "running_recap"}
-        unknown = sorted(set(value) - known)
-        if unknown:
-            raise ValueError(f"unknown operation(s) {unknown}; expected some of {sorted(known)}")
-        return value
-
-
-class MemorySettings(_Section):
-    llm: LLMSettings = Field(
-        default_factory=LLMSettings, description="The LLM that writes the memory."
-    )
 
 
 class Settings(_Section):

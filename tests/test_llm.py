@@ -11,7 +11,8 @@ import pytest
 
 from proxy.jobs import JobFailure, Refused, Unauthorized
 from proxy.llm import OPERATION_HEADER, LLMClient
-from proxy.settings import LLMSettings, UpstreamSettings
+from proxy.memory.settings import LLMSettings
+from proxy.settings import UpstreamSettings
 from proxy.upstream import Upstream
 from tests.conftest import FakeLLM
 from tests.fakes.fake_llm import REPLY

@@ -134,6 +134,7 @@ class Identification:
     target_message: int | None  # ST index the reply will have or replace
     history: tuple[int, ...]  # request indices that are this chat's messages
     matched: int
+    positions: tuple[int, ...] = ()  # the chat position of each of `history`
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,6 +143,7 @@ class _Fit:
     matched: int
     history: tuple[int, ...]
     target: int | None
+    positions: tuple[int, ...] = ()
 
 
 def likely_chats(
@@ -174,7 +176,9 @@ def identify(
             return None
         fit = _best_fit(messages, history, fps, trailing, entry) if history else None
         fit = fit or _Fit("quiet", 0, (), None)
-        return Identification(only, 1.0, fit.generation, fit.target, fit.history, fit.matched)
+        return Identification(
+            only, 1.0, fit.generation, fit.target, fit.history, fit.matched, fit.positions
+        )
     if not history:
         return None
     candidates = index.candidates(fps[i] for i in history[-4:])
@@ -198,6 +202,7 @@ def identify(
         target_message=best.target,
         history=best.history,
         matched=best.matched,
+        positions=best.positions,
     )
 
 
@@ -216,24 +221,32 @@ def _best_fit(
     fits: list[_Fit] = []
     if fps[history[-1]] in last.fps:
         # The request ends where the file ends.
-        matched, used = _align(history, fps, tail, len(tail) - 1)
+        matched, used, at = _align(history, fps, tail, len(tail) - 1)
         if last.is_user or _nudged(trailing):
             # After the user, or the next group member answering after another one.
-            fits.append(_Fit("normal", matched, used, entry.total))
+            fits.append(_Fit("normal", matched, used, entry.total, at))
         elif _continues(trailing, last):
-            fits.append(_Fit("continue", matched, used, last.position))
+            fits.append(_Fit("continue", matched, used, last.position, at))
         else:
-            fits.append(_Fit("quiet", matched, used, None))
+            fits.append(_Fit("quiet", matched, used, None, at))
     elif last_request.role == "assistant" and last.text.startswith(normalize(last_request.text)):
         # Continue of a partial reply the file already holds in full.
-        matched, used = _align(history[:-1], fps, tail, len(tail) - 2)
-        fits.append(_Fit("continue", matched + 1, (*used, history[-1]), last.position))
+        matched, used, at = _align(history[:-1], fps, tail, len(tail) - 2)
+        fits.append(
+            _Fit(
+                "continue",
+                matched + 1,
+                (*used, history[-1]),
+                last.position,
+                (*at, last.position),
+            )
+        )
     if len(tail) >= 2 and not last.is_user and fps[history[-1]] in tail[-2].fps:
         # The file has one more assistant message: the request regenerates it, unless the
         # request carries that message as a continue-prefill at its very end.
-        matched, used = _align(history, fps, tail, len(tail) - 2)
+        matched, used, at = _align(history, fps, tail, len(tail) - 2)
         kind: Generation = "continue" if _prefilled(trailing, last) else "swipe"
-        fits.append(_Fit(kind, matched, used, last.position))
+        fits.append(_Fit(kind, matched, used, last.position, at))
     if not fits:
         return None
     return max(fits, key=lambda fit: fit.matched)
@@ -241,13 +254,16 @@ def _best_fit(
 
 def _align(
     history: Sequence[int], fps: dict[int, int], tail: Sequence[IndexedMessage], start: int
-) -> tuple[int, tuple[int, ...]]:
-    """Walk back from request `history[-1]` and file `tail[start]`; skip unmatched requests."""
+) -> tuple[int, tuple[int, ...], tuple[int, ...]]:
+    """Walk back from request `history[-1]` and file `tail[start]`; skip unmatched requests.
+    Returns the count, the matched request indices and their chat positions."""
     matched: list[int] = []
+    positions: list[int] = []
     r, f, skipped = len(history) - 1, start, 0
     while r >= 0 and f >= 0:
         if fps[history[r]] in tail[f].fps:
             matched.append(history[r])
+            positions.append(tail[f].position)
             f -= 1
             skipped = 0
         else:
@@ -255,7 +271,7 @@ def _align(
             if skipped > MAX_SKIPPED:
                 break
         r -= 1
-    return len(matched), tuple(reversed(matched))
+    return len(matched), tuple(reversed(matched)), tuple(reversed(positions))
 
 
 def _nudged(trailing: Sequence[ChatMessage]) -> bool:

@@ -111,6 +111,8 @@ class Memory:
     replacements: Mapping[int, str] = field(default_factory=dict)
     # How the request was identified (chat, generation kind, target message), if it was.
     identity: Identification | None = None
+    # Request indices of chat messages the inserted memory covers: left out when it goes in.
+    drop: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -60,6 +60,7 @@ class STMessage(BaseModel):
     swipe_hashes: tuple[str, ...] = ()  # one content hash per swipe
     original_avatar: str | None = None
     narrator: bool = False
+    extra_type: str | None = None  # `extra.type`: narrator, thoughts, ...
 
     @field_validator("send_date", mode="before")
     @classmethod
@@ -82,7 +83,8 @@ class STMessage(BaseModel):
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> STMessage:
         extra = data.get("extra")
-        narrator = isinstance(extra, dict) and extra.get("type") == "narrator"
+        kind = extra.get("type") if isinstance(extra, dict) else None
+        kind = kind if isinstance(kind, str) and kind else None
         mes = data.get("mes")
         swipes = data.get("swipes")
         hashes = (
@@ -93,7 +95,8 @@ class STMessage(BaseModel):
         return cls.model_validate(
             {
                 **data,
-                "narrator": narrator,
+                "narrator": kind == "narrator",
+                "extra_type": kind,
                 "mes": mes if isinstance(mes, str) else "",
                 "swipe_hashes": hashes,
             }

@@ -19,6 +19,7 @@ import orjson
 from proxy.sillytavern.chatfile import STMessage
 from proxy.sillytavern.reconcile import Event, OldMessage
 from proxy.store.jobs import JobTable
+from proxy.store.memory import MemoryTable
 from proxy.store.records import (
     CHAT_COLUMNS,
     MESSAGE_COLUMNS,
@@ -51,6 +52,7 @@ class Store:
         self._migrate()
         self._tx = _Transaction(self.db)
         self.jobs = JobTable(self.db, self._transaction)
+        self.memory = MemoryTable(self.db, self._transaction)
 
     def close(self) -> None:
         self.db.close()

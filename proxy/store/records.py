@@ -61,11 +61,11 @@ CHAT_COLUMNS = (
 )
 MESSAGE_COLUMNS = (
     "uid, position, digest, name, is_user, is_system, narrator, send_date, text, swipe_id, "
-    "swipe_hashes"
+    "swipe_hashes, extra_type"
 )
 WRITE_COLUMNS = (
     "position, digest, name, is_user, is_system, narrator, send_date, text, text_hash, "
-    "swipe_id, swipe_count, swipe_hashes"
+    "swipe_id, swipe_count, swipe_hashes, extra_type"
 )
 
 
@@ -90,6 +90,7 @@ def message_values(position: int, digest: bytes, message: STMessage) -> tuple[ob
         message.swipe_id,
         message.swipe_count,
         orjson.dumps(list(message.swipe_hashes)).decode(),
+        message.extra_type,
     )
 
 
@@ -104,5 +105,6 @@ def message_from_row(row: sqlite3.Row) -> MessageRecord:
         swipe_hashes=tuple(orjson.loads(row["swipe_hashes"])),
         original_avatar=None,
         narrator=bool(row["narrator"]),
+        extra_type=row["extra_type"],
     )
     return MessageRecord(row["uid"], row["position"], row["digest"], message)

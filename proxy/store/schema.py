@@ -96,4 +96,67 @@ MIGRATIONS: tuple[str, ...] = (
     CREATE INDEX jobs_next ON jobs(state, priority, id);
     CREATE TABLE settings_kv (key TEXT PRIMARY KEY, value TEXT NOT NULL);
     """,
+    # 4: the memory: message recaps, scene breaks and recaps, running recap versions
+    """
+    ALTER TABLE messages ADD COLUMN extra_type TEXT;  -- extra.type: narrator, thoughts...
+    CREATE TABLE memory_state (
+        chat_id       TEXT PRIMARY KEY REFERENCES chats(id) ON DELETE CASCADE ON UPDATE CASCADE,
+        active        INTEGER NOT NULL DEFAULT 1,   -- upkeep runs for this chat
+        current_recap INTEGER,                      -- selected running recap version
+        checked_uid   INTEGER,                      -- detection found no break up to here
+        inherited     INTEGER NOT NULL DEFAULT 0    -- a branch took its parent's memory
+    );
+    CREATE TABLE message_recaps (
+        message_uid INTEGER NOT NULL REFERENCES messages(uid) ON DELETE CASCADE,
+        swipe       INTEGER NOT NULL,
+        chat_id     TEXT NOT NULL REFERENCES chats(id) ON DELETE CASCADE ON UPDATE CASCADE,
+        source_hash TEXT NOT NULL,     -- text hash of the swipe it was made from
+        recap       TEXT NOT NULL,
+        reasoning   TEXT,
+        edited      INTEGER NOT NULL DEFAULT 0,
+        created     REAL NOT NULL,
+        PRIMARY KEY (message_uid, swipe)
+    );
+    CREATE INDEX message_recaps_chat ON message_recaps(chat_id);
+    CREATE TABLE message_exclusions (
+        message_uid INTEGER PRIMARY KEY REFERENCES messages(uid) ON DELETE CASCADE,
+        chat_id     TEXT NOT NULL REFERENCES chats(id) ON DELETE CASCADE ON UPDATE CASCADE
+    );
+    CREATE TABLE scene_breaks (
+        message_uid INTEGER PRIMARY KEY REFERENCES messages(uid) ON DELETE CASCADE,
+        chat_id     TEXT NOT NULL REFERENCES chats(id) ON DELETE CASCADE ON UPDATE CASCADE,
+        source      TEXT NOT NULL,     -- auto | manual | inherited
+        visible     INTEGER NOT NULL DEFAULT 1,
+        name        TEXT,
+        name_edited INTEGER NOT NULL DEFAULT 0,
+        rationale   TEXT,
+        current     INTEGER,           -- selected scene recap version
+        created     REAL NOT NULL
+    );
+    CREATE INDEX scene_breaks_chat ON scene_breaks(chat_id);
+    CREATE TABLE scene_recaps (
+        break_uid   INTEGER NOT NULL REFERENCES scene_breaks(message_uid) ON DELETE CASCADE,
+        version     INTEGER NOT NULL,
+        chat_id     TEXT NOT NULL REFERENCES chats(id) ON DELETE CASCADE ON UPDATE CASCADE,
+        scene_name  TEXT,
+        recap       TEXT NOT NULL,
+        reasoning   TEXT,
+        source      TEXT NOT NULL,     -- llm | edit | inherited
+        input_hash  TEXT,
+        created     REAL NOT NULL,
+        PRIMARY KEY (break_uid, version)
+    );
+    CREATE TABLE running_recaps (
+        chat_id        TEXT NOT NULL REFERENCES chats(id) ON DELETE CASCADE ON UPDATE CASCADE,
+        version        INTEGER NOT NULL,
+        content        TEXT NOT NULL,
+        scene_count    INTEGER NOT NULL,
+        prev_scene_uid INTEGER,        -- the scene the version it was built on ended with
+        new_scene_uid  INTEGER,        -- the scene it folded in (message uid of its break)
+        source         TEXT NOT NULL,  -- llm | edit | inherited
+        reasoning      TEXT,
+        created        REAL NOT NULL,
+        PRIMARY KEY (chat_id, version)
+    );
+    """,
 )

@@ -15,14 +15,16 @@ from proxy.cassette import Recorder
 from proxy.core.tokens import TokenCounter
 from proxy.injection import Injector, load_injection_template, policy_from
 from proxy.library import ChatLibrary
+from proxy.llm import LLMClient
 from proxy.lore import LoreService
+from proxy.memory.engine import MemoryEngine
 from proxy.providers import ChatMemory, MemoryProvider, NoMemory
 from proxy.settings import Settings
 from proxy.sillytavern.layout import find_data_dir, looks_like_data_dir
 from proxy.upstream import Upstream
 from proxy.watcher import Watcher
 from proxy.web.api import add_api_routes
-from proxy.web.keys import INJECTOR, LIBRARY, LORE, RELAY, SETTINGS
+from proxy.web.keys import ENGINE, INJECTOR, LIBRARY, LORE, RELAY, SETTINGS
 from proxy.web.relay import Relay
 from proxy.web.routes import add_routes
 
@@ -49,25 +51,39 @@ def make_app(
     relay = Relay(upstream, recorder)
     if library is None and provider is None:
         library = library_from(settings)
-    if provider is None:
-        markers = settings.injection.history_start_markers
-        provider = ChatMemory(library, markers) if library is not None else NoMemory()
-    injector = Injector(
-        policy_from(settings.injection),
-        load_injection_template(settings.injection),
-        provider,
-        counter,
-    )
-    app[SETTINGS] = settings
-    app[RELAY] = relay
-    app[INJECTOR] = injector
+    counter = counter or TokenCounter()
+    policy = policy_from(settings.injection)
     lore: LoreService | None = None
+    engine: MemoryEngine | None = None
+    own_upstream: Upstream | None = None
     if library is not None:
         app[LIBRARY] = library
         lore = app[LORE] = LoreService(library)
+    if provider is None:
+        markers = settings.injection.history_start_markers
+        if library is not None:
+            llm_settings = settings.memory.llm
+            if llm_settings.base_url is not None:
+                own_upstream = Upstream(
+                    settings.upstream.model_copy(update={"base_url": llm_settings.base_url})
+                )
+            llm = LLMClient(llm_settings, upstream, own_upstream)
+            engine = app[ENGINE] = MemoryEngine(
+                library, llm, settings.memory, settings.queue, policy, counter=counter, lore=lore
+            )
+            provider = ChatMemory(library, markers, engine=engine)
+        else:
+            provider = NoMemory()
+    injector = Injector(policy, load_injection_template(settings.injection), provider, counter)
+    app[SETTINGS] = settings
+    app[RELAY] = relay
+    app[INJECTOR] = injector
 
     async def upstream_ctx(app: web.Application) -> AsyncIterator[None]:
-        async with upstream:
+        async with contextlib.AsyncExitStack() as stack:
+            await stack.enter_async_context(upstream)
+            if own_upstream is not None:
+                await stack.enter_async_context(own_upstream)
             yield
             await relay.drain()
 
@@ -79,7 +95,7 @@ def make_app(
     app.cleanup_ctx.append(upstream_ctx)
     app.cleanup_ctx.append(tokenizer_ctx)
     if library is not None:
-        app.cleanup_ctx.append(_library_ctx(library, settings, lore))
+        app.cleanup_ctx.append(_library_ctx(library, settings, lore, engine))
     add_routes(app)
     add_api_routes(app)
     return app
@@ -119,10 +135,15 @@ def resolve_data_dir(settings: Settings) -> Path | None:
 
 
 def _library_ctx(
-    library: ChatLibrary, settings: Settings, lore: LoreService | None
+    library: ChatLibrary,
+    settings: Settings,
+    lore: LoreService | None,
+    engine: MemoryEngine | None,
 ) -> Callable[[web.Application], AsyncIterator[None]]:
     async def ctx(app: web.Application) -> AsyncIterator[None]:
         await library.open()
+        if engine is not None:
+            await engine.__aenter__()
         watcher = Watcher(
             library,
             debounce_ms=settings.sillytavern.debounce_ms,
@@ -153,6 +174,8 @@ def _library_ctx(
             with contextlib.suppress(asyncio.CancelledError):
                 await task
             await watcher.__aexit__(None, None, None)
+            if engine is not None:
+                await engine.__aexit__(None, None, None)
             if lore is not None:
                 await lore.drain()
             await asyncio.to_thread(library.close)

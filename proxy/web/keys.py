@@ -7,6 +7,7 @@ from aiohttp import web
 from proxy.injection import Injector
 from proxy.library import ChatLibrary
 from proxy.lore import LoreService
+from proxy.memory.engine import MemoryEngine
 from proxy.settings import Settings
 from proxy.web.relay import Relay
 
@@ -15,3 +16,4 @@ RELAY = web.AppKey("relay", Relay)
 INJECTOR = web.AppKey("injector", Injector)
 LIBRARY = web.AppKey("library", ChatLibrary)
 LORE = web.AppKey("lore", LoreService)
+ENGINE = web.AppKey("engine", MemoryEngine)

@@ -17,6 +17,7 @@ log = logging.getLogger(__name__)
 API_PREFIX = "/v1"
 CHAT_HEADER = "X-Recap-Chat"
 INJECTED_HEADER = "X-Recap-Injected"
+TRIMMED_HEADER = "X-Recap-Trimmed"
 _SLASHES = re.compile(r"/{2,}")
 
 
@@ -48,6 +49,7 @@ async def handle_api(request: web.Request) -> web.StreamResponse:
     extra = [
         (CHAT_HEADER, quote(outcome.chat_id or "", safe="")),
         (INJECTED_HEADER, str(outcome.insertion.tokens if outcome.insertion else 0)),
+        (TRIMMED_HEADER, str(outcome.dropped)),
     ]
     lore = request.app.get(LORE)
     identity = outcome.memory.identity if outcome.memory is not None else None

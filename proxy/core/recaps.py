@@ -1,0 +1,127 @@
+"""Message recaps: which messages get one, how a batch is asked for and read, and which
+recaps go into a request within their token budget. Pure.
+
+Eligibility follows ST-Auto-Recap's ancestor (qvink) with the same defaults: hidden,
+narrator, thought and user messages are left out unless included by a setting, as are
+disabled group members, messages under `message_length_threshold` tokens, and messages
+the user excluded.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable, Sequence
+from dataclasses import dataclass
+
+from pydantic import BaseModel, Field
+
+from proxy.core.replies import ReplyError, read_reply
+from proxy.sillytavern.chatfile import STMessage
+
+THOUGHT_TYPES = frozenset({"thoughts", "thought", "reasoning"})
+
+
+@dataclass(frozen=True, slots=True)
+class RecapRules:
+    include_user: bool = False
+    include_system: bool = False
+    include_narrator: bool = False
+    include_thought: bool = False
+    length_threshold: int = 10
+    disabled_members: frozenset[str] = frozenset()
+
+
+def exclusion(
+    message: STMessage, tokens: int, rules: RecapRules, *, user_excluded: bool = False
+) -> str | None:
+    """Why a message gets no recap, or None when it gets one."""
+    if user_excluded:
+        return "excluded by the user"
+    if not message.mes.strip():
+        return "empty"
+    if message.hidden and not rules.include_system:
+        return "hidden"
+    if message.narrator and not rules.include_narrator:
+        return "narrator"
+    if message.extra_type in THOUGHT_TYPES and not rules.include_thought:
+        return "thought"
+    if message.is_user and not rules.include_user:
+        return "user message"
+    if not message.is_user and message.name in rules.disabled_members:
+        return "disabled group member"
+    if tokens < rules.length_threshold:
+        return "shorter than message_length_threshold"
+    return None
+
+
+def speaker(message: STMessage) -> str:
+    return f"{'USER' if message.is_user else 'CHARACTER'}: {message.name or '?'}"
+
+
+def numbered(items: Iterable[tuple[int, STMessage]]) -> str:
+    """`Message #<index> [CHARACTER: name]:` blocks, as the message-recap prompt shows them."""
+    return "\n\n".join(f"Message #{index} [{speaker(m)}]:\n{m.mes.strip()}" for index, m in items)
+
+
+class RecapItem(BaseModel):
+    message: int = Field(description="The number the message was shown with.")
+    recap: str
+
+
+class MessageRecapsAnswer(BaseModel):
+    recaps: list[RecapItem]
+
+
+def read_message_recaps(text: str, asked: Collection[int]) -> tuple[dict[int, str], str]:
+    """The recaps a batch answer gives for the messages asked about (others are ignored),
+    and the reasoning. Raises `ReplyError` when it gives none of them."""
+    answer, reasoning = read_reply(text, MessageRecapsAnswer)
+    found: dict[int, str] = {}
+    for item in answer.recaps:
+        recap = item.recap.strip()
+        if item.message in asked and recap and item.message not in found:
+            found[item.message] = recap
+    if not found:
+        numbers = sorted(asked)
+        raise ReplyError(f"the answer recaps none of the messages asked about ({numbers})")
+    return found, reasoning
+
+
+def budget_tokens(limit: float, kind: str, context_size: int) -> int:
+    """`message_recap_context_limit` in tokens: a percent of the context, or absolute."""
+    if kind == "percent":
+        return int(context_size * limit / 100)
+    return int(limit)
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    position: int
+    tokens: int
+    text: str
+
+
+SEPARATOR_TOKENS = 2  # "\n- " between two recaps
+
+
+def select_recaps(candidates: Sequence[Candidate], budget: int) -> list[Candidate]:
+    """The recaps that fit, chosen newest to oldest (qvink's inclusion walk), returned
+    oldest first. The walk stops at the first recap that does not fit, so what goes in
+    is always the most recent stretch, without holes."""
+    chosen: list[Candidate] = []
+    spent = 1
+    for candidate in reversed(candidates):
+        cost = candidate.tokens + SEPARATOR_TOKENS
+        if spent + cost > budget:
+            break
+        spent += cost
+        chosen.append(candidate)
+    chosen.reverse()
+    return chosen
+
+
+def render_recaps(chosen: Sequence[Candidate]) -> str:
+    """`{{recent_recaps}}`: the chosen recaps, newest last, with a one-line frame."""
+    if not chosen:
+        return ""
+    lines = "\n".join(f"- {c.text}" for c in chosen)
+    return f"Recent events, oldest first:\n{lines}"

@@ -1,0 +1,90 @@
+"""Branches and checkpoints: a chat whose `main_chat` names its parent starts from the
+parent's memory up to the branch point. Store thread.
+
+ST copies the parent's messages up to the branch point into the new file, so the two
+chats share a prefix. Messages are paired by position while their texts agree; the
+parent's scene breaks, current scene recaps, message recaps, exclusions and the running
+recap versions that only cover paired scenes are copied onto the branch's own messages.
+Nothing is shared afterwards: the two chats' memories never leak into each other.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from proxy.sillytavern.chatfile import text_hash
+from proxy.store.records import ChatRecord
+
+if TYPE_CHECKING:
+    from proxy.store import Store
+
+log = logging.getLogger(__name__)
+
+
+def parent_of(store: Store, chat: ChatRecord) -> ChatRecord | None:
+    for other in store.chats():
+        if (
+            other.id != chat.id
+            and other.name == chat.main_chat
+            and other.user == chat.user
+            and (other.character, other.group_id) == (chat.character, chat.group_id)
+        ):
+            return other
+    return None
+
+
+def inherit(store: Store, chat: ChatRecord, now: float) -> int:
+    """Copy the parent's memory for the shared prefix; returns the messages paired."""
+    memory = store.memory
+    parent = parent_of(store, chat)
+    with store._transaction():
+        memory.set_state(chat.id, inherited=1)
+        if parent is None:
+            return 0
+        mine = memory.messages_from(chat.id)
+        theirs = memory.messages_from(parent.id)
+        paired: dict[int, int] = {}  # parent uid -> branch uid
+        for a, b in zip(theirs, mine, strict=False):
+            if a.position != b.position or text_hash(a.message.mes) != text_hash(b.message.mes):
+                break
+            paired[a.uid] = b.uid
+        if not paired:
+            return 0
+        for scene in memory.breaks(parent.id):
+            if scene.uid not in paired:
+                continue
+            uid = paired[scene.uid]
+            memory.set_break(chat.id, uid, "inherited", now, scene.rationale)
+            memory.update_break(uid, visible=int(scene.visible), name=scene.name)
+            recap = memory.current_scene_recap(scene)
+            if recap is not None:
+                memory.add_scene_recap(
+                    chat.id, uid, recap.recap, now, scene_name=recap.scene_name,
+                    source="inherited",
+                )  # fmt: skip
+        for version in memory.running_recaps(parent.id):
+            if version.new_scene_uid not in paired:
+                continue
+            memory.add_running(
+                chat.id,
+                version.content,
+                now,
+                scene_count=version.scene_count,
+                prev_scene_uid=paired.get(version.prev_scene_uid or -1),
+                new_scene_uid=paired[version.new_scene_uid],
+                source="inherited",
+            )
+        for (uid, swipe), done in memory.message_recaps(parent.id).items():
+            if uid in paired:
+                memory.put_message_recap(
+                    chat.id, paired[uid], swipe, done.source_hash, done.recap, now,
+                    edited=done.edited,
+                )  # fmt: skip
+        for uid in memory.excluded(parent.id):
+            if uid in paired:
+                memory.set_excluded(chat.id, paired[uid], True)
+    log.info(
+        "%s starts from the memory of %s (%d messages shared)", chat.id, parent.id, len(paired)
+    )
+    return len(paired)

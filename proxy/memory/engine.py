@@ -1,0 +1,500 @@
+"""The memory engine: chat changes become jobs, and each request gets its chat's memory.
+
+Planning runs on the store's thread after every change to an active chat (a save seen by
+the watcher, a finished job, a correction through the API). It works out, from the store
+alone, what is missing, in the queue's order of importance: the running recap for the
+next finished scene, a recap for each scene without one, a scene-break check for the open
+scene when one can succeed, and message recaps in full batches. A chat becomes active
+when a request through the proxy is identified as it (or through `backfill`/the API), so
+the proxy never spends calls on the hundreds of old chats in a data folder.
+
+After planning, the chat's `MemoryView` is rebuilt: the text and the covered messages'
+fingerprints the chat path needs, so that a request does no store reads at all.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from proxy.core.identify import Identification, index_message
+from proxy.core.models import ChatMessage
+from proxy.core.plan import InjectionPolicy, chat_enabled
+from proxy.core.recaps import (
+    Candidate,
+    RecapRules,
+    budget_tokens,
+    exclusion,
+    render_recaps,
+    select_recaps,
+)
+from proxy.core.scenes import detection_window, shown
+from proxy.core.tokens import TokenCounter
+from proxy.core.trim import Covered, droppable, trim_cutoff
+from proxy.jobs import JobQueue
+from proxy.library import ChatLibrary, Refreshed
+from proxy.llm import LLMClient
+from proxy.lore import LoreService
+from proxy.memory.branches import inherit
+from proxy.memory.handlers import handlers, swipe_of
+from proxy.memory.prompts import Prompts
+from proxy.memory.settings import MemorySettings
+from proxy.settings import QueueSettings
+from proxy.sillytavern.chatfile import text_hash
+from proxy.store.jobs import Job
+from proxy.store.memory import RunningRecap
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryView:
+    """What the chat path needs of one chat's memory, computed off the request path."""
+
+    running: str = ""
+    running_version: int | None = None
+    covered_through: int | None = None  # newest position the running recap covers
+    cutoff: int | None = None  # newest position that may be left out of requests
+    covered: Covered = field(default_factory=lambda: Covered(()))
+    recaps: tuple[Candidate, ...] = ()  # recaps of uncovered messages, oldest first
+
+
+@dataclass(frozen=True, slots=True)
+class RequestMemory:
+    values: dict[str, str]
+    drop: tuple[int, ...]
+
+
+class MemoryEngine:
+    """Owns the planner, the job queue and the memory views; an async context manager."""
+
+    def __init__(
+        self,
+        library: ChatLibrary,
+        llm: LLMClient,
+        settings: MemorySettings,
+        queue_settings: QueueSettings,
+        policy: InjectionPolicy,
+        *,
+        counter: TokenCounter | None = None,
+        lore: LoreService | None = None,
+        prompts: Prompts | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.library = library
+        self.llm = llm
+        self.settings = settings
+        self.policy = policy
+        self.counter = counter or TokenCounter()
+        self.lore = lore
+        self.prompts = prompts or Prompts.load(settings)
+        self.clock = clock
+        self.handlers = handlers(self)
+        self.queue = JobQueue(library, self.handlers, queue_settings, clock=clock)
+        self.queue.on_settled.append(lambda job: self.schedule(job.chat_id))
+        self.rules = RecapRules(
+            include_user=settings.include_user_messages,
+            include_system=settings.include_system_messages,
+            include_narrator=settings.include_narrator_messages,
+            include_thought=settings.include_thought_messages,
+            length_threshold=settings.message_length_threshold,
+            disabled_members=frozenset(settings.disabled_group_members),
+        )
+        self.views: dict[str, MemoryView] = {}
+        self.active: set[str] = set()
+        # chat -> (earliest changed position, whether messages were deleted)
+        self._pending: dict[str, tuple[int | None, bool]] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    async def __aenter__(self) -> MemoryEngine:
+        await self.queue.__aenter__()
+        self.active = set(await self.library.run(self.library.store.memory.active_chats))
+        self.library.listeners.append(self.on_refresh)
+        for chat_id in self.active:
+            self.schedule(chat_id)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self.on_refresh in self.library.listeners:
+            self.library.listeners.remove(self.on_refresh)
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self.queue.__aexit__(*exc)
+
+    # -- event loop ---------------------------------------------------------------------------
+
+    def on_refresh(self, result: Refreshed) -> None:
+        """Library listener: a chat file was re-read."""
+        if result.renamed_from and result.renamed_from in self.active:
+            self.active.discard(result.renamed_from)
+            self.active.add(result.chat_id)
+            self.views.pop(result.renamed_from, None)
+        if result.entry is None:
+            self.active.discard(result.chat_id)
+            self.views.pop(result.chat_id, None)
+            return
+        if result.chat_id in self.active and result.events:
+            deleted = any(e.kind == "deleted" for e in result.events)
+            self.schedule(result.chat_id, min(e.index for e in result.events), rescan=deleted)
+
+    def touch(self, ident: Identification, headers: Mapping[str, str], model: str | None) -> None:
+        """The chat path saw a request of this chat: keep its key and model (memory only)
+        for the proxy's own calls, and start upkeep for the chat if it had none."""
+        if ident.confidence < 0.5 or ident.generation == "quiet":
+            return
+        self.llm.remember(ident.chat_id, headers, model)
+        if ident.chat_id not in self.active and self.settings.enabled:
+            self.active.add(ident.chat_id)
+            self._spawn(self._activate(ident.chat_id), f"activate {ident.chat_id}")
+
+    async def activate(self, chat_id: str, *, backfill: bool = False) -> int:
+        """Start upkeep for a chat and plan it now; returns the jobs queued."""
+        self.active.add(chat_id)
+        await self.library.run(lambda: self.library.store.memory.activate(chat_id))
+        return await self.plan_now(chat_id, backfill=backfill)
+
+    async def _activate(self, chat_id: str) -> None:
+        await self.activate(chat_id)
+
+    def schedule(self, chat_id: str, since: int | None = None, *, rescan: bool = False) -> None:
+        """Plan a chat soon; several changes before it runs are planned once. `rescan`
+        (messages were deleted) makes detection look at the open scene from its start."""
+        if chat_id in self._pending:
+            old, old_rescan = self._pending[chat_id]
+            merged = since if old is None else old if since is None else min(old, since)
+            self._pending[chat_id] = (merged, old_rescan or rescan)
+            return
+        self._pending[chat_id] = (since, rescan)
+        self._spawn(self._plan_later(chat_id), f"plan {chat_id}")
+
+    async def _plan_later(self, chat_id: str) -> None:
+        await asyncio.sleep(0)
+        since, rescan = self._pending.pop(chat_id, (None, False))
+        await self.plan_now(chat_id, since=since, rescan=rescan)
+
+    async def plan_now(
+        self,
+        chat_id: str,
+        *,
+        since: int | None = None,
+        backfill: bool = False,
+        rescan: bool = False,
+    ) -> int:
+        try:
+            queued = await self.library.run(
+                lambda: self.plan(chat_id, since, backfill=backfill, rescan=rescan)
+            )
+        except Exception:
+            log.exception("planning the memory of %s failed", chat_id)
+            return 0
+        if queued:
+            self.queue.wake()
+        return queued
+
+    def _spawn(self, coro: Any, name: str) -> None:
+        task = asyncio.get_running_loop().create_task(coro, name=name)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def request_memory(
+        self,
+        ident: Identification,
+        messages: Sequence[ChatMessage],
+        history: Sequence[int],
+        model: str | None,
+    ) -> RequestMemory:
+        """The macro values and the request indices to leave out, for one request."""
+        view = self.views.get(ident.chat_id)
+        if view is None:
+            return RequestMemory({}, ())
+        present_from = _present_from(ident, history)
+        candidates = [c for c in view.recaps if present_from is None or c.position < present_from]
+        budget = budget_tokens(
+            self.settings.message_recap_context_limit,
+            self.settings.message_recap_context_type,
+            self.settings.context_for(model),
+        )
+        values = {
+            "running_recap": view.running,
+            "recent_recaps": render_recaps(select_recaps(candidates, budget)),
+        }
+        drop: list[int] = []
+        if view.cutoff is not None and view.running:
+            keep = {
+                i for i, p in zip(ident.history, ident.positions, strict=False) if p > view.cutoff
+            }
+            drop = droppable(messages, history, view.covered, keep)
+        return RequestMemory(values, tuple(drop))
+
+    # -- store thread ---------------------------------------------------------------------------
+
+    def plan(
+        self,
+        chat_id: str,
+        since: int | None = None,
+        *,
+        backfill: bool = False,
+        rescan: bool = False,
+    ) -> int:
+        """Queue what this chat's memory lacks; rebuild its view. Returns the jobs queued."""
+        store = self.library.store
+        memory = store.memory
+        chat = store.chat(chat_id)
+        state = memory.state(chat_id)
+        if chat is None or chat.deleted or state is None or not state.active:
+            self.views.pop(chat_id, None)
+            return 0
+        if chat.main_chat and not state.inherited:
+            inherit(store, chat, self.clock())
+        if rescan and state.checked_uid is not None:
+            memory.set_state(chat_id, checked_uid=None)
+            state = memory.state(chat_id)
+        if not (self.settings.enabled and chat_enabled(self.policy, chat_id, chat.enabled)):
+            self.views[chat_id] = self.view(chat_id)
+            return 0
+        upstream = self.llm.upstream_name
+        jobs: list[tuple[str, str, dict[str, Any]]] = []
+        breaks = [b for b in memory.breaks(chat_id) if b.visible]
+        self._prune(chat_id)
+        # Scene recaps: every closed scene without one, or whose messages changed.
+        for scene in breaks:
+            if scene.current is None or (since is not None and scene.position >= since):
+                payload = {"break": scene.uid}
+                if scene.current is None or self._scene_changed(chat_id, scene.uid, payload):
+                    jobs.append(("scene_recap", f"scene_recap:{chat_id}:{scene.uid}", payload))
+        # The running recap: fold in the next scene, strictly in order.
+        if self.settings.running_recap:
+            latest = self.running_before(chat_id, None)
+            covered = memory.position_of(latest.new_scene_uid) if latest else -1
+            following = [b for b in breaks if b.position > (covered or -1)]
+            if following and following[0].current is not None:
+                uid = following[0].uid
+                jobs.append(("running_recap", f"running_recap:{chat_id}:{uid}", {"scene": uid}))
+        if self.settings.auto_scene_break:
+            detect = self._detection(chat_id, breaks[-1].position if breaks else -1, state)
+            if detect is not None:
+                jobs.append(("detect_scene_break", f"detect_scene_break:{chat_id}", detect))
+        if self.settings.message_recaps:
+            jobs.extend(self._message_batches(chat_id, backfill))
+        queued = 0
+        for operation, key, payload in jobs:
+            input_hash = self.handlers[operation].input_hash(chat_id, payload)
+            if input_hash is None:
+                continue
+            priority = self.queue_priority(operation)
+            _, new = store.jobs.enqueue(
+                chat_id=chat_id,
+                operation=operation,
+                priority=priority,
+                dedup_key=key,
+                payload=payload,
+                input_hash=input_hash,
+                upstream=upstream,
+                now=self.clock(),
+            )
+            queued += int(new)
+        self.views[chat_id] = self.view(chat_id, since)
+        return queued
+
+    @staticmethod
+    def queue_priority(operation: str) -> int:
+        from proxy.jobs import PRIORITIES
+
+        return PRIORITIES[operation]
+
+    def _scene_changed(self, chat_id: str, uid: int, payload: dict[str, Any]) -> bool:
+        recaps = self.library.store.memory.scene_recaps(uid)
+        if not recaps or recaps[-1].source != "llm":
+            return False  # the user's own recap is theirs to regenerate
+        row = self.library.store.db.execute(
+            "SELECT input_hash FROM scene_recaps WHERE break_uid=? AND version=?",
+            (uid, recaps[-1].version),
+        ).fetchone()
+        current = self.handlers["scene_recap"].input_hash(chat_id, payload)
+        return row is not None and row[0] != current
+
+    def _detection(self, chat_id: str, last_break: int, state: Any) -> dict[str, Any] | None:
+        memory = self.library.store.memory
+        s = self.settings
+        running = self.library.store.jobs.list(chat_id, ("running",))
+        if any(j.operation == "detect_scene_break" for j in running):
+            return None  # its answer decides where the next check starts
+        checked = memory.position_of(state.checked_uid)
+        start = last_break + 1
+        if checked is not None and checked - start > 2 * s.minimum_scene_length + 8:
+            start = checked - s.minimum_scene_length - 4  # the scene is long enough already
+        records = [
+            r
+            for r in memory.messages_from(chat_id, start)
+            if shown(r.message, s.scene_break_check_which)
+        ]
+        window = detection_window(
+            [r.position for r in records],
+            checked=checked if checked is not None and checked > last_break else None,
+            minimum=s.minimum_scene_length,
+            offset=s.scene_break_offset,
+            every=s.scene_break_every,
+            size=s.scene_break_window,
+        )
+        if window is None:
+            return None
+        uid = {r.position: r.uid for r in records}
+        return {
+            "shown": [uid[p] for p in window.shown],
+            "choosable": [uid[p] for p in window.choosable],
+            "minimum": window.minimum,
+        }
+
+    def _message_batches(
+        self, chat_id: str, backfill: bool
+    ) -> list[tuple[str, str, dict[str, Any]]]:
+        store = self.library.store
+        memory = store.memory
+        latest = self.running_before(chat_id, None)
+        covered = (memory.position_of(latest.new_scene_uid) if latest else None) or -1
+        total = store.chat(chat_id).messages if store.chat(chat_id) else 0  # type: ignore[union-attr]
+        start = (
+            covered + 1
+            if backfill
+            else max(covered + 1, total - self.settings.message_recap_lookback)
+        )
+        recaps = memory.message_recaps(chat_id)
+        excluded = memory.excluded(chat_id)
+        pending: list[list[Any]] = []
+        for record in memory.messages_from(chat_id, start):
+            swipe = swipe_of(record)
+            source = text_hash(record.message.mes)
+            done = recaps.get((record.uid, swipe))
+            if done is not None and (done.source_hash == source or done.edited):
+                continue
+            tokens = self.counter.count(record.message.mes)
+            if exclusion(record.message, tokens, self.rules, user_excluded=record.uid in excluded):
+                continue
+            pending.append([record.uid, swipe, source])
+        size = self.settings.message_recap_batch_size
+        batches = [pending[i : i + size] for i in range(0, len(pending), size)]
+        if batches and len(batches[-1]) < size and not backfill:
+            batches.pop()  # a partial batch waits for more messages
+        return [
+            ("message_recap", f"message_recap:{chat_id}:{batch[0][0]}", {"items": batch})
+            for batch in batches
+        ]
+
+    def _prune(self, chat_id: str) -> None:
+        """Drop running recap versions whose scene went (deleted, hidden, no recap), with
+        every later version, which was built on them."""
+        memory = self.library.store.memory
+        valid = {b.uid for b in memory.breaks(chat_id) if b.visible and b.current is not None}
+        versions = memory.running_recaps(chat_id)
+        for i, version in enumerate(versions):
+            if version.new_scene_uid is not None and version.new_scene_uid not in valid:
+                memory.drop_running(chat_id, [v.version for v in versions[i:]])
+                return
+
+    def running_before(self, chat_id: str, position: int | None) -> RunningRecap | None:
+        """The newest running recap version covering only scenes before `position` (None:
+        the newest of all)."""
+        memory = self.library.store.memory
+        best: tuple[int, int] | None = None
+        found: RunningRecap | None = None
+        for version in memory.running_recaps(chat_id):
+            at = memory.position_of(version.new_scene_uid) if version.new_scene_uid else -1
+            if at is None or (position is not None and at >= position):
+                continue
+            key = (at, version.version)
+            if best is None or key > best:
+                best, found = key, version
+        return found
+
+    def drop_running_from(self, chat_id: str, position: int) -> None:
+        memory = self.library.store.memory
+        stale = []
+        for version in memory.running_recaps(chat_id):
+            at = memory.position_of(version.new_scene_uid) if version.new_scene_uid else -1
+            if at is None or at >= position:
+                stale.append(version.version)
+        if stale:
+            memory.drop_running(chat_id, stale)
+
+    def names(self, chat_id: str) -> dict[str, str]:
+        """`{{char}}` and `{{user}}` for a chat's prompts."""
+        store = self.library.store
+        chat = store.chat(chat_id)
+        if chat is None:
+            return {"char": "", "user": ""}
+        _, visible = store.tail(chat_id, 20)
+        user = next((m.message.name for m in reversed(visible) if m.message.is_user), "")
+        return {"char": chat.display_name, "user": user or self.library.persona(chat.user)}
+
+    def view(self, chat_id: str, since: int | None = None) -> MemoryView:
+        store = self.library.store
+        memory = store.memory
+        current = memory.current_running(chat_id)
+        through = memory.position_of(current.new_scene_uid) if current else None
+        breaks = [b.position for b in memory.breaks(chat_id) if b.visible]
+        cutoff = trim_cutoff(breaks, through, self.settings.auto_hide_scene_count)
+        old = self.views.get(chat_id)
+        if old is not None and old.cutoff == cutoff and (since is None or since > (cutoff or -1)):
+            covered = old.covered
+        else:
+            covered = self._covered(chat_id, cutoff)
+        recaps: list[Candidate] = []
+        stored = memory.message_recaps(chat_id)
+        if stored:
+            excluded = memory.excluded(chat_id)
+            for record in memory.messages_from(chat_id, (through or -1) + 1):
+                done = stored.get((record.uid, swipe_of(record)))
+                if done is None or record.uid in excluded or record.message.hidden:
+                    continue
+                if done.edited or done.source_hash == text_hash(record.message.mes):
+                    recaps.append(
+                        Candidate(record.position, self.counter.count(done.recap), done.recap)
+                    )
+        return MemoryView(
+            running=current.content if current else "",
+            running_version=current.version if current else None,
+            covered_through=through,
+            cutoff=cutoff,
+            covered=covered,
+            recaps=tuple(recaps),
+        )
+
+    def _covered(self, chat_id: str, cutoff: int | None) -> Covered:
+        if cutoff is None:
+            return Covered(())
+        store = self.library.store
+        chat = store.chat(chat_id)
+        names = self.names(chat_id)
+        rows = store.db.execute(
+            "SELECT position, is_user, name, text FROM messages WHERE chat_id=? AND "
+            "position<=? AND is_system=0 ORDER BY position",
+            (chat_id, cutoff),
+        ).fetchall()
+        char = chat.character if chat and chat.character else ""
+        return Covered.of(
+            [
+                index_message(
+                    row[0], bool(row[1]), row[2], row[3], char=char or row[2], user=names["user"]
+                ).fps
+                for row in rows
+            ]
+        )
+
+
+def _present_from(ident: Identification, history: Sequence[int]) -> int | None:
+    """The oldest chat position the request (probably) carries: its oldest matched message,
+    less the unmatched history messages before it."""
+    if not ident.positions:
+        return None
+    first = ident.history[0]
+    before = sum(1 for i in history if i < first)
+    return ident.positions[0] - before
+
+
+def jobs_public(jobs: Sequence[Job]) -> list[dict[str, Any]]:
+    return [job.public() for job in jobs]

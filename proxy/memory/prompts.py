@@ -1,0 +1,62 @@
+"""The operation prompts: one template per operation, bundled in `templates/`, each
+replaceable by a file of the same name in the user's templates folder.
+
+Each prompt goes to the LLM as one user message; the template states the JSON it expects.
+The folder is read at start-up, so a broken override is reported once, then the bundled
+prompt is used.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from pathlib import Path
+
+import platformdirs
+
+from proxy.core.render import Template
+from proxy.injection import bundled_template
+from proxy.memory.settings import OPERATIONS, MemorySettings
+from proxy.settings import APP_NAME
+
+log = logging.getLogger(__name__)
+
+
+def templates_dir(settings: MemorySettings) -> Path:
+    """Where the user's prompt overrides live."""
+    if settings.templates_dir is not None:
+        return settings.templates_dir
+    return Path(platformdirs.user_config_dir(APP_NAME, appauthor=False)) / "templates"
+
+
+class Prompts:
+    """The four operation templates, rendered into chat messages."""
+
+    def __init__(self, templates: Mapping[str, Template], sources: Mapping[str, Path]) -> None:
+        self.templates = dict(templates)
+        self.sources = dict(sources)
+
+    @classmethod
+    def load(cls, settings: MemorySettings) -> Prompts:
+        folder = templates_dir(settings)
+        templates: dict[str, Template] = {}
+        sources: dict[str, Path] = {}
+        for operation in OPERATIONS:
+            name = f"{operation}.md"
+            path = folder / name
+            if path.is_file():
+                try:
+                    templates[operation] = Template(path.read_text(encoding="utf-8"))
+                    sources[operation] = path
+                    log.info("using your %s prompt from %s", operation, path)
+                    continue
+                except (OSError, UnicodeDecodeError) as exc:
+                    log.error("cannot read %s (%s); using the bundled prompt", path, exc)
+            bundled = bundled_template(name)
+            templates[operation] = Template(bundled.read_text(encoding="utf-8"))
+            sources[operation] = bundled
+        return cls(templates, sources)
+
+    def messages(self, operation: str, values: Mapping[str, str]) -> list[dict[str, str]]:
+        text = self.templates[operation].render(values).text
+        return [{"role": "user", "content": text}]

@@ -1,0 +1,179 @@
+"""`[memory]`: how the memory is written (the LLM, recaps, scenes, trimming).
+
+Also the two building blocks every settings section uses, kept here so that
+`proxy.settings` can import this module without a cycle.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, SecretStr, field_validator
+
+OPERATIONS = ("message_recap", "detect_scene_break", "scene_recap", "running_recap")
+
+# A path from the user: `~` means their home, wherever it is written.
+UserPath = Annotated[Path, AfterValidator(Path.expanduser)]
+
+
+class Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_default=True)
+
+
+class LLMOverride(Section):
+    model: str | None = Field(None, description="Model for this operation.")
+    temperature: float | None = Field(None, ge=0, le=2, description="Sampling temperature.")
+    max_tokens: int | None = Field(None, ge=1, description="Answer length limit.")
+
+
+class LLMSettings(Section):
+    base_url: str | None = Field(
+        None,
+        description="OpenAI-compatible API for the proxy's own calls (recaps, scene "
+        "detection). Unset: the chat's own upstream.",
+        examples=["https://openrouter.ai/api/v1"],
+    )
+    api_key: SecretStr | None = Field(
+        None,
+        description="Key for `base_url`. Unset: the `Authorization` of the chat's latest "
+        "request, kept in memory only.",
+        examples=["sk-..."],
+    )
+    model: str | None = Field(
+        None,
+        description="Model for the proxy's own calls. Unset: the model of the chat's latest "
+        "request.",
+        examples=["deepseek/deepseek-chat"],
+    )
+    temperature: float = Field(0.3, ge=0, le=2, description="Sampling temperature.")
+    max_tokens: int = Field(1024, ge=1, description="Answer length limit.")
+    timeout_seconds: float = Field(
+        180.0, gt=0, description="Seconds one of the proxy's own LLM calls may take."
+    )
+    operations: dict[str, LLMOverride] = Field(
+        default_factory=dict,
+        description="Per-operation overrides, keyed by `message_recap`, "
+        "`detect_scene_break`, `scene_recap` or `running_recap`.",
+        examples=[{"scene_recap": {"model": "gpt-4o-mini", "max_tokens": 2048}}],
+    )
+
+    @field_validator("base_url")
+    @classmethod
+    def _http_url(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith(("http://", "https://")):
+            raise ValueError("expected an http:// or https:// URL")
+        return value.rstrip("/") if value else value
+
+    @field_validator("operations")
+    @classmethod
+    def _known_operations(cls, value: dict[str, LLMOverride]) -> dict[str, LLMOverride]:
+        unknown = sorted(set(value) - set(OPERATIONS))
+        if unknown:
+            raise ValueError(f"unknown operation(s) {unknown}; expected some of {OPERATIONS}")
+        return value
+
+
+MessageTypes = Literal["both", "user", "character"]
+
+
+class MemorySettings(Section):
+    enabled: bool = Field(
+        True,
+        description="Build memory in the background for chats used through the proxy "
+        "(the chat's on/off state in `[injection]` and the API still applies).",
+    )
+    templates_dir: UserPath | None = Field(
+        None,
+        description="Folder whose `message_recap.md`, `detect_scene_break.md`, "
+        "`scene_recap.md`, `running_recap.md` replace the bundled prompts. Unset: "
+        "`templates/` in the user's config dir, when it exists.",
+        examples=["~/.config/recap-proxy/templates"],
+    )
+    message_recaps: bool = Field(
+        True, description="Write a short recap of each eligible message (in batches)."
+    )
+    message_recap_batch_size: int = Field(
+        5, ge=1, le=50, description="Messages recapped per LLM call."
+    )
+    message_recap_lookback: int = Field(
+        100,
+        ge=1,
+        description="Only the newest this many messages are recapped automatically "
+        "(`recap-proxy backfill` recaps them all).",
+    )
+    include_user_messages: bool = Field(False, description="Recap the user's messages too.")
+    include_system_messages: bool = Field(False, description="Recap hidden messages too.")
+    include_narrator_messages: bool = Field(False, description="Recap narrator messages too.")
+    include_thought_messages: bool = Field(False, description="Recap thought messages too.")
+    message_length_threshold: int = Field(
+        10, ge=0, description="Messages shorter than this many tokens get no recap."
+    )
+    disabled_group_members: list[str] = Field(
+        default_factory=list,
+        description="Group members (by name) whose messages get no recap.",
+        examples=[["Narrator Bot"]],
+    )
+    message_recap_context_limit: float = Field(
+        10,
+        gt=0,
+        description="Budget of the injected message recaps: a percent of the context size, "
+        "or tokens (see `message_recap_context_type`).",
+    )
+    message_recap_context_type: Literal["percent", "absolute"] = Field(
+        "percent", description="`percent` of the model's context size, or `absolute` tokens."
+    )
+    context_size: int = Field(
+        16384, ge=512, description="Context size (tokens) of models not in `context_sizes`."
+    )
+    context_sizes: dict[str, int] = Field(
+        default_factory=dict,
+        description="Context size (tokens) per model name.",
+        examples=[{"deepseek-chat": 65536}],
+    )
+    auto_scene_break: bool = Field(True, description="Detect scene breaks with the LLM.")
+    scene_break_offset: int = Field(
+        8,
+        ge=0,
+        description="The newest this many messages are shown as context only, never chosen "
+        "as a break (they may still be swiped or edited).",
+    )
+    minimum_scene_length: int = Field(
+        10, ge=1, description="Messages a scene has at least before a break may end it."
+    )
+    scene_break_check_which: MessageTypes = Field(
+        "both", description="Messages shown to detection: `both`, `user` or `character`."
+    )
+    scene_break_every: int = Field(
+        3,
+        ge=1,
+        description="After a check found no break, check again once this many more "
+        "messages are eligible (1 = after every message, as ST-Auto-Recap does).",
+    )
+    scene_break_window: int = Field(
+        40, ge=5, description="Most messages one detection call may choose from."
+    )
+    scene_break_retries: int = Field(
+        2, ge=0, le=10, description="Re-asks after an invalid detection answer, then no break."
+    )
+    scene_recap_message_types: MessageTypes = Field(
+        "both", description="Messages a scene recap reads: `both`, `user` or `character`."
+    )
+    scene_name_append_range: bool = Field(
+        True, description="Append the scene's message range to its generated name."
+    )
+    running_recap: bool = Field(
+        True, description="Fold each new scene recap into the running recap automatically."
+    )
+    auto_hide_scene_count: int = Field(
+        1,
+        ge=-1,
+        description="Leave out of requests the chat messages before the last N scenes, "
+        "when the running recap covers them (-1: never leave anything out).",
+    )
+    llm: LLMSettings = Field(
+        default_factory=LLMSettings, description="The LLM that writes the memory."
+    )
+
+    def context_for(self, model: str | None) -> int:
+        return self.context_sizes.get(model or "", self.context_size)

@@ -1,0 +1,365 @@
+"""The memory tables: message recaps, scene breaks and their recap versions, the running
+recap versions, and each chat's memory state. Every method runs on the store's thread.
+
+Everything is keyed by message uid, never by position, so that it survives the deletion
+of earlier messages; positions are joined in when read. A message that goes takes its
+recaps, its exclusion and its scene break (with the break's recaps) with it.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable, Iterable
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from typing import Any
+
+from proxy.store.records import MESSAGE_COLUMNS, MessageRecord, message_from_row
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryState:
+    active: bool
+    current_recap: int | None
+    checked_uid: int | None
+    inherited: bool
+
+
+@dataclass(frozen=True, slots=True)
+class SceneBreak:
+    uid: int  # the scene's last message
+    position: int
+    source: str
+    visible: bool
+    name: str | None
+    name_edited: bool
+    rationale: str | None
+    current: int | None  # selected recap version
+
+
+@dataclass(frozen=True, slots=True)
+class SceneRecap:
+    break_uid: int
+    version: int
+    scene_name: str | None
+    recap: str
+    reasoning: str | None
+    source: str
+    created: float
+
+    def public(self, current: int | None) -> dict[str, Any]:
+        return {
+            "version": self.version,
+            "scene_name": self.scene_name,
+            "recap": self.recap,
+            "source": self.source,
+            "created": self.created,
+            "current": self.version == current,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class RunningRecap:
+    version: int
+    content: str
+    scene_count: int
+    prev_scene_uid: int | None
+    new_scene_uid: int | None
+    source: str
+    created: float
+
+
+@dataclass(frozen=True, slots=True)
+class MessageRecap:
+    uid: int
+    swipe: int
+    source_hash: str
+    recap: str
+    reasoning: str | None
+    edited: bool
+    created: float
+
+
+_BREAK_SELECT = (
+    "SELECT b.message_uid, m.position, b.source, b.visible, b.name, b.name_edited, "
+    "b.rationale, b.current FROM scene_breaks b JOIN messages m ON m.uid = b.message_uid "
+)
+
+
+def _break(row: sqlite3.Row | tuple[Any, ...]) -> SceneBreak:
+    uid, position, source, visible, name, edited, rationale, current = row
+    return SceneBreak(uid, position, source, bool(visible), name, bool(edited), rationale, current)
+
+
+class MemoryTable:
+    def __init__(
+        self, db: sqlite3.Connection, transaction: Callable[[], AbstractContextManager[None]]
+    ) -> None:
+        self.db = db
+        self.transaction = transaction
+
+    # -- state -----------------------------------------------------------------------------
+
+    def state(self, chat_id: str) -> MemoryState | None:
+        row = self.db.execute(
+            "SELECT active, current_recap, checked_uid, inherited FROM memory_state "
+            "WHERE chat_id=?",
+            (chat_id,),
+        ).fetchone()
+        if row is None:
+            return None
+        return MemoryState(bool(row[0]), row[1], row[2], bool(row[3]))
+
+    def activate(self, chat_id: str) -> bool:
+        """Start upkeep for a chat; True when it was not active before."""
+        with self.transaction():
+            before = self.state(chat_id)
+            self.db.execute(
+                "INSERT INTO memory_state (chat_id, active) VALUES (?, 1) "
+                "ON CONFLICT(chat_id) DO UPDATE SET active=1",
+                (chat_id,),
+            )
+        return before is None or not before.active
+
+    def active_chats(self) -> list[str]:
+        rows = self.db.execute(
+            "SELECT s.chat_id FROM memory_state s JOIN chats c ON c.id = s.chat_id "
+            "WHERE s.active=1 AND c.deleted=0"
+        ).fetchall()
+        return [row[0] for row in rows]
+
+    def set_state(self, chat_id: str, **fields: Any) -> None:
+        with self.transaction():
+            self.db.execute(
+                "INSERT INTO memory_state (chat_id, active) VALUES (?, 1) "
+                "ON CONFLICT(chat_id) DO NOTHING",
+                (chat_id,),
+            )
+            sets = ", ".join(f"{name}=?" for name in fields)
+            self.db.execute(
+                f"UPDATE memory_state SET {sets} WHERE chat_id=?", (*fields.values(), chat_id)
+            )
+
+    # -- messages ----------------------------------------------------------------------------
+
+    def messages_from(self, chat_id: str, position: int = 0) -> list[MessageRecord]:
+        rows = self.db.execute(
+            f"SELECT {MESSAGE_COLUMNS} FROM messages WHERE chat_id=? AND position>=? "
+            "ORDER BY position",
+            (chat_id, position),
+        ).fetchall()
+        return [message_from_row(row) for row in rows]
+
+    def messages_by_uid(self, uids: Iterable[int]) -> dict[int, MessageRecord]:
+        wanted = list(uids)
+        found: dict[int, MessageRecord] = {}
+        for start in range(0, len(wanted), 500):
+            chunk = wanted[start : start + 500]
+            rows = self.db.execute(
+                f"SELECT {MESSAGE_COLUMNS} FROM messages WHERE uid IN "
+                f"({','.join('?' * len(chunk))})",
+                chunk,
+            ).fetchall()
+            found.update((row["uid"], message_from_row(row)) for row in rows)
+        return found
+
+    def uid_at(self, chat_id: str, position: int) -> int | None:
+        row = self.db.execute(
+            "SELECT uid FROM messages WHERE chat_id=? AND position=?", (chat_id, position)
+        ).fetchone()
+        return None if row is None else int(row[0])
+
+    def position_of(self, uid: int | None) -> int | None:
+        if uid is None:
+            return None
+        row = self.db.execute("SELECT position FROM messages WHERE uid=?", (uid,)).fetchone()
+        return None if row is None else int(row[0])
+
+    # -- message recaps ------------------------------------------------------------------------
+
+    def message_recaps(self, chat_id: str) -> dict[tuple[int, int], MessageRecap]:
+        rows = self.db.execute(
+            "SELECT message_uid, swipe, source_hash, recap, reasoning, edited, created "
+            "FROM message_recaps WHERE chat_id=?",
+            (chat_id,),
+        ).fetchall()
+        return {
+            (row[0], row[1]): MessageRecap(
+                row[0], row[1], row[2], row[3], row[4], bool(row[5]), row[6]
+            )
+            for row in rows
+        }
+
+    def put_message_recap(
+        self,
+        chat_id: str,
+        uid: int,
+        swipe: int,
+        source_hash: str,
+        recap: str,
+        now: float,
+        *,
+        reasoning: str | None = None,
+        edited: bool = False,
+    ) -> None:
+        self.db.execute(
+            "INSERT INTO message_recaps (message_uid, swipe, chat_id, source_hash, recap, "
+            "reasoning, edited, created) VALUES (?,?,?,?,?,?,?,?) "
+            "ON CONFLICT(message_uid, swipe) DO UPDATE SET source_hash=excluded.source_hash, "
+            "recap=excluded.recap, reasoning=excluded.reasoning, edited=excluded.edited, "
+            "created=excluded.created",
+            (uid, swipe, chat_id, source_hash, recap, reasoning, int(edited), now),
+        )
+
+    def excluded(self, chat_id: str) -> set[int]:
+        rows = self.db.execute(
+            "SELECT message_uid FROM message_exclusions WHERE chat_id=?", (chat_id,)
+        ).fetchall()
+        return {row[0] for row in rows}
+
+    def set_excluded(self, chat_id: str, uid: int, excluded: bool) -> None:
+        if excluded:
+            self.db.execute(
+                "INSERT OR IGNORE INTO message_exclusions (message_uid, chat_id) VALUES (?, ?)",
+                (uid, chat_id),
+            )
+        else:
+            self.db.execute("DELETE FROM message_exclusions WHERE message_uid=?", (uid,))
+
+    # -- scene breaks and scene recaps -----------------------------------------------------------
+
+    def breaks(self, chat_id: str) -> list[SceneBreak]:
+        rows = self.db.execute(
+            _BREAK_SELECT + "WHERE b.chat_id=? ORDER BY m.position", (chat_id,)
+        ).fetchall()
+        return [_break(row) for row in rows]
+
+    def scene_break(self, uid: int) -> SceneBreak | None:
+        row = self.db.execute(_BREAK_SELECT + "WHERE b.message_uid=?", (uid,)).fetchone()
+        return None if row is None else _break(row)
+
+    def set_break(
+        self, chat_id: str, uid: int, source: str, now: float, rationale: str | None = None
+    ) -> None:
+        """Place a break on a message, or make its hidden break visible again."""
+        self.db.execute(
+            "INSERT INTO scene_breaks (message_uid, chat_id, source, visible, rationale, "
+            "created) VALUES (?,?,?,1,?,?) ON CONFLICT(message_uid) DO UPDATE SET visible=1",
+            (uid, chat_id, source, rationale, now),
+        )
+
+    def update_break(self, uid: int, **fields: Any) -> None:
+        sets = ", ".join(f"{name}=?" for name in fields)
+        self.db.execute(
+            f"UPDATE scene_breaks SET {sets} WHERE message_uid=?", (*fields.values(), uid)
+        )
+
+    def remove_break(self, uid: int) -> None:
+        self.db.execute("DELETE FROM scene_breaks WHERE message_uid=?", (uid,))
+
+    def scene_recaps(self, break_uid: int) -> list[SceneRecap]:
+        rows = self.db.execute(
+            "SELECT break_uid, version, scene_name, recap, reasoning, source, created "
+            "FROM scene_recaps WHERE break_uid=? ORDER BY version",
+            (break_uid,),
+        ).fetchall()
+        return [SceneRecap(*row) for row in rows]
+
+    def current_scene_recap(self, scene: SceneBreak) -> SceneRecap | None:
+        if scene.current is None:
+            return None
+        row = self.db.execute(
+            "SELECT break_uid, version, scene_name, recap, reasoning, source, created "
+            "FROM scene_recaps WHERE break_uid=? AND version=?",
+            (scene.uid, scene.current),
+        ).fetchone()
+        return None if row is None else SceneRecap(*row)
+
+    def add_scene_recap(
+        self,
+        chat_id: str,
+        break_uid: int,
+        recap: str,
+        now: float,
+        *,
+        scene_name: str | None,
+        source: str,
+        reasoning: str | None = None,
+        input_hash: str | None = None,
+    ) -> int:
+        """Store a new version and select it; returns its number."""
+        with self.transaction():
+            row = self.db.execute(
+                "SELECT COALESCE(MAX(version), 0) FROM scene_recaps WHERE break_uid=?",
+                (break_uid,),
+            ).fetchone()
+            version = int(row[0]) + 1
+            self.db.execute(
+                "INSERT INTO scene_recaps (break_uid, version, chat_id, scene_name, recap, "
+                "reasoning, source, input_hash, created) VALUES (?,?,?,?,?,?,?,?,?)",
+                (break_uid, version, chat_id, scene_name, recap, reasoning, source,
+                 input_hash, now),
+            )  # fmt: skip
+            self.update_break(break_uid, current=version)
+        return version
+
+    # -- running recap ---------------------------------------------------------------------------
+
+    def running_recaps(self, chat_id: str) -> list[RunningRecap]:
+        rows = self.db.execute(
+            "SELECT version, content, scene_count, prev_scene_uid, new_scene_uid, source, "
+            "created FROM running_recaps WHERE chat_id=? ORDER BY version",
+            (chat_id,),
+        ).fetchall()
+        return [RunningRecap(*row) for row in rows]
+
+    def current_running(self, chat_id: str) -> RunningRecap | None:
+        """The selected version, else the newest one."""
+        state = self.state(chat_id)
+        versions = self.running_recaps(chat_id)
+        if state is not None and state.current_recap is not None:
+            for version in versions:
+                if version.version == state.current_recap:
+                    return version
+        return versions[-1] if versions else None
+
+    def add_running(
+        self,
+        chat_id: str,
+        content: str,
+        now: float,
+        *,
+        scene_count: int,
+        prev_scene_uid: int | None,
+        new_scene_uid: int | None,
+        source: str,
+        reasoning: str | None = None,
+    ) -> int:
+        """Store a new running recap version and select it; returns its number."""
+        with self.transaction():
+            row = self.db.execute(
+                "SELECT COALESCE(MAX(version), 0) FROM running_recaps WHERE chat_id=?",
+                (chat_id,),
+            ).fetchone()
+            version = int(row[0]) + 1
+            self.db.execute(
+                "INSERT INTO running_recaps (chat_id, version, content, scene_count, "
+                "prev_scene_uid, new_scene_uid, source, reasoning, created) "
+                "VALUES (?,?,?,?,?,?,?,?,?)",
+                (chat_id, version, content, scene_count, prev_scene_uid, new_scene_uid,
+                 source, reasoning, now),
+            )  # fmt: skip
+            self.set_state(chat_id, current_recap=version)
+        return version
+
+    def drop_running(self, chat_id: str, versions: Iterable[int]) -> int:
+        dropped = list(versions)
+        with self.transaction():
+            self.db.executemany(
+                "DELETE FROM running_recaps WHERE chat_id=? AND version=?",
+                [(chat_id, v) for v in dropped],
+            )
+            state = self.state(chat_id)
+            if state is not None and state.current_recap in dropped:
+                self.set_state(chat_id, current_recap=None)
+        return len(dropped)
