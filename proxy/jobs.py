@@ -21,7 +21,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from functools import partial
 from typing import Any, Protocol
 
@@ -91,7 +91,7 @@ class JobQueue:
         self._runner: asyncio.Task[None] | None = None
         # Called on the event loop after each job ends (done, dropped, failed or retried):
         # the memory engine plans what follows from it.
-        self.on_settled: list[Callable[[Job], None]] = []
+        self.on_settled: list[Callable[[Job], Awaitable[object]]] = []
 
     async def __aenter__(self) -> JobQueue:
         recovered = await self.library.run(lambda: self.library.store.jobs.recover(self.clock()))
@@ -214,15 +214,18 @@ class JobQueue:
         except Exception as exc:
             await self.library.run(partial(self._failed, job, exc))
         finally:
+            # Before the next job is claimed: what follows from this one may come first.
+            for callback in self.on_settled:
+                try:
+                    await callback(job)
+                except asyncio.CancelledError:
+                    raise
+                except Exception:
+                    log.exception("after job %d", job.id)
             self._running[job.upstream] -= 1
             if self.settings.delay_seconds:
                 self._cooling[job.upstream] = self.clock() + self.settings.delay_seconds
             self._wake.set()
-            for callback in self.on_settled:
-                try:
-                    callback(job)
-                except Exception:
-                    log.exception("after job %d", job.id)
 
     def _failed(self, job: Job, exc: Exception) -> None:
         jobs = self.library.store.jobs

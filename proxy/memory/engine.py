@@ -95,7 +95,7 @@ class MemoryEngine:
         self.clock = clock
         self.handlers = handlers(self)
         self.queue = JobQueue(library, self.handlers, queue_settings, clock=clock)
-        self.queue.on_settled.append(lambda job: self.schedule(job.chat_id))
+        self.queue.on_settled.append(lambda job: self.plan_now(job.chat_id))
         self.rules = RecapRules(
             include_user=settings.include_user_messages,
             include_system=settings.include_system_messages,
@@ -195,6 +195,17 @@ class MemoryEngine:
         if queued:
             self.queue.wake()
         return queued
+
+    async def settle(self) -> None:
+        """Wait until planning and the queue have nothing left to do (tests, `backfill`)."""
+        while True:
+            if self._tasks:
+                await asyncio.gather(*list(self._tasks), return_exceptions=True)
+                continue
+            await self.queue.idle()
+            await asyncio.sleep(0)
+            if not self._tasks:
+                return
 
     def _spawn(self, coro: Any, name: str) -> None:
         task = asyncio.get_running_loop().create_task(coro, name=name)
@@ -355,18 +366,27 @@ class MemoryEngine:
     ) -> list[tuple[str, str, dict[str, Any]]]:
         store = self.library.store
         memory = store.memory
-        latest = self.running_before(chat_id, None)
-        covered = (memory.position_of(latest.new_scene_uid) if latest else None) or -1
-        total = store.chat(chat_id).messages if store.chat(chat_id) else 0  # type: ignore[union-attr]
-        start = (
-            covered + 1
-            if backfill
-            else max(covered + 1, total - self.settings.message_recap_lookback)
-        )
+        covered = self.covered_through(chat_id)
+        chat = store.chat(chat_id)
+        total = chat.messages if chat is not None else 0
+        start = covered + 1
+        if not backfill:
+            start = max(start, total - self.settings.message_recap_lookback)
         recaps = memory.message_recaps(chat_id)
         excluded = memory.excluded(chat_id)
+        live = [
+            job
+            for job in store.jobs.list(chat_id, ("queued", "running"))
+            if job.operation == "message_recap"
+        ]
+        in_flight = {int(item[0]) for job in live for item in job.payload["items"]}
+        # Queued batches are stamped again: messages the running recap now covers leave
+        # them (and an emptied batch is dropped without a call).
+        specs = [("message_recap", j.dedup_key, j.payload) for j in live if j.state == "queued"]
         pending: list[list[Any]] = []
         for record in memory.messages_from(chat_id, start):
+            if record.uid in in_flight:
+                continue
             swipe = swipe_of(record)
             source = text_hash(record.message.mes)
             done = recaps.get((record.uid, swipe))
@@ -380,7 +400,7 @@ class MemoryEngine:
         batches = [pending[i : i + size] for i in range(0, len(pending), size)]
         if batches and len(batches[-1]) < size and not backfill:
             batches.pop()  # a partial batch waits for more messages
-        return [
+        return specs + [
             ("message_recap", f"message_recap:{chat_id}:{batch[0][0]}", {"items": batch})
             for batch in batches
         ]
@@ -410,6 +430,12 @@ class MemoryEngine:
             if best is None or key > best:
                 best, found = key, version
         return found
+
+    def covered_through(self, chat_id: str) -> int:
+        """The newest position the newest running recap covers (-1: none)."""
+        latest = self.running_before(chat_id, None)
+        at = self.library.store.memory.position_of(latest.new_scene_uid) if latest else None
+        return -1 if at is None else at
 
     def drop_running_from(self, chat_id: str, position: int) -> None:
         memory = self.library.store.memory

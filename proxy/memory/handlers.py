@@ -78,21 +78,27 @@ class _Base:
 class MessageRecapHandler(_Base):
     operation = "message_recap"
 
-    def _items(self, payload: dict[str, Any]) -> list[tuple[MessageRecord, int, str]]:
+    def _items(self, chat_id: str, payload: dict[str, Any]) -> list[tuple[MessageRecord, int, str]]:
+        """The batch's messages that still need this recap: still there, unchanged, and
+        not yet covered by the running recap (which makes their recaps useless)."""
         items = [(int(u), int(s), str(h)) for u, s, h in payload["items"]]
         found = self.store.memory.messages_by_uid(u for u, _, _ in items)
-        return [(found[u], s, h) for u, s, h in items if u in found]
+        covered = self.engine.covered_through(chat_id)
+        return [
+            (found[u], s, h)
+            for u, s, h in items
+            if u in found
+            and found[u].position > covered
+            and swipe_of(found[u]) == s
+            and text_hash(found[u].message.mes) == h
+        ]
 
     def input_hash(self, chat_id: str, payload: dict[str, Any]) -> str | None:
-        live = [
-            (r.uid, s, h)
-            for r, s, h in self._items(payload)
-            if swipe_of(r) == s and text_hash(r.message.mes) == h
-        ]
+        live = [(r.uid, s, h) for r, s, h in self._items(chat_id, payload)]
         return digest(live) if live else None
 
     async def run(self, job: Job) -> Callable[[], None]:
-        items = await self.engine.library.run(lambda: self._items(job.payload))
+        items = await self.engine.library.run(lambda: self._items(job.chat_id, job.payload))
         if not items:
             return _gone
         names = await self.engine.library.run(lambda: self.engine.names(job.chat_id))

@@ -10,6 +10,12 @@ process (`python -m tests.fakes.fake_llm --port N`). Its behaviour is steered by
     gzip        gzip-compressed answer (when the client accepts gzip)
     break       stream two chunks, then drop the connection
     reasoning   stream reasoning and tool-call deltas too
+
+The proxy's own calls (`X-Recap-Proxy-Operation`) get answers made from their prompt, as
+a well-behaved model would give them (see `memory_answer`): recaps naming each message
+asked about, a scene break on the first eligible message that holds `[END SCENE]`, scene
+recaps and running recaps built from the text. `FakeState.faults[operation]` lists modes
+(`garbage`, `status=N`, `slow`) used up by that operation's next calls.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ import argparse
 import asyncio
 import gzip
 import json
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -42,6 +49,8 @@ class FakeState:
     started: asyncio.Event = field(default_factory=asyncio.Event)
     chunk_delay: float = 0.0
     gate: asyncio.Event | None = None  # when set: hold the stream after its first event
+    faults: dict[str, list[str]] = field(default_factory=dict)
+    operations: list[str] = field(default_factory=list)  # the proxy's own calls, in order
 
 
 STATE = web.AppKey("state", FakeState)
@@ -87,6 +96,45 @@ def completion(reply: str, *, model: str) -> dict[str, Any]:
     }
 
 
+END_SCENE = "[END SCENE]"
+_NUMBERED = re.compile(
+    r"^Message #(\d+|invalid choice) \[([^\]]*)\]:\s*(.*?)(?=^Message #|\Z)", re.M | re.S
+)
+
+
+def _between(prompt: str, tag: str) -> str:
+    found = re.search(f"<{tag}>(.*?)</{tag}>", prompt, re.S)
+    return found.group(1).strip() if found else ""
+
+
+def memory_answer(operation: str, prompt: str) -> str:
+    """What a cooperative model answers to one of the proxy's own prompts."""
+    if operation == "message_recap":
+        recaps = [
+            {"message": int(n), "recap": f"#{n}: " + " ".join(text.split()[:8])}
+            for n, _, text in _NUMBERED.findall(_between(prompt, "MESSAGES"))
+        ]
+        return "```json\n" + json.dumps({"recaps": recaps}) + "\n```"
+    if operation == "detect_scene_break":
+        for n, _, text in _NUMBERED.findall(_between(prompt, "SOURCE_TEXT")):
+            if n != "invalid choice" and END_SCENE in text:
+                return json.dumps({"sceneBreakAt": int(n), "rationale": "the scene ends"})
+        return json.dumps({"sceneBreakAt": False, "rationale": "No scene break"})
+    if operation == "scene_recap":
+        blocks = [b for b in _between(prompt, "SCENE").split("\n\n") if b.strip()]
+        first = blocks[0].splitlines()[-1] if blocks else "?"
+        lore = _between(prompt, "ACTIVE_LORE")
+        recap = f"{len(blocks)} messages, from: {' '.join(first.split()[:6])}"
+        if lore:
+            recap += f" (lore: {lore.splitlines()[0][:40]})"
+        return json.dumps({"scene_name": " ".join(first.split()[:3]), "recap": recap})
+    if operation == "running_recap":
+        before = _between(prompt, "RUNNING_RECAP")
+        scene = _between(prompt, "NEW_SCENE")
+        return json.dumps({"recap": (before + "\n" if before else "") + f"- {scene}"})
+    return json.dumps({"error": f"unknown operation {operation}"})
+
+
 async def models(request: web.Request) -> web.Response:
     request.app[STATE].seen.append(await _seen(request))
     return web.json_response({"object": "list", "data": [{"id": "fake-model"}]})
@@ -104,6 +152,11 @@ async def chat(request: web.Request) -> web.StreamResponse:
     except ValueError:
         payload = None
     mode = request.headers.get("X-Fake", "")
+    operation = request.headers.get("X-Recap-Proxy-Operation")
+    if operation is not None:
+        state.operations.append(operation)
+        pending = state.faults.get(operation)
+        mode = pending.pop(0) if pending else mode
     if not mode and isinstance(payload, dict) and str(payload.get("model")).startswith("status="):
         mode = str(payload["model"])
     if mode.startswith("status="):
@@ -119,6 +172,10 @@ async def chat(request: web.Request) -> web.StreamResponse:
     if not isinstance(payload, dict):
         return web.json_response({"error": {"message": "bad json"}}, status=400)
     model = str(payload.get("model", "fake-model"))
+    if operation is not None:
+        prompt = str(payload["messages"][-1]["content"])
+        answer = "Sure! {{{ not json" if mode == "garbage" else memory_answer(operation, prompt)
+        return web.json_response(completion(answer, model=model))
     if not payload.get("stream"):
         raw = json.dumps(completion(REPLY, model=model)).encode()
         if mode == "gzip":

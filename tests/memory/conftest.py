@@ -1,0 +1,86 @@
+"""A proxy over a temp ST data folder with the memory engine, and a story to grow in it."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestClient
+
+from proxy.memory.engine import MemoryEngine
+from proxy.web import make_app
+from proxy.web.keys import ENGINE, LIBRARY
+from tests.conftest import FakeLLM, make_settings
+from tests.memory.story import Story
+
+FAST = {
+    "memory.minimum_scene_length": 4,
+    "memory.scene_break_offset": 2,
+    "memory.scene_break_every": 1,
+    "memory.message_recap_batch_size": 3,
+    "sillytavern.debounce_ms": 10,
+}
+
+
+@dataclass
+class Memory:
+    client: TestClient[Any, Any]
+    app: web.Application
+    story: Story
+    fake: FakeLLM
+
+    @property
+    def engine(self) -> MemoryEngine:
+        return self.app[ENGINE]
+
+    async def run(self, fn: Callable[[], Any]) -> Any:
+        return await self.app[LIBRARY].run(fn)
+
+    async def until(self, check: Callable[[], Any], timeout: float = 10.0) -> None:
+        """Wait for a store condition, letting the engine work."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while True:
+            await self.engine.settle()
+            if await self.run(check):
+                return
+            if loop.time() > deadline:
+                raise AssertionError("condition not reached")
+            await asyncio.sleep(0.05)
+
+
+MemoryFactory = Callable[..., Awaitable[Memory]]
+
+
+@pytest.fixture
+def memory_proxy(
+    aiohttp_client: Callable[..., Any], fake_llm: FakeLLM, tmp_path: Path
+) -> MemoryFactory:
+    async def make(messages: int, ends: set[int], **dotted: Any) -> Memory:
+        data = tmp_path / "st" / "data"
+        story = Story(data, ends)
+        story.grow(messages)
+        settings = make_settings(
+            **{
+                "upstream.base_url": fake_llm.base_url,
+                "sillytavern.data_dir": str(data),
+                "store.path": str(tmp_path / "store.sqlite3"),
+                "memory.templates_dir": str(tmp_path / "no-templates"),
+                **FAST,
+                **dotted,
+            }
+        )
+        app = make_app(settings)
+        client: TestClient[Any, Any] = await aiohttp_client(app)
+        for _ in range(250):
+            if app[LIBRARY].index.entries:
+                break
+            await asyncio.sleep(0.02)
+        return Memory(client, app, story, fake_llm)
+
+    return make

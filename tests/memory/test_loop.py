@@ -1,0 +1,87 @@
+"""The whole loop: an ST chat grows by atomic saves, a scene is detected, recapped and
+folded in, and the next request carries the running recap with the covered messages
+left out."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from proxy.web.keys import LIBRARY
+from tests.memory.conftest import Memory, MemoryFactory
+from tests.memory.story import CHAT_ID
+
+
+def chat_requests(memory: Memory) -> list[dict[str, Any]]:
+    """Bodies of the chat requests the upstream got (not the proxy's own calls)."""
+    return [
+        json.loads(seen.body)
+        for seen in memory.fake.state.seen
+        if seen.path.endswith("/chat/completions") and "X-Recap-Proxy-Operation" not in seen.headers
+    ]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_memory_builds_itself_and_goes_into_the_next_request(
+    memory_proxy: MemoryFactory, stream: bool
+) -> None:
+    memory = await memory_proxy(16, ends={8})
+    store = memory.app[LIBRARY].store
+
+    first = await memory.client.post("/v1/chat/completions", json=memory.story.request())
+    assert first.status == 200
+    assert first.headers["X-Recap-Trimmed"] == "0"
+    await memory.until(lambda: store.memory.running_recaps(CHAT_ID))
+
+    breaks = await memory.run(lambda: store.memory.breaks(CHAT_ID))
+    assert [(b.position, b.source) for b in breaks] == [(8, "auto")]
+    recaps = await memory.run(lambda: store.memory.scene_recaps(breaks[0].uid))
+    assert len(recaps) == 1 and recaps[0].recap.startswith("9 messages")
+    assert breaks[0].name is not None and breaks[0].name.endswith(" 0-8")
+    [running] = await memory.run(lambda: store.memory.running_recaps(CHAT_ID))
+    assert running.scene_count == 1 and running.new_scene_uid == breaks[0].uid
+
+    memory.story.grow(2)  # ST saves the reply and the user's next message
+    await memory.until(lambda: store.messages(CHAT_ID)[-1].position == 17)
+    response = await memory.client.post(
+        "/v1/chat/completions", json=memory.story.request(stream=stream)
+    )
+    body = await response.read()
+    assert response.status == 200
+    if stream:
+        assert body.rstrip().endswith(b"data: [DONE]")
+    sent = chat_requests(memory)[-1]["messages"]
+    assert sent[0]["role"] == "system" and "<ROLEPLAY_RECAP>" in sent[0]["content"]
+    assert running.content in sent[0]["content"]
+    # Messages 0..8 are covered by the running recap and left out; 9..17 stay, in order.
+    assert response.headers["X-Recap-Trimmed"] == "9"
+    texts = [m["content"] for m in sent[3:]]
+    assert texts == [m["mes"] for m in memory.story.messages[9:]]
+    assert sent[1]["content"].startswith("You are Ava")
+
+
+async def test_upkeep_follows_the_queue_order_and_skips_what_is_covered(
+    memory_proxy: MemoryFactory,
+) -> None:
+    memory = await memory_proxy(16, ends={8})
+    store = memory.app[LIBRARY].store
+    await memory.client.post("/v1/chat/completions", json=memory.story.request())
+    await memory.until(lambda: store.memory.running_recaps(CHAT_ID))
+    # The scene is folded in before any message recap runs; then the batches left are
+    # re-stamped, so recaps of messages the running recap covers are never asked for.
+    assert memory.fake.state.operations == [
+        "detect_scene_break",
+        "scene_recap",
+        "running_recap",
+        "detect_scene_break",
+        "message_recap",
+    ]
+    recaps = await memory.run(lambda: store.memory.message_recaps(CHAT_ID))
+    positions = {store.memory.position_of(uid) for uid, _ in recaps}
+    assert positions == {10}  # Ava's #10; #12 and #14 wait for a full batch of 3
+    # Every call said what it was, and used the chat's own model.
+    for seen in memory.fake.state.seen:
+        if "X-Recap-Proxy-Operation" in seen.headers:
+            assert json.loads(seen.body)["model"] == "fake-model"
