@@ -5,6 +5,11 @@
     ├── RequestError                a client request we cannot interpret (fail-open: forward as is)
     │   └── AdapterError            the body does not fit the wire format of its route
     ├── TemplateError               a template file is missing or unreadable
+    ├── NotFound                    the API named a chat, message or scene that is not there -> 404
+    ├── Conflict                    a correction that cannot apply now                     -> 409
+    ├── JobFailure                  one of the proxy's own LLM jobs failed (`proxy.jobs`); retried
+    │   └── Refused                 the LLM refused it (4xx): not retried
+    │       └── Unauthorized        401/403
     └── UpstreamError               we could not get an answer from the upstream API
         ├── UpstreamUnreachable     connect refused, DNS, reset before a response  -> 502
         └── UpstreamTimeout         connect or read timeout                        -> 504
@@ -35,6 +40,14 @@ class AdapterError(RequestError):
 
 class TemplateError(RecapProxyError):
     """A template is missing or unreadable."""
+
+
+class NotFound(RecapProxyError):
+    """The API was asked about something that does not exist (answered with 404)."""
+
+
+class Conflict(RecapProxyError):
+    """A correction that cannot be applied in the current state (answered with 409)."""
 
 
 class UpstreamError(RecapProxyError):

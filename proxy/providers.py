@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from proxy.memory.engine import MemoryEngine
 
 CHAT_ID_HEADER = "X-ST-Chat-Id"
+PREVIEW_HEADER = "X-Recap-Preview"  # a preview: shows the memory, starts no upkeep
 
 
 class MemoryProvider(Protocol):
@@ -75,7 +76,8 @@ class ChatMemory:
         values: Mapping[str, str] = self.values(ident.chat_id) if self.values else {}
         drop: tuple[int, ...] = ()
         if self.engine is not None:
-            self.engine.touch(ident, headers, parsed.model)
+            if PREVIEW_HEADER not in headers:
+                self.engine.touch(ident, headers, parsed.model)
             history = known_history(parsed.messages, self.markers, ident.history).indices
             got = self.engine.request_memory(ident, parsed.messages, history, parsed.model)
             values, drop = {**got.values, **values}, got.drop

@@ -324,7 +324,8 @@ class RunningRecapHandler(_Base):
 
         def apply() -> None:
             memory = self.store.memory
-            if any(v.new_scene_uid == scene.uid for v in memory.running_recaps(job.chat_id)):
+            folded = any(v.new_scene_uid == scene.uid for v in memory.running_recaps(job.chat_id))
+            if folded and not job.payload.get("again"):
                 return  # already folded in (a retry after a crash): never twice
             memory.add_running(
                 job.chat_id,

@@ -25,6 +25,7 @@ from proxy.upstream import Upstream
 from proxy.watcher import Watcher
 from proxy.web.api import add_api_routes
 from proxy.web.keys import ENGINE, INJECTOR, LIBRARY, LORE, RELAY, SETTINGS
+from proxy.web.memory_api import add_memory_routes
 from proxy.web.relay import Relay
 from proxy.web.routes import add_routes
 
@@ -97,6 +98,7 @@ def make_app(
     if library is not None:
         app.cleanup_ctx.append(_library_ctx(library, settings, lore, engine))
     add_routes(app)
+    add_memory_routes(app)  # first: its routes are longer than the plain chat route
     add_api_routes(app)
     return app
 
