@@ -40,7 +40,7 @@ async def test_uses_the_chats_own_key_and_model(
     client.remember("c", {"Authorization": "Bearer sk-chat-secret"}, "fake-model")
     with caplog.at_level(logging.DEBUG):
         answer = await client.complete("scene_recap", "c", PROMPT)
-    assert answer.text.startswith("{\"scene_name\"") and answer.model == "fake-model"
+    assert answer.text.startswith('{"scene_name"') and answer.model == "fake-model"
     headers, body = last(fake_llm)
     assert headers[OPERATION_HEADER] == "scene_recap"
     assert headers["Authorization"] == "Bearer sk-chat-secret"

@@ -1,0 +1,140 @@
+"""`/recap/api/chats/{id}/...` for the memory, and the queue controls."""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import quote
+
+from tests.memory.conftest import MemoryFactory, memory_proxy  # noqa: F401 - the fixture
+from tests.memory.story import CHAT_ID
+
+BASE = f"/recap/api/chats/{quote(CHAT_ID)}"
+
+
+async def get(memory: Any, path: str) -> Any:
+    response = await memory.client.get(BASE + path)
+    assert response.status == 200, await response.text()
+    return await response.json()
+
+
+async def test_manual_break_is_recapped_named_and_folded(memory_proxy: MemoryFactory) -> None:
+    memory = await memory_proxy(16, ends=set(), **{"memory.auto_scene_break": False})
+    await memory.client.post("/v1/chat/completions", json=memory.story.request())
+    response = await memory.client.put(BASE + "/messages/5/scene_break", json={})
+    assert response.status == 200
+    await memory.engine.settle()
+
+    [scene] = await get(memory, "/scenes")
+    assert scene["index"] == 5 and scene["source"] == "manual" and scene["first"] == 0
+    assert scene["recap"].startswith("6 messages") and scene["name"].endswith(" 0-5")
+    [running] = await get(memory, "/running")
+    assert running["new_scene_index"] == 5 and running["prev_scene_index"] is None
+    assert running["current"] and running["scene_count"] == 1
+
+    # Rename: kept when the scene is recapped again.
+    await memory.client.patch(BASE + "/scenes/5", json={"name": "The mill"})
+    await memory.client.post(BASE + "/scenes/5/regenerate")
+    await memory.engine.settle()
+    detail = await get(memory, "/scenes/5")
+    assert detail["name"] == "The mill" and len(detail["versions"]) == 2
+    assert detail["current_version"] == 2
+    # A new scene recap version is folded in again: the running recap follows it.
+    versions = await get(memory, "/running")
+    assert [v["new_scene_index"] for v in versions] == [5]
+
+    # Editing the scene recap creates a version and re-folds the running recap from it.
+    await memory.client.post(BASE + "/scenes/5/recaps", json={"recap": "They met at the mill."})
+    await memory.engine.settle()
+    [running] = await get(memory, "/running")
+    assert "They met at the mill." in running["content"]
+    detail = await get(memory, "/scenes/5")
+    assert detail["versions"][-1]["source"] == "edit" and detail["current_version"] == 3
+
+    # Removing the break drops the running recap that depended on it.
+    response = await memory.client.delete(BASE + "/messages/5/scene_break")
+    assert response.status == 200
+    await memory.engine.settle()
+    assert await get(memory, "/scenes") == []
+    assert await get(memory, "/running") == []
+
+
+async def test_running_recap_versions_edit_select_regenerate(memory_proxy: MemoryFactory) -> None:
+    memory = await memory_proxy(16, ends={8})
+    await memory.client.post("/v1/chat/completions", json=memory.story.request())
+    await memory.engine.settle()
+    response = await memory.client.post(BASE + "/running", json={"content": "My own recap."})
+    assert (await response.json()) == {"version": 2}
+    versions = await get(memory, "/running")
+    assert [(v["version"], v["current"], v["source"]) for v in versions] == [
+        (1, False, "llm"),
+        (2, True, "edit"),
+    ]
+    assert versions[1]["new_scene_index"] == 8  # an edit keeps the scene indexes
+    preview = await get(memory, "/preview")
+    assert "My own recap." in preview["injected"]["text"]
+    assert preview["left_out"] == list(range(9))
+
+    await memory.client.put(BASE + "/running/current", json={"version": 1})
+    preview = await get(memory, "/preview")
+    assert "My own recap." not in preview["injected"]["text"]
+
+    await memory.client.post(BASE + "/running/regenerate")
+    await memory.engine.settle()
+    versions = await get(memory, "/running")
+    assert [v["version"] for v in versions] == [1, 2, 3] and versions[2]["current"]
+
+    bad = await memory.client.put(BASE + "/running/current", json={"version": 9})
+    assert bad.status == 404 and (await bad.json())["error"]["code"] == "not_found"
+    bad = await memory.client.put(BASE + "/running/current", json={"version": "2"})
+    assert bad.status == 400
+
+
+async def test_message_recaps_edit_exclude_and_memory_off(memory_proxy: MemoryFactory) -> None:
+    memory = await memory_proxy(
+        16, ends=set(), **{"memory.auto_scene_break": False, "memory.message_recap_batch_size": 1}
+    )
+    await memory.client.post("/v1/chat/completions", json=memory.story.request())
+    await memory.engine.settle()
+    recaps = await get(memory, "/recaps")
+    assert [r["index"] for r in recaps] == [0, 2, 4, 6, 8, 10, 12, 14]  # Ava's only
+
+    await memory.client.put(BASE + "/messages/4/recap", json={"recap": "Ava found the cave."})
+    await memory.client.put(BASE + "/messages/6/excluded", json={"excluded": True})
+    recaps = {r["index"]: r for r in await get(memory, "/recaps")}
+    assert recaps[4]["edited"] and recaps[4]["recap"] == "Ava found the cave."
+    assert recaps[6]["excluded"]
+
+    off = await memory.client.put(BASE + "/memory", json={"enabled": False})
+    assert (await off.json())["enabled"] is False
+    response = await memory.client.post("/v1/chat/completions", json=memory.story.request())
+    assert response.headers["X-Recap-Injected"] == "0"
+    on = await memory.client.put(BASE + "/memory", json={"enabled": None})
+    assert (await on.json())["enabled"] is None
+
+
+async def test_queue_controls(memory_proxy: MemoryFactory) -> None:
+    memory = await memory_proxy(16, ends={8})
+    paused = await memory.client.post("/recap/api/queue/pause")
+    assert (await paused.json()) == {"paused": True}
+    await memory.client.post("/v1/chat/completions", json=memory.story.request())
+    await memory.engine.plan_now(CHAT_ID)
+    listing = await (await memory.client.get("/recap/api/queue")).json()
+    assert listing["paused"] is True
+    assert {j["operation"] for j in listing["jobs"]} >= {"detect_scene_break"}
+    assert memory.fake.state.operations == []
+
+    await memory.client.post("/recap/api/queue/resume")
+    await memory.engine.settle()
+    assert memory.fake.state.operations[0] == "detect_scene_break"
+    missing = await memory.client.post("/recap/api/queue/jobs/999/retry")
+    assert missing.status == 409
+    cleared = await memory.client.post("/recap/api/queue/clear")
+    assert (await cleared.json())["cleared"] >= 0
+
+
+async def test_unknown_chat_and_message(memory_proxy: MemoryFactory) -> None:
+    memory = await memory_proxy(4, ends=set())
+    response = await memory.client.get("/recap/api/chats/nope/scenes")
+    assert response.status == 404
+    response = await memory.client.put(BASE + "/messages/99/scene_break", json={})
+    assert response.status == 404 and "no message 99" in (await response.json())["error"]["message"]
