@@ -79,3 +79,6 @@ def proxy(aiohttp_client: Any, fake_llm: FakeLLM) -> ProxyFactory:
         return client
 
     return make
+
+
+from tests.memory_env import memory_proxy  # noqa: E402, F401 - a shared fixture

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from proxy.web.keys import LIBRARY
-from tests.memory.conftest import Memory, MemoryFactory
 from tests.memory.story import CHAT_ID
+from tests.memory_env import Memory, MemoryFactory
 
 
 def chat_requests(memory: Memory) -> list[dict[str, Any]]:

@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import quote
 
-from tests.memory.conftest import MemoryFactory, memory_proxy  # noqa: F401 - the fixture
 from tests.memory.story import CHAT_ID
+from tests.memory_env import MemoryFactory
 
 BASE = f"/recap/api/chats/{quote(CHAT_ID)}"
 

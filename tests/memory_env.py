@@ -1,4 +1,5 @@
-"""A proxy over a temp ST data folder with the memory engine, and a story to grow in it."""
+"""The memory engine over a temp ST data folder: the `memory_proxy` fixture (registered in
+`tests/conftest.py`) and a story to grow in it."""
 
 from __future__ import annotations
 
