@@ -56,6 +56,11 @@ class Unauthorized(Refused):
     """401/403 from the LLM: retrying with the same key cannot help."""
 
 
+class NoCredentials(JobFailure):
+    """Nothing says which model or key to use yet (no request of the chat since start-up
+    and no `[memory.llm]` model): the job waits for the chat's next request."""
+
+
 class Handler(Protocol):
     async def run(self, job: Job) -> Callable[[], None]:
         """Do the job's work (the LLM call); return the step that applies its result.
@@ -137,6 +142,11 @@ class JobQueue:
         )
         self._wake.set()
         return job_id
+
+    async def hurry(self, chat_id: str) -> None:
+        """Run a chat's waiting jobs now (its key and model just became known)."""
+        await self.library.run(lambda: self.library.store.jobs.hurry(chat_id, self.clock()))
+        self._wake.set()
 
     def wake(self) -> None:
         """Look for work now (after jobs were written to the store directly)."""
@@ -231,6 +241,11 @@ class JobQueue:
         jobs = self.library.store.jobs
         now = self.clock()
         error = f"{type(exc).__name__}: {exc}"
+        if isinstance(exc, NoCredentials):
+            # Not the job's fault: it waits, without using up its attempts, until the
+            # chat's next request brings a key and model (see `hurry`).
+            jobs.park(job, now, now + self.settings.backoff_cap_seconds, error)
+            return
         retry = getattr(exc, "retry", True)
         if not retry or job.attempts >= self.settings.max_attempts:
             log.warning("job %d %s for %s failed: %s", job.id, job.operation, job.chat_id, error)

@@ -19,7 +19,7 @@ from typing import Any
 import orjson
 
 from proxy.errors import UpstreamError
-from proxy.jobs import JobFailure, Refused, Unauthorized
+from proxy.jobs import JobFailure, NoCredentials, Refused, Unauthorized
 from proxy.memory.settings import LLMSettings
 from proxy.upstream import Upstream
 
@@ -60,9 +60,12 @@ class LLMClient:
         """Which API the proxy's own calls go to (the queue limits calls per API)."""
         return str((self.own_upstream or self.chat_upstream).base_url)
 
-    def remember(self, chat_id: str, headers: Mapping[str, str], model: str | None) -> None:
-        """Keep the key and model of a chat's latest request (the chat path calls this)."""
+    def remember(self, chat_id: str, headers: Mapping[str, str], model: str | None) -> bool:
+        """Keep the key and model of a chat's latest request (the chat path calls this);
+        True when the chat had none before."""
+        new = chat_id not in self._credentials
         self._credentials[chat_id] = Credentials(headers.get("Authorization"), model)
+        return new
 
     def endpoint(self, operation: str, chat_id: str) -> tuple[Upstream, dict[str, str], str]:
         """(upstream, headers, model) for a call; raises `Unauthorized` when nothing says
@@ -71,9 +74,9 @@ class LLMClient:
         override = self.settings.operations.get(operation)
         model = (override.model if override else None) or self.settings.model or known.model
         if model is None:
-            raise Unauthorized(
-                "no model for the proxy's own calls: set [memory.llm] model, or chat once "
-                "through the proxy so that it can use the chat's own"
+            raise NoCredentials(
+                "no model for the proxy's own calls yet: set [memory.llm] model, or chat "
+                "once through the proxy so that it can use the chat's own"
             )
         headers = {"Content-Type": "application/json", OPERATION_HEADER: operation}
         if self.own_upstream is not None:

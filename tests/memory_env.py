@@ -42,12 +42,16 @@ class Memory:
     async def run(self, fn: Callable[[], Any]) -> Any:
         return await self.app[LIBRARY].run(fn)
 
-    async def until(self, check: Callable[[], Any], timeout: float = 10.0) -> None:
-        """Wait for a store condition, letting the engine work."""
+    async def until(
+        self, check: Callable[[], Any], timeout: float = 10.0, *, settle: bool = True
+    ) -> None:
+        """Wait for a store condition, letting the engine work (`settle=False` while a
+        call is held: settling would wait for it)."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         while True:
-            await self.engine.settle()
+            if settle:
+                await asyncio.wait_for(self.engine.settle(), timeout)
             if await self.run(check):
                 return
             if loop.time() > deadline:

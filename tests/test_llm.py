@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from proxy.jobs import JobFailure, Refused, Unauthorized
+from proxy.jobs import JobFailure, NoCredentials, Refused, Unauthorized
 from proxy.llm import OPERATION_HEADER, LLMClient
 from proxy.memory.settings import LLMSettings
 from proxy.settings import UpstreamSettings
@@ -110,5 +110,5 @@ async def test_unreachable_and_unknown_model() -> None:
         with pytest.raises(JobFailure) as caught:
             await client.complete("scene_recap", "c", PROMPT)
         assert caught.value.retry is True
-        with pytest.raises(Unauthorized, match="no model"):
+        with pytest.raises(NoCredentials, match="no model"):
             await LLMClient(LLMSettings(), dead, None).complete("scene_recap", "c", PROMPT)

@@ -147,7 +147,8 @@ class MemoryEngine:
         for the proxy's own calls, and start upkeep for the chat if it had none."""
         if ident.confidence < 0.5 or ident.generation == "quiet":
             return
-        self.llm.remember(ident.chat_id, headers, model)
+        if self.llm.remember(ident.chat_id, headers, model):
+            self._spawn(self.queue.hurry(ident.chat_id), f"hurry {ident.chat_id}")
         if ident.chat_id not in self.active and self.settings.enabled:
             self.active.add(ident.chat_id)
             self._spawn(self._activate(ident.chat_id), f"activate {ident.chat_id}")

@@ -88,6 +88,14 @@ class JobTable:
                 "'running')",
                 (dedup_key,),
             ).fetchone()
+            if row is None:
+                # A job that failed on this very input stays failed (its error visible)
+                # until the user retries it: planning must not re-create it forever.
+                row = self.db.execute(
+                    "SELECT id, input_hash FROM jobs WHERE dedup_key=? AND state='failed' "
+                    "AND input_hash=? ORDER BY id DESC LIMIT 1",
+                    (dedup_key, input_hash),
+                ).fetchone()
             if row is not None:
                 if row[1] != input_hash:
                     self.db.execute(
@@ -154,6 +162,16 @@ class JobTable:
 
     def retry_later(self, job: Job, now: float, when: float, error: str) -> None:
         self._set(job.id, "queued", now, error=error, not_before=when)
+
+    def park(self, job: Job, now: float, when: float, error: str) -> None:
+        """Queue again for later without counting the attempt."""
+        self._set(job.id, "queued", now, error=error, not_before=when, attempts=job.attempts - 1)
+
+    def hurry(self, chat_id: str, now: float) -> None:
+        self.db.execute(
+            "UPDATE jobs SET not_before=? WHERE chat_id=? AND state='queued' AND not_before>?",
+            (now, chat_id, now),
+        )
 
     def fail(self, job: Job, now: float, error: str) -> None:
         self._set(job.id, "failed", now, error=error)

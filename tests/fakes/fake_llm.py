@@ -15,7 +15,7 @@ The proxy's own calls (`X-Recap-Proxy-Operation`) get answers made from their pr
 a well-behaved model would give them (see `memory_answer`): recaps naming each message
 asked about, a scene break on the first eligible message that holds `[END SCENE]`, scene
 recaps and running recaps built from the text. `FakeState.faults[operation]` lists modes
-(`garbage`, `status=N`, `slow`) used up by that operation's next calls.
+(`garbage`, `status=N`, `slow`, `hold`: wait for `release`) used up by that operation's next calls.
 """
 
 from __future__ import annotations
@@ -50,6 +50,8 @@ class FakeState:
     chunk_delay: float = 0.0
     gate: asyncio.Event | None = None  # when set: hold the stream after its first event
     faults: dict[str, list[str]] = field(default_factory=dict)
+    held: asyncio.Event = field(default_factory=asyncio.Event)  # a `hold` call arrived
+    release: asyncio.Event = field(default_factory=asyncio.Event)  # lets `hold` calls answer
     operations: list[str] = field(default_factory=list)  # the proxy's own calls, in order
 
 
@@ -163,6 +165,9 @@ async def chat(request: web.Request) -> web.StreamResponse:
         status = int(mode.split("=", 1)[1])
         body = {"error": {"message": f"fake error {status}", "type": "fake", "code": status}}
         return web.json_response(body, status=status, headers={"X-Fake-Error": "yes"})
+    if mode == "hold":
+        state.held.set()
+        await state.release.wait()
     if mode == "slow":
         try:
             await asyncio.sleep(30)

@@ -11,8 +11,7 @@ from tests.st_data import save_like_st
 
 CHAR = "Ava"
 USER = "Tom"
-CHAT_NAME = "Ava - 2026-11-22@10h00m00s"
-CHAT_ID = f"default-user/chats/{CHAR}/{CHAT_NAME}"
+CHAT_ID = f"default-user/chats/{CHAR}/{CHAR} - 2026-11-22@10h00m00s"
 SYSTEM = "You are Ava, a ranger of the northern woods. Stay in character."
 PLACES = ["the old mill", "the river ford", "the watchtower", "the market square", "the cave"]
 
@@ -42,25 +41,36 @@ def line(position: int, *, ends_scene: bool = False) -> dict[str, Any]:
     }
 
 
+def chat_id(char: str = CHAR) -> str:
+    return f"default-user/chats/{char}/{char} - 2026-11-22@10h00m00s"
+
+
 class Story:
     """The chat file of one story in a temp ST data folder."""
 
-    def __init__(self, data_dir: Path, ends: set[int]) -> None:
-        self.path = data_dir / "default-user" / "chats" / CHAR / f"{CHAT_NAME}.jsonl"
+    def __init__(self, data_dir: Path, ends: set[int], char: str = CHAR) -> None:
+        self.char = char
+        self.chat_id = chat_id(char)
+        self.path = data_dir / f"{self.chat_id}.jsonl"
         self.ends = ends
         self.messages: list[dict[str, Any]] = []
 
     def grow(self, count: int) -> None:
         start = len(self.messages)
-        self.messages += [line(i, ends_scene=i in self.ends) for i in range(start, start + count)]
+        for i in range(start, start + count):
+            message = line(i, ends_scene=i in self.ends)
+            if not message["is_user"]:
+                message["name"] = self.char
+                message["mes"] = message["mes"].replace(CHAR, self.char)
+            self.messages.append(message)
         self.save()
 
     def save(self) -> None:
         header = {
             "user_name": USER,
-            "character_name": CHAR,
+            "character_name": self.char,
             "create_date": "2026-11-22@10h00m00s",
-            "chat_metadata": {"integrity": "11111111-2222-3333-4444-555555555555"},
+            "chat_metadata": {"integrity": f"{self.char}-2222-3333-4444-555555555555"},
         }
         rows = [header, *self.messages]
         save_like_st(self.path, "\n".join(json.dumps(r) for r in rows).encode() + b"\n")
@@ -76,7 +86,7 @@ class Story:
             "model": model,
             "stream": stream,
             "messages": [
-                {"role": "system", "content": SYSTEM},
+                {"role": "system", "content": SYSTEM.replace(CHAR, self.char)},
                 {"role": "system", "content": "[Start a new Chat]"},
                 *history,
             ],
