@@ -18,6 +18,7 @@ from typing import Any
 from aiohttp import web
 
 from adapters import ADAPTERS
+from proxy.cli_memory import add_memory_commands, run_memory_command
 from proxy.core.models import Memory
 from proxy.errors import AdapterError, ConfigError, RecapProxyError
 from proxy.injection import Injector, load_injection_template, policy_from
@@ -87,6 +88,7 @@ def build_parser() -> argparse.ArgumentParser:
     inject.add_argument(
         "request", nargs="?", type=Path, metavar="REQUEST_JSON", help="request body; default stdin"
     )
+    add_memory_commands(sub, config_arg)
     return parser
 
 
@@ -99,7 +101,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             return asyncio.run(_chats(args))
         if args.command == "identify":
             return asyncio.run(_identify(args))
-        return _inject(args)
+        if args.command == "inject":
+            return _inject(args)
+        return asyncio.run(run_memory_command(args))
     except ConfigError as exc:
         print(f"recap-proxy: {exc}", file=sys.stderr)
         return 2

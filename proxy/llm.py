@@ -67,6 +67,13 @@ class LLMClient:
         self._credentials[chat_id] = Credentials(headers.get("Authorization"), model)
         return new
 
+    def can_call(self, chat_id: str) -> bool:
+        """Whether a model for this chat's calls is known (configured, or remembered)."""
+        if self.settings.model is not None:
+            return True
+        known = self._credentials.get(chat_id)
+        return known is not None and known.model is not None
+
     def endpoint(self, operation: str, chat_id: str) -> tuple[Upstream, dict[str, str], str]:
         """(upstream, headers, model) for a call; raises `Unauthorized` when nothing says
         which model or key to use yet (no request of this chat seen since start-up)."""

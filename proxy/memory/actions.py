@@ -96,7 +96,8 @@ class MemoryActions:
     async def backfill(self, chat_id: str) -> JSON:
         await self.library.run(lambda: self._chat(chat_id))
         queued = await self.engine.activate(chat_id, backfill=True)
-        return {"chat": chat_id, "queued": queued}
+        waiting = not self.engine.llm.can_call(chat_id)
+        return {"chat": chat_id, "queued": queued, "waiting_for_model": waiting}
 
     # -- scenes ------------------------------------------------------------------------------
 

@@ -1,0 +1,226 @@
+"""The memory commands of `recap-proxy`: they talk to the running server's API.
+
+The server owns the memory (its queue, the chats' keys kept in memory, the views the chat
+path reads), so these commands ask it rather than open the store beside it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import aiohttp
+
+from proxy.errors import RecapProxyError
+from proxy.settings import load_settings
+
+POLL_SECONDS = 0.5
+
+
+def add_memory_commands(sub: Any, config_arg: Any) -> None:
+    def server_arg(p: argparse.ArgumentParser) -> None:
+        config_arg(p)
+        p.add_argument("--server", help="the running proxy (default: from [server] settings)")
+
+    chat_help = "chat id, file name, or character/group name (newest chat)"
+    backfill = sub.add_parser("backfill", help="build memory for an existing chat, with progress")
+    server_arg(backfill)
+    backfill.add_argument("chat", help=chat_help)
+    backfill.add_argument("--no-wait", action="store_true", help="queue the work and return")
+
+    memory = sub.add_parser("memory", help="show a chat's memory; turn it on or off")
+    server_arg(memory)
+    memory.add_argument("chat", help=chat_help)
+    toggle = memory.add_mutually_exclusive_group()
+    toggle.add_argument("--on", dest="enabled", action="store_const", const=True)
+    toggle.add_argument("--off", dest="enabled", action="store_const", const=False)
+    toggle.add_argument("--default", dest="enabled", action="store_const", const="default")
+    memory.add_argument("--json", action="store_true", help="print JSON")
+
+    breaks = sub.add_parser("scene-break", help="set (or --remove) a scene break on a message")
+    server_arg(breaks)
+    breaks.add_argument("chat", help=chat_help)
+    breaks.add_argument("index", type=int, help="the message's index (ST's message id)")
+    breaks.add_argument("--remove", action="store_true")
+
+    regenerate = sub.add_parser("regenerate", help="write a recap again")
+    server_arg(regenerate)
+    regenerate.add_argument("chat", help=chat_help)
+    regenerate.add_argument("what", choices=["scene", "running", "message"])
+    regenerate.add_argument("index", type=int, nargs="?", help="scene end or message index")
+
+    queue = sub.add_parser("queue", help="see or control the queue of the proxy's own LLM work")
+    server_arg(queue)
+    queue.add_argument(
+        "action", nargs="?", default="list", choices=["list", "pause", "resume", "clear", "retry"]
+    )
+    queue.add_argument("job", type=int, nargs="?", help="job id, for retry")
+    queue.add_argument("--chat", help="only this chat (list, clear)")
+
+
+class Server:
+    def __init__(self, base: str, session: aiohttp.ClientSession) -> None:
+        self.base = base.rstrip("/")
+        self.session = session
+
+    async def call(self, method: str, path: str, body: Any = None) -> Any:
+        try:
+            async with self.session.request(method, self.base + path, json=body) as response:
+                data = await response.json(content_type=None)
+        except aiohttp.ClientConnectionError:
+            raise RecapProxyError(
+                f"no recap-proxy server at {self.base}: start it with `recap-proxy serve` "
+                "(or pass --server URL)"
+            ) from None
+        if response.status >= 400:
+            message = data.get("error", {}).get("message") if isinstance(data, dict) else data
+            raise RecapProxyError(f"{method} {path}: {message}")
+        return data
+
+    async def chat_id(self, name: str) -> str:
+        chats = await self.call("GET", "/recap/api/chats")
+        for key in ("id", "file", "name"):
+            found = [
+                c for c in chats if c[key] == name or (key == "file" and Path(c[key]).stem == name)
+            ]
+            if found:
+                return str(max(found, key=lambda c: c["updated"] or 0)["id"])
+        raise RecapProxyError(f"no chat named {name!r} (see `recap-proxy chats`)")
+
+
+def _server_url(args: argparse.Namespace) -> str:
+    if args.server:
+        return str(args.server)
+    settings = load_settings(args.config)
+    host = settings.server.host
+    host = "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
+    return f"http://{host}:{settings.server.port}"
+
+
+async def run_memory_command(args: argparse.Namespace) -> int:
+    async with aiohttp.ClientSession() as session:
+        server = Server(_server_url(args), session)
+        if args.command == "queue":
+            return await _queue(server, args)
+        chat = await server.chat_id(args.chat)
+        base = f"/recap/api/chats/{quote(chat, safe='')}"
+        if args.command == "backfill":
+            return await _backfill(server, chat, base, wait=not args.no_wait)
+        if args.command == "memory":
+            return await _memory(server, base, args)
+        if args.command == "scene-break":
+            method = "DELETE" if args.remove else "PUT"
+            print(
+                json.dumps(
+                    await server.call(method, f"{base}/messages/{args.index}/scene_break", {})
+                )
+            )
+            return 0
+        return await _regenerate(server, base, args)
+
+
+async def _backfill(server: Server, chat: str, base: str, *, wait: bool) -> int:
+    started = await server.call("POST", f"{base}/backfill")
+    print(f"{chat}: {started['queued']} job(s) queued", file=sys.stderr)
+    if started.get("waiting_for_model"):
+        print(
+            "the jobs wait for a model: chat once in this chat through the proxy, or set "
+            "[memory.llm] model (and api_key if needed)",
+            file=sys.stderr,
+        )
+    if not wait:
+        return 0
+    first_seen: set[int] = set()
+    began = time.monotonic()
+    while True:
+        listing = await server.call("GET", f"/recap/api/queue?chat={quote(chat, safe='')}")
+        jobs = [j for j in listing["jobs"] if j["created"] >= 0]
+        live = [j for j in jobs if j["state"] in ("queued", "running")]
+        first_seen |= {j["id"] for j in live}
+        ours = [j for j in jobs if j["id"] in first_seen]
+        done = sum(1 for j in ours if j["state"] not in ("queued", "running"))
+        failed = sum(1 for j in ours if j["state"] == "failed")
+        overview = await server.call("GET", f"{base}/memory")
+        _progress(done, len(ours), overview["scenes"], failed, time.monotonic() - began)
+        if not live:
+            break
+        if listing["paused"]:
+            print("\nthe queue is paused: `recap-proxy queue resume`", file=sys.stderr)
+            return 1
+        await asyncio.sleep(POLL_SECONDS)
+    print(file=sys.stderr)
+    return 1 if failed else 0
+
+
+def _progress(done: int, total: int, scenes: int, failed: int, seconds: float) -> None:
+    width = 30
+    filled = width if total == 0 else int(width * done / total)
+    bar = "#" * filled + "." * (width - filled)
+    extra = f", {failed} failed" if failed else ""
+    line = f"\r[{bar}] {done}/{total} jobs, {scenes} scene(s){extra}, {seconds:.0f} s"
+    print(line, end="", file=sys.stderr, flush=True)
+
+
+async def _memory(server: Server, base: str, args: argparse.Namespace) -> int:
+    if args.enabled is not None:
+        enabled = None if args.enabled == "default" else args.enabled
+        await server.call("PUT", f"{base}/memory", {"enabled": enabled})
+    overview = await server.call("GET", f"{base}/memory")
+    scenes = await server.call("GET", f"{base}/scenes")
+    if args.json:
+        print(json.dumps({**overview, "scene_list": scenes}, indent=2, ensure_ascii=False))
+        return 0
+    state = {True: "on", False: "off", None: "default"}[overview["enabled"]]
+    print(f"chat:    {overview['chat']}")
+    print(f"memory:  {state}{'' if overview['active'] else ' (not active yet)'}")
+    queue = overview["queue"]
+    print(
+        f"queue:   {queue['queued']} queued, {queue['running']} running, {queue['failed']} failed"
+    )
+    print(f"recaps:  {overview['message_recaps']} message recap(s)")
+    for scene in scenes:
+        hidden = "" if scene["visible"] else " (hidden)"
+        print(f"scene    #{scene['first']}-{scene['index']} {scene['name'] or ''}{hidden}")
+    running = overview["running_recap"]
+    if running:
+        print(f"\nrunning recap v{running['version']} ({running['scene_count']} scene(s)):")
+        print(running["content"])
+    return 0
+
+
+async def _regenerate(server: Server, base: str, args: argparse.Namespace) -> int:
+    if args.what == "running":
+        path = f"{base}/running/regenerate"
+    elif args.index is None:
+        raise RecapProxyError(f"regenerate {args.what} needs an index")
+    elif args.what == "scene":
+        path = f"{base}/scenes/{args.index}/regenerate"
+    else:
+        path = f"{base}/messages/{args.index}/recap/regenerate"
+    print(json.dumps(await server.call("POST", path)))
+    return 0
+
+
+async def _queue(server: Server, args: argparse.Namespace) -> int:
+    chat = quote(await server.chat_id(args.chat), safe="") if args.chat else None
+    if args.action == "list":
+        listing = await server.call("GET", "/recap/api/queue" + (f"?chat={chat}" if chat else ""))
+        print(f"paused: {listing['paused']}")
+        for job in listing["jobs"]:
+            error = f"  {job['error']}" if job["error"] else ""
+            print(f"{job['id']:>6} {job['state']:<8} {job['operation']:<19} {job['chat']}{error}")
+        return 0
+    if args.action == "retry":
+        if args.job is None:
+            raise RecapProxyError("queue retry needs a job id (see `recap-proxy queue`)")
+        print(json.dumps(await server.call("POST", f"/recap/api/queue/jobs/{args.job}/retry")))
+        return 0
+    path = f"/recap/api/queue/{args.action}" + (f"?chat={chat}" if chat else "")
+    print(json.dumps(await server.call("POST", path)))
+    return 0
