@@ -1,0 +1,237 @@
+"""The memory engine's upkeep: a generated 1,000-message chat replayed through the proxy.
+Prints figures; not a timed test.
+
+    python bench/memory.py [--messages 1000]
+
+The chat grows by ST-style atomic saves (a reply and the user's next message at a time);
+after each save a chat request goes through the proxy and the engine is left to finish
+its work against the fake LLM (its own process, answering each operation by its header;
+a scene ends on every message that carries `[END SCENE]`, every 16 to 30 messages).
+Printed, with and without message recaps:
+- the proxy's own LLM calls and prompt tokens per 100 messages, per operation, against
+  ST-Auto-Recap's count (one detection per character message plus five calls per scene);
+- engine CPU time: planning per change, and per job (the proxy's thread, LLM wait excluded);
+- the size of the final outgoing request with memory and trimming against the raw history.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import random
+import sys
+import tempfile
+import time
+from collections import Counter, defaultdict
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+import aiohttp  # noqa: E402
+from aiohttp import web  # noqa: E402
+
+from bench.overhead import free_port, start  # noqa: E402
+from bench.words import CHAT_WORDS  # noqa: E402
+from proxy.core.tokens import TokenCounter  # noqa: E402
+from proxy.memory.engine import MemoryEngine  # noqa: E402
+from proxy.settings import Settings  # noqa: E402
+from proxy.web import make_app  # noqa: E402
+from proxy.web.keys import ENGINE, LIBRARY  # noqa: E402
+from tests.fakes.fake_llm import END_SCENE  # noqa: E402
+from tests.st_data import save_like_st  # noqa: E402
+
+CHAR, USER = "Ava", "Tom"
+CHAT_ID = f"default-user/chats/{CHAR}/{CHAR} - 2026-11-22@10h00m00s"
+
+
+def story(n: int, seed: int = 7) -> tuple[list[dict[str, Any]], int]:
+    rng = random.Random(seed)
+    messages: list[dict[str, Any]] = []
+    next_end, scenes = rng.randint(16, 30), 0
+    for i in range(n):
+        is_user = bool(i % 2)
+        words = rng.randint(15, 40) if is_user else rng.randint(60, 140)
+        text = " ".join(rng.choice(CHAT_WORDS) for _ in range(words)).capitalize() + "."
+        if not is_user and i >= next_end:
+            text += f" They part ways at the gate. {END_SCENE}"
+            next_end, scenes = i + rng.randint(16, 30), scenes + 1
+        messages.append(
+            {
+                "name": USER if is_user else CHAR,
+                "is_user": is_user,
+                "send_date": f"2026-11-22T10:{i // 60 % 60:02d}:{i % 60:02d}.000Z",
+                "mes": text,
+                "swipes": [text],
+                "swipe_id": 0,
+                "extra": {},
+            }
+        )
+    return messages, scenes
+
+
+def chat_file(messages: list[dict[str, Any]]) -> bytes:
+    header = {"user_name": USER, "character_name": CHAR, "chat_metadata": {"integrity": "x"}}
+    return "\n".join(json.dumps(m) for m in [header, *messages]).encode() + b"\n"
+
+
+def request(messages: list[dict[str, Any]]) -> dict[str, Any]:
+    history = [
+        {"role": "user" if m["is_user"] else "assistant", "content": m["mes"]} for m in messages
+    ]
+    system = [
+        {"role": "system", "content": "You are Ava, a ranger. Stay in character."},
+        {"role": "system", "content": "[Start a new Chat]"},
+    ]
+    return {"model": "fake-model", "messages": system + history}
+
+
+class Meter:
+    """Counts the engine's LLM calls and prompt tokens, and its CPU time."""
+
+    def __init__(self, engine: MemoryEngine, counter: TokenCounter) -> None:
+        self.calls: Counter[str] = Counter()
+        self.tokens: Counter[str] = Counter()
+        self.plan_cpu: list[float] = []
+        self.job_cpu: dict[str, list[float]] = defaultdict(list)
+        complete, plan = engine.llm.complete, engine.plan
+
+        async def counted(operation: str, chat_id: str, messages: Any) -> Any:
+            self.calls[operation] += 1
+            self.tokens[operation] += sum(counter.count(m["content"]) for m in messages)
+            began = time.thread_time()
+            answer = await complete(operation, chat_id, messages)
+            self.llm_cpu += time.thread_time() - began
+            return answer
+
+        def timed_plan(*args: Any, **kwargs: Any) -> int:
+            began = time.thread_time()
+            try:
+                return plan(*args, **kwargs)
+            finally:
+                self.plan_cpu.append(time.thread_time() - began)
+
+        engine.llm.complete = counted  # type: ignore[method-assign]
+        engine.plan = timed_plan  # type: ignore[method-assign]
+        for operation, handler in engine.handlers.items():
+            run = handler.run
+
+            async def timed_run(job: Any, run: Any = run, operation: str = operation) -> Any:
+                self.llm_cpu = 0.0
+                began = time.thread_time()
+                apply = await run(job)
+                # The fake LLM is another process; what the loop did meanwhile for the
+                # HTTP call is the client's share and stays in.
+                self.job_cpu[operation].append(time.thread_time() - began)
+                return apply
+
+            handler.run = timed_run  # type: ignore[method-assign]
+        self.llm_cpu = 0.0
+
+
+async def replay(n: int, message_recaps: bool, llm_url: str) -> dict[str, Any]:
+    messages, scenes = story(n)
+    counter = TokenCounter()
+    with tempfile.TemporaryDirectory() as tmp:
+        data = Path(tmp) / "data"
+        path = data / f"{CHAT_ID}.jsonl"
+        save_like_st(path, chat_file(messages[:2]))
+        settings = Settings.model_validate(
+            {
+                "upstream": {"base_url": llm_url},
+                "sillytavern": {"data_dir": str(data), "debounce_ms": 10},
+                "store": {"path": str(Path(tmp) / "store.sqlite3")},
+                "memory": {"message_recaps": message_recaps, "templates_dir": tmp},
+            }
+        )
+        app = make_app(settings, counter=counter)
+        runner = web.AppRunner(app, access_log=None)
+        await runner.setup()
+        port = free_port()
+        await web.TCPSite(runner, "127.0.0.1", port).start()
+        url = f"http://127.0.0.1:{port}"
+        library = app[LIBRARY]
+        try:
+            while CHAT_ID not in library.index.entries:
+                await asyncio.sleep(0.01)
+            engine = app[ENGINE]
+            meter = Meter(engine, counter)
+            async with aiohttp.ClientSession() as session:
+                for end in range(2, n + 1, 2):
+                    save_like_st(path, chat_file(messages[:end]))
+                    while library.index.entries[CHAT_ID].total != end:
+                        await asyncio.sleep(0.005)
+                    body = request(messages[:end])
+                    async with session.post(f"{url}/v1/chat/completions", json=body) as r:
+                        await r.read()
+                    await engine.settle()
+                    if end % 200 == 0:
+                        print(f"  ... {end} messages", file=sys.stderr)
+                final = request(messages[:n])
+                async with session.post(f"{url}/recap/api/preview", json=final) as r:
+                    preview = await r.json()
+            raw_tokens = sum(counter.count(m["content"]) for m in final["messages"])
+            sent_tokens = sum(counter.count(m["content"]) for m in preview["body"]["messages"])
+            made = await library.run(lambda: len(library.store.memory.breaks(CHAT_ID)))
+        finally:
+            await runner.cleanup()
+    return {
+        "meter": meter,
+        "scenes": scenes,
+        "detected": made,
+        "raw_tokens": raw_tokens,
+        "sent_tokens": sent_tokens,
+        "left_out": len(preview["left_out"]),
+        "raw_bytes": len(json.dumps(final)),
+        "sent_bytes": len(json.dumps(preview["body"])),
+    }
+
+
+def report(label: str, n: int, result: dict[str, Any]) -> None:
+    meter: Meter = result["meter"]
+    per = 100 / n
+    calls, tokens = sum(meter.calls.values()), sum(meter.tokens.values())
+    st_calls = n // 2 + 5 * result["scenes"]
+    print(f"\n== {label} ({n} messages, {result['scenes']} scenes written, "
+          f"{result['detected']} detected)")  # fmt: skip
+    print(
+        f"upkeep per 100 messages: {calls * per:.1f} LLM calls, {tokens * per:,.0f} prompt tokens"
+    )
+    for op in sorted(meter.calls):
+        cpu = meter.job_cpu[op]
+        print(
+            f"  {op:<19} {meter.calls[op] * per:5.1f} calls  {meter.tokens[op] * per:>9,.0f} tokens"
+            f"  CPU/job {1000 * sum(cpu) / max(1, len(cpu)):.2f} ms"
+        )
+    print(f"ST-Auto-Recap for the same chat: {st_calls * per:.1f} calls per 100 messages "
+          f"(one detection per character message + 5 per scene)")  # fmt: skip
+    plans = meter.plan_cpu
+    print(f"planning CPU: {1000 * sum(plans) / len(plans):.2f} ms per change "
+          f"(max {1000 * max(plans):.1f} ms, {len(plans)} plans)")  # fmt: skip
+    print(
+        f"final request: {result['raw_tokens']:,} tokens raw -> {result['sent_tokens']:,} with "
+        f"memory and trimming ({result['left_out']} messages left out; "
+        f"{result['raw_bytes'] / 1024:.0f} KiB -> {result['sent_bytes'] / 1024:.0f} KiB)"
+    )
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--messages", type=int, default=1000)
+    n = parser.parse_args().messages
+    port = free_port()
+    fake = start(["-m", "tests.fakes.fake_llm", "--port", str(port)], port)
+    try:
+        llm_url = f"http://127.0.0.1:{port}/v1"
+        for recaps in (True, False):
+            label = "with message recaps" if recaps else "without message recaps"
+            print(f"replaying {label}...", file=sys.stderr)
+            report(label, n, await replay(n, recaps, llm_url))
+    finally:
+        fake.terminate()
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
