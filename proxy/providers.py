@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from adapters.base import ParsedRequest
 from proxy.core.models import Memory
-from proxy.core.placement import known_history
+from proxy.core.placement import find_history
 
 if TYPE_CHECKING:
     from proxy.library import ChatLibrary
@@ -78,7 +78,9 @@ class ChatMemory:
         if self.engine is not None:
             if PREVIEW_HEADER not in headers:
                 self.engine.touch(ident, headers, parsed.model)
-            history = known_history(parsed.messages, self.markers, ident.history).indices
+            # Every history message of the request, not only the matched newest ones:
+            # trimming reaches back to the oldest covered message ST sent.
+            history = find_history(parsed.messages, self.markers).indices
             got = self.engine.request_memory(ident, parsed.messages, history, parsed.model)
             values, drop = {**got.values, **values}, got.drop
         return Memory(

@@ -26,6 +26,7 @@ _DECORATION = re.compile(
     r"^\s*(?:[-*_=~#•·\s]{3,}|(?:scene\s*break|chapter\s+\w+|\[?\s*time\s*skip\s*\]?)[\s.:!-]*)\s*$",
     re.IGNORECASE | re.MULTILINE,
 )
+_BLANKS = re.compile(r"\n{3,}")
 _FORMATTING_WORDS = re.compile(
     r"\b(separator|divider|horizontal rule|formatting|markdown|asterisks|dashes)\b",
     re.IGNORECASE,
@@ -33,7 +34,7 @@ _FORMATTING_WORDS = re.compile(
 
 
 def strip_decoration(text: str) -> str:
-    return _DECORATION.sub("", text).strip()
+    return _BLANKS.sub("\n\n", _DECORATION.sub("", text)).strip()
 
 
 def shown(message: STMessage, which: str) -> bool:

@@ -85,3 +85,17 @@ async def test_upkeep_follows_the_queue_order_and_skips_what_is_covered(
     for seen in memory.fake.state.seen:
         if "X-Recap-Proxy-Operation" in seen.headers:
             assert json.loads(seen.body)["model"] == "fake-model"
+
+
+async def test_trimming_reaches_past_the_identification_window(
+    memory_proxy: MemoryFactory,
+) -> None:
+    # 100 messages: more than the 64 newest the chat index matches requests against.
+    memory = await memory_proxy(100, ends={70}, **{"memory.message_recaps": False})
+    store = memory.app[LIBRARY].store
+    await memory.client.post("/v1/chat/completions", json=memory.story.request())
+    await memory.until(lambda: store.memory.running_recaps(CHAT_ID))
+    response = await memory.client.post("/v1/chat/completions", json=memory.story.request())
+    assert response.headers["X-Recap-Trimmed"] == "71"
+    sent = chat_requests(memory)[-1]["messages"]
+    assert [m["content"] for m in sent[3:]] == [m["mes"] for m in memory.story.messages[71:]]

@@ -1,0 +1,65 @@
+"""Message-recap eligibility, batch answers and the injection budget."""
+
+from __future__ import annotations
+
+import pytest
+
+from proxy.core.recaps import (
+    Candidate,
+    RecapRules,
+    budget_tokens,
+    exclusion,
+    numbered,
+    read_message_recaps,
+    render_recaps,
+    select_recaps,
+)
+from proxy.core.replies import ReplyError
+from proxy.sillytavern.chatfile import STMessage
+
+RULES = RecapRules(disabled_members=frozenset({"Bot"}))
+
+
+@pytest.mark.parametrize(
+    ("message", "tokens", "reason"),
+    [
+        (STMessage(name="Ava", mes="A long enough reply."), 20, None),
+        (STMessage(name="Tom", is_user=True, mes="Hello there."), 20, "user message"),
+        (STMessage(name="Ava", is_system=True, mes="hidden"), 20, "hidden"),
+        (STMessage(name="N", narrator=True, mes="Night falls."), 20, "narrator"),
+        (STMessage(name="Ava", extra_type="thoughts", mes="Hmm."), 20, "thought"),
+        (STMessage(name="Bot", mes="Beep."), 20, "disabled group member"),
+        (STMessage(name="Ava", mes="Ok."), 3, "shorter than message_length_threshold"),
+        (STMessage(name="Ava", mes="   "), 20, "empty"),
+    ],
+)
+def test_exclusion_rules_follow_the_defaults(
+    message: STMessage, tokens: int, reason: str | None
+) -> None:
+    assert exclusion(message, tokens, RULES) == reason
+
+
+def test_settings_include_and_user_exclusion() -> None:
+    rules = RecapRules(include_user=True, include_system=True)
+    assert exclusion(STMessage(is_user=True, mes="Hi"), 20, rules) is None
+    assert exclusion(STMessage(is_system=True, mes="Hi"), 20, rules) is None
+    assert exclusion(STMessage(mes="Hi"), 20, rules, user_excluded=True) == "excluded by the user"
+
+
+def test_batch_answers_name_messages_by_their_number() -> None:
+    prompt = numbered([(4, STMessage(name="Ava", mes="She ran."))])
+    assert prompt == "Message #4 [CHARACTER: Ava]:\nShe ran."
+    text = '```json\n{"recaps": [{"message": 4, "recap": "Ava ran."}, {"message": 9, "recap": "x"},]}\n```'
+    assert read_message_recaps(text, {4, 5}) == ({4: "Ava ran."}, "")
+    with pytest.raises(ReplyError, match="none of the messages"):
+        read_message_recaps('{"recaps": [{"message": 9, "recap": "x"}]}', {4})
+
+
+def test_budget_fills_newest_first_and_stops_at_the_first_misfit() -> None:
+    assert budget_tokens(10, "percent", 16384) == 1638
+    assert budget_tokens(300, "absolute", 16384) == 300
+    candidates = [Candidate(i, 10, f"r{i}") for i in range(10)]
+    chosen = select_recaps(candidates, 1 + 3 * 12)
+    assert [c.position for c in chosen] == [7, 8, 9]
+    assert render_recaps(chosen) == "Recent events, oldest first:\n- r7\n- r8\n- r9"
+    assert render_recaps([]) == ""

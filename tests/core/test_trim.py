@@ -1,0 +1,48 @@
+"""Which covered chat messages may be left out of a request."""
+
+from __future__ import annotations
+
+from proxy.core.identify import index_message
+from proxy.core.models import ChatMessage
+from proxy.core.trim import Covered, droppable, trim_cutoff
+
+
+def covered(texts: list[str]) -> Covered:
+    return Covered.of([index_message(i, False, "Ava", t).fps for i, t in enumerate(texts)])
+
+
+def test_cutoff_keeps_the_last_scenes_and_never_passes_the_recap() -> None:
+    assert trim_cutoff([9, 20, 31], 31, 1) == 31
+    assert trim_cutoff([9, 20, 31], 31, 2) == 20
+    assert trim_cutoff([9, 20, 31], 20, 1) == 20  # the newest scene is not folded in yet
+    assert trim_cutoff([9], 9, 2) is None  # fewer scenes than asked to keep
+    assert trim_cutoff([9, 20], None, 1) is None  # no running recap: nothing goes
+    assert trim_cutoff([9, 20], 20, -1) is None
+    assert trim_cutoff([9, 20], 20, 0) == 20
+
+
+def test_only_aligned_covered_messages_go() -> None:
+    chat = [f"message {i} of the story" for i in range(10)]
+    request = [
+        ChatMessage("system", "main prompt"),
+        ChatMessage("system", "[Start a new Chat]"),
+        *[ChatMessage("assistant", t) for t in chat[:3]],
+        ChatMessage("system", "[Author's note]"),  # ST's injection inside the history
+        *[ChatMessage("assistant", t) for t in chat[3:]],
+    ]
+    history = list(range(2, len(request)))
+    assert droppable(request, history, covered(chat[:5])) == [2, 3, 4, 6, 7]
+
+
+def test_st_cut_the_oldest_messages_and_newer_ones_are_kept() -> None:
+    chat = [f"line {i}" for i in range(10)]
+    request = [ChatMessage("assistant", t) for t in chat[4:]]  # ST kept 4..9
+    assert droppable(request, list(range(6)), covered(chat[:6])) == [0, 1]
+    # A known newer message stops the run even when its text repeats an old one.
+    assert droppable(request, list(range(6)), covered(chat[:6]), keep={1}) == [0]
+
+
+def test_a_lone_repeated_text_does_not_start_a_run() -> None:
+    chat = ["Yes.", "old a", "old b"]
+    request = [ChatMessage("user", "Yes."), ChatMessage("assistant", "new reply")]
+    assert droppable(request, [0, 1], covered(chat)) == []
