@@ -75,7 +75,9 @@ class Story:
         rows = [header, *self.messages]
         save_like_st(self.path, "\n".join(json.dumps(r) for r in rows).encode() + b"\n")
 
-    def request(self, *, stream: bool = False, model: str = "fake-model") -> dict[str, Any]:
+    def request(
+        self, *, stream: bool = False, model: str = "fake-model", lore: str = ""
+    ) -> dict[str, Any]:
         """ST's request for the next reply (the file ends with the user's message)."""
         history = [
             {"role": "user" if m["is_user"] else "assistant", "content": m["mes"]}
@@ -87,6 +89,7 @@ class Story:
             "stream": stream,
             "messages": [
                 {"role": "system", "content": SYSTEM.replace(CHAR, self.char)},
+                *([{"role": "system", "content": lore}] if lore else []),
                 {"role": "system", "content": "[Start a new Chat]"},
                 *history,
             ],
