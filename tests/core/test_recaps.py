@@ -49,7 +49,10 @@ def test_settings_include_and_user_exclusion() -> None:
 def test_batch_answers_name_messages_by_their_number() -> None:
     prompt = numbered([(4, STMessage(name="Ava", mes="She ran."))])
     assert prompt == "Message #4 [CHARACTER: Ava]:\nShe ran."
-    text = '```json\n{"recaps": [{"message": 4, "recap": "Ava ran."}, {"message": 9, "recap": "x"},]}\n```'
+    text = (
+        '```json\n{"recaps": [{"message": 4, "recap": "Ava ran."}, '
+        '{"message": 9, "recap": "x"},]}\n```'
+    )
     assert read_message_recaps(text, {4, 5}) == ({4: "Ava ran."}, "")
     with pytest.raises(ReplyError, match="none of the messages"):
         read_message_recaps('{"recaps": [{"message": 9, "recap": "x"}]}', {4})

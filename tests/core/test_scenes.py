@@ -39,8 +39,8 @@ def test_no_call_when_a_break_cannot_be_accepted() -> None:
 def test_after_a_negative_check_wait_for_new_messages() -> None:
     scene = list(range(0, 30))
     assert window(scene, checked=21) is None  # 8 newer messages: only the offset zone
-    assert window(scene + [30, 31], checked=21) is None
-    later = window(scene + [30, 31, 32], checked=21)
+    assert window([*scene, 30, 31], checked=21) is None
+    later = window([*scene, 30, 31, 32], checked=21)
     assert later is not None and later.choosable == (22, 23, 24)
 
 
