@@ -8,6 +8,7 @@ import contextlib
 import ipaddress
 import json
 import logging
+import os
 import signal
 import sys
 import time
@@ -112,6 +113,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        # `recap-proxy queue | head`: the reader left; say nothing more.
+        sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - stays open until exit
+        return 0
 
 
 def _setup_logging(level: str) -> None:

@@ -200,6 +200,7 @@ class DetectHandler(_Base):
             if chosen is not None:
                 memory.set_break(job.chat_id, chosen, "auto", now, rationale)
                 memory.set_state(job.chat_id, checked_uid=chosen)
+                log.info("%s: a scene ends at message %d", job.chat_id, position)
             else:
                 memory.set_state(job.chat_id, checked_uid=last)
 
@@ -265,7 +266,7 @@ class SceneRecapHandler(_Base):
         def apply() -> None:
             memory = self.store.memory
             now = self.engine.clock()
-            memory.add_scene_recap(
+            version = memory.add_scene_recap(
                 job.chat_id,
                 scene.uid,
                 answer.recap,
@@ -275,6 +276,7 @@ class SceneRecapHandler(_Base):
                 reasoning=reasoning or None,
                 input_hash=job.input_hash,
             )
+            log.info("%s: scene %d-%d recapped (version %d)", job.chat_id, first, last, version)
             current = memory.scene_break(scene.uid)
             if current is not None and not current.name_edited:
                 memory.update_break(scene.uid, name=name)
@@ -327,16 +329,18 @@ class RunningRecapHandler(_Base):
             folded = any(v.new_scene_uid == scene.uid for v in memory.running_recaps(job.chat_id))
             if folded and not job.payload.get("again"):
                 return  # already folded in (a retry after a crash): never twice
-            memory.add_running(
+            count = (base.scene_count if base else 0) + 1
+            version = memory.add_running(
                 job.chat_id,
                 answer.recap,
                 self.engine.clock(),
-                scene_count=(base.scene_count if base else 0) + 1,
+                scene_count=count,
                 prev_scene_uid=base.new_scene_uid if base else None,
                 new_scene_uid=scene.uid,
                 source="llm",
                 reasoning=reasoning or None,
             )
+            log.info("%s: running recap version %d (%d scenes)", job.chat_id, version, count)
 
         return apply
 

@@ -154,7 +154,7 @@ class JobTable:
                 self._set(job.id, "queued", now, attempts=0, error=None, not_before=now)
                 return "queued"
             if not still_current(job):
-                self._set(job.id, "dropped", now, error="its input changed")
+                self._set(job.id, "dropped", now, error="its input changed, went or is covered")
                 return "dropped"
             apply()
             self._set(job.id, "done", now, error=None)
