@@ -18,24 +18,18 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
-from proxy.core.identify import Identification, index_message
+from proxy.core.identify import Identification
 from proxy.core.models import ChatMessage
 from proxy.core.plan import InjectionPolicy, chat_enabled
 from proxy.core.recaps import (
-    Candidate,
     RecapRules,
-    budget_tokens,
     exclusion,
-    render_recaps,
-    select_recaps,
 )
 from proxy.core.scenes import detection_window, shown
 from proxy.core.tokens import TokenCounter
-from proxy.core.trim import Covered, droppable, trim_cutoff
-from proxy.jobs import JobQueue
+from proxy.jobs import PRIORITIES, JobQueue
 from proxy.library import ChatLibrary, Refreshed
 from proxy.llm import LLMClient
 from proxy.lore import LoreService
@@ -43,30 +37,12 @@ from proxy.memory.branches import inherit
 from proxy.memory.handlers import handlers, swipe_of
 from proxy.memory.prompts import Prompts
 from proxy.memory.settings import MemorySettings
+from proxy.memory.views import MemoryView, RequestMemory, build_view, request_memory
 from proxy.settings import QueueSettings
 from proxy.sillytavern.chatfile import text_hash
-from proxy.store.jobs import Job
 from proxy.store.memory import RunningRecap
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True, slots=True)
-class MemoryView:
-    """What the chat path needs of one chat's memory, computed off the request path."""
-
-    running: str = ""
-    running_version: int | None = None
-    covered_through: int | None = None  # newest position the running recap covers
-    cutoff: int | None = None  # newest position that may be left out of requests
-    covered: Covered = field(default_factory=lambda: Covered(()))
-    recaps: tuple[Candidate, ...] = ()  # recaps of uncovered messages, oldest first
-
-
-@dataclass(frozen=True, slots=True)
-class RequestMemory:
-    values: dict[str, str]
-    drop: tuple[int, ...]
 
 
 class MemoryEngine:
@@ -221,27 +197,7 @@ class MemoryEngine:
         model: str | None,
     ) -> RequestMemory:
         """The macro values and the request indices to leave out, for one request."""
-        view = self.views.get(ident.chat_id)
-        if view is None:
-            return RequestMemory({}, ())
-        present_from = _present_from(ident, history)
-        candidates = [c for c in view.recaps if present_from is None or c.position < present_from]
-        budget = budget_tokens(
-            self.settings.message_recap_context_limit,
-            self.settings.message_recap_context_type,
-            self.settings.context_for(model),
-        )
-        values = {
-            "running_recap": view.running,
-            "recent_recaps": render_recaps(select_recaps(candidates, budget)),
-        }
-        drop: list[int] = []
-        if view.cutoff is not None and view.running:
-            keep = {
-                i for i, p in zip(ident.history, ident.positions, strict=False) if p > view.cutoff
-            }
-            drop = droppable(messages, history, view.covered, keep)
-        return RequestMemory(values, tuple(drop))
+        return request_memory(self, ident, messages, history, model)
 
     # -- store thread ---------------------------------------------------------------------------
 
@@ -298,7 +254,7 @@ class MemoryEngine:
             input_hash = self.handlers[operation].input_hash(chat_id, payload)
             if input_hash is None:
                 continue
-            priority = self.queue_priority(operation)
+            priority = PRIORITIES[operation]
             _, new = store.jobs.enqueue(
                 chat_id=chat_id,
                 operation=operation,
@@ -313,22 +269,13 @@ class MemoryEngine:
         self.views[chat_id] = self.view(chat_id, since)
         return queued
 
-    @staticmethod
-    def queue_priority(operation: str) -> int:
-        from proxy.jobs import PRIORITIES
-
-        return PRIORITIES[operation]
-
     def _scene_changed(self, chat_id: str, uid: int, payload: dict[str, Any]) -> bool:
         recaps = self.library.store.memory.scene_recaps(uid)
         if not recaps or recaps[-1].source != "llm":
             return False  # the user's own recap is theirs to regenerate
-        row = self.library.store.db.execute(
-            "SELECT input_hash FROM scene_recaps WHERE break_uid=? AND version=?",
-            (uid, recaps[-1].version),
-        ).fetchone()
+        made_from = self.library.store.memory.scene_recap_input(uid, recaps[-1].version)
         current = self.handlers["scene_recap"].input_hash(chat_id, payload)
-        return row is not None and row[0] != current
+        return made_from is not None and made_from != current
 
     def _detection(self, chat_id: str, last_break: int, state: Any) -> dict[str, Any] | None:
         memory = self.library.store.memory
@@ -459,69 +406,4 @@ class MemoryEngine:
         return {"char": chat.display_name, "user": user or self.library.persona(chat.user)}
 
     def view(self, chat_id: str, since: int | None = None) -> MemoryView:
-        store = self.library.store
-        memory = store.memory
-        current = memory.current_running(chat_id)
-        through = memory.position_of(current.new_scene_uid) if current else None
-        breaks = [b.position for b in memory.breaks(chat_id) if b.visible]
-        cutoff = trim_cutoff(breaks, through, self.settings.auto_hide_scene_count)
-        old = self.views.get(chat_id)
-        if old is not None and old.cutoff == cutoff and (since is None or since > (cutoff or -1)):
-            covered = old.covered
-        else:
-            covered = self._covered(chat_id, cutoff)
-        recaps: list[Candidate] = []
-        stored = memory.message_recaps(chat_id)
-        if stored:
-            excluded = memory.excluded(chat_id)
-            for record in memory.messages_from(chat_id, (through or -1) + 1):
-                done = stored.get((record.uid, swipe_of(record)))
-                if done is None or record.uid in excluded or record.message.hidden:
-                    continue
-                if done.edited or done.source_hash == text_hash(record.message.mes):
-                    recaps.append(
-                        Candidate(record.position, self.counter.count(done.recap), done.recap)
-                    )
-        return MemoryView(
-            running=current.content if current else "",
-            running_version=current.version if current else None,
-            covered_through=through,
-            cutoff=cutoff,
-            covered=covered,
-            recaps=tuple(recaps),
-        )
-
-    def _covered(self, chat_id: str, cutoff: int | None) -> Covered:
-        if cutoff is None:
-            return Covered(())
-        store = self.library.store
-        chat = store.chat(chat_id)
-        names = self.names(chat_id)
-        rows = store.db.execute(
-            "SELECT position, is_user, name, text FROM messages WHERE chat_id=? AND "
-            "position<=? AND is_system=0 ORDER BY position",
-            (chat_id, cutoff),
-        ).fetchall()
-        char = chat.character if chat and chat.character else ""
-        return Covered.of(
-            [
-                index_message(
-                    row[0], bool(row[1]), row[2], row[3], char=char or row[2], user=names["user"]
-                ).fps
-                for row in rows
-            ]
-        )
-
-
-def _present_from(ident: Identification, history: Sequence[int]) -> int | None:
-    """The oldest chat position the request (probably) carries: its oldest matched message,
-    less the unmatched history messages before it."""
-    if not ident.positions:
-        return None
-    first = ident.history[0]
-    before = sum(1 for i in history if i < first)
-    return ident.positions[0] - before
-
-
-def jobs_public(jobs: Sequence[Job]) -> list[dict[str, Any]]:
-    return [job.public() for job in jobs]
+        return build_view(self, chat_id, since)

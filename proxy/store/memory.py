@@ -265,6 +265,14 @@ class MemoryTable:
         ).fetchall()
         return [SceneRecap(*row) for row in rows]
 
+    def scene_recap_input(self, break_uid: int, version: int) -> str | None:
+        """The hash of the scene's messages a recap version was made from."""
+        row = self.db.execute(
+            "SELECT input_hash FROM scene_recaps WHERE break_uid=? AND version=?",
+            (break_uid, version),
+        ).fetchone()
+        return None if row is None else row[0]
+
     def current_scene_recap(self, scene: SceneBreak) -> SceneRecap | None:
         if scene.current is None:
             return None

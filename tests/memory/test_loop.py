@@ -99,3 +99,24 @@ async def test_trimming_reaches_past_the_identification_window(
     assert response.headers["X-Recap-Trimmed"] == "71"
     sent = chat_requests(memory)[-1]["messages"]
     assert [m["content"] for m in sent[3:]] == [m["mes"] for m in memory.story.messages[71:]]
+
+
+async def test_editing_a_recapped_scene_recaps_and_folds_it_again(
+    memory_proxy: MemoryFactory,
+) -> None:
+    memory = await memory_proxy(16, ends={8}, **{"memory.message_recaps": False})
+    store = memory.app[LIBRARY].store
+    await memory.client.post("/v1/chat/completions", json=memory.story.request())
+    await memory.until(lambda: store.memory.running_recaps(CHAT_ID))
+    memory.story.messages[0]["mes"] = (
+        "Ava meets Tom at the burned bridge and they argue about the map."
+    )
+    memory.story.save()
+    await memory.until(
+        lambda: len(store.memory.scene_recaps(store.memory.breaks(CHAT_ID)[0].uid)) == 2
+    )
+    [scene] = await memory.run(lambda: store.memory.breaks(CHAT_ID))
+    versions = await memory.run(lambda: store.memory.scene_recaps(scene.uid))
+    assert "at the burned" in versions[-1].recap and scene.current == 2
+    [running] = await memory.run(lambda: store.memory.running_recaps(CHAT_ID))
+    assert "at the burned" in running.content  # the old version went; the new one is folded in
