@@ -38,18 +38,50 @@ def trim_cutoff(breaks: Sequence[int], covered_through: int | None, scene_count:
 
 @dataclass(frozen=True, slots=True)
 class Covered:
-    """Fingerprints of the chat's visible messages up to the cutoff, oldest first."""
+    """The chat's visible messages up to the cutoff, oldest first: fingerprints of their
+    normalised text (and its `Name: ` / macro variants), and a hash of the exact text,
+    which is what ST sends almost always and is much cheaper to compare."""
 
     fps: tuple[frozenset[int], ...]
+    raws: tuple[int, ...] = ()
     by_fp: dict[int, list[int]] = field(default_factory=dict)
+    by_raw: dict[int, list[int]] = field(default_factory=dict)
 
     @classmethod
-    def of(cls, fps: Sequence[frozenset[int]]) -> Covered:
+    def of(cls, fps: Sequence[frozenset[int]], texts: Sequence[str] = ()) -> Covered:
         by_fp: dict[int, list[int]] = {}
         for i, prints in enumerate(fps):
             for fp in prints:
                 by_fp.setdefault(fp, []).append(i)
-        return cls(tuple(fps), by_fp)
+        raws = tuple(hash(text) for text in texts)
+        by_raw: dict[int, list[int]] = {}
+        for i, raw in enumerate(raws):
+            by_raw.setdefault(raw, []).append(i)
+        return cls(tuple(fps), raws, by_fp, by_raw)
+
+
+class _Request:
+    """A request's history texts, hashed lazily: the exact text first, the normalised
+    fingerprint only when the exact text does not match."""
+
+    def __init__(self, messages: Sequence[ChatMessage], history: Sequence[int]) -> None:
+        self.texts = [messages[i].text for i in history]
+        self._fps: dict[int, int] = {}
+
+    def fp(self, k: int) -> int:
+        found = self._fps.get(k)
+        if found is None:
+            found = self._fps[k] = fingerprint(self.texts[k])
+        return found
+
+    def matches(self, k: int, covered: Covered, j: int) -> bool:
+        if covered.raws and hash(self.texts[k]) == covered.raws[j]:
+            return True
+        return self.fp(k) in covered.fps[j]
+
+    def starts(self, k: int, covered: Covered) -> list[int]:
+        found = covered.by_raw.get(hash(self.texts[k])) if covered.raws else None
+        return found or covered.by_fp.get(self.fp(k), [])
 
 
 def droppable(
@@ -67,28 +99,27 @@ def droppable(
     """
     if not covered.fps:
         return []
-    prints = [fingerprint(messages[i].text) for i in history]
+    request = _Request(messages, history)
+    last = len(covered.fps) - 1
     dropped: list[int] = []
     j: int | None = None  # next covered message expected
     skipped = 0
     for k, index in enumerate(history):
         if index in keep:
             break
-        fp = prints[k]
         if j is None:
-            for start in covered.by_fp.get(fp, ()):
-                last = start == len(covered.fps) - 1
-                following = prints[k + 1] if k + 1 < len(prints) else None
-                if last or (following is not None and following in covered.fps[start + 1]):
+            for start in request.starts(k, covered):
+                following = k + 1 < len(history) and start < last
+                if start == last or (following and request.matches(k + 1, covered, start + 1)):
                     j = start
                     break
             if j is None:
                 continue
-        if j < len(covered.fps) and fp in covered.fps[j]:
+        if request.matches(k, covered, j):
             dropped.append(index)
             j += 1
             skipped = 0
-            if j == len(covered.fps):
+            if j > last:
                 break
         else:
             skipped += 1

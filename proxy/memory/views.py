@@ -120,7 +120,8 @@ def _covered(engine: MemoryEngine, chat_id: str, cutoff: int | None) -> Covered:
                 row[0], bool(row[1]), row[2], row[3], char=char or row[2], user=names["user"]
             ).fps
             for row in rows
-        ]
+        ],
+        [row[3] for row in rows],
     )
 
 

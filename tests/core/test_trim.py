@@ -7,8 +7,9 @@ from proxy.core.models import ChatMessage
 from proxy.core.trim import Covered, droppable, trim_cutoff
 
 
-def covered(texts: list[str]) -> Covered:
-    return Covered.of([index_message(i, False, "Ava", t).fps for i, t in enumerate(texts)])
+def covered(texts: list[str], *, exact: bool = True) -> Covered:
+    fps = [index_message(i, False, "Ava", t).fps for i, t in enumerate(texts)]
+    return Covered.of(fps, texts if exact else ())
 
 
 def test_cutoff_keeps_the_last_scenes_and_never_passes_the_recap() -> None:
@@ -46,3 +47,10 @@ def test_a_lone_repeated_text_does_not_start_a_run() -> None:
     chat = ["Yes.", "old a", "old b"]
     request = [ChatMessage("user", "Yes."), ChatMessage("assistant", "new reply")]
     assert droppable(request, [0, 1], covered(chat)) == []
+
+
+def test_names_in_content_and_whitespace_still_line_up() -> None:
+    chat = [f"line {i}" for i in range(4)]
+    request = [ChatMessage("assistant", f"Ava:  line {i}\n") for i in range(4)]
+    for exact in (True, False):
+        assert droppable(request, list(range(4)), covered(chat[:3], exact=exact)) == [0, 1, 2]
