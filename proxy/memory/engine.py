@@ -136,7 +136,11 @@ class MemoryEngine:
         return await self.plan_now(chat_id, backfill=backfill)
 
     async def _activate(self, chat_id: str) -> None:
-        await self.activate(chat_id)
+        try:
+            await self.activate(chat_id)
+        except Exception:
+            self.active.discard(chat_id)  # the next request tries again
+            log.exception("starting the memory of %s failed", chat_id)
 
     def schedule(self, chat_id: str, since: int | None = None, *, rescan: bool = False) -> None:
         """Plan a chat soon; several changes before it runs are planned once. `rescan`
