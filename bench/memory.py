@@ -33,13 +33,15 @@ sys.path.insert(0, str(ROOT))
 import aiohttp  # noqa: E402
 from aiohttp import web  # noqa: E402
 
+from adapters import ADAPTERS  # noqa: E402
 from bench.overhead import free_port, start  # noqa: E402
 from bench.words import CHAT_WORDS  # noqa: E402
 from proxy.core.tokens import TokenCounter  # noqa: E402
 from proxy.memory.engine import MemoryEngine  # noqa: E402
+from proxy.providers import PREVIEW_HEADER  # noqa: E402
 from proxy.settings import Settings  # noqa: E402
 from proxy.web import make_app  # noqa: E402
-from proxy.web.keys import ENGINE, LIBRARY  # noqa: E402
+from proxy.web.keys import ENGINE, INJECTOR, LIBRARY  # noqa: E402
 from tests.fakes.fake_llm import END_SCENE  # noqa: E402
 from tests.st_data import save_like_st  # noqa: E402
 
@@ -172,6 +174,16 @@ async def replay(n: int, message_recaps: bool, llm_url: str) -> dict[str, Any]:
                 final = request(messages[:n])
                 async with session.post(f"{url}/recap/api/preview", json=final) as r:
                     preview = await r.json()
+            # The chat path's memory step for that request, in-process (identify, view,
+            # trimming, splice): what the engine adds to every request.
+            raw = json.dumps(final).encode()
+            adapter, injector = ADAPTERS["chat/completions"], app[INJECTOR]
+            step = []
+            for _ in range(50):
+                began = time.perf_counter()
+                await injector.prepare(adapter, raw, {PREVIEW_HEADER: "1"})
+                step.append(time.perf_counter() - began)
+            step.sort()
             raw_tokens = sum(counter.count(m["content"]) for m in final["messages"])
             sent_tokens = sum(counter.count(m["content"]) for m in preview["body"]["messages"])
             made = await library.run(lambda: len(library.store.memory.breaks(CHAT_ID)))
@@ -182,6 +194,7 @@ async def replay(n: int, message_recaps: bool, llm_url: str) -> dict[str, Any]:
         "scenes": scenes,
         "detected": made,
         "raw_tokens": raw_tokens,
+        "step_ms": (1000 * step[len(step) // 2], 1000 * step[-1]),
         "sent_tokens": sent_tokens,
         "left_out": len(preview["left_out"]),
         "raw_bytes": len(json.dumps(final)),
@@ -210,6 +223,8 @@ def report(label: str, n: int, result: dict[str, Any]) -> None:
     plans = meter.plan_cpu
     print(f"planning CPU: {1000 * sum(plans) / len(plans):.2f} ms per change "
           f"(max {1000 * max(plans):.1f} ms, {len(plans)} plans)")  # fmt: skip
+    p50, worst = result["step_ms"]
+    print(f"memory step of the final request (in-process): p50 {p50:.2f} ms, max {worst:.2f} ms")
     print(
         f"final request: {result['raw_tokens']:,} tokens raw -> {result['sent_tokens']:,} with "
         f"memory and trimming ({result['left_out']} messages left out; "
