@@ -334,6 +334,8 @@ class MemoryActions:
             upstream=self.engine.llm.upstream_name,
             now=self.engine.clock(),
         )
+        # Asked for by the user: a job that failed on this same input runs again.
+        self.library.store.jobs.retry(job_id, self.engine.clock())
         self.engine.queue.wake()
         return int(job_id)
 

@@ -138,3 +138,17 @@ async def test_unknown_chat_and_message(memory_proxy: MemoryFactory) -> None:
     assert response.status == 404
     response = await memory.client.put(BASE + "/messages/99/scene_break", json={})
     assert response.status == 404 and "no message 99" in (await response.json())["error"]["message"]
+
+
+async def test_regenerate_runs_a_job_that_had_failed(memory_proxy: MemoryFactory) -> None:
+    memory = await memory_proxy(16, ends={8}, **{"memory.message_recaps": False})
+    memory.fake.state.faults = {"scene_recap": ["status=400"]}
+    await memory.client.post("/v1/chat/completions", json=memory.story.request())
+    await memory.engine.settle()
+    [failed] = await memory.engine.queue.jobs(states=("failed",))
+    assert failed.operation == "scene_recap"
+    response = await memory.client.post(BASE + "/scenes/8/regenerate")
+    assert (await response.json()) == {"job": failed.id}
+    await memory.engine.settle()
+    assert len((await get(memory, "/scenes/8"))["versions"]) == 1
+    assert [v["new_scene_index"] for v in await get(memory, "/running")] == [8]
