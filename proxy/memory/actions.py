@@ -11,7 +11,6 @@ from typing import Any
 
 from proxy.core.trim import trim_cutoff
 from proxy.errors import Conflict, NotFound
-from proxy.jobs import PRIORITIES
 from proxy.memory.engine import MemoryEngine
 from proxy.memory.handlers import swipe_of
 from proxy.sillytavern.chatfile import text_hash
@@ -321,19 +320,9 @@ class MemoryActions:
         return {"job": await self.library.run(work)}
 
     def _enqueue(self, chat_id: str, operation: str, key: str, payload: JSON) -> int:
-        input_hash = self.engine.handlers[operation].input_hash(chat_id, payload)
-        if input_hash is None:
+        job_id, _ = self.engine.stamp(chat_id, operation, key, payload)
+        if job_id is None:
             raise Conflict(f"nothing to {operation.replace('_', ' ')} there")
-        job_id, _ = self.library.store.jobs.enqueue(
-            chat_id=chat_id,
-            operation=operation,
-            priority=PRIORITIES[operation],
-            dedup_key=key,
-            payload=payload,
-            input_hash=input_hash,
-            upstream=self.engine.llm.upstream_name,
-            now=self.engine.clock(),
-        )
         # Asked for by the user: a job that failed on this same input runs again.
         self.library.store.jobs.retry(job_id, self.engine.clock())
         self.engine.queue.wake()

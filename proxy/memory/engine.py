@@ -229,7 +229,6 @@ class MemoryEngine:
         if not (self.settings.enabled and chat_enabled(self.policy, chat_id, chat.enabled)):
             self.views[chat_id] = self.view(chat_id)
             return 0
-        upstream = self.llm.upstream_name
         jobs: list[tuple[str, str, dict[str, Any]]] = []
         breaks = [b for b in memory.breaks(chat_id) if b.visible]
         self._prune(chat_id)
@@ -253,25 +252,28 @@ class MemoryEngine:
                 jobs.append(("detect_scene_break", f"detect_scene_break:{chat_id}", detect))
         if self.settings.message_recaps:
             jobs.extend(self._message_batches(chat_id, backfill))
-        queued = 0
-        for operation, key, payload in jobs:
-            input_hash = self.handlers[operation].input_hash(chat_id, payload)
-            if input_hash is None:
-                continue
-            priority = PRIORITIES[operation]
-            _, new = store.jobs.enqueue(
-                chat_id=chat_id,
-                operation=operation,
-                priority=priority,
-                dedup_key=key,
-                payload=payload,
-                input_hash=input_hash,
-                upstream=upstream,
-                now=self.clock(),
-            )
-            queued += int(new)
+        queued = sum(self.stamp(chat_id, *job)[1] for job in jobs)
         self.views[chat_id] = self.view(chat_id, since)
         return queued
+
+    def stamp(
+        self, chat_id: str, operation: str, key: str, payload: dict[str, Any]
+    ) -> tuple[int | None, bool]:
+        """Write a job stamped with its input's current hash (store thread): (id, new), or
+        (None, False) when its input is gone. The one way planning and the API queue work."""
+        input_hash = self.handlers[operation].input_hash(chat_id, payload)
+        if input_hash is None:
+            return None, False
+        return self.library.store.jobs.enqueue(
+            chat_id=chat_id,
+            operation=operation,
+            priority=PRIORITIES[operation],
+            dedup_key=key,
+            payload=payload,
+            input_hash=input_hash,
+            upstream=self.llm.upstream_name,
+            now=self.clock(),
+        )
 
     def _scene_changed(self, chat_id: str, uid: int, payload: dict[str, Any]) -> bool:
         recaps = self.library.store.memory.scene_recaps(uid)
