@@ -54,6 +54,7 @@ FRESHNESS_WAIT = 1.0  # seconds a request may wait for its chat file to be re-re
 class RequestIdentity:
     identification: Identification | None
     replacements: dict[int, str]
+    history: tuple[int, ...] = ()  # every chat-history index of the request (not only matched)
 
 
 @dataclass(frozen=True, slots=True)
@@ -216,10 +217,11 @@ class ChatLibrary:
                 named = self.index.resolve(metadata.chat)
         if named is not None:
             await self.ensure_fresh(named)
-            return RequestIdentity(identify(messages, span, self.index, only=named), replacements)
+            found = identify(messages, span, self.index, only=named)
+            return RequestIdentity(found, replacements, span.indices)
         for chat_id in likely_chats(messages, span, self.index):
             await self.ensure_fresh(chat_id)
-        return RequestIdentity(identify(messages, span, self.index), replacements)
+        return RequestIdentity(identify(messages, span, self.index), replacements, span.indices)
 
     # -- worker-thread side --------------------------------------------------------------
 

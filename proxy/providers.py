@@ -12,7 +12,6 @@ from typing import TYPE_CHECKING, Protocol
 
 from adapters.base import ParsedRequest
 from proxy.core.models import Memory
-from proxy.core.placement import find_history
 
 if TYPE_CHECKING:
     from proxy.library import ChatLibrary
@@ -80,8 +79,7 @@ class ChatMemory:
                 self.engine.touch(ident, headers, parsed.model)
             # Every history message of the request, not only the matched newest ones:
             # trimming reaches back to the oldest covered message ST sent.
-            history = find_history(parsed.messages, self.markers).indices
-            got = self.engine.request_memory(ident, parsed.messages, history, parsed.model)
+            got = self.engine.request_memory(ident, parsed.messages, found.history, parsed.model)
             values, drop = {**got.values, **values}, got.drop
         return Memory(
             values=values,
