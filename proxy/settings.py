@@ -33,10 +33,8 @@ APP_NAME = "recap-proxy"
 ENV_PREFIX = "RECAP_PROXY_"
 ENV_NESTING = "__"
 
-_Section = Section
 
-
-class ServerSettings(_Section):
+class ServerSettings(Section):
     host: str = Field(
         "127.0.0.1",
         description="Address to listen on. Keep the loopback default unless other machines "
@@ -59,7 +57,7 @@ class ServerSettings(_Section):
     )
 
 
-class UpstreamSettings(_Section):
+class UpstreamSettings(Section):
     base_url: str = Field(
         "http://127.0.0.1:5001/v1",
         description="The real OpenAI-compatible API. `/v1/<rest>` on the proxy maps to "
@@ -92,7 +90,7 @@ class UpstreamSettings(_Section):
         return value.rstrip("/")
 
 
-class InjectionSettings(_Section):
+class InjectionSettings(Section):
     enabled: bool = Field(
         True,
         description="Master switch: when false, no memory is inserted into any request.",
@@ -158,7 +156,7 @@ class InjectionSettings(_Section):
         return Placement(position=self.position, depth=self.depth, role=self.role)
 
 
-class SillyTavernSettings(_Section):
+class SillyTavernSettings(Section):
     data_dir: UserPath | None = Field(
         None,
         description="ST's `data/` folder (the one holding `default-user/`). Unset: looked for "
@@ -177,7 +175,7 @@ class SillyTavernSettings(_Section):
     )
 
 
-class StoreSettings(_Section):
+class StoreSettings(Section):
     path: UserPath | None = Field(
         None,
         description="The proxy's own SQLite file. Unset: `recap-proxy.sqlite3` in the user's "
@@ -191,7 +189,7 @@ class StoreSettings(_Section):
         return Path(platformdirs.user_data_dir(APP_NAME, appauthor=False)) / "recap-proxy.sqlite3"
 
 
-class QueueSettings(_Section):
+class QueueSettings(Section):
     concurrency: int = Field(
         1, ge=1, le=16, description="LLM calls at a time per upstream for the proxy's own work."
     )
@@ -207,7 +205,7 @@ class QueueSettings(_Section):
     backoff_cap_seconds: float = Field(300.0, gt=0, description="Longest wait between retries.")
 
 
-class Settings(_Section):
+class Settings(Section):
     """Everything recap-proxy can be told, with its default."""
 
     server: ServerSettings = Field(

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from proxy.core.trim import trim_cutoff
 from proxy.errors import Conflict, NotFound
 from proxy.memory.engine import MemoryEngine
 from proxy.memory.handlers import swipe_of
@@ -327,28 +326,6 @@ class MemoryActions:
         self.library.store.jobs.retry(job_id, self.engine.clock())
         self.engine.queue.wake()
         return int(job_id)
-
-    # -- preview -------------------------------------------------------------------------------
-
-    async def left_out(self, chat_id: str) -> list[int]:
-        """Positions a request carrying the whole chat would lose to trimming."""
-
-        def work() -> list[int]:
-            view = self.engine.views.get(chat_id)
-            if view is None or view.cutoff is None or not view.running:
-                return []
-            breaks = [b.position for b in self.memory.breaks(chat_id) if b.visible]
-            cutoff = trim_cutoff(
-                breaks, view.covered_through, self.engine.settings.auto_hide_scene_count
-            )
-            rows = self.library.store.db.execute(
-                "SELECT position FROM messages WHERE chat_id=? AND position<=? AND is_system=0 "
-                "ORDER BY position",
-                (chat_id, cutoff),
-            ).fetchall()
-            return [int(r[0]) for r in rows]
-
-        return await self.library.run(work)
 
 
 def _running_json(memory: Any, version: Any, current: Any) -> JSON:

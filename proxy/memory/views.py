@@ -108,20 +108,14 @@ def _covered(engine: MemoryEngine, chat_id: str, cutoff: int | None) -> Covered:
     store = engine.library.store
     chat = store.chat(chat_id)
     names = engine.names(chat_id)
-    rows = store.db.execute(
-        "SELECT position, is_user, name, text FROM messages WHERE chat_id=? AND "
-        "position<=? AND is_system=0 ORDER BY position",
-        (chat_id, cutoff),
-    ).fetchall()
+    visible = store.memory.visible_through(chat_id, cutoff)
     char = chat.character if chat and chat.character else ""
     return Covered.of(
         [
-            index_message(
-                row[0], bool(row[1]), row[2], row[3], char=char or row[2], user=names["user"]
-            ).fps
-            for row in rows
+            index_message(p, is_user, name, text, char=char or name, user=names["user"]).fps
+            for p, is_user, name, text in visible
         ],
-        [row[3] for row in rows],
+        [text for *_, text in visible],
     )
 
 

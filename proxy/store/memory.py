@@ -163,6 +163,16 @@ class MemoryTable:
             found.update((row["uid"], message_from_row(row)) for row in rows)
         return found
 
+    def visible_through(self, chat_id: str, last: int) -> list[tuple[int, bool, str, str]]:
+        """(position, is_user, name, text) of the visible messages up to `last`: only the
+        columns trimming's fingerprints need, for chats of many thousand messages."""
+        rows = self.db.execute(
+            "SELECT position, is_user, name, text FROM messages WHERE chat_id=? AND "
+            "position<=? AND is_system=0 ORDER BY position",
+            (chat_id, last),
+        ).fetchall()
+        return [(row[0], bool(row[1]), row[2], row[3]) for row in rows]
+
     def uid_at(self, chat_id: str, position: int) -> int | None:
         row = self.db.execute(
             "SELECT uid FROM messages WHERE chat_id=? AND position=?", (chat_id, position)
