@@ -120,16 +120,22 @@ async def test_queue_controls(memory_proxy: MemoryFactory) -> None:
     await memory.engine.plan_now(CHAT_ID)
     listing = await (await memory.client.get("/recap/api/queue")).json()
     assert listing["paused"] is True
-    assert {j["operation"] for j in listing["jobs"]} >= {"detect_scene_break"}
+    queued = [j for j in listing["jobs"] if j["state"] == "queued"]
+    assert {j["operation"] for j in queued} >= {"detect_scene_break"}
     assert memory.fake.state.operations == []
 
+    # Clearing while paused removes exactly the queued jobs; nothing was called.
+    cleared = await memory.client.post("/recap/api/queue/clear")
+    assert (await cleared.json())["cleared"] == len(queued)
+    listing = await (await memory.client.get("/recap/api/queue")).json()
+    assert listing["jobs"] == []
+
     await memory.client.post("/recap/api/queue/resume")
+    await memory.engine.plan_now(CHAT_ID)  # planning queues the work again
     await memory.engine.settle()
     assert memory.fake.state.operations[0] == "detect_scene_break"
     missing = await memory.client.post("/recap/api/queue/jobs/999/retry")
     assert missing.status == 409
-    cleared = await memory.client.post("/recap/api/queue/clear")
-    assert (await cleared.json())["cleared"] >= 0
 
 
 async def test_unknown_chat_and_message(memory_proxy: MemoryFactory) -> None:
