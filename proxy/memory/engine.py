@@ -27,7 +27,7 @@ from proxy.core.recaps import (
     RecapRules,
     exclusion,
 )
-from proxy.core.scenes import detection_window, shown
+from proxy.core.scenes import CONTEXT_BEFORE, detection_window, shown
 from proxy.core.tokens import TokenCounter
 from proxy.jobs import PRIORITIES, JobQueue
 from proxy.library import ChatLibrary, Refreshed
@@ -240,9 +240,8 @@ class MemoryEngine:
                     jobs.append(("scene_recap", f"scene_recap:{chat_id}:{scene.uid}", payload))
         # The running recap: fold in the next scene, strictly in order.
         if self.settings.running_recap:
-            latest = self.running_before(chat_id, None)
-            covered = memory.position_of(latest.new_scene_uid) if latest else -1
-            following = [b for b in breaks if b.position > (covered or -1)]
+            covered = self.covered_through(chat_id)
+            following = [b for b in breaks if b.position > covered]
             if following and following[0].current is not None:
                 uid = following[0].uid
                 jobs.append(("running_recap", f"running_recap:{chat_id}:{uid}", {"scene": uid}))
@@ -291,8 +290,11 @@ class MemoryEngine:
             return None  # its answer decides where the next check starts
         checked = memory.position_of(state.checked_uid)
         start = last_break + 1
-        if checked is not None and checked - start > 2 * s.minimum_scene_length + 8:
-            start = checked - s.minimum_scene_length - 4  # the scene is long enough already
+        # A long open scene is read from just before the last check, not from its start:
+        # its length is settled, and the window needs only a little context before.
+        reach = s.minimum_scene_length + CONTEXT_BEFORE
+        if checked is not None and checked - reach > start:
+            start = checked - reach
         records = [
             r
             for r in memory.messages_from(chat_id, start)
