@@ -171,6 +171,14 @@ class ChatLibrary:
             return False
         return True
 
+    async def set_enabled(self, chat_id: str, enabled: bool | None) -> None:
+        """A chat's own memory on/off (None: the default), in the store and the index that
+        the chat path reads."""
+        await self.run(lambda: self.store.set_enabled(chat_id, enabled))
+        entry = self.index.entries.get(chat_id)
+        if entry is not None:
+            entry.enabled = enabled
+
     def _install(self, result: Refreshed) -> None:
         if result.renamed_from:
             self.index.remove(result.renamed_from)

@@ -77,14 +77,8 @@ class MemoryActions:
         return await self.library.run(work)
 
     async def set_enabled(self, chat_id: str, enabled: bool | None) -> JSON:
-        def work() -> None:
-            self._chat(chat_id)
-            self.library.store.set_enabled(chat_id, enabled)
-
-        await self.library.run(work)
-        entry = self.library.index.entries.get(chat_id)
-        if entry is not None:
-            entry.enabled = enabled
+        await self.library.run(lambda: self._chat(chat_id))
+        await self.library.set_enabled(chat_id, enabled)
         if enabled:
             await self.engine.activate(chat_id)
         else:
