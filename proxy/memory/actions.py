@@ -14,6 +14,7 @@ from proxy.memory.engine import MemoryEngine
 from proxy.memory.handlers import swipe_of
 from proxy.sillytavern.chatfile import text_hash
 from proxy.store.memory import SceneBreak
+from proxy.store.records import MessageRecord
 
 JSON = dict[str, Any]
 
@@ -84,6 +85,13 @@ class MemoryActions:
         else:
             await self.engine.plan_now(chat_id)
         return await self.overview(chat_id)
+
+    async def visible_messages(self, chat_id: str) -> list[MessageRecord]:
+        def work() -> list[MessageRecord]:
+            self._chat(chat_id)
+            return [r for r in self.library.store.messages(chat_id) if not r.message.hidden]
+
+        return await self.library.run(work)
 
     async def backfill(self, chat_id: str) -> JSON:
         await self.library.run(lambda: self._chat(chat_id))

@@ -169,9 +169,7 @@ async def preview(request: web.Request, a: MemoryActions) -> Any:
     """What a request carrying the whole visible chat would get: the inserted memory and
     the messages left out, through the chat path's own code."""
     chat_id = _chat(request)
-    library = a.library
-    records = await library.run(lambda: (a._chat(chat_id), library.store.messages(chat_id))[1])
-    visible = [r for r in records if not r.message.hidden]
+    visible = await a.visible_messages(chat_id)
     messages = [{"role": "system", "content": "[Start a new Chat]"}] + [
         {"role": "user" if r.message.is_user else "assistant", "content": r.message.mes}
         for r in visible
