@@ -83,6 +83,16 @@ async def test_running_recap_versions_edit_select_regenerate(memory_proxy: Memor
     versions = await get(memory, "/running")
     assert [v["version"] for v in versions] == [1, 2, 3] and versions[2]["current"]
 
+    # The same for a client body: the body as it would go upstream.
+    body = memory.story.request()
+    shown = await memory.client.post("/recap/api/preview", json=body)
+    outgoing = await shown.json()
+    assert outgoing["chat"] == CHAT_ID and outgoing["left_out"] == list(range(2, 11))
+    sent = outgoing["body"]["messages"]
+    assert sent[0]["content"] == outgoing["injected"]["text"]
+    assert len(sent) == len(body["messages"]) + 1 - 9
+    assert memory.fake.state.operations.count("running_recap") == 2  # a preview calls nothing
+
     bad = await memory.client.put(BASE + "/running/current", json={"version": 9})
     assert bad.status == 404 and (await bad.json())["error"]["code"] == "not_found"
     bad = await memory.client.put(BASE + "/running/current", json={"version": "2"})
