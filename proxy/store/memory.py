@@ -307,11 +307,7 @@ class MemoryTable:
     ) -> int:
         """Store a new version and select it; returns its number."""
         with self.transaction():
-            row = self.db.execute(
-                "SELECT COALESCE(MAX(version), 0) FROM scene_recaps WHERE break_uid=?",
-                (break_uid,),
-            ).fetchone()
-            version = int(row[0]) + 1
+            version = self._next_version("scene_recaps", "break_uid", break_uid)
             self.db.execute(
                 "INSERT INTO scene_recaps (break_uid, version, chat_id, scene_name, recap, "
                 "reasoning, source, input_hash, created) VALUES (?,?,?,?,?,?,?,?,?)",
@@ -355,11 +351,7 @@ class MemoryTable:
     ) -> int:
         """Store a new running recap version and select it; returns its number."""
         with self.transaction():
-            row = self.db.execute(
-                "SELECT COALESCE(MAX(version), 0) FROM running_recaps WHERE chat_id=?",
-                (chat_id,),
-            ).fetchone()
-            version = int(row[0]) + 1
+            version = self._next_version("running_recaps", "chat_id", chat_id)
             self.db.execute(
                 "INSERT INTO running_recaps (chat_id, version, content, scene_count, "
                 "prev_scene_uid, new_scene_uid, source, reasoning, created) "
@@ -369,6 +361,12 @@ class MemoryTable:
             )  # fmt: skip
             self.set_state(chat_id, current_recap=version)
         return version
+
+    def _next_version(self, table: str, owner: str, key: object) -> int:
+        row = self.db.execute(
+            f"SELECT COALESCE(MAX(version), 0) FROM {table} WHERE {owner}=?", (key,)
+        ).fetchone()
+        return int(row[0]) + 1
 
     def drop_running(self, chat_id: str, versions: Iterable[int]) -> int:
         dropped = list(versions)
