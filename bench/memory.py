@@ -38,7 +38,6 @@ from bench.overhead import free_port, start  # noqa: E402
 from bench.words import CHAT_WORDS  # noqa: E402
 from proxy.core.tokens import TokenCounter  # noqa: E402
 from proxy.memory.engine import MemoryEngine  # noqa: E402
-from proxy.providers import PREVIEW_HEADER  # noqa: E402
 from proxy.settings import Settings  # noqa: E402
 from proxy.web import make_app  # noqa: E402
 from proxy.web.keys import ENGINE, INJECTOR, LIBRARY  # noqa: E402
@@ -176,7 +175,7 @@ async def replay(n: int, message_recaps: bool, llm_url: str) -> dict[str, Any]:
             step = []
             for _ in range(50):
                 began = time.perf_counter()
-                await injector.prepare(adapter, raw, {PREVIEW_HEADER: "1"})
+                await injector.prepare(adapter, raw, {}, preview=True)
                 step.append(time.perf_counter() - began)
             step.sort()
             raw_tokens = sum(counter.count(m["content"]) for m in final["messages"])

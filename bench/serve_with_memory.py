@@ -9,7 +9,7 @@ import asyncio
 from aiohttp import web
 
 from proxy.core.models import Memory
-from proxy.providers import StaticMemory
+from proxy.chat.providers import StaticMemory
 from proxy.settings import load_settings
 from proxy.web import make_app
 

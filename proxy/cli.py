@@ -12,20 +12,21 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any
 
 from aiohttp import web
 
 from adapters import ADAPTERS
+from proxy.chat.injection import Injector, load_injection_template, policy_from
+from proxy.chat.providers import StaticMemory
 from proxy.cli_memory import add_memory_commands, run_memory_command
 from proxy.core.models import Memory
 from proxy.errors import AdapterError, ConfigError, RecapProxyError
-from proxy.injection import Injector, load_injection_template, policy_from
 from proxy.library import ChatLibrary
-from proxy.providers import StaticMemory
 from proxy.settings import Settings, default_config_path, load_settings
+from proxy.store import Store
 
 log = logging.getLogger("proxy")
 
@@ -231,8 +232,6 @@ def _inject(args: argparse.Namespace) -> int:
     outcome = asyncio.run(injector.prepare(adapter, raw, {}, where="inject"))
     body = outcome.body
     if args.pretty:
-        import json
-
         body = json.dumps(json.loads(body), indent=2, ensure_ascii=False).encode() + b"\n"
     sys.stdout.buffer.write(body)
     sys.stdout.buffer.flush()
@@ -266,32 +265,32 @@ def _read_text(path: Path, what: str) -> str:
         raise RecapProxyError(f"{what} {path} is not UTF-8 text") from None
 
 
-async def _open_library(args: argparse.Namespace) -> tuple[ChatLibrary, Settings]:
-    from proxy.web.app import library_from
+@contextlib.asynccontextmanager
+async def _open_library(args: argparse.Namespace) -> AsyncIterator[tuple[ChatLibrary, Settings]]:
+    """ST's chats, indexed into the configured store (closed on the way out)."""
+    from proxy.web.app import resolve_data_dir
 
     settings = load_settings(
         args.config,
         overrides={"sillytavern.data_dir": str(args.st_data) if args.st_data else None},
     )
     _setup_logging("warning")
-    library = library_from(settings)
-    if library is None:
+    data_dir = resolve_data_dir(settings)
+    if data_dir is None:
         raise RecapProxyError(
             "no SillyTavern data folder: pass --st-data DIR or set sillytavern.data_dir"
         )
-    await library.open()
-    await library.index_all()
-    return library, settings
+    async with Store(settings.store.resolved_path()) as store:
+        library = ChatLibrary(data_dir, store)
+        await library.index_all()
+        yield library, settings
 
 
 async def _chats(args: argparse.Namespace) -> int:
     from proxy.web.api import chat_summary
 
-    library, _ = await _open_library(args)
-    try:
-        records = await library.run(library.store.chats)
-    finally:
-        library.close()
+    async with _open_library(args) as (library, _):
+        records = await library.store.chats()
     rows = [chat_summary(r) for r in records]
     if args.json:
         print(json.dumps(rows, indent=2, ensure_ascii=False))
@@ -301,7 +300,10 @@ async def _chats(args: argparse.Namespace) -> int:
         return 0
     print(f"{'MESSAGES':>8}  {'UPDATED':<16}  {'KIND':<9}  ID")
     for row in rows:
-        when = time.strftime("%Y-%m-%d %H:%M", time.localtime(row["updated"] or 0))
+        updated = row["updated"]
+        when = time.strftime(
+            "%Y-%m-%d %H:%M", time.localtime(updated if isinstance(updated, float) else 0)
+        )
         print(f"{row['messages']:>8}  {when:<16}  {row['kind']:<9}  {row['id']}")
     return 0
 
@@ -315,11 +317,8 @@ async def _identify(args: argparse.Namespace) -> int:
     except AdapterError as exc:
         print(f"recap-proxy: {args.request or 'stdin'}: {exc}", file=sys.stderr)
         return 2
-    library, settings = await _open_library(args)
-    try:
+    async with _open_library(args) as (library, settings):
         markers = settings.injection.history_start_markers
         found = await library.identify_request(parsed.messages, markers, args.chat_id)
-    finally:
-        library.close()
     print(json.dumps(identification_json(found.identification), indent=2))
     return 0 if found.identification is not None else 1

@@ -2,12 +2,14 @@
 
     RecapProxyError                 anything the proxy itself raises on purpose
     ├── ConfigError                 bad settings: names the key and what was expected
-    ├── RequestError                a client request we cannot interpret (fail-open: forward as is)
+    ├── RequestError                a request we cannot interpret                          -> 400
     │   └── AdapterError            the body does not fit the wire format of its route
     ├── TemplateError               a template file is missing or unreadable
     ├── NotFound                    the API named a chat, message or scene that is not there -> 404
     ├── Conflict                    a correction that cannot apply now                     -> 409
-    ├── JobFailure                  one of the proxy's own LLM jobs failed (`proxy.jobs`); retried
+    ├── Unavailable                 the API needs a part that is not running (no data folder) -> 503
+    ├── JobFailure                  one of the proxy's own LLM jobs failed; retried
+    │   ├── NoCredentials           no model or key known yet: waits for the chat's next request
     │   └── Refused                 the LLM refused it (4xx): not retried
     │       └── Unauthorized        401/403
     └── UpstreamError               we could not get an answer from the upstream API
@@ -15,8 +17,11 @@
         └── UpstreamTimeout         connect or read timeout                        -> 504
 
 Upstream *error responses* (a 429 or a 500 with a body) are not errors here: they are
-relayed to the client untouched. Errors are mapped to HTTP answers only at the edge
-(`proxy.web`), and after the first byte of a stream an error can only end the stream.
+relayed to the client untouched. On the chat path a `RequestError` means "forward the
+bytes as they came" (fail-open); on `/recap/api` it is the client's 400. Errors become
+HTTP answers in one place, `proxy.web.errors`, every one as the OpenAI-style body
+`{"error": {"message", "type", "code"}}` that ST shows in a toast. After the first byte of
+a stream an error can only end the stream.
 """
 
 from __future__ import annotations
@@ -25,13 +30,23 @@ from __future__ import annotations
 class RecapProxyError(Exception):
     """Base of every error the proxy raises on purpose."""
 
+    status = 500
+    code = "internal_error"
+
+    def to_json(self) -> dict[str, dict[str, str]]:
+        """The OpenAI-style error body that clients such as ST know how to show."""
+        return {"error": {"message": str(self), "type": self.code, "code": self.code}}
+
 
 class ConfigError(RecapProxyError):
     """Settings could not be loaded; the message names each bad key."""
 
 
 class RequestError(RecapProxyError):
-    """A client request we cannot interpret; the original bytes still go upstream."""
+    """A client request we cannot interpret; on the chat path the bytes still go upstream."""
+
+    status = 400
+    code = "bad_request"
 
 
 class AdapterError(RequestError):
@@ -43,11 +58,48 @@ class TemplateError(RecapProxyError):
 
 
 class NotFound(RecapProxyError):
-    """The API was asked about something that does not exist (answered with 404)."""
+    """The API was asked about something that does not exist."""
+
+    status = 404
+    code = "not_found"
 
 
 class Conflict(RecapProxyError):
-    """A correction that cannot be applied in the current state (answered with 409)."""
+    """A correction that cannot be applied in the current state."""
+
+    status = 409
+    code = "conflict"
+
+
+class Unavailable(RecapProxyError):
+    """The API needs a part of the proxy that is not running; `code` says which."""
+
+    status = 503
+
+    def __init__(self, message: str, *, code: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class JobFailure(RecapProxyError):
+    """A job that did not succeed. `retry` says whether another attempt can help."""
+
+    retry = True
+
+
+class NoCredentials(JobFailure):
+    """Nothing says which model or key to use yet (no request of the chat since start-up
+    and no `[memory.llm]` model): the job waits for the chat's next request."""
+
+
+class Refused(JobFailure):
+    """The LLM refused the request itself (a 4xx): the same request would fail again."""
+
+    retry = False
+
+
+class Unauthorized(Refused):
+    """401/403 from the LLM: retrying with the same key cannot help."""
 
 
 class UpstreamError(RecapProxyError):
@@ -60,8 +112,7 @@ class UpstreamError(RecapProxyError):
         super().__init__(message)
         self.code = code
 
-    def to_openai(self) -> dict[str, dict[str, str]]:
-        """The OpenAI-style error body that clients such as ST know how to show."""
+    def to_json(self) -> dict[str, dict[str, str]]:
         return {"error": {"message": str(self), "type": self.error_type, "code": self.code}}
 
 

@@ -1,6 +1,6 @@
 """The proxy's knowledge of ST's chats: the mirror in the store and the in-memory index.
 
-Every file read and store write runs on one worker thread (the store's one writer); the
+Every file read and store write runs on the store's one thread (`Store.call`); the
 identification index lives on the event loop and is only changed there, from entries the
 worker computed. A chat file is re-read only when its size or mtime changed, and parsed
 only where its lines changed (see `proxy.sillytavern.chatfile`).
@@ -11,11 +11,9 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path, PurePosixPath
-from typing import TypeVar
 from urllib.parse import unquote
 
 import orjson
@@ -43,10 +41,9 @@ from proxy.sillytavern.layout import (
     scan,
 )
 from proxy.sillytavern.reconcile import Event, reconcile
-from proxy.store import ChatRecord, Store
+from proxy.store import ChatRecord, Database, Store
 
 log = logging.getLogger(__name__)
-T = TypeVar("T")
 FRESHNESS_WAIT = 1.0  # seconds a request may wait for its chat file to be re-read
 
 
@@ -70,39 +67,18 @@ class Refreshed:
 class ChatLibrary:
     """Owns the mirror of ST's chats: indexing, refreshing, and the identification index."""
 
-    def __init__(self, data_dir: Path | None, store: Store | Path) -> None:
+    def __init__(self, data_dir: Path | None, store: Store) -> None:
         self.data_dir = data_dir
-        self._store_path = store if isinstance(store, Path) else None
-        self._store = store if isinstance(store, Store) else None
+        self.store = store
         self.index = ChatIndex()
-        self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="recap-store")
         self._groups: dict[str, dict[str, GroupInfo]] = {}
         self._personas: dict[str, str | None] = {}
         self.listeners: list[Callable[[Refreshed], None]] = []
+        # Set once the first full indexing has ended (however it ended): tests and tools
+        # await it instead of polling the index.
+        self.indexed = asyncio.Event()
         # (size, mtime_ns) of each chat file when last read: the per-request freshness check
         self._stats: dict[str, tuple[int, int]] = {}
-
-    @property
-    def store(self) -> Store:
-        if self._store is None:
-            raise RuntimeError("ChatLibrary.open() was not awaited")
-        return self._store
-
-    async def open(self) -> None:
-        """Open the store (migrations run here) on the worker thread."""
-        if self._store is None:
-            path = self._store_path
-            assert path is not None
-            self._store = await self.run(lambda: Store(path))
-
-    def close(self) -> None:
-        self._worker.shutdown(wait=True)
-        if self._store is not None:
-            self._store.close()
-
-    async def run(self, fn: Callable[[], T]) -> T:
-        """Run `fn` on the store's worker thread."""
-        return await asyncio.get_running_loop().run_in_executor(self._worker, fn)
 
     # -- indexing ------------------------------------------------------------------------
 
@@ -112,19 +88,27 @@ class ChatLibrary:
         One chat per worker job, so that a request's freshness check can slip in between
         and identification improves as indexing goes.
         """
+        try:
+            return await self._index_all()
+        finally:
+            self.indexed.set()
+
+    async def _index_all(self) -> int:
         if self.data_dir is None:
             return 0
         data_dir = self.data_dir
-        locations = await self.run(lambda: list(scan(data_dir)))
-        await self.run(self._reset_caches)
+        locations = await self.store.call(lambda db: list(scan(data_dir)))
+        await self.store.call(lambda db: self._reset_caches())
         count = 0
         for location in locations:
-            result = await self.run(partial(self._refresh_location, location, startup=True))
+            result = await self.store.call(
+                partial(self._refresh_location, location=location, startup=True)
+            )
             if result is not None:
                 self._install(result)
                 count += 1
         seen = {location.chat_id for location in locations}
-        for result in await self.run(lambda: self._forget_missing(seen)):
+        for result in await self.store.call(lambda db: self._forget_missing(db, seen)):
             self._install(result)
         return count
 
@@ -133,16 +117,16 @@ class ChatLibrary:
         watcher's entry point)."""
         paths = list(paths)
 
-        def work() -> list[Refreshed]:
+        def work(db: Database) -> list[Refreshed]:
             files: list[Path] = []
             for path in paths:
                 if path.is_dir():
                     files.extend(sorted(path.rglob(f"*{SUFFIX}")))
                 else:
                     files.append(path)
-            return self._refresh_many([r for r in map(self._rel, files) if r])
+            return self._refresh_many(db, [r for r in map(self._rel, files) if r])
 
-        results = await self.run(work)
+        results = await self.store.call(work)
         for result in results:
             self._install(result)
         return results
@@ -174,7 +158,7 @@ class ChatLibrary:
     async def set_enabled(self, chat_id: str, enabled: bool | None) -> None:
         """A chat's own memory on/off (None: the default), in the store and the index that
         the chat path reads."""
-        await self.run(lambda: self.store.set_enabled(chat_id, enabled))
+        await self.store.call(lambda db: db.set_enabled(chat_id, enabled))
         entry = self.index.entries.get(chat_id)
         if entry is not None:
             entry.enabled = enabled
@@ -237,17 +221,17 @@ class ChatLibrary:
         self._groups.clear()
         self._personas.clear()
 
-    def _forget_missing(self, seen: set[str]) -> list[Refreshed]:
+    def _forget_missing(self, db: Database, seen: set[str]) -> list[Refreshed]:
         results = []
-        for record in self.store.chats():
+        for record in db.chats():
             if record.id not in seen:
-                self.store.mark_deleted(record.id)
+                db.mark_deleted(record.id)
                 results.append(Refreshed(record.id, (), None))
-        for chat_id in self.store.purge_deleted():
+        for chat_id in db.purge_deleted():
             log.info("forgot chat deleted over a week ago: %s", chat_id)
         return results
 
-    def _refresh_many(self, rels: list[str]) -> list[Refreshed]:
+    def _refresh_many(self, db: Database, rels: list[str]) -> list[Refreshed]:
         assert self.data_dir is not None
         results: list[Refreshed] = []
         # Deletions first: ST renames a chat by copying it, then deleting the original.
@@ -256,20 +240,20 @@ class ChatLibrary:
             if rel in present:
                 continue
             location = locate(rel)
-            if location is not None and self.store.chat(location.chat_id) is not None:
-                results.append(self._deleted(location.chat_id))
+            if location is not None and db.chat(location.chat_id) is not None:
+                results.append(self._deleted(db, location.chat_id))
         for rel in rels:
             self._forget_user_file(PurePosixPath(rel))
         for rel in present:
             location = locate(rel)
             if location is not None:
-                result = self._refresh_location(location)
+                result = self._refresh_location(db, location)
                 if result is not None:
                     results.append(result)
         return results
 
     def _refresh_location(
-        self, location: ChatLocation, *, startup: bool = False
+        self, db: Database, location: ChatLocation, *, startup: bool = False
     ) -> Refreshed | None:
         assert self.data_dir is not None
         path = self.data_dir / location.rel
@@ -277,14 +261,14 @@ class ChatLibrary:
             stat = path.stat()
         except OSError:
             return None
-        record = self.store.chat(location.chat_id)
+        record = db.chat(location.chat_id)
         stat_key = (stat.st_size, stat.st_mtime_ns)
         # Size and mtime decide only at start-up: a change event means the file changed,
         # even when two saves of the same size fell within one mtime tick.
         unchanged = record is not None and (record.size, record.mtime_ns) == stat_key
         if startup and unchanged and record is not None and not record.deleted:
             self._stats[location.chat_id] = stat_key
-            return Refreshed(location.chat_id, (), self._entry(record))
+            return Refreshed(location.chat_id, (), self._entry(db, record))
         try:
             data = path.read_bytes()
         except OSError as exc:
@@ -293,19 +277,19 @@ class ChatLibrary:
         self._stats[location.chat_id] = stat_key
         renamed_from = None
         if record is None:
-            renamed_from = self._adopt_renamed(location, data)
+            renamed_from = self._adopt_renamed(db, location, data)
         chat_id = location.chat_id
-        layout = self.store.layout(chat_id)
+        layout = db.layout(chat_id)
         parsed = parse_chat(data, source=str(path), known={d for _, d in layout})
         file_hash = file_digest(parsed.lines)
         if record is not None and not record.deleted and record.file_hash == file_hash:
-            self.store.update_stat(chat_id, *stat_key)
-            return Refreshed(chat_id, (), self._entry(record)) if startup else None
+            db.update_stat(chat_id, *stat_key)
+            return Refreshed(chat_id, (), self._entry(db, record)) if startup else None
         digests = [line.digest for line in parsed.lines]
         plan = reconcile(
             layout,
             digests,
-            lambda uids: self.store.old_messages(chat_id, uids),
+            lambda uids: db.old_messages(chat_id, uids),
             parsed.message,
         )
         header = parsed.header
@@ -331,28 +315,26 @@ class ChatLibrary:
             deleted=False,
             metadata=orjson.dumps(header.chat_metadata).decode() if header else None,
         )
-        events = self.store.save_chat(
-            record, plan.uids, digests, parsed.message, plan.events, layout
-        )
-        return Refreshed(location.chat_id, tuple(events), self._entry(record), renamed_from)
+        events = db.save_chat(record, plan.uids, digests, parsed.message, plan.events, layout)
+        return Refreshed(location.chat_id, tuple(events), self._entry(db, record), renamed_from)
 
-    def _adopt_renamed(self, location: ChatLocation, data: bytes) -> str | None:
+    def _adopt_renamed(self, db: Database, location: ChatLocation, data: bytes) -> str | None:
         """A new file whose integrity slug and content match a deleted chat: a rename."""
         parsed = parse_chat(data, source=location.rel)
         integrity = parsed.header.integrity if parsed.header else None
         if not integrity:
             return None
         digests = [line.digest for line in parsed.lines]
-        for old in self.store.deleted_with_integrity(integrity):
-            old_digests = [digest for _, digest in self.store.layout(old.id)]
+        for old in db.deleted_with_integrity(integrity):
+            old_digests = [digest for _, digest in db.layout(old.id)]
             if old_digests[: len(digests)] == digests[: len(old_digests)]:
                 log.info("chat renamed: %s -> %s", old.id, location.chat_id)
-                self.store.rename(old.id, location.chat_id)
+                db.rename(old.id, location.chat_id)
                 return old.id
         return None
 
-    def _deleted(self, chat_id: str) -> Refreshed:
-        self.store.mark_deleted(chat_id)
+    def _deleted(self, db: Database, chat_id: str) -> Refreshed:
+        db.mark_deleted(chat_id)
         self._stats.pop(chat_id, None)
         log.info("chat deleted (its data is kept): %s", chat_id)
         return Refreshed(chat_id, (), None)
@@ -382,8 +364,8 @@ class ChatLibrary:
         elif len(parts) == 2 and parts[1] == "settings.json":
             self._personas.pop(parts[0], None)
 
-    def _entry(self, record: ChatRecord) -> ChatEntry:
-        total, visible = self.store.tail(record.id, TAIL)
+    def _entry(self, db: Database, record: ChatRecord) -> ChatEntry:
+        total, visible = db.tail(record.id, TAIL)
         persona = next(
             (m.message.name for m in reversed(visible) if m.message.is_user),
             self.persona(record.user),

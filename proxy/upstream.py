@@ -1,4 +1,9 @@
-"""The only owner of the `aiohttp.ClientSession` towards LLM APIs.
+"""The only owner of the `aiohttp.ClientSession` towards LLM APIs, and the one place
+where the client library's errors become ours.
+
+`send` answers with an `UpstreamResponse`: status, headers and the body as an async
+iterator of the bytes as they arrive. Nothing else in the proxy sees aiohttp's client
+types, so the relay and the LLM client have one seam to fake in tests.
 
 Responses are never decoded here (`auto_decompress=False`): the bytes a client receives
 are the bytes the upstream sent, compressed or not, and the `Content-Encoding` header
@@ -8,16 +13,54 @@ are suppressed so that the upstream sees the client's headers, not ours.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
+from dataclasses import dataclass, field
 from types import TracebackType
 
 import aiohttp
 from yarl import URL
 
-from proxy.errors import UpstreamTimeout, UpstreamUnreachable
+from proxy.core.headers import Headers
+from proxy.errors import UpstreamError, UpstreamTimeout, UpstreamUnreachable
 from proxy.settings import UpstreamSettings
 
 SKIP_AUTO_HEADERS = ("User-Agent", "Accept-Encoding", "Content-Type")
+
+
+def _nothing() -> None:
+    return None
+
+
+@dataclass(eq=False)
+class UpstreamResponse:
+    """An answer that has started: its status line and headers, and its body to come.
+
+    Iterating `chunks` yields the body as it arrives; a failure on the way raises
+    `UpstreamError`. Call `release` after reading it whole (the connection is reused) or
+    `close` to drop the connection (the upstream stops generating).
+    """
+
+    status: int
+    reason: str
+    headers: Headers
+    chunks: AsyncIterator[bytes]
+    content_length: int | None = None  # only when the upstream sent one (not chunked)
+    on_release: Callable[[], None] = field(default=_nothing, repr=False)
+    on_close: Callable[[], None] = field(default=_nothing, repr=False)
+
+    def header(self, name: str) -> str | None:
+        wanted = name.lower()
+        return next((v for k, v in self.headers if k.lower() == wanted), None)
+
+    async def read(self) -> bytes:
+        """The whole body (for the proxy's own calls, never for relayed answers)."""
+        return b"".join([chunk async for chunk in self.chunks])
+
+    def release(self) -> None:
+        self.on_release()
+
+    def close(self) -> None:
+        self.on_close()
 
 
 class Upstream:
@@ -66,8 +109,8 @@ class Upstream:
         query: str,
         headers: Iterable[tuple[str, str]],
         body: bytes | None,
-    ) -> aiohttp.ClientResponse:
-        """Send one request; the caller must close or release the response.
+    ) -> UpstreamResponse:
+        """Send one request; the caller must release or close the response.
 
         Raises `UpstreamUnreachable` or `UpstreamTimeout` when no response arrives.
         """
@@ -75,19 +118,49 @@ class Upstream:
             raise RuntimeError("Upstream used outside its `async with`")
         url = self.url_for(tail, query)
         try:
-            return await self._session.request(
+            response = await self._session.request(
                 method,
                 url,
                 headers=list(headers),
                 data=body if body else None,
                 allow_redirects=False,
             )
-        except (TimeoutError, aiohttp.ServerTimeoutError) as exc:
-            raise UpstreamTimeout(
-                f"upstream {url.origin()} did not answer in time ({type(exc).__name__})",
-                code="upstream_timeout",
-            ) from exc
-        except aiohttp.ClientError as exc:
-            raise UpstreamUnreachable(
-                f"cannot reach upstream {url.origin()}: {exc}", code="upstream_unreachable"
-            ) from exc
+        except (TimeoutError, aiohttp.ClientError) as exc:
+            raise _mapped(exc, url, started=False) from exc
+        chunked = "chunked" in response.headers.get("Transfer-Encoding", "")
+        return UpstreamResponse(
+            status=response.status,
+            reason=response.reason or "",
+            headers=list(response.headers.items()),
+            chunks=_chunks(response, url),
+            content_length=None if chunked else response.content_length,
+            on_release=response.release,
+            on_close=response.close,
+        )
+
+
+async def _chunks(response: aiohttp.ClientResponse, url: URL) -> AsyncIterator[bytes]:
+    try:
+        async for chunk in response.content.iter_any():
+            yield chunk
+    except (TimeoutError, aiohttp.ClientError) as exc:
+        raise _mapped(exc, url, started=True) from exc
+
+
+def _mapped(exc: Exception, url: URL, *, started: bool) -> UpstreamError:
+    """The client library's failure as ours."""
+    if isinstance(exc, TimeoutError):
+        if started:
+            return UpstreamTimeout(f"upstream stopped sending ({exc!r})", code="upstream_timeout")
+        return UpstreamTimeout(
+            f"upstream {url.origin()} did not answer in time ({type(exc).__name__})",
+            code="upstream_timeout",
+        )
+    if started:
+        return UpstreamUnreachable(f"upstream connection broke ({exc!r})", code="upstream_broken")
+    return UpstreamUnreachable(
+        f"cannot reach upstream {url.origin()}: {exc}", code="upstream_unreachable"
+    )
+
+
+__all__ = ["Upstream", "UpstreamError", "UpstreamResponse"]

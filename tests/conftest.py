@@ -11,7 +11,7 @@ import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
 from proxy.core.models import Memory
-from proxy.providers import MemoryProvider, StaticMemory
+from proxy.chat.providers import MemoryProvider, StaticMemory
 from proxy.settings import Settings, _set_dotted
 from proxy.web import make_app
 from tests.fakes.fake_llm import FakeState, make_fake_llm

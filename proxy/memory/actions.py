@@ -7,67 +7,100 @@ folded in again). Scenes are named by their last message's ST index, messages by
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Protocol, TypeVar
 
+from proxy.core.jsontypes import JSONObject
 from proxy.errors import Conflict, NotFound
-from proxy.memory.engine import MemoryEngine
-from proxy.memory.handlers import swipe_of
+from proxy.memory.chatinfo import swipe_of
+from proxy.memory.operations import Operation, job_key
+from proxy.memory.running import drop_running_from
+from proxy.memory.views import MemoryView
 from proxy.sillytavern.chatfile import text_hash
-from proxy.store.memory import SceneBreak
-from proxy.store.records import MessageRecord
+from proxy.store import Database, Store
+from proxy.store.jobs import Payload
+from proxy.store.memory import MemoryTable, RunningRecap, SceneBreak
+from proxy.store.records import ChatRecord, MessageRecord
 
-JSON = dict[str, Any]
+T = TypeVar("T")
+
+
+class Planner(Protocol):
+    """The memory engine, as a correction needs it."""
+
+    @property
+    def views(self) -> Mapping[str, MemoryView]: ...
+
+    def clock(self) -> float: ...
+
+    async def plan_now(self, chat_id: str, *, since: int | None = None) -> int: ...
+
+    async def activate(self, chat_id: str, *, backfill: bool = False) -> int: ...
+
+    def stamp(
+        self, db: Database, chat_id: str, operation: Operation, key: str, payload: Payload
+    ) -> tuple[int | None, bool]: ...
+
+    def wake(self) -> None: ...
+
+    def can_call(self, chat_id: str) -> bool: ...
+
+
+class ChatSwitch(Protocol):
+    """The library's per-chat on/off (it owns the index the chat path reads)."""
+
+    async def set_enabled(self, chat_id: str, enabled: bool | None) -> None: ...
 
 
 class MemoryActions:
-    def __init__(self, engine: MemoryEngine) -> None:
+    def __init__(self, store: Store, engine: Planner, switch: ChatSwitch) -> None:
+        self.store = store
         self.engine = engine
-        self.library = engine.library
+        self.switch = switch
 
-    @property
-    def memory(self) -> Any:
-        return self.library.store.memory
-
-    def _chat(self, chat_id: str) -> Any:
-        chat = self.library.store.chat(chat_id)
+    @staticmethod
+    def _chat(db: Database, chat_id: str) -> ChatRecord:
+        chat = db.chat(chat_id)
         if chat is None or chat.deleted:
             raise NotFound(f"no chat {chat_id!r}")
         return chat
 
-    def _uid(self, chat_id: str, index: int) -> int:
-        self._chat(chat_id)
-        uid = self.memory.uid_at(chat_id, index)
+    def _uid(self, db: Database, chat_id: str, index: int) -> int:
+        self._chat(db, chat_id)
+        uid = db.memory.uid_at(chat_id, index)
         if uid is None:
             raise NotFound(f"chat {chat_id!r} has no message {index}")
-        return int(uid)
+        return uid
 
-    def _scene(self, chat_id: str, index: int) -> SceneBreak:
-        scene = self.memory.scene_break(self._uid(chat_id, index))
+    def _scene(self, db: Database, chat_id: str, index: int) -> SceneBreak:
+        scene = db.memory.scene_break(self._uid(db, chat_id, index))
         if scene is None:
             raise NotFound(f"no scene ends at message {index} of {chat_id!r}")
-        return scene  # type: ignore[no-any-return]
+        return scene
 
-    async def _then_plan(self, chat_id: str, work: Any, since: int | None = None) -> Any:
-        result = await self.library.run(work)
+    async def _then_plan(
+        self, chat_id: str, work: Callable[[Database], T], since: int | None = None
+    ) -> T:
+        result = await self.store.call(work)
         await self.engine.plan_now(chat_id, since=since)
         return result
 
     # -- overview -----------------------------------------------------------------------------
 
-    async def overview(self, chat_id: str) -> JSON:
-        def work() -> JSON:
-            chat = self._chat(chat_id)
-            state = self.memory.state(chat_id)
-            current = self.memory.current_running(chat_id)
-            jobs = self.library.store.jobs.list(chat_id, ("queued", "running", "failed"))
+    async def overview(self, chat_id: str) -> JSONObject:
+        def work(db: Database) -> JSONObject:
+            chat = self._chat(db, chat_id)
+            state = db.memory.state(chat_id)
+            current = db.memory.current_running(chat_id)
+            jobs = db.jobs.list(chat_id, ("queued", "running", "failed"))
             view = self.engine.views.get(chat_id)
             return {
                 "chat": chat_id,
                 "enabled": chat.enabled,
                 "active": bool(state and state.active),
-                "scenes": len([b for b in self.memory.breaks(chat_id) if b.visible]),
-                "running_recap": _running_json(self.memory, current, current) if current else None,
-                "message_recaps": len(self.memory.message_recaps(chat_id)),
+                "scenes": len([b for b in db.memory.breaks(chat_id) if b.visible]),
+                "running_recap": _running_json(db.memory, current, current) if current else None,
+                "message_recaps": len(db.memory.message_recaps(chat_id)),
                 "left_out_through": view.cutoff if view else None,
                 "queue": {
                     state: sum(1 for j in jobs if j.state == state)
@@ -75,11 +108,11 @@ class MemoryActions:
                 },
             }
 
-        return await self.library.run(work)
+        return await self.store.call(work)
 
-    async def set_enabled(self, chat_id: str, enabled: bool | None) -> JSON:
-        await self.library.run(lambda: self._chat(chat_id))
-        await self.library.set_enabled(chat_id, enabled)
+    async def set_enabled(self, chat_id: str, enabled: bool | None) -> JSONObject:
+        await self.store.call(lambda db: self._chat(db, chat_id))
+        await self.switch.set_enabled(chat_id, enabled)
         if enabled:
             await self.engine.activate(chat_id)
         else:
@@ -87,27 +120,27 @@ class MemoryActions:
         return await self.overview(chat_id)
 
     async def visible_messages(self, chat_id: str) -> list[MessageRecord]:
-        def work() -> list[MessageRecord]:
-            self._chat(chat_id)
-            return [r for r in self.library.store.messages(chat_id) if not r.message.hidden]
+        def work(db: Database) -> list[MessageRecord]:
+            self._chat(db, chat_id)
+            return [r for r in db.messages(chat_id) if not r.message.hidden]
 
-        return await self.library.run(work)
+        return await self.store.call(work)
 
-    async def backfill(self, chat_id: str) -> JSON:
-        await self.library.run(lambda: self._chat(chat_id))
+    async def backfill(self, chat_id: str) -> JSONObject:
+        await self.store.call(lambda db: self._chat(db, chat_id))
         queued = await self.engine.activate(chat_id, backfill=True)
-        waiting = not self.engine.llm.can_call(chat_id)
+        waiting = not self.engine.can_call(chat_id)
         return {"chat": chat_id, "queued": queued, "waiting_for_model": waiting}
 
     # -- scenes ------------------------------------------------------------------------------
 
-    async def scenes(self, chat_id: str) -> list[JSON]:
-        def work() -> list[JSON]:
-            self._chat(chat_id)
-            out: list[JSON] = []
+    async def scenes(self, chat_id: str) -> list[JSONObject]:
+        def work(db: Database) -> list[JSONObject]:
+            self._chat(db, chat_id)
+            out: list[JSONObject] = []
             first = 0
-            for scene in self.memory.breaks(chat_id):
-                current = self.memory.current_scene_recap(scene)
+            for scene in db.memory.breaks(chat_id):
+                current = db.memory.current_scene_recap(scene)
                 out.append(
                     {
                         "index": scene.position,
@@ -117,7 +150,7 @@ class MemoryActions:
                         "source": scene.source,
                         "rationale": scene.rationale,
                         "current_version": scene.current,
-                        "versions": len(self.memory.scene_recaps(scene.uid)),
+                        "versions": len(db.memory.scene_recaps(scene.uid)),
                         "recap": current.recap if current else None,
                     }
                 )
@@ -125,12 +158,12 @@ class MemoryActions:
                     first = scene.position + 1
             return out
 
-        return await self.library.run(work)
+        return await self.store.call(work)
 
-    async def scene(self, chat_id: str, index: int) -> JSON:
-        def work() -> JSON:
-            scene = self._scene(chat_id, index)
-            versions = self.memory.scene_recaps(scene.uid)
+    async def scene(self, chat_id: str, index: int) -> JSONObject:
+        def work(db: Database) -> JSONObject:
+            scene = self._scene(db, chat_id, index)
+            versions = db.memory.scene_recaps(scene.uid)
             return {
                 "index": scene.position,
                 "name": scene.name,
@@ -141,91 +174,85 @@ class MemoryActions:
                 "versions": [v.public(scene.current) for v in versions],
             }
 
-        return await self.library.run(work)
+        return await self.store.call(work)
 
-    async def set_break(self, chat_id: str, index: int, visible: bool = True) -> JSON:
-        def work() -> None:
-            uid = self._uid(chat_id, index)
-            if self.memory.scene_break(uid) is None:
-                self.memory.set_break(chat_id, uid, "manual", self.engine.clock())
-            self.memory.update_break(uid, visible=int(visible))
+    async def set_break(self, chat_id: str, index: int, visible: bool = True) -> JSONObject:
+        def work(db: Database) -> None:
+            uid = self._uid(db, chat_id, index)
+            if db.memory.scene_break(uid) is None:
+                db.memory.set_break(chat_id, uid, "manual", self.engine.clock())
+            db.memory.update_break(uid, visible=int(visible))
 
         await self._then_plan(chat_id, work, since=index)
         return await self.scene(chat_id, index)
 
-    async def remove_break(self, chat_id: str, index: int) -> JSON:
-        def work() -> None:
-            scene = self._scene(chat_id, index)
-            self.memory.remove_break(scene.uid)
+    async def remove_break(self, chat_id: str, index: int) -> JSONObject:
+        def work(db: Database) -> None:
+            scene = self._scene(db, chat_id, index)
+            db.memory.remove_break(scene.uid)
             # The scene merges with the next one: detection looks at it again.
-            self.memory.set_state(chat_id, checked_uid=None)
+            db.memory.set_state(chat_id, checked_uid=None)
 
         await self._then_plan(chat_id, work, since=index)
         return {"removed": index}
 
     async def update_scene(
         self, chat_id: str, index: int, *, name: str | None, current_version: int | None
-    ) -> JSON:
-        def work() -> None:
-            scene = self._scene(chat_id, index)
+    ) -> JSONObject:
+        def work(db: Database) -> None:
+            scene = self._scene(db, chat_id, index)
             if name is not None:
-                self.memory.update_break(scene.uid, name=name.strip(), name_edited=1)
+                db.memory.update_break(scene.uid, name=name.strip(), name_edited=1)
             if current_version is not None:
-                known = {v.version for v in self.memory.scene_recaps(scene.uid)}
+                known = {v.version for v in db.memory.scene_recaps(scene.uid)}
                 if current_version not in known:
                     raise NotFound(f"scene {index} has no recap version {current_version}")
-                self.memory.update_break(scene.uid, current=current_version)
-                self.engine.drop_running_from(chat_id, scene.position)
+                db.memory.update_break(scene.uid, current=current_version)
+                drop_running_from(db, chat_id, scene.position)
 
         await self._then_plan(chat_id, work)
         return await self.scene(chat_id, index)
 
     async def edit_scene_recap(
         self, chat_id: str, index: int, recap: str, scene_name: str | None
-    ) -> JSON:
-        def work() -> None:
-            scene = self._scene(chat_id, index)
-            self.memory.add_scene_recap(
+    ) -> JSONObject:
+        def work(db: Database) -> None:
+            scene = self._scene(db, chat_id, index)
+            db.memory.add_scene_recap(
                 chat_id, scene.uid, recap.strip(), self.engine.clock(),
                 scene_name=scene_name, source="edit",
             )  # fmt: skip
-            self.engine.drop_running_from(chat_id, scene.position)
+            drop_running_from(db, chat_id, scene.position)
 
         await self._then_plan(chat_id, work)
         return await self.scene(chat_id, index)
 
-    async def regenerate_scene(self, chat_id: str, index: int) -> JSON:
-        def work() -> int:
-            scene = self._scene(chat_id, index)
-            return self._enqueue(
-                chat_id,
-                "scene_recap",
-                f"scene_recap:{chat_id}:{scene.uid}",
-                {"break": scene.uid},
-            )
+    async def regenerate_scene(self, chat_id: str, index: int) -> JSONObject:
+        def work(db: Database) -> int:
+            scene = self._scene(db, chat_id, index)
+            key = job_key(Operation.SCENE_RECAP, chat_id, scene.uid)
+            return self._enqueue(db, chat_id, Operation.SCENE_RECAP, key, {"break": scene.uid})
 
-        return {"job": await self.library.run(work)}
+        return {"job": await self.store.call(work)}
 
     # -- running recap ----------------------------------------------------------------------
 
-    async def running(self, chat_id: str) -> list[JSON]:
-        def work() -> list[JSON]:
-            self._chat(chat_id)
-            current = self.memory.current_running(chat_id)
-            return [
-                _running_json(self.memory, v, current) for v in self.memory.running_recaps(chat_id)
-            ]
+    async def running(self, chat_id: str) -> list[JSONObject]:
+        def work(db: Database) -> list[JSONObject]:
+            self._chat(db, chat_id)
+            current = db.memory.current_running(chat_id)
+            return [_running_json(db.memory, v, current) for v in db.memory.running_recaps(chat_id)]
 
-        return await self.library.run(work)
+        return await self.store.call(work)
 
-    async def edit_running(self, chat_id: str, content: str) -> JSON:
-        def work() -> int:
-            self._chat(chat_id)
-            current = self.memory.current_running(chat_id)
+    async def edit_running(self, chat_id: str, content: str) -> JSONObject:
+        def work(db: Database) -> int:
+            self._chat(db, chat_id)
+            current = db.memory.current_running(chat_id)
             if current is None:
                 raise Conflict("there is no running recap to edit yet")
             return int(
-                self.memory.add_running(
+                db.memory.add_running(
                     chat_id, content.strip(), self.engine.clock(),
                     scene_count=current.scene_count, prev_scene_uid=current.prev_scene_uid,
                     new_scene_uid=current.new_scene_uid, source="edit",
@@ -235,42 +262,40 @@ class MemoryActions:
         version = await self._then_plan(chat_id, work)
         return {"version": version}
 
-    async def select_running(self, chat_id: str, version: int) -> JSON:
-        def work() -> None:
-            self._chat(chat_id)
-            if version not in {v.version for v in self.memory.running_recaps(chat_id)}:
+    async def select_running(self, chat_id: str, version: int) -> JSONObject:
+        def work(db: Database) -> None:
+            self._chat(db, chat_id)
+            if version not in {v.version for v in db.memory.running_recaps(chat_id)}:
                 raise NotFound(f"no running recap version {version} in {chat_id!r}")
-            self.memory.set_state(chat_id, current_recap=version)
+            db.memory.set_state(chat_id, current_recap=version)
 
         await self._then_plan(chat_id, work)
         return {"current_version": version}
 
-    async def regenerate_running(self, chat_id: str) -> JSON:
-        def work() -> int:
-            self._chat(chat_id)
-            current = self.memory.current_running(chat_id)
+    async def regenerate_running(self, chat_id: str) -> JSONObject:
+        def work(db: Database) -> int:
+            self._chat(db, chat_id)
+            current = db.memory.current_running(chat_id)
             if current is None or current.new_scene_uid is None:
                 raise Conflict("there is no running recap to regenerate yet")
-            return self._enqueue(
-                chat_id,
-                "running_recap",
-                f"running_recap:{chat_id}:{current.new_scene_uid}:again",
-                {"scene": current.new_scene_uid, "again": True},
-            )
+            uid = current.new_scene_uid
+            key = job_key(Operation.RUNNING_RECAP, chat_id, uid, again=True)
+            payload: Payload = {"scene": uid, "again": True}
+            return self._enqueue(db, chat_id, Operation.RUNNING_RECAP, key, payload)
 
-        return {"job": await self.library.run(work)}
+        return {"job": await self.store.call(work)}
 
     # -- message recaps ------------------------------------------------------------------------
 
-    async def message_recaps(self, chat_id: str) -> list[JSON]:
-        def work() -> list[JSON]:
-            self._chat(chat_id)
-            recaps = self.memory.message_recaps(chat_id)
-            excluded = self.memory.excluded(chat_id)
+    async def message_recaps(self, chat_id: str) -> list[JSONObject]:
+        def work(db: Database) -> list[JSONObject]:
+            self._chat(db, chat_id)
+            recaps = db.memory.message_recaps(chat_id)
+            excluded = db.memory.excluded(chat_id)
             view = self.engine.views.get(chat_id)
             injected = {c.position for c in view.recaps} if view else set()
-            out = []
-            for record in self.memory.messages_from(chat_id):
+            out: list[JSONObject] = []
+            for record in db.memory.messages_from(chat_id):
                 done = recaps.get((record.uid, swipe_of(record)))
                 if done is None and record.uid not in excluded:
                     continue
@@ -288,13 +313,13 @@ class MemoryActions:
                 )
             return out
 
-        return await self.library.run(work)
+        return await self.store.call(work)
 
-    async def edit_message_recap(self, chat_id: str, index: int, recap: str) -> JSON:
-        def work() -> None:
-            uid = self._uid(chat_id, index)
-            record = self.memory.messages_by_uid([uid])[uid]
-            self.memory.put_message_recap(
+    async def edit_message_recap(self, chat_id: str, index: int, recap: str) -> JSONObject:
+        def work(db: Database) -> None:
+            uid = self._uid(db, chat_id, index)
+            record = db.memory.messages_by_uid([uid])[uid]
+            db.memory.put_message_recap(
                 chat_id, uid, swipe_of(record), text_hash(record.message.mes), recap.strip(),
                 self.engine.clock(), edited=True,
             )  # fmt: skip
@@ -302,35 +327,38 @@ class MemoryActions:
         await self._then_plan(chat_id, work)
         return {"index": index, "recap": recap.strip(), "edited": True}
 
-    async def exclude_message(self, chat_id: str, index: int, excluded: bool) -> JSON:
-        def work() -> None:
-            self.memory.set_excluded(chat_id, self._uid(chat_id, index), excluded)
+    async def exclude_message(self, chat_id: str, index: int, excluded: bool) -> JSONObject:
+        def work(db: Database) -> None:
+            db.memory.set_excluded(chat_id, self._uid(db, chat_id, index), excluded)
 
         await self._then_plan(chat_id, work)
         return {"index": index, "excluded": excluded}
 
-    async def regenerate_message(self, chat_id: str, index: int) -> JSON:
-        def work() -> int:
-            uid = self._uid(chat_id, index)
-            record = self.memory.messages_by_uid([uid])[uid]
-            item = [uid, swipe_of(record), text_hash(record.message.mes)]
-            return self._enqueue(
-                chat_id, "message_recap", f"message_recap:{chat_id}:{uid}:again", {"items": [item]}
-            )
+    async def regenerate_message(self, chat_id: str, index: int) -> JSONObject:
+        def work(db: Database) -> int:
+            uid = self._uid(db, chat_id, index)
+            record = db.memory.messages_by_uid([uid])[uid]
+            payload: Payload = {"items": [[uid, swipe_of(record), text_hash(record.message.mes)]]}
+            key = job_key(Operation.MESSAGE_RECAP, chat_id, uid, again=True)
+            return self._enqueue(db, chat_id, Operation.MESSAGE_RECAP, key, payload)
 
-        return {"job": await self.library.run(work)}
+        return {"job": await self.store.call(work)}
 
-    def _enqueue(self, chat_id: str, operation: str, key: str, payload: JSON) -> int:
-        job_id, _ = self.engine.stamp(chat_id, operation, key, payload)
+    def _enqueue(
+        self, db: Database, chat_id: str, operation: Operation, key: str, payload: Payload
+    ) -> int:
+        job_id, _ = self.engine.stamp(db, chat_id, operation, key, payload)
         if job_id is None:
-            raise Conflict(f"nothing to {operation.replace('_', ' ')} there")
+            raise Conflict(f"nothing to {operation.value.replace('_', ' ')} there")
         # Asked for by the user: a job that failed on this same input runs again.
-        self.library.store.jobs.retry(job_id, self.engine.clock())
-        self.engine.queue.wake()
-        return int(job_id)
+        db.jobs.retry(job_id, self.engine.clock())
+        self.engine.wake()
+        return job_id
 
 
-def _running_json(memory: Any, version: Any, current: Any) -> JSON:
+def _running_json(
+    memory: MemoryTable, version: RunningRecap, current: RunningRecap | None
+) -> JSONObject:
     return {
         "version": version.version,
         "created": version.created,

@@ -11,19 +11,16 @@ Nothing is shared afterwards: the two chats' memories never leak into each other
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
 
 from proxy.sillytavern.chatfile import text_hash
+from proxy.store import Database
 from proxy.store.records import ChatRecord
-
-if TYPE_CHECKING:
-    from proxy.store import Store
 
 log = logging.getLogger(__name__)
 
 
-def parent_of(store: Store, chat: ChatRecord) -> ChatRecord | None:
-    for other in store.chats():
+def parent_of(db: Database, chat: ChatRecord) -> ChatRecord | None:
+    for other in db.chats():
         if (
             other.id != chat.id
             and other.name == chat.main_chat
@@ -34,11 +31,11 @@ def parent_of(store: Store, chat: ChatRecord) -> ChatRecord | None:
     return None
 
 
-def inherit(store: Store, chat: ChatRecord, now: float) -> int:
+def inherit(db: Database, chat: ChatRecord, now: float) -> int:
     """Copy the parent's memory for the shared prefix; returns the messages paired."""
-    memory = store.memory
-    parent = parent_of(store, chat)
-    with store._transaction():
+    memory = db.memory
+    parent = parent_of(db, chat)
+    with db.transaction():
         memory.set_state(chat.id, inherited=1)
         if parent is None:
             return 0

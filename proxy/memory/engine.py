@@ -18,29 +18,31 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
 
 from proxy.core.identify import Identification
+from proxy.core.jsontypes import JSONValue, as_int, as_list
 from proxy.core.models import ChatMessage
 from proxy.core.plan import InjectionPolicy, chat_enabled
-from proxy.core.recaps import (
-    RecapRules,
-    exclusion,
-)
+from proxy.core.recaps import RecapRules, exclusion
 from proxy.core.scenes import CONTEXT_BEFORE, detection_window, shown
 from proxy.core.tokens import TokenCounter
-from proxy.jobs import PRIORITIES, JobQueue
 from proxy.library import ChatLibrary, Refreshed
-from proxy.llm import LLMClient
-from proxy.lore import LoreService
 from proxy.memory.branches import inherit
-from proxy.memory.handlers import handlers, swipe_of
+from proxy.memory.chatinfo import swipe_of
+from proxy.memory.handlers import HandlerContext, LoreSource, handlers
+from proxy.memory.jobs import JobQueue
+from proxy.memory.llm import LLMClient
+from proxy.memory.operations import PRIORITIES, Operation, job_key
 from proxy.memory.prompts import Prompts
+from proxy.memory.running import covered_through, prune
 from proxy.memory.settings import MemorySettings
-from proxy.memory.views import MemoryView, RequestMemory, build_view, request_memory
+from proxy.memory.views import MemoryView, RequestMemory, ViewInputs, build_view, request_memory
 from proxy.settings import QueueSettings
 from proxy.sillytavern.chatfile import text_hash
-from proxy.store.memory import RunningRecap
+from proxy.store import Database, Store
+from proxy.store.jobs import Payload
+from proxy.store.memory import MemoryState
+from proxy.tasks import TaskSet
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +52,7 @@ class MemoryEngine:
 
     def __init__(
         self,
+        store: Store,
         library: ChatLibrary,
         llm: LLMClient,
         settings: MemorySettings,
@@ -57,20 +60,29 @@ class MemoryEngine:
         policy: InjectionPolicy,
         *,
         counter: TokenCounter | None = None,
-        lore: LoreService | None = None,
+        lore: LoreSource | None = None,
         prompts: Prompts | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
+        self.store = store
         self.library = library
         self.llm = llm
         self.settings = settings
         self.policy = policy
         self.counter = counter or TokenCounter()
-        self.lore = lore
-        self.prompts = prompts or Prompts.load(settings)
         self.clock = clock
-        self.handlers = handlers(self)
-        self.queue = JobQueue(library, self.handlers, queue_settings, clock=clock)
+        context = HandlerContext(
+            store=store,
+            llm=llm,
+            prompts=prompts or Prompts.load(settings),
+            settings=settings,
+            clock=clock,
+            persona=library.persona,
+            lore=lore,
+        )
+        self.handlers = handlers(context)
+        self.view_inputs = ViewInputs(settings, self.counter, library.persona)
+        self.queue = JobQueue(store, self.handlers, queue_settings, clock=clock)
         self.queue.on_settled.append(lambda job: self.plan_now(job.chat_id))
         self.rules = RecapRules(
             include_user=settings.include_user_messages,
@@ -84,11 +96,11 @@ class MemoryEngine:
         self.active: set[str] = set()
         # chat -> (earliest changed position, whether messages were deleted)
         self._pending: dict[str, tuple[int | None, bool]] = {}
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._tasks = TaskSet()
 
     async def __aenter__(self) -> MemoryEngine:
         await self.queue.__aenter__()
-        self.active = set(await self.library.run(self.library.store.memory.active_chats))
+        self.active = set(await self.store.call(lambda db: db.memory.active_chats()))
         self.library.listeners.append(self.on_refresh)
         for chat_id in self.active:
             self.schedule(chat_id)
@@ -97,9 +109,7 @@ class MemoryEngine:
     async def __aexit__(self, *exc: object) -> None:
         if self.on_refresh in self.library.listeners:
             self.library.listeners.remove(self.on_refresh)
-        for task in list(self._tasks):
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self._tasks.cancel()
         await self.queue.__aexit__(*exc)
 
     # -- event loop ---------------------------------------------------------------------------
@@ -124,15 +134,15 @@ class MemoryEngine:
         if ident.confidence < 0.5 or ident.generation == "quiet":
             return
         if self.llm.remember(ident.chat_id, headers, model):
-            self._spawn(self.queue.hurry(ident.chat_id), f"hurry {ident.chat_id}")
+            self._tasks.spawn(self.queue.hurry(ident.chat_id), f"hurry {ident.chat_id}")
         if ident.chat_id not in self.active and self.settings.enabled:
             self.active.add(ident.chat_id)
-            self._spawn(self._activate(ident.chat_id), f"activate {ident.chat_id}")
+            self._tasks.spawn(self._activate(ident.chat_id), f"activate {ident.chat_id}")
 
     async def activate(self, chat_id: str, *, backfill: bool = False) -> int:
         """Start upkeep for a chat and plan it now; returns the jobs queued."""
         self.active.add(chat_id)
-        await self.library.run(lambda: self.library.store.memory.activate(chat_id))
+        await self.store.call(lambda db: db.memory.activate(chat_id))
         return await self.plan_now(chat_id, backfill=backfill)
 
     async def _activate(self, chat_id: str) -> None:
@@ -151,7 +161,7 @@ class MemoryEngine:
             self._pending[chat_id] = (merged, old_rescan or rescan)
             return
         self._pending[chat_id] = (since, rescan)
-        self._spawn(self._plan_later(chat_id), f"plan {chat_id}")
+        self._tasks.spawn(self._plan_later(chat_id), f"plan {chat_id}")
 
     async def _plan_later(self, chat_id: str) -> None:
         await asyncio.sleep(0)
@@ -167,8 +177,8 @@ class MemoryEngine:
         rescan: bool = False,
     ) -> int:
         try:
-            queued = await self.library.run(
-                lambda: self.plan(chat_id, since, backfill=backfill, rescan=rescan)
+            queued = await self.store.call(
+                lambda db: self.plan(db, chat_id, since, backfill=backfill, rescan=rescan)
             )
         except Exception:
             log.exception("planning the memory of %s failed", chat_id)
@@ -180,18 +190,18 @@ class MemoryEngine:
     async def settle(self) -> None:
         """Wait until planning and the queue have nothing left to do (tests, `backfill`)."""
         while True:
-            if self._tasks:
-                await asyncio.gather(*list(self._tasks), return_exceptions=True)
-                continue
+            await self._tasks.drain()
             await self.queue.idle()
             await asyncio.sleep(0)
             if not self._tasks:
                 return
 
-    def _spawn(self, coro: Any, name: str) -> None:
-        task = asyncio.get_running_loop().create_task(coro, name=name)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+    def wake(self) -> None:
+        """Look for work now (jobs were written to the store directly)."""
+        self.queue.wake()
+
+    def can_call(self, chat_id: str) -> bool:
+        return self.llm.can_call(chat_id)
 
     def request_memory(
         self,
@@ -201,12 +211,14 @@ class MemoryEngine:
         model: str | None,
     ) -> RequestMemory:
         """The macro values and the request indices to leave out, for one request."""
-        return request_memory(self, ident, messages, history, model)
+        view = self.views.get(ident.chat_id)
+        return request_memory(view, self.settings, ident, messages, history, model)
 
     # -- store thread ---------------------------------------------------------------------------
 
     def plan(
         self,
+        db: Database,
         chat_id: str,
         since: int | None = None,
         *,
@@ -214,58 +226,61 @@ class MemoryEngine:
         rescan: bool = False,
     ) -> int:
         """Queue what this chat's memory lacks; rebuild its view. Returns the jobs queued."""
-        store = self.library.store
-        memory = store.memory
-        chat = store.chat(chat_id)
+        memory = db.memory
+        chat = db.chat(chat_id)
         state = memory.state(chat_id)
         if chat is None or chat.deleted or state is None or not state.active:
             self.views.pop(chat_id, None)
             return 0
         if chat.main_chat and not state.inherited:
-            inherit(store, chat, self.clock())
+            inherit(db, chat, self.clock())
         if rescan and state.checked_uid is not None:
             memory.set_state(chat_id, checked_uid=None)
             state = memory.state(chat_id)
+            assert state is not None
         if not (self.settings.enabled and chat_enabled(self.policy, chat_id, chat.enabled)):
-            self.views[chat_id] = self.view(chat_id)
+            self.views[chat_id] = self.view(db, chat_id)
             return 0
-        jobs: list[tuple[str, str, dict[str, Any]]] = []
+        jobs: list[tuple[Operation, str, Payload]] = []
         breaks = [b for b in memory.breaks(chat_id) if b.visible]
-        self._prune(chat_id)
+        prune(db, chat_id)
         # Scene recaps: every closed scene without one, or whose messages changed.
         for scene in breaks:
             if scene.current is None or (since is not None and scene.position >= since):
-                payload = {"break": scene.uid}
-                if scene.current is None or self._scene_changed(chat_id, scene.uid, payload):
-                    jobs.append(("scene_recap", f"scene_recap:{chat_id}:{scene.uid}", payload))
+                payload: Payload = {"break": scene.uid}
+                if scene.current is None or self._scene_changed(db, chat_id, scene.uid, payload):
+                    key = job_key(Operation.SCENE_RECAP, chat_id, scene.uid)
+                    jobs.append((Operation.SCENE_RECAP, key, payload))
         # The running recap: fold in the next scene, strictly in order.
         if self.settings.running_recap:
-            covered = self.covered_through(chat_id)
+            covered = covered_through(db, chat_id)
             following = [b for b in breaks if b.position > covered]
             if following and following[0].current is not None:
                 uid = following[0].uid
-                jobs.append(("running_recap", f"running_recap:{chat_id}:{uid}", {"scene": uid}))
+                key = job_key(Operation.RUNNING_RECAP, chat_id, uid)
+                jobs.append((Operation.RUNNING_RECAP, key, {"scene": uid}))
         if self.settings.auto_scene_break:
-            detect = self._detection(chat_id, breaks[-1].position if breaks else -1, state)
+            detect = self._detection(db, chat_id, breaks[-1].position if breaks else -1, state)
             if detect is not None:
-                jobs.append(("detect_scene_break", f"detect_scene_break:{chat_id}", detect))
+                key = job_key(Operation.DETECT_SCENE_BREAK, chat_id)
+                jobs.append((Operation.DETECT_SCENE_BREAK, key, detect))
         if self.settings.message_recaps:
-            jobs.extend(self._message_batches(chat_id, backfill))
-        queued = sum(self.stamp(chat_id, *job)[1] for job in jobs)
-        self.views[chat_id] = self.view(chat_id, since)
+            jobs.extend(self._message_batches(db, chat_id, backfill))
+        queued = sum(self.stamp(db, chat_id, *job)[1] for job in jobs)
+        self.views[chat_id] = self.view(db, chat_id, since)
         return queued
 
     def stamp(
-        self, chat_id: str, operation: str, key: str, payload: dict[str, Any]
+        self, db: Database, chat_id: str, operation: Operation, key: str, payload: Payload
     ) -> tuple[int | None, bool]:
         """Write a job stamped with its input's current hash (store thread): (id, new), or
         (None, False) when its input is gone. The one way planning and the API queue work."""
-        input_hash = self.handlers[operation].input_hash(chat_id, payload)
+        input_hash = self.handlers[operation].input_hash(db, chat_id, payload)
         if input_hash is None:
             return None, False
-        return self.library.store.jobs.enqueue(
+        return db.jobs.enqueue(
             chat_id=chat_id,
-            operation=operation,
+            operation=operation.value,
             priority=PRIORITIES[operation],
             dedup_key=key,
             payload=payload,
@@ -274,19 +289,21 @@ class MemoryEngine:
             now=self.clock(),
         )
 
-    def _scene_changed(self, chat_id: str, uid: int, payload: dict[str, Any]) -> bool:
-        recaps = self.library.store.memory.scene_recaps(uid)
+    def _scene_changed(self, db: Database, chat_id: str, uid: int, payload: Payload) -> bool:
+        recaps = db.memory.scene_recaps(uid)
         if not recaps or recaps[-1].source != "llm":
             return False  # the user's own recap is theirs to regenerate
-        made_from = self.library.store.memory.scene_recap_input(uid, recaps[-1].version)
-        current = self.handlers["scene_recap"].input_hash(chat_id, payload)
+        made_from = db.memory.scene_recap_input(uid, recaps[-1].version)
+        current = self.handlers[Operation.SCENE_RECAP].input_hash(db, chat_id, payload)
         return made_from is not None and made_from != current
 
-    def _detection(self, chat_id: str, last_break: int, state: Any) -> dict[str, Any] | None:
-        memory = self.library.store.memory
+    def _detection(
+        self, db: Database, chat_id: str, last_break: int, state: MemoryState
+    ) -> Payload | None:
+        memory = db.memory
         s = self.settings
-        running = self.library.store.jobs.list(chat_id, ("running",))
-        if any(j.operation == "detect_scene_break" for j in running):
+        running = db.jobs.list(chat_id, ("running",))
+        if any(j.operation == Operation.DETECT_SCENE_BREAK for j in running):
             return None  # its answer decides where the next check starts
         checked = memory.position_of(state.checked_uid)
         start = last_break + 1
@@ -311,19 +328,16 @@ class MemoryEngine:
         if window is None:
             return None
         uid = {r.position: r.uid for r in records}
-        return {
-            "shown": [uid[p] for p in window.shown],
-            "choosable": [uid[p] for p in window.choosable],
-            "minimum": window.minimum,
-        }
+        shown_uids: list[JSONValue] = [uid[p] for p in window.shown]
+        choosable: list[JSONValue] = [uid[p] for p in window.choosable]
+        return {"shown": shown_uids, "choosable": choosable, "minimum": window.minimum}
 
     def _message_batches(
-        self, chat_id: str, backfill: bool
-    ) -> list[tuple[str, str, dict[str, Any]]]:
-        store = self.library.store
-        memory = store.memory
-        covered = self.covered_through(chat_id)
-        chat = store.chat(chat_id)
+        self, db: Database, chat_id: str, backfill: bool
+    ) -> list[tuple[Operation, str, Payload]]:
+        memory = db.memory
+        covered = covered_through(db, chat_id)
+        chat = db.chat(chat_id)
         total = chat.messages if chat is not None else 0
         start = covered + 1
         if not backfill:
@@ -332,14 +346,20 @@ class MemoryEngine:
         excluded = memory.excluded(chat_id)
         live = [
             job
-            for job in store.jobs.list(chat_id, ("queued", "running"))
-            if job.operation == "message_recap"
+            for job in db.jobs.list(chat_id, ("queued", "running"))
+            if job.operation == Operation.MESSAGE_RECAP
         ]
-        in_flight = {int(item[0]) for job in live for item in job.payload["items"]}
+        in_flight = {
+            as_int(as_list(item, "item")[0], "uid")
+            for job in live
+            for item in as_list(job.payload.get("items"), "items")
+        }
         # Queued batches are stamped again: messages the running recap now covers leave
         # them (and an emptied batch is dropped without a call).
-        specs = [("message_recap", j.dedup_key, j.payload) for j in live if j.state == "queued"]
-        pending: list[list[Any]] = []
+        specs = [
+            (Operation.MESSAGE_RECAP, j.dedup_key, j.payload) for j in live if j.state == "queued"
+        ]
+        pending: list[tuple[int, int, str]] = []
         for record in memory.messages_from(chat_id, start):
             if record.uid in in_flight:
                 continue
@@ -351,67 +371,16 @@ class MemoryEngine:
             tokens = self.counter.count(record.message.mes)
             if exclusion(record.message, tokens, self.rules, user_excluded=record.uid in excluded):
                 continue
-            pending.append([record.uid, swipe, source])
+            pending.append((record.uid, swipe, source))
         size = self.settings.message_recap_batch_size
         batches = [pending[i : i + size] for i in range(0, len(pending), size)]
         if batches and len(batches[-1]) < size and not backfill:
             batches.pop()  # a partial batch waits for more messages
-        return specs + [
-            ("message_recap", f"message_recap:{chat_id}:{batch[0][0]}", {"items": batch})
-            for batch in batches
-        ]
+        for batch in batches:
+            items: list[JSONValue] = [[uid, swipe, source] for uid, swipe, source in batch]
+            key = job_key(Operation.MESSAGE_RECAP, chat_id, batch[0][0])
+            specs.append((Operation.MESSAGE_RECAP, key, {"items": items}))
+        return specs
 
-    def _prune(self, chat_id: str) -> None:
-        """Drop running recap versions whose scene went (deleted, hidden, no recap), with
-        every later version, which was built on them."""
-        memory = self.library.store.memory
-        valid = {b.uid for b in memory.breaks(chat_id) if b.visible and b.current is not None}
-        versions = memory.running_recaps(chat_id)
-        for i, version in enumerate(versions):
-            if version.new_scene_uid is not None and version.new_scene_uid not in valid:
-                memory.drop_running(chat_id, [v.version for v in versions[i:]])
-                return
-
-    def running_before(self, chat_id: str, position: int | None) -> RunningRecap | None:
-        """The newest running recap version covering only scenes before `position` (None:
-        the newest of all)."""
-        memory = self.library.store.memory
-        best: tuple[int, int] | None = None
-        found: RunningRecap | None = None
-        for version in memory.running_recaps(chat_id):
-            at = memory.position_of(version.new_scene_uid) if version.new_scene_uid else -1
-            if at is None or (position is not None and at >= position):
-                continue
-            key = (at, version.version)
-            if best is None or key > best:
-                best, found = key, version
-        return found
-
-    def covered_through(self, chat_id: str) -> int:
-        """The newest position the newest running recap covers (-1: none)."""
-        latest = self.running_before(chat_id, None)
-        at = self.library.store.memory.position_of(latest.new_scene_uid) if latest else None
-        return -1 if at is None else at
-
-    def drop_running_from(self, chat_id: str, position: int) -> None:
-        memory = self.library.store.memory
-        stale = []
-        for version in memory.running_recaps(chat_id):
-            at = memory.position_of(version.new_scene_uid) if version.new_scene_uid else -1
-            if at is None or at >= position:
-                stale.append(version.version)
-        if stale:
-            memory.drop_running(chat_id, stale)
-
-    def names(self, chat_id: str) -> dict[str, str]:
-        """`{{char}}` and `{{user}}` for a chat's prompts."""
-        store = self.library.store
-        chat = store.chat(chat_id)
-        if chat is None:
-            return {"char": "", "user": ""}
-        _, visible = store.tail(chat_id, 20)
-        user = next((m.message.name for m in reversed(visible) if m.message.is_user), "")
-        return {"char": chat.display_name, "user": user or self.library.persona(chat.user)}
-
-    def view(self, chat_id: str, since: int | None = None) -> MemoryView:
-        return build_view(self, chat_id, since)
+    def view(self, db: Database, chat_id: str, since: int | None = None) -> MemoryView:
+        return build_view(db, self.view_inputs, chat_id, self.views.get(chat_id), since)

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Protocol
 
+from proxy.core.jsontypes import JSONValue, as_int, as_list
 from proxy.core.recaps import numbered, read_message_recaps
 from proxy.core.replies import ReplyError, read_reply
 from proxy.core.scenes import (
@@ -26,64 +27,102 @@ from proxy.core.scenes import (
     scene_text,
     shown,
 )
-from proxy.jobs import JobFailure, Refused
-from proxy.sillytavern.chatfile import text_hash
-from proxy.store.jobs import Job
+from proxy.errors import JobFailure, Refused
+from proxy.memory.chatinfo import PersonaLookup, chat_names, swipe_of
+from proxy.memory.jobs import Apply, Handler
+from proxy.memory.llm import Answer
+from proxy.memory.operations import Operation
+from proxy.memory.prompts import Prompts
+from proxy.memory.running import covered_through, drop_running_from, running_before
+from proxy.memory.settings import MemorySettings
+from proxy.sillytavern.chatfile import STMessage, text_hash
+from proxy.store import Database, Store
+from proxy.store.jobs import Job, Payload
+from proxy.store.memory import RunningRecap, SceneBreak, SceneRecap
 from proxy.store.records import MessageRecord
 
-if TYPE_CHECKING:
-    from proxy.memory.engine import MemoryEngine
-
 log = logging.getLogger(__name__)
+
+
+class Completer(Protocol):
+    """The LLM client, as the handlers use it."""
+
+    async def complete(
+        self, operation: Operation, chat_id: str, messages: Sequence[Mapping[str, str]]
+    ) -> Answer: ...
+
+
+class LoreSource(Protocol):
+    """The lorebook snapshots, as a scene recap reads them."""
+
+    async def active_lore(self, chat_id: str, first: int, last: int) -> str: ...
+
+
+@dataclass(frozen=True, slots=True)
+class HandlerContext:
+    """Everything the handlers use, and nothing more."""
+
+    store: Store
+    llm: Completer
+    prompts: Prompts
+    settings: MemorySettings
+    clock: Callable[[], float]
+    persona: PersonaLookup
+    lore: LoreSource | None = None
 
 
 def digest(*parts: object) -> str:
     return hashlib.sha1(repr(parts).encode(), usedforsecurity=False).hexdigest()[:20]
 
 
-def swipe_of(record: MessageRecord) -> int:
-    return record.message.swipe_id or 0
-
-
-def _gone() -> None:
+def _gone(db: Database) -> None:
     raise Refused("its input is gone")
 
 
-class _Base:
-    operation = ""
+def _uids(value: JSONValue, what: str) -> list[int]:
+    return [as_int(item, what) for item in as_list(value, what)]
 
-    def __init__(self, engine: MemoryEngine) -> None:
-        self.engine = engine
 
-    @property
-    def store(self) -> Any:
-        return self.engine.library.store
+class OperationHandler(Handler):
+    operation: Operation
 
-    def still_current(self, job: Job) -> bool:
-        return self.input_hash(job.chat_id, job.payload) == job.input_hash
+    def __init__(self, context: HandlerContext) -> None:
+        self.context = context
 
-    def input_hash(self, chat_id: str, payload: dict[str, Any]) -> str | None:
+    def still_current(self, db: Database, job: Job) -> bool:
+        return self.input_hash(db, job.chat_id, job.payload) == job.input_hash
+
+    def input_hash(self, db: Database, chat_id: str, payload: Payload) -> str | None:
+        """What the job's input is now (None: gone); store thread."""
         raise NotImplementedError
 
-    async def run(self, job: Job) -> Callable[[], None]:
+    async def run(self, job: Job) -> Apply:
         raise NotImplementedError
+
+    def names(self, db: Database, chat_id: str) -> dict[str, str]:
+        return chat_names(db, chat_id, self.context.persona)
 
     async def ask(self, job: Job, values: dict[str, str]) -> tuple[str, str]:
         """(answer text, model reasoning) for this job's prompt."""
-        messages = self.engine.prompts.messages(self.operation, values)
-        answer = await self.engine.llm.complete(self.operation, job.chat_id, messages)
+        messages = self.context.prompts.messages(self.operation, values)
+        answer = await self.context.llm.complete(self.operation, job.chat_id, messages)
         return answer.text, answer.reasoning
 
 
-class MessageRecapHandler(_Base):
-    operation = "message_recap"
+class MessageRecapHandler(OperationHandler):
+    operation = Operation.MESSAGE_RECAP
 
-    def _items(self, chat_id: str, payload: dict[str, Any]) -> list[tuple[MessageRecord, int, str]]:
+    def _items(
+        self, db: Database, chat_id: str, payload: Payload
+    ) -> list[tuple[MessageRecord, int, str]]:
         """The batch's messages that still need this recap: still there, unchanged, and
         not yet covered by the running recap (which makes their recaps useless)."""
-        items = [(int(u), int(s), str(h)) for u, s, h in payload["items"]]
-        found = self.store.memory.messages_by_uid(u for u, _, _ in items)
-        covered = self.engine.covered_through(chat_id)
+        items = []
+        for item in as_list(payload.get("items"), "items"):
+            uid, swipe, source = as_list(item, "item")
+            items.append((as_int(uid, "uid"), as_int(swipe, "swipe"), str(source)))
+        found = db.memory.messages_by_uid(u for u, _, _ in items)
+        covered = covered_through(db, chat_id)
         return [
             (found[u], s, h)
             for u, s, h in items
@@ -93,28 +132,29 @@ class MessageRecapHandler(_Base):
             and text_hash(found[u].message.mes) == h
         ]
 
-    def input_hash(self, chat_id: str, payload: dict[str, Any]) -> str | None:
-        live = [(r.uid, s, h) for r, s, h in self._items(chat_id, payload)]
+    def input_hash(self, db: Database, chat_id: str, payload: Payload) -> str | None:
+        live = [(r.uid, s, h) for r, s, h in self._items(db, chat_id, payload)]
         return digest(live) if live else None
 
-    async def run(self, job: Job) -> Callable[[], None]:
-        items = await self.engine.library.run(lambda: self._items(job.chat_id, job.payload))
+    async def run(self, job: Job) -> Apply:
+        items, names = await self.context.store.call(
+            lambda db: (self._items(db, job.chat_id, job.payload), self.names(db, job.chat_id))
+        )
         if not items:
             return _gone
-        names = await self.engine.library.run(lambda: self.engine.names(job.chat_id))
         by_position = {r.position: (r, s, h) for r, s, h in items}
         values = {"messages": numbered((r.position, r.message) for r, _, _ in items), **names}
         text, reasoning = await self.ask(job, values)
         try:
             found, reasoning = read_message_recaps(text, by_position.keys())
         except ReplyError as exc:
-            raise JobFailure(f"message_recap: {exc}") from None
+            raise JobFailure(f"{self.operation}: {exc}") from None
 
-        def apply() -> None:
-            now = self.engine.clock()
+        def apply(db: Database) -> None:
+            now = self.context.clock()
             for position, recap in found.items():
                 record, swipe, source = by_position[position]
-                self.store.memory.put_message_recap(
+                db.memory.put_message_recap(
                     job.chat_id, record.uid, swipe, source, recap, now, reasoning=reasoning
                 )
 
@@ -125,23 +165,23 @@ class MessageRecapHandler(_Base):
 class _Detection:
     window: Window
     uids: dict[int, int]  # position -> uid
-    messages: dict[int, Any]
+    messages: dict[int, STMessage]
 
 
-class DetectHandler(_Base):
-    operation = "detect_scene_break"
+class DetectHandler(OperationHandler):
+    operation = Operation.DETECT_SCENE_BREAK
 
-    def _window(self, payload: dict[str, Any]) -> _Detection | None:
-        shown_uids = [int(u) for u in payload["shown"]]
-        choosable_uids = {int(u) for u in payload["choosable"]}
-        found = self.store.memory.messages_by_uid(shown_uids)
+    def _window(self, db: Database, payload: Payload) -> _Detection | None:
+        shown_uids = _uids(payload.get("shown"), "shown")
+        choosable_uids = set(_uids(payload.get("choosable"), "choosable"))
+        found = db.memory.messages_by_uid(shown_uids)
         if len(found) != len(shown_uids):
             return None
         records = sorted(found.values(), key=lambda r: r.position)
         window = Window(
             shown=tuple(r.position for r in records),
             choosable=tuple(r.position for r in records if r.uid in choosable_uids),
-            minimum=int(payload["minimum"]),
+            minimum=as_int(payload.get("minimum"), "minimum"),
         )
         return _Detection(
             window,
@@ -149,19 +189,20 @@ class DetectHandler(_Base):
             {r.position: r.message for r in records},
         )
 
-    def input_hash(self, chat_id: str, payload: dict[str, Any]) -> str | None:
-        found = self._window(payload)
+    def input_hash(self, db: Database, chat_id: str, payload: Payload) -> str | None:
+        found = self._window(db, payload)
         if found is None or not found.window.choosable:
             return None
         texts = [text_hash(found.messages[p].mes) for p in found.window.shown]
         return digest(found.window.shown, found.window.choosable, texts)
 
-    async def run(self, job: Job) -> Callable[[], None]:
-        found = await self.engine.library.run(lambda: self._window(job.payload))
+    async def run(self, job: Job) -> Apply:
+        found, names = await self.context.store.call(
+            lambda db: (self._window(db, job.payload), self.names(db, job.chat_id))
+        )
         if found is None or not found.window.choosable:
             return _gone
         window = found.window
-        names = await self.engine.library.run(lambda: self.engine.names(job.chat_id))
         values = {
             "messages": detection_messages(window, found.messages),
             "earliest_allowed_break": str(window.first),
@@ -169,11 +210,11 @@ class DetectHandler(_Base):
             "minimum_scene_length": str(window.minimum),
             **names,
         }
-        conversation = self.engine.prompts.messages(self.operation, values)
+        conversation = self.context.prompts.messages(self.operation, values)
         position: int | None = None
         rationale = ""
-        for attempt in range(self.engine.settings.scene_break_retries + 1):
-            answer = await self.engine.llm.complete(self.operation, job.chat_id, conversation)
+        for attempt in range(self.context.settings.scene_break_retries + 1):
+            answer = await self.context.llm.complete(self.operation, job.chat_id, conversation)
             try:
                 position, rationale, _ = read_break(answer.text, window)
                 break
@@ -194,9 +235,9 @@ class DetectHandler(_Base):
         chosen = None if position is None else found.uids[position]
         last = found.uids[window.last]
 
-        def apply() -> None:
-            now = self.engine.clock()
-            memory = self.store.memory
+        def apply(db: Database) -> None:
+            now = self.context.clock()
+            memory = db.memory
             if chosen is not None:
                 memory.set_break(job.chat_id, chosen, "auto", now, rationale)
                 memory.set_state(job.chat_id, checked_uid=chosen)
@@ -207,18 +248,23 @@ class DetectHandler(_Base):
         return apply
 
 
-class SceneRecapHandler(_Base):
-    operation = "scene_recap"
+_SceneInput = tuple[list[MessageRecord], SceneBreak | None, str, dict[str, str]]
 
-    def _scene(self, chat_id: str, payload: dict[str, Any]) -> tuple[list[MessageRecord], Any]:
+
+class SceneRecapHandler(OperationHandler):
+    operation = Operation.SCENE_RECAP
+
+    def _scene(
+        self, db: Database, chat_id: str, payload: Payload
+    ) -> tuple[list[MessageRecord], SceneBreak | None]:
         """The scene's messages (as the recap reads them) and its break, or ([], None)."""
-        memory = self.store.memory
-        scene = memory.scene_break(int(payload["break"]))
+        memory = db.memory
+        scene = memory.scene_break(as_int(payload.get("break"), "break"))
         if scene is None or not scene.visible:
             return [], None
         earlier = [b for b in memory.breaks(chat_id) if b.visible and b.position < scene.position]
         first = earlier[-1].position + 1 if earlier else 0
-        which = self.engine.settings.scene_recap_message_types
+        which = self.context.settings.scene_recap_message_types
         records = [
             r
             for r in memory.messages_from(chat_id, first)
@@ -226,25 +272,25 @@ class SceneRecapHandler(_Base):
         ]
         return records, scene
 
-    def input_hash(self, chat_id: str, payload: dict[str, Any]) -> str | None:
-        records, scene = self._scene(chat_id, payload)
+    def input_hash(self, db: Database, chat_id: str, payload: Payload) -> str | None:
+        records, scene = self._scene(db, chat_id, payload)
         if scene is None or not records:
             return None
         return digest(scene.uid, [(r.uid, text_hash(r.message.mes)) for r in records])
 
-    async def run(self, job: Job) -> Callable[[], None]:
-        def gather() -> tuple[list[MessageRecord], Any, str, dict[str, str]]:
-            records, scene = self._scene(job.chat_id, job.payload)
-            base = self.engine.running_before(job.chat_id, scene.position) if scene else None
-            return records, scene, base.content if base else "", self.engine.names(job.chat_id)
+    async def run(self, job: Job) -> Apply:
+        def gather(db: Database) -> _SceneInput:
+            records, scene = self._scene(db, job.chat_id, job.payload)
+            base = running_before(db, job.chat_id, scene.position) if scene else None
+            return records, scene, base.content if base else "", self.names(db, job.chat_id)
 
-        records, scene, running, names = await self.engine.library.run(gather)
+        records, scene, running, names = await self.context.store.call(gather)
         if scene is None or not records:
             return _gone
         first, last = records[0].position, scene.position
         lore = ""
-        if self.engine.lore is not None:
-            lore = await self.engine.lore.active_lore(job.chat_id, first, last)
+        if self.context.lore is not None:
+            lore = await self.context.lore.active_lore(job.chat_id, first, last)
         values = {
             "scene_messages": scene_text([r.message for r in records]),
             "running_recap": running,
@@ -255,61 +301,63 @@ class SceneRecapHandler(_Base):
         try:
             answer, reasoning = read_reply(text, SceneAnswer)
         except ReplyError as exc:
-            raise JobFailure(f"scene_recap: {exc}") from None
+            raise JobFailure(f"{self.operation}: {exc}") from None
         name = scene_name(
             answer.scene_name,
             first,
             last,
-            append_range=self.engine.settings.scene_name_append_range,
+            append_range=self.context.settings.scene_name_append_range,
         )
+        uid, position = scene.uid, scene.position
 
-        def apply() -> None:
-            memory = self.store.memory
-            now = self.engine.clock()
+        def apply(db: Database) -> None:
+            memory = db.memory
             version = memory.add_scene_recap(
                 job.chat_id,
-                scene.uid,
+                uid,
                 answer.recap,
-                now,
+                self.context.clock(),
                 scene_name=name,
                 source="llm",
                 reasoning=reasoning or None,
                 input_hash=job.input_hash,
             )
             log.info("%s: scene %d-%d recapped (version %d)", job.chat_id, first, last, version)
-            current = memory.scene_break(scene.uid)
+            current = memory.scene_break(uid)
             if current is not None and not current.name_edited:
-                memory.update_break(scene.uid, name=name)
+                memory.update_break(uid, name=name)
             # A new recap of a scene already folded in makes the running recap from it on
             # out of date: those versions go, and the scene is folded in again.
-            self.engine.drop_running_from(job.chat_id, scene.position)
+            drop_running_from(db, job.chat_id, position)
 
         return apply
 
 
-class RunningRecapHandler(_Base):
-    operation = "running_recap"
+_RunningInput = tuple[SceneBreak | None, SceneRecap | None, RunningRecap | None]
 
-    def _input(self, chat_id: str, payload: dict[str, Any]) -> tuple[Any, Any, Any]:
-        memory = self.store.memory
-        scene = memory.scene_break(int(payload["scene"]))
+
+class RunningRecapHandler(OperationHandler):
+    operation = Operation.RUNNING_RECAP
+
+    def _input(self, db: Database, chat_id: str, payload: Payload) -> _RunningInput:
+        memory = db.memory
+        scene = memory.scene_break(as_int(payload.get("scene"), "scene"))
         if scene is None or not scene.visible:
             return None, None, None
         recap = memory.current_scene_recap(scene)
-        base = self.engine.running_before(chat_id, scene.position)
+        base = running_before(db, chat_id, scene.position)
         return scene, recap, base
 
-    def input_hash(self, chat_id: str, payload: dict[str, Any]) -> str | None:
-        scene, recap, base = self._input(chat_id, payload)
+    def input_hash(self, db: Database, chat_id: str, payload: Payload) -> str | None:
+        scene, recap, base = self._input(db, chat_id, payload)
         if scene is None or recap is None:
             return None
         return digest(scene.uid, recap.version, base.version if base else None)
 
-    async def run(self, job: Job) -> Callable[[], None]:
-        def gather() -> tuple[Any, Any, Any, dict[str, str]]:
-            return (*self._input(job.chat_id, job.payload), self.engine.names(job.chat_id))
-
-        scene, recap, base, names = await self.engine.library.run(gather)
+    async def run(self, job: Job) -> Apply:
+        (scene, recap, base), names = await self.context.store.call(
+            lambda db: (self._input(db, job.chat_id, job.payload), self.names(db, job.chat_id))
+        )
         if scene is None or recap is None:
             return _gone
         values = {
@@ -322,21 +370,22 @@ class RunningRecapHandler(_Base):
         try:
             answer, reasoning = read_reply(text, RunningAnswer)
         except ReplyError as exc:
-            raise JobFailure(f"running_recap: {exc}") from None
+            raise JobFailure(f"{self.operation}: {exc}") from None
+        uid = scene.uid
 
-        def apply() -> None:
-            memory = self.store.memory
-            folded = any(v.new_scene_uid == scene.uid for v in memory.running_recaps(job.chat_id))
+        def apply(db: Database) -> None:
+            memory = db.memory
+            folded = any(v.new_scene_uid == uid for v in memory.running_recaps(job.chat_id))
             if folded and not job.payload.get("again"):
                 return  # already folded in (a retry after a crash): never twice
             count = (base.scene_count if base else 0) + 1
             version = memory.add_running(
                 job.chat_id,
                 answer.recap,
-                self.engine.clock(),
+                self.context.clock(),
                 scene_count=count,
                 prev_scene_uid=base.new_scene_uid if base else None,
-                new_scene_uid=scene.uid,
+                new_scene_uid=uid,
                 source="llm",
                 reasoning=reasoning or None,
             )
@@ -345,13 +394,13 @@ class RunningRecapHandler(_Base):
         return apply
 
 
-def handlers(engine: MemoryEngine) -> dict[str, _Base]:
+def handlers(context: HandlerContext) -> dict[Operation, OperationHandler]:
     return {
         h.operation: h
         for h in (
-            MessageRecapHandler(engine),
-            DetectHandler(engine),
-            SceneRecapHandler(engine),
-            RunningRecapHandler(engine),
+            MessageRecapHandler(context),
+            DetectHandler(context),
+            SceneRecapHandler(context),
+            RunningRecapHandler(context),
         )
     }

@@ -12,35 +12,28 @@ import logging
 from collections.abc import Mapping
 from pathlib import Path
 
-import platformdirs
-
 from proxy.core.render import Template
-from proxy.injection import bundled_template
-from proxy.memory.settings import OPERATIONS, MemorySettings
-from proxy.settings import APP_NAME
+from proxy.memory.operations import OPERATIONS, Operation
+from proxy.memory.settings import MemorySettings
+from proxy.template_files import bundled_template, user_templates_dir
 
 log = logging.getLogger(__name__)
-
-
-def templates_dir(settings: MemorySettings) -> Path:
-    """Where the user's prompt overrides live."""
-    if settings.templates_dir is not None:
-        return settings.templates_dir
-    return Path(platformdirs.user_config_dir(APP_NAME, appauthor=False)) / "templates"
 
 
 class Prompts:
     """The four operation templates, rendered into chat messages."""
 
-    def __init__(self, templates: Mapping[str, Template], sources: Mapping[str, Path]) -> None:
+    def __init__(
+        self, templates: Mapping[Operation, Template], sources: Mapping[Operation, Path]
+    ) -> None:
         self.templates = dict(templates)
         self.sources = dict(sources)
 
     @classmethod
     def load(cls, settings: MemorySettings) -> Prompts:
-        folder = templates_dir(settings)
-        templates: dict[str, Template] = {}
-        sources: dict[str, Path] = {}
+        folder = user_templates_dir(settings.templates_dir)
+        templates: dict[Operation, Template] = {}
+        sources: dict[Operation, Path] = {}
         for operation in OPERATIONS:
             name = f"{operation}.md"
             path = folder / name
@@ -57,6 +50,6 @@ class Prompts:
             sources[operation] = bundled
         return cls(templates, sources)
 
-    def messages(self, operation: str, values: Mapping[str, str]) -> list[dict[str, str]]:
+    def messages(self, operation: Operation, values: Mapping[str, str]) -> list[dict[str, str]]:
         text = self.templates[operation].render(values).text
         return [{"role": "user", "content": text}]

@@ -1,24 +1,13 @@
-"""`[memory]`: how the memory is written (the LLM, recaps, scenes, trimming).
-
-Also the two building blocks every settings section uses, kept here so that
-`proxy.settings` can import this module without a cycle.
-"""
+"""`[memory]`: how the memory is written (the LLM, recaps, scenes, trimming)."""
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Annotated, Literal
+from typing import Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, SecretStr, field_validator
+from pydantic import Field, SecretStr, field_validator
 
-OPERATIONS = ("message_recap", "detect_scene_break", "scene_recap", "running_recap")
-
-# A path from the user: `~` means their home, wherever it is written.
-UserPath = Annotated[Path, AfterValidator(Path.expanduser)]
-
-
-class Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_default=True)
+from proxy.memory.operations import Operation
+from proxy.settings.base import Section, UserPath
 
 
 class LLMOverride(Section):
@@ -68,9 +57,10 @@ class LLMSettings(Section):
     @field_validator("operations")
     @classmethod
     def _known_operations(cls, value: dict[str, LLMOverride]) -> dict[str, LLMOverride]:
-        unknown = sorted(set(value) - set(OPERATIONS))
+        known = [o.value for o in Operation]
+        unknown = sorted(set(value) - set(known))
         if unknown:
-            raise ValueError(f"unknown operation(s) {unknown}; expected some of {OPERATIONS}")
+            raise ValueError(f"unknown operation(s) {unknown}; expected some of {known}")
         return value
 
 

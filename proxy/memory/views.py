@@ -7,17 +7,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from proxy.core.identify import Identification, index_message
 from proxy.core.models import ChatMessage
 from proxy.core.recaps import Candidate, budget_tokens, render_recaps, select_recaps
+from proxy.core.tokens import TokenCounter
 from proxy.core.trim import Covered, droppable, trim_cutoff
-from proxy.memory.handlers import swipe_of
+from proxy.memory.chatinfo import PersonaLookup, chat_names, swipe_of
+from proxy.memory.settings import MemorySettings
 from proxy.sillytavern.chatfile import text_hash
-
-if TYPE_CHECKING:
-    from proxy.memory.engine import MemoryEngine
+from proxy.store import Database
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,22 +38,22 @@ class RequestMemory:
 
 
 def request_memory(
-    engine: MemoryEngine,
+    view: MemoryView | None,
+    settings: MemorySettings,
     ident: Identification,
     messages: Sequence[ChatMessage],
     history: Sequence[int],
     model: str | None,
 ) -> RequestMemory:
     """The macro values and the request indices to leave out, for one request."""
-    view = engine.views.get(ident.chat_id)
     if view is None:
         return RequestMemory({}, ())
     present_from = _present_from(ident, history)
     candidates = [c for c in view.recaps if present_from is None or c.position < present_from]
     budget = budget_tokens(
-        engine.settings.message_recap_context_limit,
-        engine.settings.message_recap_context_type,
-        engine.settings.context_for(model),
+        settings.message_recap_context_limit,
+        settings.message_recap_context_type,
+        settings.context_for(model),
     )
     values = {
         "running_recap": view.running,
@@ -67,19 +66,33 @@ def request_memory(
     return RequestMemory(values, tuple(drop))
 
 
-def build_view(engine: MemoryEngine, chat_id: str, since: int | None = None) -> MemoryView:
-    """A chat's view, rebuilt after planning (store thread)."""
-    store = engine.library.store
-    memory = store.memory
+@dataclass(frozen=True, slots=True)
+class ViewInputs:
+    """What building a view needs besides the store."""
+
+    settings: MemorySettings
+    counter: TokenCounter
+    persona: PersonaLookup
+
+
+def build_view(
+    db: Database,
+    inputs: ViewInputs,
+    chat_id: str,
+    old: MemoryView | None,
+    since: int | None = None,
+) -> MemoryView:
+    """A chat's view, rebuilt after planning (store thread). `old` is the view it
+    replaces: its covered fingerprints are kept when nothing before the cutoff changed."""
+    memory = db.memory
     current = memory.current_running(chat_id)
     through = memory.position_of(current.new_scene_uid) if current else None
     breaks = [b.position for b in memory.breaks(chat_id) if b.visible]
-    cutoff = trim_cutoff(breaks, through, engine.settings.auto_hide_scene_count)
-    old = engine.views.get(chat_id)
+    cutoff = trim_cutoff(breaks, through, inputs.settings.auto_hide_scene_count)
     if old is not None and old.cutoff == cutoff and (since is None or since > (cutoff or -1)):
         covered = old.covered
     else:
-        covered = _covered(engine, chat_id, cutoff)
+        covered = _covered(db, inputs, chat_id, cutoff)
     recaps: list[Candidate] = []
     stored = memory.message_recaps(chat_id)
     if stored:
@@ -90,7 +103,7 @@ def build_view(engine: MemoryEngine, chat_id: str, since: int | None = None) -> 
                 continue
             if done.edited or done.source_hash == text_hash(record.message.mes):
                 recaps.append(
-                    Candidate(record.position, engine.counter.count(done.recap), done.recap)
+                    Candidate(record.position, inputs.counter.count(done.recap), done.recap)
                 )
     return MemoryView(
         running=current.content if current else "",
@@ -102,13 +115,12 @@ def build_view(engine: MemoryEngine, chat_id: str, since: int | None = None) -> 
     )
 
 
-def _covered(engine: MemoryEngine, chat_id: str, cutoff: int | None) -> Covered:
+def _covered(db: Database, inputs: ViewInputs, chat_id: str, cutoff: int | None) -> Covered:
     if cutoff is None:
         return Covered(())
-    store = engine.library.store
-    chat = store.chat(chat_id)
-    names = engine.names(chat_id)
-    visible = store.memory.visible_through(chat_id, cutoff)
+    chat = db.chat(chat_id)
+    names = chat_names(db, chat_id, inputs.persona)
+    visible = db.memory.visible_through(chat_id, cutoff)
     char = chat.character if chat and chat.character else ""
     return Covered.of(
         [

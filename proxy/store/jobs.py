@@ -1,4 +1,4 @@
-"""The job table: the persistent half of the operation queue (see `proxy.jobs`).
+"""The job table: the persistent half of the operation queue (see `proxy.memory.jobs`).
 
 Every method runs on the store's one worker thread. State changes that must not be split
 (apply a result and mark its job done) happen in one transaction.
@@ -7,12 +7,17 @@ Every method runs on the store's one worker thread. State changes that must not 
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, replace
 from typing import Any
 
 import orjson
+
+from proxy.core.jsontypes import JSONObject
+
+# A job's payload: what it is about (uids, not positions), stored as JSON.
+Payload = JSONObject
 
 LIVE = ("queued", "running")
 JOB_COLUMNS = (
@@ -28,7 +33,7 @@ class Job:
     operation: str
     priority: int
     dedup_key: str
-    payload: dict[str, Any]
+    payload: Payload
     input_hash: str
     upstream: str
     state: str
@@ -38,7 +43,7 @@ class Job:
     created: float
     updated: float
 
-    def public(self) -> dict[str, Any]:
+    def public(self) -> JSONObject:
         """The job as the API shows it."""
         return {
             "id": self.id,
@@ -74,7 +79,7 @@ class JobTable:
         operation: str,
         priority: int,
         dedup_key: str,
-        payload: Mapping[str, Any],
+        payload: Payload,
         input_hash: str,
         upstream: str,
         now: float,

@@ -1,24 +1,25 @@
-"""`/recap/api/...`: JSON for users and the dashboard."""
+"""`/recap/api/...`: the chats as the proxy knows them, identification, lore snapshots.
+
+Handlers raise from the error tree (`proxy.errors`); `proxy.web.errors` answers.
+"""
 
 from __future__ import annotations
-
-import json
-from typing import Any
 
 from aiohttp import web
 
 from adapters import ADAPTERS
 from proxy.core.identify import Identification
-from proxy.errors import AdapterError
+from proxy.core.jsontypes import JSONObject
+from proxy.errors import NotFound, RequestError, Unavailable
 from proxy.library import ChatLibrary
-from proxy.sillytavern.chatfile import STMessage
-from proxy.store import ChatRecord
+from proxy.store import Database
+from proxy.store.records import ChatRecord
 from proxy.web.keys import LIBRARY, SETTINGS
 
 SHORT_TEXT = 200
 
 
-def chat_summary(record: ChatRecord) -> dict[str, Any]:
+def chat_summary(record: ChatRecord) -> JSONObject:
     return {
         "id": record.id,
         "user": record.user,
@@ -30,35 +31,28 @@ def chat_summary(record: ChatRecord) -> dict[str, Any]:
     }
 
 
-def _error(cls: type[web.HTTPException], message: str, kind: str) -> web.HTTPException:
-    body = json.dumps({"error": {"message": message, "type": kind, "code": kind}})
-    return cls(text=body, content_type="application/json")
-
-
-def _library(request: web.Request) -> ChatLibrary:
+def library_of(request: web.Request) -> ChatLibrary:
     library = request.app.get(LIBRARY)
     if library is None:
-        raise _error(
-            web.HTTPServiceUnavailable,
+        raise Unavailable(
             "no SillyTavern data folder: set sillytavern.data_dir or start with --st-data",
-            "no_data_folder",
+            code="no_data_folder",
         )
     return library
 
 
 async def list_chats(request: web.Request) -> web.Response:
-    library = _library(request)
-    records = await library.run(library.store.chats)
+    records = await library_of(request).store.chats()
     return web.json_response([chat_summary(r) for r in records])
 
 
 async def get_chat(request: web.Request) -> web.Response:
-    library = _library(request)
+    store = library_of(request).store
     chat_id = request.match_info["chat_id"]
-    record = await library.run(lambda: library.store.chat(chat_id))
+    record = await store.chat(chat_id)
     if record is None or record.deleted:
-        raise _error(web.HTTPNotFound, f"no chat {chat_id!r}", "not_found")
-    messages = await library.run(lambda: library.store.messages(chat_id))
+        raise NotFound(f"no chat {chat_id!r}")
+    messages = await store.messages(chat_id)
     visible = [
         {
             "index": m.position,
@@ -77,19 +71,10 @@ async def get_chat(request: web.Request) -> web.Response:
     return web.json_response({**chat_summary(record), "visible": visible})
 
 
-def _role(message: STMessage) -> str:
-    if message.is_user:
-        return "user"
-    return "system" if message.narrator else "assistant"
-
-
 async def identify_request(request: web.Request) -> web.Response:
-    library = _library(request)
+    library = library_of(request)
     raw = await request.read()
-    try:
-        parsed = ADAPTERS["chat/completions"].parse(raw)
-    except AdapterError as exc:
-        raise _error(web.HTTPBadRequest, str(exc), "bad_request") from None
+    parsed = ADAPTERS["chat/completions"].parse(raw)  # AdapterError: a 400
     markers = request.app[SETTINGS].injection.history_start_markers
     found = await library.identify_request(
         parsed.messages, markers, request.headers.get("X-ST-Chat-Id")
@@ -97,7 +82,7 @@ async def identify_request(request: web.Request) -> web.Response:
     return web.json_response(identification_json(found.identification))
 
 
-def identification_json(ident: Identification | None) -> dict[str, Any]:
+def identification_json(ident: Identification | None) -> JSONObject:
     if ident is None:
         return {"chat": None, "confidence": 0.0, "generation": None, "target_message": None}
     return {
@@ -110,28 +95,24 @@ def identification_json(ident: Identification | None) -> dict[str, Any]:
 
 async def message_lore(request: web.Request) -> web.Response:
     """`{active, inactive}` lorebook entries of a generated message (and swipe)."""
-    library = _library(request)
+    store = library_of(request).store
     chat_id = request.match_info["chat_id"]
     index = int(request.match_info["index"])
     swipe_text = request.query.get("swipe")
     if swipe_text is not None and not swipe_text.isdigit():
-        raise _error(web.HTTPBadRequest, "swipe must be a number", "bad_request")
+        raise RequestError("swipe must be a number")
 
-    def find() -> dict[str, Any] | None:
-        message = library.store.message_at(chat_id, index)
+    def find(db: Database) -> JSONObject | None:
+        message = db.message_at(chat_id, index)
         if message is None:
             return None
         swipe = int(swipe_text) if swipe_text is not None else message.message.swipe_id or 0
-        found = library.store.snapshot_for(message.uid, swipe)
+        found = db.snapshot_for(message.uid, swipe)
         return None if found is None else {"swipe": swipe, **found}
 
-    snapshot = await library.run(find)
+    snapshot = await store.call(find)
     if snapshot is None:
-        raise _error(
-            web.HTTPNotFound,
-            f"no lorebook snapshot for message {index} of {chat_id!r}",
-            "not_found",
-        )
+        raise NotFound(f"no lorebook snapshot for message {index} of {chat_id!r}")
     return web.json_response(snapshot)
 
 

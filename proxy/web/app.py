@@ -6,25 +6,39 @@ import asyncio
 import contextlib
 import logging
 import os
+import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 from aiohttp import web
 
 from proxy.cassette import Recorder
+from proxy.chat.injection import Injector, load_injection_template, policy_from
+from proxy.chat.lore import LoreService
+from proxy.chat.providers import ChatMemory, MemoryProvider, NoMemory
 from proxy.core.tokens import TokenCounter
-from proxy.injection import Injector, load_injection_template, policy_from
 from proxy.library import ChatLibrary
-from proxy.llm import LLMClient
-from proxy.lore import LoreService
+from proxy.memory.actions import MemoryActions
 from proxy.memory.engine import MemoryEngine
-from proxy.providers import ChatMemory, MemoryProvider, NoMemory
+from proxy.memory.llm import LLMClient
 from proxy.settings import Settings
 from proxy.sillytavern.layout import find_data_dir, looks_like_data_dir
+from proxy.store import Store
 from proxy.upstream import Upstream
 from proxy.watcher import Watcher
 from proxy.web.api import add_api_routes
-from proxy.web.keys import ENGINE, INJECTOR, LIBRARY, LORE, RELAY, SETTINGS
+from proxy.web.errors import error_middleware
+from proxy.web.keys import (
+    ACTIONS,
+    ENGINE,
+    INJECTOR,
+    LIBRARY,
+    LORE,
+    QUEUE,
+    RELAY,
+    SETTINGS,
+    STORE,
+)
 from proxy.web.memory_api import add_memory_routes
 from proxy.web.relay import Relay
 from proxy.web.routes import add_routes
@@ -38,44 +52,57 @@ MAX_BODY_BYTES = 256 * 1024 * 1024
 def make_app(
     settings: Settings,
     *,
+    store: Store | None = None,
+    clock: Callable[[], float] | None = None,
     upstream: Upstream | None = None,
     provider: MemoryProvider | None = None,
     recorder: Recorder | None = None,
     counter: TokenCounter | None = None,
-    library: ChatLibrary | None = None,
 ) -> web.Application:
-    """The proxy application. Every owner can be injected (tests pass fakes)."""
-    app = web.Application(client_max_size=MAX_BODY_BYTES)
+    """The proxy application. Every owner can be injected (tests pass fakes): `provider`
+    replaces the memory of ST's chats with a fixed one (no data folder is read)."""
+    app = web.Application(client_max_size=MAX_BODY_BYTES, middlewares=[error_middleware])
+    clock = clock or time.time
     upstream = upstream or Upstream(settings.upstream)
     if recorder is None and settings.server.record_dir is not None:
         recorder = Recorder(settings.server.record_dir)
     relay = Relay(upstream, recorder)
-    if library is None and provider is None:
-        library = library_from(settings)
     counter = counter or TokenCounter()
     policy = policy_from(settings.injection)
-    lore: LoreService | None = None
-    engine: MemoryEngine | None = None
+    data_dir = resolve_data_dir(settings) if provider is None else None
     own_upstream: Upstream | None = None
-    if library is not None:
-        app[LIBRARY] = library
-        lore = app[LORE] = LoreService(library)
-    if provider is None:
-        markers = settings.injection.history_start_markers
-        if library is not None:
-            llm_settings = settings.memory.llm
-            if llm_settings.base_url is not None:
-                own_upstream = Upstream(
-                    settings.upstream.model_copy(update={"base_url": llm_settings.base_url})
-                )
-            llm = LLMClient(llm_settings, upstream, own_upstream)
-            engine = app[ENGINE] = MemoryEngine(
-                library, llm, settings.memory, settings.queue, policy, counter=counter, lore=lore
+    engine: MemoryEngine | None = None
+    library: ChatLibrary | None = None
+    if data_dir is not None:
+        store = store or Store(settings.store.resolved_path(), clock=clock)
+        library = app[LIBRARY] = ChatLibrary(data_dir, store)
+        lore = app[LORE] = LoreService(store, library)
+        llm_settings = settings.memory.llm
+        if llm_settings.base_url is not None:
+            own_upstream = Upstream(
+                settings.upstream.model_copy(update={"base_url": llm_settings.base_url})
             )
-            provider = ChatMemory(library, markers, engine=engine)
-        else:
-            provider = NoMemory()
-    injector = Injector(policy, load_injection_template(settings.injection), provider, counter)
+        llm = LLMClient(llm_settings, upstream, own_upstream)
+        engine = app[ENGINE] = MemoryEngine(
+            store,
+            library,
+            llm,
+            settings.memory,
+            settings.queue,
+            policy,
+            counter=counter,
+            lore=lore,
+            clock=clock,
+        )
+        app[QUEUE] = engine.queue
+        app[ACTIONS] = MemoryActions(store, engine, library)
+        markers = settings.injection.history_start_markers
+        provider = ChatMemory(library, markers, engine=engine)
+    if store is not None:
+        app[STORE] = store
+    injector = Injector(
+        policy, load_injection_template(settings.injection), provider or NoMemory(), counter
+    )
     app[SETTINGS] = settings
     app[RELAY] = relay
     app[INJECTOR] = injector
@@ -95,23 +122,16 @@ def make_app(
 
     app.cleanup_ctx.append(upstream_ctx)
     app.cleanup_ctx.append(tokenizer_ctx)
-    if library is not None:
-        app.cleanup_ctx.append(_library_ctx(library, settings, lore, engine))
+    if store is not None:
+        app.cleanup_ctx.append(_memory_ctx(store, library, settings, engine))
     add_routes(app)
     add_memory_routes(app)  # first: its routes are longer than the plain chat route
     add_api_routes(app)
     return app
 
 
-def library_from(settings: Settings) -> ChatLibrary | None:
-    """The chat library for ST's data folder, or None (logged) when there is none."""
-    data_dir = resolve_data_dir(settings)
-    if data_dir is None:
-        return None
-    return ChatLibrary(data_dir, settings.store.resolved_path())
-
-
 def resolve_data_dir(settings: Settings) -> Path | None:
+    """ST's data folder from the settings or the usual places, or None (logged)."""
     configured = settings.sillytavern.data_dir
     if configured is not None:
         if not configured.is_dir():
@@ -136,50 +156,61 @@ def resolve_data_dir(settings: Settings) -> Path | None:
     return found
 
 
-def _library_ctx(
-    library: ChatLibrary,
+def _memory_ctx(
+    store: Store,
+    library: ChatLibrary | None,
     settings: Settings,
-    lore: LoreService | None,
     engine: MemoryEngine | None,
 ) -> Callable[[web.Application], AsyncIterator[None]]:
+    """The store, then the engine, then indexing and the watch; stopped in reverse, and
+    the store is closed however far the start got."""
+
     async def ctx(app: web.Application) -> AsyncIterator[None]:
-        await library.open()
-        if engine is not None:
-            await engine.__aenter__()
-        watcher = Watcher(
-            library,
-            debounce_ms=settings.sillytavern.debounce_ms,
-            force_polling=settings.sillytavern.force_polling,
-        )
-        if lore is not None:
-            watcher.on_files.append(lore.invalidate)
-
-        async def index_then_watch() -> None:
-            # In the background: the proxy serves at once; identification starts with
-            # whatever is indexed so far. The watch starts first so that no save made
-            # during indexing is missed.
-            if settings.sillytavern.watch:
-                await watcher.__aenter__()
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(watcher.ready.wait(), 5)
-            try:
-                count = await library.index_all()
-                log.info("indexed %d SillyTavern chat(s) in %s", count, library.data_dir)
-            except Exception:
-                log.exception("indexing %s failed", library.data_dir)
-
-        task = asyncio.create_task(index_then_watch(), name="st-initial-index")
-        try:
-            yield
-        finally:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-            await watcher.__aexit__(None, None, None)
+        async with contextlib.AsyncExitStack() as stack:
+            await stack.enter_async_context(store)
             if engine is not None:
-                await engine.__aexit__(None, None, None)
+                await stack.enter_async_context(engine)
+            lore = app.get(LORE)
             if lore is not None:
-                await lore.drain()
-            await asyncio.to_thread(library.close)
+                stack.push_async_callback(lore.drain)
+            if library is not None:
+                await stack.enter_async_context(_watching(library, settings, lore))
+            yield
 
     return ctx
+
+
+@contextlib.asynccontextmanager
+async def _watching(
+    library: ChatLibrary, settings: Settings, lore: LoreService | None
+) -> AsyncIterator[None]:
+    watcher = Watcher(
+        library,
+        debounce_ms=settings.sillytavern.debounce_ms,
+        force_polling=settings.sillytavern.force_polling,
+    )
+    if lore is not None:
+        watcher.on_files.append(lore.invalidate)
+
+    async def index_then_watch() -> None:
+        # In the background: the proxy serves at once; identification starts with
+        # whatever is indexed so far. The watch starts first so that no save made
+        # during indexing is missed.
+        if settings.sillytavern.watch:
+            await watcher.__aenter__()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(watcher.ready.wait(), 5)
+        try:
+            count = await library.index_all()
+            log.info("indexed %d SillyTavern chat(s) in %s", count, library.data_dir)
+        except Exception:
+            log.exception("indexing %s failed", library.data_dir)
+
+    task = asyncio.create_task(index_then_watch(), name="st-initial-index")
+    try:
+        yield
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        await watcher.__aexit__(None, None, None)

@@ -4,16 +4,22 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from proxy.injection import Injector
+from proxy.chat.injection import Injector
+from proxy.chat.lore import LoreService
 from proxy.library import ChatLibrary
-from proxy.lore import LoreService
+from proxy.memory.actions import MemoryActions
 from proxy.memory.engine import MemoryEngine
+from proxy.memory.jobs import JobQueue
 from proxy.settings import Settings
+from proxy.store import Store
 from proxy.web.relay import Relay
 
 SETTINGS = web.AppKey("settings", Settings)
 RELAY = web.AppKey("relay", Relay)
 INJECTOR = web.AppKey("injector", Injector)
+STORE = web.AppKey("store", Store)
 LIBRARY = web.AppKey("library", ChatLibrary)
 LORE = web.AppKey("lore", LoreService)
 ENGINE = web.AppKey("engine", MemoryEngine)
+QUEUE = web.AppKey("queue", JobQueue)
+ACTIONS = web.AppKey("actions", MemoryActions)

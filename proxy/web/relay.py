@@ -1,10 +1,11 @@
 """Relaying one request upstream and its answer back, byte for byte.
 
-The answer is written to the client as it arrives (`iter_any`), never decoded or
-re-chunked. Our own failures before the answer starts become an OpenAI-style JSON error
-(502 unreachable, 504 timeout); after the first byte they can only end the stream, which
-is cut off without its terminating chunk so that the client sees it broke. When the client
-goes away, the handler is cancelled and the upstream connection is closed with it.
+The answer is written to the client as it arrives (`UpstreamResponse.chunks`), never
+decoded or re-chunked. Our own failures before the answer starts become the JSON error of
+`proxy.web.errors` (502 unreachable, 504 timeout); after the first byte they can only end
+the stream, which is cut off without its terminating chunk so that the client sees it
+broke. When the client goes away, the handler is cancelled and the upstream connection is
+closed with it.
 """
 
 from __future__ import annotations
@@ -14,13 +15,14 @@ import logging
 import time
 from collections.abc import Iterable
 
-import aiohttp
 from aiohttp import web
 
 from proxy.cassette import Exchange, Recorder
 from proxy.core.headers import Headers, request_headers, response_headers
-from proxy.errors import UpstreamError, UpstreamTimeout, UpstreamUnreachable
+from proxy.errors import UpstreamError
+from proxy.tasks import TaskSet
 from proxy.upstream import Upstream
+from proxy.web.errors import error_json
 
 log = logging.getLogger(__name__)
 
@@ -31,7 +33,7 @@ class Relay:
     def __init__(self, upstream: Upstream, recorder: Recorder | None = None) -> None:
         self.upstream = upstream
         self.recorder = recorder
-        self._writes: set[asyncio.Task[None]] = set()
+        self._writes = TaskSet()
 
     def start_exchange(self, request: web.Request, body: bytes) -> Exchange | None:
         if self.recorder is None:
@@ -94,33 +96,30 @@ class Relay:
             return error_response(exc, extra)
 
         response = web.StreamResponse(status=upstream.status, reason=upstream.reason)
-        for name, value in response_headers(upstream.headers.items()):
+        for name, value in response_headers(upstream.headers):
             response.headers.add(name, value)
         for name, value in extra:
             response.headers[name] = value
-        if upstream.content_length is not None and "chunked" not in upstream.headers.get(
-            "Transfer-Encoding", ""
-        ):
+        if upstream.content_length is not None:
             response.content_length = upstream.content_length
         if exchange is not None:
             exchange.status, exchange.reason = upstream.status, upstream.reason
-            exchange.response_headers = list(upstream.headers.items())
+            exchange.response_headers = list(upstream.headers)
         complete = False
         try:
             await response.prepare(request)
-            async for chunk in upstream.content.iter_any():
+            async for chunk in upstream.chunks:
                 if exchange is not None:
                     exchange.chunks.append((time.monotonic() - started, chunk))
                 await response.write(chunk)
             await response.write_eof()
             complete = True
         except ConnectionResetError:
-            # Writing to ST failed (aiohttp's reset error is also a ClientError, hence first).
+            # Writing to ST failed.
             log.info("%s %s: client went away", request.method, request.rel_url.raw_path)
             if exchange is not None:
                 exchange.error = "client disconnected"
-        except (TimeoutError, aiohttp.ClientError) as exc:
-            failure = _mid_stream_error(exc)
+        except UpstreamError as failure:
             log.warning(
                 "%s %s: upstream failed after the answer started: %s",
                 request.method,
@@ -147,16 +146,13 @@ class Relay:
         recorder = self.recorder
         if recorder is None:
             return
-        task = asyncio.get_running_loop().create_task(
+        self._writes.spawn(
             asyncio.to_thread(_write_quietly, recorder, exchange), name="record-cassette"
         )
-        self._writes.add(task)
-        task.add_done_callback(self._writes.discard)
 
     async def drain(self) -> None:
         """Wait for cassette writes still under way (at shutdown)."""
-        if self._writes:
-            await asyncio.gather(*self._writes, return_exceptions=True)
+        await self._writes.drain()
 
 
 def _write_quietly(recorder: Recorder, exchange: Exchange) -> None:
@@ -166,15 +162,9 @@ def _write_quietly(recorder: Recorder, exchange: Exchange) -> None:
         log.error("cannot write cassette into %s: %s", recorder.folder, exc)
 
 
-def _mid_stream_error(exc: BaseException) -> UpstreamError:
-    if isinstance(exc, asyncio.TimeoutError | aiohttp.ServerTimeoutError):
-        return UpstreamTimeout(f"upstream stopped sending ({exc!r})", code="upstream_timeout")
-    return UpstreamUnreachable(f"upstream connection broke ({exc!r})", code="upstream_broken")
-
-
 def error_response(exc: UpstreamError, extra: Iterable[tuple[str, str]] = ()) -> web.Response:
-    """Our own failure as the OpenAI-style JSON error that ST shows in a toast."""
-    response = web.json_response(exc.to_openai(), status=exc.status)
+    """Our own failure before the answer started, as the error body ST shows in a toast."""
+    response = error_json(exc)
     for name, value in extra:
         response.headers[name] = value
     return response

@@ -9,7 +9,8 @@ from urllib.parse import quote
 from aiohttp import web
 
 from adapters import ADAPTERS
-from proxy.injection import Injector
+from proxy.chat.injection import Injector
+from proxy.errors import NotFound
 from proxy.web.keys import INJECTOR, LORE, RELAY
 
 log = logging.getLogger(__name__)
@@ -76,17 +77,9 @@ async def handle_root(request: web.Request) -> web.Response:
 
 
 async def handle_unknown(request: web.Request) -> web.Response:
-    return web.json_response(
-        {
-            "error": {
-                "message": f"recap-proxy serves {API_PREFIX}/... (and /recap/...); "
-                f"{request.rel_url.raw_path} is neither. Point SillyTavern at "
-                f"{request.url.origin()}{API_PREFIX}",
-                "type": "not_found",
-                "code": "not_found",
-            }
-        },
-        status=404,
+    raise NotFound(
+        f"recap-proxy serves {API_PREFIX}/... (and /recap/...); {request.rel_url.raw_path} "
+        f"is neither. Point SillyTavern at {request.url.origin()}{API_PREFIX}"
     )
 
 

@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from proxy.memory.prompts import Prompts
-from proxy.memory.settings import OPERATIONS, MemorySettings
+from proxy.memory.operations import OPERATIONS
+from proxy.memory.settings import MemorySettings
 
 
 def test_bundled_prompts_state_their_json() -> None:

@@ -11,7 +11,7 @@ import pytest
 
 from proxy.cassette import decode_body, decode_chunk, load_cassette
 from proxy.core.models import Memory
-from proxy.providers import StaticMemory
+from proxy.chat.providers import StaticMemory
 from proxy.web import make_app
 from proxy.web.keys import RELAY
 from tests.conftest import FakeLLM, ProxyFactory, make_settings

@@ -153,7 +153,7 @@ async def test_depth_counts_the_chat_file_not_st_injections(
 ) -> None:
     library = ChatLibrary(st_data, Store(tmp_path / "s.sqlite3"))
     await library.index_all()
-    from proxy.providers import ChatMemory
+    from proxy.chat.providers import ChatMemory
 
     provider = ChatMemory(
         library,

@@ -10,7 +10,7 @@ import pytest
 
 from adapters.openai_chat import OpenAIChatAdapter
 from proxy.library import ChatLibrary
-from proxy.lore import LoreService
+from proxy.chat.lore import LoreService
 from proxy.store import Store
 from tests.lore_data import entry, glade_content, write_card, write_settings, write_world
 from tests.st_data import CAPTURE, GROUP_ID, MARKERS, SOLO_ID, save_like_st, timeline

@@ -8,29 +8,59 @@ runs without an ST data folder; tests fill the seam with `StaticMemory`.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 from adapters.base import ParsedRequest
-from proxy.core.models import Memory
-
-if TYPE_CHECKING:
-    from proxy.library import ChatLibrary
-    from proxy.memory.engine import MemoryEngine
+from proxy.core.identify import Identification
+from proxy.core.models import ChatMessage, Memory
+from proxy.library import ChatLibrary
 
 CHAT_ID_HEADER = "X-ST-Chat-Id"
-PREVIEW_HEADER = "X-Recap-Preview"  # a preview: shows the memory, starts no upkeep
+
+
+class RequestMemory(Protocol):
+    """What a chat's memory gives one request: macro values, and the request indices
+    the memory covers (left out)."""
+
+    @property
+    def values(self) -> Mapping[str, str]: ...
+
+    @property
+    def drop(self) -> tuple[int, ...]: ...
+
+
+class MemorySource(Protocol):
+    """The memory engine, as the chat path uses it."""
+
+    def touch(self, ident: Identification, headers: Mapping[str, str], model: str | None) -> None:
+        """A request of this chat went through: keep its key and model, start its upkeep."""
+        ...
+
+    def request_memory(
+        self,
+        ident: Identification,
+        messages: Sequence[ChatMessage],
+        history: Sequence[int],
+        model: str | None,
+    ) -> RequestMemory: ...
 
 
 class MemoryProvider(Protocol):
-    async def memory_for(self, parsed: ParsedRequest, headers: Mapping[str, str]) -> Memory | None:
-        """The memory for this request, or None when there is none to insert."""
+    async def memory_for(
+        self, parsed: ParsedRequest, headers: Mapping[str, str], *, preview: bool = False
+    ) -> Memory | None:
+        """The memory for this request, or None when there is none to insert. A preview
+        (asked for by the API, never by a header a client can send) shows the memory and
+        starts no upkeep."""
         ...
 
 
 class NoMemory:
     """No memory yet: every request goes upstream as it came."""
 
-    async def memory_for(self, parsed: ParsedRequest, headers: Mapping[str, str]) -> Memory | None:
+    async def memory_for(
+        self, parsed: ParsedRequest, headers: Mapping[str, str], *, preview: bool = False
+    ) -> Memory | None:
         return None
 
 
@@ -40,7 +70,9 @@ class StaticMemory:
     def __init__(self, memory: Memory) -> None:
         self.memory = memory
 
-    async def memory_for(self, parsed: ParsedRequest, headers: Mapping[str, str]) -> Memory | None:
+    async def memory_for(
+        self, parsed: ParsedRequest, headers: Mapping[str, str], *, preview: bool = False
+    ) -> Memory | None:
         return self.memory
 
 
@@ -57,14 +89,16 @@ class ChatMemory:
         library: ChatLibrary,
         markers: Sequence[str],
         values: Callable[[str], Mapping[str, str]] | None = None,
-        engine: MemoryEngine | None = None,
+        engine: MemorySource | None = None,
     ) -> None:
         self.library = library
         self.markers = tuple(markers)
         self.values = values
         self.engine = engine
 
-    async def memory_for(self, parsed: ParsedRequest, headers: Mapping[str, str]) -> Memory | None:
+    async def memory_for(
+        self, parsed: ParsedRequest, headers: Mapping[str, str], *, preview: bool = False
+    ) -> Memory | None:
         found = await self.library.identify_request(
             parsed.messages, self.markers, headers.get(CHAT_ID_HEADER)
         )
@@ -75,7 +109,7 @@ class ChatMemory:
         values: Mapping[str, str] = self.values(ident.chat_id) if self.values else {}
         drop: tuple[int, ...] = ()
         if self.engine is not None:
-            if PREVIEW_HEADER not in headers:
+            if not preview:
                 self.engine.touch(ident, headers, parsed.model)
             # Every history message of the request, not only the matched newest ones:
             # trimming reaches back to the oldest covered message ST sent.

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from proxy.jobs import JobFailure, JobQueue, Unauthorized
+from proxy.memory.jobs import JobFailure, JobQueue, Unauthorized
 from proxy.library import ChatLibrary
 from proxy.settings import QueueSettings
 from proxy.store import Store

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from proxy.jobs import JobFailure, NoCredentials, Refused, Unauthorized
-from proxy.llm import OPERATION_HEADER, LLMClient
+from proxy.memory.jobs import JobFailure, NoCredentials, Refused, Unauthorized
+from proxy.memory.llm import OPERATION_HEADER, LLMClient
 from proxy.memory.settings import LLMSettings
 from proxy.settings import UpstreamSettings
 from proxy.upstream import Upstream

@@ -9,29 +9,18 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 from adapters import Adapter
+from proxy.chat.providers import MemoryProvider
 from proxy.core.models import ChatMessage, Insertion, Memory
 from proxy.core.plan import InjectionPolicy, plan_insertion
 from proxy.core.render import Template
 from proxy.core.tokens import TokenCounter
 from proxy.errors import TemplateError
-from proxy.providers import MemoryProvider
 from proxy.settings import InjectionSettings
+from proxy.template_files import bundled_template
 
 log = logging.getLogger(__name__)
-
-_PACKAGE_DIR = Path(__file__).resolve().parent
-TEMPLATE_DIRS = (_PACKAGE_DIR / "templates", _PACKAGE_DIR.parent / "templates")
-
-
-def bundled_template(name: str) -> Path:
-    """A file of the bundled `templates/` folder (inside the wheel, or in a checkout)."""
-    for folder in TEMPLATE_DIRS:
-        if (folder / name).is_file():
-            return folder / name
-    raise TemplateError(f"bundled template {name!r} not found in {TEMPLATE_DIRS[0]}")
 
 
 def load_injection_template(settings: InjectionSettings) -> Template:
@@ -87,12 +76,20 @@ class Injector:
         self.counter = counter or TokenCounter()
 
     async def prepare(
-        self, adapter: Adapter, raw: bytes, headers: Mapping[str, str], *, where: str = ""
+        self,
+        adapter: Adapter,
+        raw: bytes,
+        headers: Mapping[str, str],
+        *,
+        where: str = "",
+        preview: bool = False,
     ) -> Outcome:
+        """The body for upstream. `preview`: the API shows what would be sent; the chat's
+        upkeep is not started by it."""
         memory: Memory | None = None
         try:
             parsed = adapter.parse(raw)
-            memory = await self.provider.memory_for(parsed, headers)
+            memory = await self.provider.memory_for(parsed, headers, preview=preview)
             insertion = plan_insertion(
                 parsed.messages, memory, self.policy, self.template, self.counter.count
             )

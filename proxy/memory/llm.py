@@ -18,8 +18,8 @@ from typing import Any
 
 import orjson
 
-from proxy.errors import UpstreamError
-from proxy.jobs import JobFailure, NoCredentials, Refused, Unauthorized
+from proxy.errors import JobFailure, NoCredentials, Refused, Unauthorized, UpstreamError
+from proxy.memory.operations import Operation
 from proxy.memory.settings import LLMSettings
 from proxy.upstream import Upstream
 
@@ -74,18 +74,19 @@ class LLMClient:
         known = self._credentials.get(chat_id)
         return known is not None and known.model is not None
 
-    def endpoint(self, operation: str, chat_id: str) -> tuple[Upstream, dict[str, str], str]:
-        """(upstream, headers, model) for a call; raises `Unauthorized` when nothing says
+    def endpoint(self, operation: Operation, chat_id: str) -> tuple[Upstream, dict[str, str], str]:
+        """(upstream, headers, model) for a call; raises `NoCredentials` when nothing says
         which model or key to use yet (no request of this chat seen since start-up)."""
+        operation = Operation(operation)
         known = self._credentials.get(chat_id, Credentials(None, None))
-        override = self.settings.operations.get(operation)
+        override = self.settings.operations.get(operation.value)
         model = (override.model if override else None) or self.settings.model or known.model
         if model is None:
             raise NoCredentials(
                 "no model for the proxy's own calls yet: set [memory.llm] model, or chat "
                 "once through the proxy so that it can use the chat's own"
             )
-        headers = {"Content-Type": "application/json", OPERATION_HEADER: operation}
+        headers = {"Content-Type": "application/json", OPERATION_HEADER: operation.value}
         if self.own_upstream is not None:
             key = self.settings.api_key
             if key is not None:
@@ -99,13 +100,14 @@ class LLMClient:
 
     async def complete(
         self,
-        operation: str,
+        operation: Operation,
         chat_id: str,
         messages: Sequence[Mapping[str, str]],
     ) -> Answer:
         """One non-streaming completion. Failures raise `JobFailure` (retryable or not)."""
+        operation = Operation(operation)
         upstream, headers, model = self.endpoint(operation, chat_id)
-        override = self.settings.operations.get(operation)
+        override = self.settings.operations.get(operation.value)
         body: dict[str, Any] = {
             "model": model,
             "messages": list(messages),

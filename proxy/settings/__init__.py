@@ -27,9 +27,9 @@ from pydantic import (
 
 from proxy.core.models import Placement, Position, Role
 from proxy.errors import ConfigError
-from proxy.memory.settings import MemorySettings, Section, UserPath
+from proxy.memory.settings import MemorySettings
+from proxy.settings.base import APP_NAME, Section, UserPath
 
-APP_NAME = "recap-proxy"
 ENV_PREFIX = "RECAP_PROXY_"
 ENV_NESTING = "__"
 

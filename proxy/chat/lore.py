@@ -1,7 +1,7 @@
 """Lorebook snapshots for generated messages: which entries each prompt carried.
 
 After a chat request is forwarded, the books that apply to its chat are matched against
-the prompt that was sent, on the library's worker thread, and the snapshot is stored for
+the prompt that was sent, on the store's thread, and the snapshot is stored for
 the message the reply will be (it binds to that message once ST saves it). Books, cards
 and ST's settings are read once and re-read only when the watcher says they changed.
 Nothing here can delay or break a request: every failure is logged and dropped.
@@ -9,7 +9,6 @@ Nothing here can delay or break a request: every failure is logged and dropped.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections import deque
 from collections.abc import Iterable, Sequence
@@ -27,15 +26,19 @@ from proxy.sillytavern.worlds import (
     read_lore_settings,
     read_world,
 )
-from proxy.store import ChatRecord
+from proxy.store import Database, Store
+from proxy.store.records import ChatRecord
+from proxy.tasks import TaskSet
 
 log = logging.getLogger(__name__)
 
 
 class LoreService:
-    """Owns the lorebook caches and writes snapshots through the library's worker."""
+    """Owns the lorebook caches and writes snapshots on the store's thread (every cache
+    here is that thread's alone)."""
 
-    def __init__(self, library: ChatLibrary) -> None:
+    def __init__(self, store: Store, library: ChatLibrary) -> None:
+        self.store = store
         self.library = library
         self._worlds: dict[Path, World | None] = {}
         self._cards: dict[Path, Card | None] = {}
@@ -47,7 +50,7 @@ class LoreService:
         # next reads a cache (every cache here is the worker thread's alone).
         self._changed: deque[Path] = deque()
         self._trackers: dict[str, StickyTracker] = {}
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._tasks = TaskSet()
 
     # -- called by the server --------------------------------------------------------------
 
@@ -58,15 +61,10 @@ class LoreService:
         if ident.target_message is None:
             return  # quiet generations make no message
         texts = [m.text for m in messages]
-        task = asyncio.get_running_loop().create_task(
-            self._record(ident, texts, swipe), name=f"lore-snapshot {ident.chat_id}"
-        )
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        self._tasks.spawn(self._record(ident, texts, swipe), f"lore-snapshot {ident.chat_id}")
 
     async def drain(self) -> None:
-        if self._tasks:
-            await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self._tasks.drain()
 
     def invalidate(self, paths: Iterable[Path]) -> None:
         """Note books, cards and settings that changed on disk (thread-safe)."""
@@ -74,7 +72,7 @@ class LoreService:
 
     async def _record(self, ident: Identification, texts: list[str], swipe: int | None) -> None:
         try:
-            await self.library.run(lambda: self._record_now(ident, texts, swipe))
+            await self.store.call(lambda db: self._record_now(db, ident, texts, swipe))
         except Exception:
             log.exception("lorebook snapshot for %s failed", ident.chat_id)
 
@@ -82,27 +80,28 @@ class LoreService:
         """`{{active_lore}}` for a scene: the entries its messages' prompts carried, with
         their current text, one per line (empty when there are none)."""
 
-        def work() -> str:
-            chat = self.library.store.chat(chat_id)
+        def work(db: Database) -> str:
+            chat = db.chat(chat_id)
             matcher = self.matcher_for(chat) if chat is not None else None
             if matcher is None:
                 return ""
             current = {e.key: e for e in matcher.entries}
             lines = []
-            for item in self.library.store.active_lore(chat_id, first, last):
+            for item in db.active_lore(chat_id, first, last):
                 found = current.get((item["world"], str(item["uid"])))
                 if found is not None:
                     title = found.entry.comment or ", ".join(found.entry.key) or "entry"
                     lines.append(f"- {title}: {found.text}")
             return "\n".join(lines)
 
-        return await self.library.run(work)
+        return await self.store.call(work)
 
     # -- worker-thread side ---------------------------------------------------------------
 
-    def _record_now(self, ident: Identification, texts: list[str], swipe: int | None) -> None:
-        store = self.library.store
-        chat = store.chat(ident.chat_id)
+    def _record_now(
+        self, db: Database, ident: Identification, texts: list[str], swipe: int | None
+    ) -> None:
+        chat = db.chat(ident.chat_id)
         if chat is None or ident.target_message is None:
             return
         matcher = self.matcher_for(chat)
@@ -111,16 +110,17 @@ class LoreService:
         active = matcher.active(normalize("\n".join(texts)))
         tracker = self._trackers.setdefault(chat.id, StickyTracker())
         tracker.advance(ident.target_message)
-        st_sticky = st_sticky_keys(chat.chat_metadata, store.visible_count(chat.id))
+        st_sticky = st_sticky_keys(chat.chat_metadata, db.visible_count(chat.id))
         result = snapshot(matcher.entries, active, tracker, st_sticky)
-        store.add_snapshot(
-            chat.id, ident.target_message, self._swipe(chat, ident, swipe), ident.generation, result
-        )
+        which = self._swipe(db, chat, ident, swipe)
+        db.add_snapshot(chat.id, ident.target_message, which, ident.generation, result)
 
-    def _swipe(self, chat: ChatRecord, ident: Identification, swipe: int | None) -> int:
+    def _swipe(
+        self, db: Database, chat: ChatRecord, ident: Identification, swipe: int | None
+    ) -> int:
         if swipe is not None:
             return swipe
-        target = self.library.store.message_at(chat.id, ident.target_message or 0)
+        target = db.message_at(chat.id, ident.target_message or 0)
         if ident.generation == "swipe" and target is not None:
             return target.message.swipe_count  # the swipe about to be added
         if ident.generation == "continue" and target is not None:
@@ -129,7 +129,7 @@ class LoreService:
 
     def matcher_for(self, chat: ChatRecord) -> LoreMatcher | None:
         """The matcher over every enabled entry of every book that applies to the chat,
-        or None when none does. Worker thread."""
+        or None when none does. Store thread."""
         data_dir = self.library.data_dir
         if data_dir is None:
             return None

@@ -1,0 +1,389 @@
+"""The SQLite connection and its synchronous API: the proxy's own data, never ST's.
+
+Used only on the store's one thread (`proxy.store.Store.call` hands it to functions run
+there). WAL mode, foreign keys on, and versioned migrations applied at open. Messages
+have a stable `uid` that survives deletions before them, edits, swipes, hiding and
+renames of their chat: see `proxy.sillytavern.reconcile`.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from proxy.sillytavern.chatfile import STMessage
+from proxy.sillytavern.reconcile import Event, OldMessage
+from proxy.store.jobs import JobTable
+from proxy.store.memory import MemoryTable
+from proxy.store.records import (
+    CHAT_COLUMNS,
+    MESSAGE_COLUMNS,
+    WRITE_COLUMNS,
+    ChatRecord,
+    MessageRecord,
+    chat_from_row,
+    message_from_row,
+    message_values,
+)
+from proxy.store.schema import DELETED_CHAT_TTL, MIGRATIONS, PENDING_SNAPSHOT_TTL
+
+Clock = Callable[[], float]
+
+
+class Database:
+    """The proxy's SQLite file, for code running on the store's thread."""
+
+    def __init__(self, path: Path | str, clock: Clock) -> None:
+        self.clock = clock
+        if str(path) != ":memory:":
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+        self.path = path
+        self.db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None)
+        self.db.row_factory = sqlite3.Row
+        self.db.execute("PRAGMA journal_mode=WAL")
+        self.db.execute("PRAGMA synchronous=NORMAL")
+        self.db.execute("PRAGMA foreign_keys=ON")
+        # The CLI and a running server may share the file: wait for the other's write.
+        self.db.execute("PRAGMA busy_timeout=5000")
+        self._migrate()
+        self._tx = _Transaction(self.db)
+        self.jobs = JobTable(self.db, self.transaction)
+        self.memory = MemoryTable(self.db, self.transaction)
+
+    def close(self) -> None:
+        self.db.close()
+
+    @property
+    def schema_version(self) -> int:
+        return int(self.db.execute("PRAGMA user_version").fetchone()[0])
+
+    def _migrate(self) -> None:
+        version = self.schema_version
+        if version > len(MIGRATIONS):
+            raise RuntimeError(
+                f"store {self.path} has schema {version}, newer than this recap-proxy "
+                f"({len(MIGRATIONS)}); upgrade recap-proxy"
+            )
+        for number in range(version + 1, len(MIGRATIONS) + 1):
+            # One transaction per migration: the schema and its version move together.
+            self.db.executescript(
+                f"BEGIN;\n{MIGRATIONS[number - 1]}\nPRAGMA user_version={number};\nCOMMIT;"
+            )
+
+    # -- chats ---------------------------------------------------------------------------
+
+    def chat(self, chat_id: str) -> ChatRecord | None:
+        row = self.db.execute(f"SELECT {CHAT_COLUMNS} FROM chats WHERE id=?", (chat_id,))
+        found = row.fetchone()
+        return chat_from_row(found) if found else None
+
+    def chats(self, *, include_deleted: bool = False) -> list[ChatRecord]:
+        where = "" if include_deleted else "WHERE deleted=0"
+        rows = self.db.execute(f"SELECT {CHAT_COLUMNS} FROM chats {where} ORDER BY id")
+        return [chat_from_row(r) for r in rows]
+
+    def deleted_with_integrity(self, integrity: str) -> list[ChatRecord]:
+        rows = self.db.execute(
+            f"SELECT {CHAT_COLUMNS} FROM chats WHERE deleted=1 AND integrity=?", (integrity,)
+        )
+        return [chat_from_row(r) for r in rows]
+
+    def set_enabled(self, chat_id: str, enabled: bool | None) -> None:
+        value = None if enabled is None else int(enabled)
+        self.db.execute("UPDATE chats SET enabled=? WHERE id=?", (value, chat_id))
+
+    def mark_deleted(self, chat_id: str) -> None:
+        self.db.execute(
+            "UPDATE chats SET deleted=1, deleted_at=COALESCE(deleted_at, ?) WHERE id=?",
+            (self.clock(), chat_id),
+        )
+
+    def purge_deleted(self) -> list[str]:
+        """Forget chats deleted longer ago than a rename could claim them, with their
+        messages, change log and lorebook snapshots."""
+        cutoff = self.clock() - DELETED_CHAT_TTL
+        with self.transaction():
+            gone = [
+                r[0]
+                for r in self.db.execute(
+                    "SELECT id FROM chats WHERE deleted=1 AND deleted_at < ?", (cutoff,)
+                )
+            ]
+            self.db.executemany("DELETE FROM events WHERE chat_id=?", [(c,) for c in gone])
+            self.db.executemany("DELETE FROM chats WHERE id=?", [(c,) for c in gone])
+        return gone
+
+    def rename(self, old_id: str, new_id: str) -> None:
+        """Move a chat's data to a new id (the file was renamed)."""
+        with self.transaction():
+            self.db.execute("DELETE FROM chats WHERE id=?", (new_id,))
+            self.db.execute(
+                "UPDATE chats SET id=?, deleted=0, deleted_at=NULL WHERE id=?", (new_id, old_id)
+            )
+            self.db.execute("UPDATE events SET chat_id=? WHERE chat_id=?", (new_id, old_id))
+
+    # -- messages ------------------------------------------------------------------------
+
+    def messages(self, chat_id: str) -> list[MessageRecord]:
+        rows = self.db.execute(
+            f"SELECT {MESSAGE_COLUMNS} FROM messages WHERE chat_id=? ORDER BY position",
+            (chat_id,),
+        )
+        return [message_from_row(r) for r in rows]
+
+    def tail(self, chat_id: str, limit: int) -> tuple[int, list[MessageRecord]]:
+        """The message count and the newest `limit` visible messages, oldest first."""
+        count = self.db.execute(
+            "SELECT COUNT(*) FROM messages WHERE chat_id=?", (chat_id,)
+        ).fetchone()[0]
+        rows = self.db.execute(
+            f"SELECT {MESSAGE_COLUMNS} FROM messages WHERE chat_id=? AND is_system=0 "
+            "ORDER BY position DESC LIMIT ?",
+            (chat_id, limit),
+        )
+        return int(count), [message_from_row(r) for r in reversed(rows.fetchall())]
+
+    def layout(self, chat_id: str) -> list[tuple[int, bytes]]:
+        """(uid, line digest) of every mirrored message, in order: enough to align."""
+        rows = self.db.execute(
+            "SELECT uid, digest FROM messages WHERE chat_id=? ORDER BY position", (chat_id,)
+        )
+        return [(r[0], r[1]) for r in rows]
+
+    def old_messages(self, chat_id: str, uids: Iterable[int] | None = None) -> list[OldMessage]:
+        """What reconciling needs of the mirror (no texts: they can be megabytes).
+
+        With `uids`, only those messages (the ones in changed stretches), in order.
+        """
+        query = (
+            "SELECT uid, digest, name, is_user, is_system, send_date, text_hash, swipe_id, "
+            "swipe_count FROM messages WHERE chat_id=?"
+        )
+        params: list[object] = [chat_id]
+        if uids is not None:
+            wanted = list(uids)
+            query += f" AND uid IN ({','.join('?' * len(wanted))})"
+            params += wanted
+        rows = self.db.execute(query + " ORDER BY position", params)
+        return [
+            OldMessage(
+                uid=r[0],
+                digest=r[1],
+                name=r[2],
+                is_user=bool(r[3]),
+                is_system=bool(r[4]),
+                send_date=r[5],
+                text_hash=r[6],
+                swipe_id=r[7],
+                swipe_count=r[8],
+            )
+            for r in rows
+        ]
+
+    def save_chat(
+        self,
+        chat: ChatRecord,
+        uids: Sequence[int | None],
+        digests: Sequence[bytes],
+        load: Callable[[int], STMessage],
+        events: Iterable[Event],
+        layout: Sequence[tuple[int, bytes]] | None = None,
+    ) -> list[Event]:
+        """Write a chat and its reconciled messages in one transaction.
+
+        `uids[i]` is the existing uid of new message `i`, or None for an added one; rows
+        whose uid is not kept are deleted. A kept row whose line did not change only has its
+        position updated, so `load(i)` (which may parse) is called for changed rows only.
+        Returns the events with the uids of added messages filled in. `layout` is the
+        mirror's `layout()` when the caller just read it.
+        """
+        now = self.clock()
+        with self.transaction():
+            self._upsert_chat(chat)
+            if layout is None:
+                layout = self.layout(chat.id)
+            current = {uid: (position, digest) for position, (uid, digest) in enumerate(layout)}
+            kept = {uid for uid in uids if uid is not None}
+            gone = [(uid,) for uid in current if uid not in kept]
+            self.db.executemany("DELETE FROM messages WHERE uid=?", gone)
+            moves: list[tuple[int, int]] = []
+            final_uids: list[int] = []
+            for position, (uid, digest) in enumerate(zip(uids, digests, strict=True)):
+                if uid is not None and current.get(uid, (None, None))[1] == digest:
+                    final_uids.append(uid)
+                    if current[uid][0] != position:
+                        moves.append((position, uid))
+                    continue
+                values = message_values(position, digest, load(position))
+                if uid is None:
+                    cursor = self.db.execute(
+                        f"INSERT INTO messages (chat_id, {WRITE_COLUMNS}) "
+                        f"VALUES (?,{','.join('?' * len(values))})",
+                        (chat.id, *values),
+                    )
+                    final_uids.append(int(cursor.lastrowid or 0))
+                else:
+                    assignments = ", ".join(f"{c.strip()}=?" for c in WRITE_COLUMNS.split(","))
+                    self.db.execute(
+                        f"UPDATE messages SET {assignments} WHERE uid=?", (*values, uid)
+                    )
+                    final_uids.append(uid)
+            self.db.executemany("UPDATE messages SET position=? WHERE uid=?", moves)
+            filled = [
+                Event(e.kind, e.index, final_uids[e.index] if e.uid is None else e.uid)
+                for e in events
+            ]
+            self.db.executemany(
+                "INSERT INTO events (chat_id, kind, uid, position, at) VALUES (?,?,?,?,?)",
+                [(chat.id, e.kind, e.uid, e.index, now) for e in filled],
+            )
+            self._bind_snapshots(chat.id, now)
+        return filled
+
+    # -- lorebook snapshots --------------------------------------------------------------
+
+    def add_snapshot(
+        self,
+        chat_id: str,
+        target: int,
+        swipe: int,
+        generation: str,
+        snapshot: dict[str, list[dict[str, Any]]],
+    ) -> None:
+        now = self.clock()
+        with self.transaction():
+            self.db.execute(
+                "INSERT INTO lore_snapshots (chat_id, target, swipe, generation, created, "
+                "active, inactive) VALUES (?,?,?,?,?,?,?)",
+                (
+                    chat_id, target, swipe, generation, now,
+                    orjson.dumps(snapshot["active"]).decode(),
+                    orjson.dumps(snapshot["inactive"]).decode(),
+                ),
+            )  # fmt: skip
+            self._bind_snapshots(chat_id, now)
+
+    def _bind_snapshots(self, chat_id: str, now: float) -> None:
+        """Tie waiting snapshots to the reply saved at their target index.
+
+        A snapshot waits until ST saves the reply it was made for; it binds only to a
+        character's message (a reply never saved must not land on the user's next one),
+        and one that waited over an hour is dropped.
+        """
+        self.db.execute(
+            "DELETE FROM lore_snapshots WHERE chat_id=? AND message_uid IS NULL AND created<?",
+            (chat_id, now - PENDING_SNAPSHOT_TTL),
+        )
+        self.db.execute(
+            "UPDATE lore_snapshots SET message_uid = ("
+            "  SELECT uid FROM messages m WHERE m.chat_id=lore_snapshots.chat_id"
+            "  AND m.position=lore_snapshots.target AND m.is_user=0)"
+            " WHERE chat_id=? AND message_uid IS NULL AND EXISTS ("
+            "  SELECT 1 FROM messages m WHERE m.chat_id=lore_snapshots.chat_id"
+            "  AND m.position=lore_snapshots.target AND m.is_user=0)",
+            (chat_id,),
+        )
+
+    def snapshot_for(self, message_uid: int, swipe: int) -> dict[str, Any] | None:
+        """The newest snapshot of a message's swipe."""
+        row = self.db.execute(
+            "SELECT active, inactive, generation, created FROM lore_snapshots "
+            "WHERE message_uid=? AND swipe=? ORDER BY id DESC LIMIT 1",
+            (message_uid, swipe),
+        ).fetchone()
+        if row is None:
+            return None
+        return {
+            "active": orjson.loads(row[0]),
+            "inactive": orjson.loads(row[1]),
+            "generation": row[2],
+            "created": row[3],
+        }
+
+    def active_lore(self, chat_id: str, first: int, last: int) -> list[dict[str, Any]]:
+        """The entries active in the current swipes of messages `first`..`last`, once each."""
+        rows = self.db.execute(
+            "SELECT s.active FROM lore_snapshots s JOIN messages m ON m.uid = s.message_uid "
+            "WHERE m.chat_id=? AND m.position BETWEEN ? AND ? "
+            "AND s.swipe = COALESCE(m.swipe_id, 0) ORDER BY m.position, s.id",
+            (chat_id, first, last),
+        )
+        seen: dict[tuple[str, object], dict[str, Any]] = {}
+        for row in rows:
+            for item in orjson.loads(row[0]):
+                seen[(item["world"], item["uid"])] = item
+        return list(seen.values())
+
+    def visible_count(self, chat_id: str) -> int:
+        row = self.db.execute(
+            "SELECT COUNT(*) FROM messages WHERE chat_id=? AND is_system=0", (chat_id,)
+        ).fetchone()
+        return int(row[0])
+
+    def message_at(self, chat_id: str, position: int) -> MessageRecord | None:
+        row = self.db.execute(
+            f"SELECT {MESSAGE_COLUMNS} FROM messages WHERE chat_id=? AND position=?",
+            (chat_id, position),
+        ).fetchone()
+        return message_from_row(row) if row else None
+
+    def update_stat(self, chat_id: str, size: int, mtime_ns: int) -> None:
+        self.db.execute(
+            "UPDATE chats SET size=?, mtime_ns=?, updated=? WHERE id=?",
+            (size, mtime_ns, mtime_ns / 1e9, chat_id),
+        )
+
+    def events(self, chat_id: str, after: int = 0) -> list[tuple[int, str, int | None, int]]:
+        rows = self.db.execute(
+            "SELECT seq, kind, uid, position FROM events WHERE chat_id=? AND seq>? ORDER BY seq",
+            (chat_id, after),
+        )
+        return [(r[0], r[1], r[2], r[3]) for r in rows]
+
+    def _upsert_chat(self, chat: ChatRecord) -> None:
+        values = (
+            chat.id, chat.user, chat.kind, chat.character, chat.group_id, chat.group_name,
+            chat.name, chat.file, chat.integrity, chat.main_chat,
+            None if chat.enabled is None else int(chat.enabled),
+            chat.size, chat.mtime_ns, chat.file_hash, chat.messages, chat.bad_lines,
+            chat.updated, int(chat.deleted), chat.metadata,
+        )  # fmt: skip
+        self.db.execute(
+            f"INSERT INTO chats ({CHAT_COLUMNS}) VALUES ({','.join('?' * 19)}) "
+            "ON CONFLICT(id) DO UPDATE SET user=excluded.user, kind=excluded.kind, "
+            "character=excluded.character, group_id=excluded.group_id, "
+            "group_name=excluded.group_name, name=excluded.name, file=excluded.file, "
+            "integrity=excluded.integrity, main_chat=excluded.main_chat, size=excluded.size, "
+            "mtime_ns=excluded.mtime_ns, file_hash=excluded.file_hash, "
+            "messages=excluded.messages, bad_lines=excluded.bad_lines, "
+            "updated=excluded.updated, deleted=excluded.deleted, metadata=excluded.metadata, "
+            "deleted_at=NULL",
+            values,
+        )
+
+    def transaction(self) -> _Transaction:
+        """One transaction around several writes (nested uses join the outer one)."""
+        return self._tx
+
+
+class _Transaction:
+    """BEGIN IMMEDIATE ... COMMIT (ROLLBACK on error); nested uses join the outer one, so
+    that a job's result and its `done` mark can share a transaction."""
+
+    def __init__(self, db: sqlite3.Connection) -> None:
+        self.db = db
+        self.depth = 0
+
+    def __enter__(self) -> None:
+        if self.depth == 0:
+            self.db.execute("BEGIN IMMEDIATE")
+        self.depth += 1
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        self.depth -= 1
+        if self.depth == 0:
+            self.db.execute("ROLLBACK" if exc_type else "COMMIT")
