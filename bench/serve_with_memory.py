@@ -8,8 +8,8 @@ import asyncio
 
 from aiohttp import web
 
-from proxy.core.models import Memory
 from proxy.chat.providers import StaticMemory
+from proxy.core.models import Memory
 from proxy.settings import load_settings
 from proxy.web import make_app
 

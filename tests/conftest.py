@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
-from proxy.core.models import Memory
 from proxy.chat.providers import MemoryProvider, StaticMemory
+from proxy.core.models import Memory
 from proxy.settings import Settings, _set_dotted
 from proxy.web import make_app
 from tests.fakes.fake_llm import FakeState, make_fake_llm

@@ -7,17 +7,20 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient
 
 from proxy.memory.engine import MemoryEngine
+from proxy.store import Database
 from proxy.web import make_app
-from proxy.web.keys import ENGINE, LIBRARY
+from proxy.web.keys import ENGINE, LIBRARY, STORE
 from tests.conftest import FakeLLM, make_settings
 from tests.memory.story import Story
+
+T = TypeVar("T")
 
 FAST = {
     "memory.minimum_scene_length": 4,
@@ -39,14 +42,15 @@ class Memory:
     def engine(self) -> MemoryEngine:
         return self.app[ENGINE]
 
-    async def run(self, fn: Callable[[], Any]) -> Any:
-        return await self.app[LIBRARY].run(fn)
+    async def run(self, fn: Callable[[Database], T]) -> T:
+        """`fn(database)` on the store's thread."""
+        return await self.app[STORE].call(fn)
 
     async def until(
-        self, check: Callable[[], Any], timeout: float = 10.0, *, settle: bool = True
+        self, check: Callable[[Database], object], timeout: float = 10.0, *, settle: bool = True
     ) -> None:
         """Wait for a store condition, letting the engine work (`settle=False` while a
-        call is held: settling would wait for it)."""
+        call is held: settling would wait for it); fail loudly when it never comes."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         while True:
@@ -82,10 +86,8 @@ def memory_proxy(
         )
         app = make_app(settings)
         client: TestClient[Any, Any] = await aiohttp_client(app)
-        for _ in range(250):
-            if app[LIBRARY].index.entries:
-                break
-            await asyncio.sleep(0.02)
+        await asyncio.wait_for(app[LIBRARY].indexed.wait(), 10)
+        assert app[LIBRARY].index.entries, "the story's chat was not indexed"
         return Memory(client, app, story, fake_llm)
 
     return make

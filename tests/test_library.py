@@ -88,7 +88,9 @@ async def test_message_identity_survives_edit_delete_and_swipe(library: ChatLibr
         if step.kind == "file" and step.file.startswith("chats/"):
             save_like_st(user / step.file, step.data)
             await library.refresh([user / step.file])
-            uids_by_step[step.step] = [m.uid for m in library.store.messages(SOLO_ID)]
+            uids_by_step[step.step] = [
+                m.uid for m in (await library.store.call(lambda db: db.messages(SOLO_ID)))
+            ]
     before, after_delete = uids_by_step["11_edit"], uids_by_step["12_delete"]
     assert after_delete == before[:8] + before[9:]  # message 8 went, the rest kept their uid
     assert uids_by_step["10_swipe"] == uids_by_step["09_send_07"]
@@ -103,7 +105,7 @@ async def test_unchanged_files_are_not_read_again(
     last = [s for s in timeline() if s.kind == "file" and s.file.startswith("chats/")][-1]
     save_like_st(user / last.file, last.data)
     await library.index_all()
-    library.close()
+    await library.store.close()
 
     reopened = ChatLibrary(library.data_dir, Store(tmp_path / "store.sqlite3"))
     reads: list[Path] = []
@@ -136,22 +138,35 @@ async def test_deleted_chat_is_marked_and_a_renamed_one_keeps_its_data(
     old = user / "chats" / "Seraphina" / "Old name.jsonl"
     save_like_st(old, b"\n".join(lines))
     await library.refresh([old])
-    uids = [m.uid for m in library.store.messages("default-user/chats/Seraphina/Old name")]
-    library.store.set_enabled("default-user/chats/Seraphina/Old name", False)
+    uids = [
+        m.uid
+        for m in (
+            await library.store.call(
+                lambda db: db.messages("default-user/chats/Seraphina/Old name")
+            )
+        )
+    ]
+    (
+        await library.store.call(
+            lambda db: db.set_enabled("default-user/chats/Seraphina/Old name", False)
+        )
+    )
 
     # ST renames by copying to the new name, then deleting the old file.
     new = old.with_name("New name.jsonl")
     save_like_st(new, b"\n".join(lines))
     old.unlink()
     await library.refresh([new, old])
-    renamed = library.store.chat("default-user/chats/Seraphina/New name")
+    renamed = await library.store.call(lambda db: db.chat("default-user/chats/Seraphina/New name"))
     assert renamed is not None and renamed.enabled is False
-    assert [m.uid for m in library.store.messages(renamed.id)] == uids
-    assert library.store.chat("default-user/chats/Seraphina/Old name") is None
+    assert [m.uid for m in (await library.store.call(lambda db: db.messages(renamed.id)))] == uids
+    assert (
+        await library.store.call(lambda db: db.chat("default-user/chats/Seraphina/Old name"))
+    ) is None
 
     new.unlink()
     await library.refresh([new])
-    gone = library.store.chat(renamed.id)
+    gone = await library.store.call(lambda db: db.chat(renamed.id))
     assert gone is not None and gone.deleted
     assert renamed.id not in library.index.entries
 
@@ -163,16 +178,16 @@ async def test_persona_and_groups_are_reread_when_their_files_change(
     user = library.data_dir / "default-user"
     settings = user / "settings.json"
     settings.write_text(json.dumps({"username": "Alex"}))
-    assert await library.run(lambda: library.persona("default-user")) == "Alex"
+    assert await library.store.call(lambda db: library.persona("default-user")) == "Alex"
     settings.write_text(json.dumps({"username": "Arden"}))
-    assert await library.run(lambda: library.persona("default-user")) == "Alex"  # cached
+    assert await library.store.call(lambda db: library.persona("default-user")) == "Alex"  # cached
     await library.refresh([settings])
-    assert await library.run(lambda: library.persona("default-user")) == "Arden"
+    assert await library.store.call(lambda db: library.persona("default-user")) == "Arden"
 
     group = user / "groups" / "1.json"
     group.parent.mkdir()
     group.write_text(json.dumps({"id": 1, "name": "Old", "members": [], "chats": ["g"]}))
-    assert (await library.run(lambda: library.group("default-user", "g"))).name == "Old"  # type: ignore[union-attr]
+    assert (await library.store.call(lambda db: library.group("default-user", "g"))).name == "Old"  # type: ignore[union-attr]
     group.write_text(json.dumps({"id": 1, "name": "New", "members": [], "chats": ["g"]}))
     await library.refresh([group])
-    assert (await library.run(lambda: library.group("default-user", "g"))).name == "New"  # type: ignore[union-attr]
+    assert (await library.store.call(lambda db: library.group("default-user", "g"))).name == "New"  # type: ignore[union-attr]

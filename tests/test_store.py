@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import sqlite3
+import threading
 from pathlib import Path
 
 import pytest
 
 from proxy.sillytavern.chatfile import STMessage
 from proxy.sillytavern.reconcile import Event
-from proxy.store import MIGRATIONS, ChatRecord, Store
+from proxy.store import MIGRATIONS, ChatRecord, Database, Store
 
 
 def record(chat_id: str = "u/chats/S/c") -> ChatRecord:
@@ -35,22 +36,43 @@ def record(chat_id: str = "u/chats/S/c") -> ChatRecord:
     )
 
 
+def clock() -> float:
+    return 1000.0
+
+
 def test_migrations_run_once_and_a_newer_store_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "s.sqlite3"
-    store = Store(path)
+    store = Database(path, clock)
     assert store.schema_version == len(MIGRATIONS)
     assert store.db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     store.close()
-    Store(path).close()  # opening again applies nothing twice
+    Database(path, clock).close()  # opening again applies nothing twice
     db = sqlite3.connect(path)
     db.execute(f"PRAGMA user_version={len(MIGRATIONS) + 1}")
     db.close()
     with pytest.raises(RuntimeError, match="newer than this recap-proxy"):
-        Store(path)
+        Database(path, clock)
+
+
+async def test_the_store_runs_every_call_on_its_one_thread_and_closes(tmp_path: Path) -> None:
+    path = tmp_path / "s.sqlite3"
+    async with Store(path, clock=clock) as store:
+        threads = {await store.call(lambda db: threading.get_ident()) for _ in range(5)}
+        assert len(threads) == 1 and threading.get_ident() not in threads
+        assert await store.call(lambda db: db.schema_version) == len(MIGRATIONS)
+    with pytest.raises(RuntimeError, match="closed"):
+        await store.call(lambda db: None)
+    db = sqlite3.connect(path)
+    db.execute(f"PRAGMA user_version={len(MIGRATIONS) + 1}")
+    db.close()
+    newer = Store(path)
+    with pytest.raises(RuntimeError, match="newer than this recap-proxy"):
+        await newer.open()
+    await newer.close()
 
 
 def test_events_are_logged_with_uids_and_enabled_is_kept() -> None:
-    store = Store(":memory:")
+    store = Database(":memory:", clock)
     message = STMessage(name="Alex", is_user=True, mes="hi")
     events = store.save_chat(record(), [None], [b"d1"], lambda i: message, [Event("added", 0)])
     uid = store.messages("u/chats/S/c")[0].uid
@@ -63,7 +85,8 @@ def test_events_are_logged_with_uids_and_enabled_is_kept() -> None:
 
 
 def test_deleted_chats_are_forgotten_after_a_week() -> None:
-    store = Store(":memory:")
+    now = [1000.0]
+    store = Database(":memory:", lambda: now[0])
     message = STMessage(name="Seraphina", mes="hi")
     store.save_chat(record(), [None], [b"d1"], lambda i: message, [Event("added", 0)])
     uid = store.messages("u/chats/S/c")[0].uid
@@ -71,7 +94,8 @@ def test_deleted_chats_are_forgotten_after_a_week() -> None:
     assert store.snapshot_for(uid, 0) is not None
     store.mark_deleted("u/chats/S/c")
     assert store.purge_deleted() == []  # a rename may still claim it
-    assert store.purge_deleted(now=1e12) == ["u/chats/S/c"]
+    now[0] = 1e12
+    assert store.purge_deleted() == ["u/chats/S/c"]
     assert store.chat("u/chats/S/c") is None
     assert store.messages("u/chats/S/c") == []
     assert store.snapshot_for(uid, 0) is None

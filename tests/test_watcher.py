@@ -71,6 +71,6 @@ async def test_changes_reach_the_mirror(tmp_path: Path) -> None:
         (user / (SOLO + ".123456")).write_bytes(versions[0].data)
         (user / SOLO).unlink()
         await wait_for(lambda: SOLO_ID not in library.index.entries)
-    assert [c.id for c in library.store.chats()] == []
-    chat = library.store.chat(SOLO_ID)
+    assert [c.id for c in (await library.store.call(lambda db: db.chats()))] == []
+    chat = await library.store.call(lambda db: db.chat(SOLO_ID))
     assert chat is not None and chat.deleted

@@ -70,6 +70,8 @@ class JobQueue:
         self._cooling: dict[str, float] = {}  # upstream -> time its pause ends
         self._tasks = TaskSet()
         self._runner: asyncio.Task[None] | None = None
+        self._passes = 0  # times the runner has looked for work
+        self._passed = asyncio.Event()
         # Called on the event loop after each job ends (done, dropped, failed or retried):
         # the memory engine plans what follows from it.
         self.on_settled: list[Callable[[Job], Awaitable[object]]] = []
@@ -100,6 +102,8 @@ class JobQueue:
         upstream: str,
     ) -> int:
         """Persist a job (or refresh the live one with the same key); returns its id."""
+        if operation not in OPERATIONS:
+            raise ValueError(f"unknown operation {operation!r}")
         operation = Operation(operation)
         job_id, _ = await self.store.call(
             lambda db: db.jobs.enqueue(
@@ -146,6 +150,16 @@ class JobQueue:
     async def jobs(self, chat_id: str | None = None, states: tuple[str, ...] = ()) -> list[Job]:
         return await self.store.call(lambda db: db.jobs.list(chat_id, states))
 
+    async def looked(self) -> None:
+        """Wait until the runner has looked for work twice since this call, so at least
+        once with everything written before it (tests: a paused queue claims nothing)."""
+        for _ in range(2):
+            seen = self._passes
+            while self._passes == seen:
+                self._passed.clear()
+                self._wake.set()
+                await self._passed.wait()
+
     async def idle(self) -> None:
         """Wait until nothing is queued or running (tests, `backfill`)."""
         while True:
@@ -163,6 +177,8 @@ class JobQueue:
             busy = {u for u, n in self._running.items() if n >= self.settings.concurrency}
             busy |= {u for u, until in self._cooling.items() if until > now}
             paused, job, due = await self.store.call(partial(self._next, now=now, busy=busy))
+            self._passes += 1
+            self._passed.set()
             if job is not None:
                 self._start(job)
                 continue

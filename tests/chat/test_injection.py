@@ -50,7 +50,9 @@ async def test_disabled_chat_gets_nothing(proxy: ProxyFactory, fake_llm: FakeLLM
 
 
 class BrokenProvider:
-    async def memory_for(self, parsed: ParsedRequest, headers: Mapping[str, str]) -> Memory:
+    async def memory_for(
+        self, parsed: ParsedRequest, headers: Mapping[str, str], *, preview: bool = False
+    ) -> Memory:
         raise RuntimeError("store is on fire")
 
 

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from adapters.openai_chat import OpenAIChatAdapter
-from proxy.library import ChatLibrary
 from proxy.chat.lore import LoreService
+from proxy.library import ChatLibrary
 from proxy.store import Store
 from tests.lore_data import entry, glade_content, write_card, write_settings, write_world
 from tests.st_data import CAPTURE, GROUP_ID, MARKERS, SOLO_ID, save_like_st, timeline
@@ -45,7 +45,7 @@ def lore_library(tmp_path: Path) -> tuple[ChatLibrary, LoreService, Path]:
     user.mkdir(parents=True)
     lore_folder(user)
     library = ChatLibrary(tmp_path / "data", Store(tmp_path / "store.sqlite3"))
-    return library, LoreService(library), user
+    return library, LoreService(library.store, library), user
 
 
 async def replay(tmp_path: Path) -> tuple[ChatLibrary, LoreService]:
@@ -65,10 +65,12 @@ async def replay(tmp_path: Path) -> tuple[ChatLibrary, LoreService]:
     return library, service
 
 
-def lore_of(library: ChatLibrary, chat_id: str, index: int, swipe: int) -> dict[str, Any] | None:
-    message = library.store.message_at(chat_id, index)
+async def lore_of(
+    library: ChatLibrary, chat_id: str, index: int, swipe: int
+) -> dict[str, Any] | None:
+    message = await library.store.call(lambda db: db.message_at(chat_id, index))
     assert message is not None
-    return library.store.snapshot_for(message.uid, swipe)
+    return await library.store.call(lambda db: db.snapshot_for(message.uid, swipe))
 
 
 def keys(entries: list[dict[str, Any]]) -> set[tuple[str, int]]:
@@ -79,7 +81,7 @@ def keys(entries: list[dict[str, Any]]) -> set[tuple[str, int]]:
 async def replayed(tmp_path: Path):  # type: ignore[no-untyped-def]
     library, service = await replay(tmp_path)
     yield library, service
-    library.close()
+    await library.store.close()
 
 
 async def test_each_reply_lists_the_entries_of_its_prompt(replayed) -> None:  # type: ignore[no-untyped-def]
@@ -87,14 +89,14 @@ async def test_each_reply_lists_the_entries_of_its_prompt(replayed) -> None:  # 
     applicable = {("Eldoria", 0), ("Eldoria", 1), ("Eldoria", 2), ("Common", 0)}
     # The reply to the third message was generated with the glade entry in its prompt
     # (final file: message 6 is that reply).
-    third = lore_of(library, SOLO_ID, 6, 0)
+    third = await lore_of(library, SOLO_ID, 6, 0)
     assert third is not None
     assert keys(third["active"]) == {("Eldoria", 0)}
     assert keys(third["inactive"]) == applicable - {("Eldoria", 0)}
     assert third["active"][0]["strategy"] == "normal"
     assert third["active"][0]["keys"] == ["glade", "forest"]
     # ...the first reply had none.
-    first = lore_of(library, SOLO_ID, 2, 0)
+    first = await lore_of(library, SOLO_ID, 2, 0)
     assert first is not None and first["active"] == []
     assert keys(first["inactive"]) == applicable
 
@@ -102,22 +104,24 @@ async def test_each_reply_lists_the_entries_of_its_prompt(replayed) -> None:  # 
 async def test_swipes_keep_their_own_and_continue_binds_to_its_message(replayed) -> None:  # type: ignore[no-untyped-def]
     library, _ = replayed
     # message 13 in the final file: swiped (swipe 1), then continued
-    assert lore_of(library, SOLO_ID, 13, 0) is not None  # the original reply
-    swiped = lore_of(library, SOLO_ID, 13, 1)
+    assert await lore_of(library, SOLO_ID, 13, 0) is not None  # the original reply
+    swiped = await lore_of(library, SOLO_ID, 13, 1)
     assert swiped is not None and swiped["generation"] in {"swipe", "continue"}
-    message = library.store.message_at(SOLO_ID, 13)
+    message = await library.store.call(lambda db: db.message_at(SOLO_ID, 13))
     assert message is not None
-    rows = library.store.db.execute(
-        "SELECT generation, swipe FROM lore_snapshots WHERE message_uid=? ORDER BY id",
-        (message.uid,),
-    ).fetchall()
+    rows = await library.store.call(
+        lambda db: db.db.execute(
+            "SELECT generation, swipe FROM lore_snapshots WHERE message_uid=? ORDER BY id",
+            (message.uid,),
+        ).fetchall()
+    )
     # made at index 14; the deletion of message 8 later moved the message, not its lore
     assert [tuple(r) for r in rows] == [("normal", 0), ("swipe", 1), ("continue", 1)]
 
 
 async def test_group_members_books_apply(replayed) -> None:  # type: ignore[no-untyped-def]
     library, _ = replayed
-    seraphina_turn = lore_of(library, GROUP_ID, 5, 0)
+    seraphina_turn = await lore_of(library, GROUP_ID, 5, 0)
     assert seraphina_turn is not None
     assert keys(seraphina_turn["active"]) == {("Eldoria", 0)}
 
@@ -125,13 +129,17 @@ async def test_group_members_books_apply(replayed) -> None:  # type: ignore[no-u
 async def test_deleted_messages_take_their_snapshots(replayed) -> None:  # type: ignore[no-untyped-def]
     library, _ = replayed
     # The capture deleted the reply at index 8 (to the fourth message); its snapshot went.
-    bound = library.store.db.execute(
-        "SELECT COUNT(*) FROM lore_snapshots WHERE chat_id=? AND message_uid IS NOT NULL",
-        (SOLO_ID,),
-    ).fetchone()[0]
-    made = library.store.db.execute(
-        "SELECT COUNT(*) FROM lore_snapshots WHERE chat_id=?", (SOLO_ID,)
-    ).fetchone()[0]
+    bound = await library.store.call(
+        lambda db: db.db.execute(
+            "SELECT COUNT(*) FROM lore_snapshots WHERE chat_id=? AND message_uid IS NOT NULL",
+            (SOLO_ID,),
+        ).fetchone()[0]
+    )
+    made = await library.store.call(
+        lambda db: db.db.execute(
+            "SELECT COUNT(*) FROM lore_snapshots WHERE chat_id=?", (SOLO_ID,)
+        ).fetchone()[0]
+    )
     assert (made, bound) == (9, 9)  # ten solo generations, one reply deleted
 
 
@@ -181,12 +189,12 @@ async def test_a_book_edited_between_generations(tmp_path: Path) -> None:
     await library.refresh([chat])
     await generate("Seraphina watches the northern border for User.", "Still.")
     chat_id = "default-user/chats/default_Seraphina/c"
-    before, after = lore_of(library, chat_id, 2, 0), lore_of(library, chat_id, 4, 0)
+    before, after = await lore_of(library, chat_id, 2, 0), await lore_of(library, chat_id, 4, 0)
     assert before is not None and after is not None
     assert keys(before["active"]) == {("Eldoria", 1)}
     assert keys(after["active"]) == {("Eldoria", 1)}
     assert before["active"][0]["content_hash"] != after["active"][0]["content_hash"]
-    library.close()
+    await library.store.close()
 
 
 async def test_active_lore_of_a_scene(replayed) -> None:  # type: ignore[no-untyped-def]

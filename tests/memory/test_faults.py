@@ -6,16 +6,11 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from proxy.store import Store
 from proxy.web.keys import LIBRARY
 from tests.memory.story import CHAT_ID, Story
 from tests.memory_env import Memory, MemoryFactory
 
 QUICK_RETRY = {"queue.backoff_seconds": 0.05, "queue.backoff_cap_seconds": 0.1}
-
-
-def store_of(memory: Memory) -> Store:
-    return memory.app[LIBRARY].store
 
 
 async def start(memory: Memory) -> None:
@@ -31,14 +26,13 @@ async def test_garbage_and_429_are_retried(memory_proxy: MemoryFactory) -> None:
         "running_recap": ["status=500"],
     }
     await start(memory)
-    store = store_of(memory)
-    await memory.until(lambda: store.memory.running_recaps(CHAT_ID))
+    await memory.until(lambda db: db.memory.running_recaps(CHAT_ID))
     ops = memory.fake.state.operations
     assert ops.count("scene_recap") == 2 and ops.count("running_recap") == 2
     assert ops.count("detect_scene_break") >= 2
-    [scene] = await memory.run(lambda: store.memory.breaks(CHAT_ID))
-    assert len(await memory.run(lambda: store.memory.scene_recaps(scene.uid))) == 1
-    assert len(await memory.run(lambda: store.memory.running_recaps(CHAT_ID))) == 1
+    [scene] = await memory.run(lambda db: db.memory.breaks(CHAT_ID))
+    assert len(await memory.run(lambda db: db.memory.scene_recaps(scene.uid))) == 1
+    assert len(await memory.run(lambda db: db.memory.running_recaps(CHAT_ID))) == 1
 
 
 async def test_invalid_detection_answers_are_re_asked_a_bounded_number_of_times(
@@ -50,13 +44,13 @@ async def test_invalid_detection_answers_are_re_asked_a_bounded_number_of_times(
     memory.fake.state.faults = {"detect_scene_break": ["garbage"] * 3}
     await start(memory)
     await memory.engine.settle()
-    store = store_of(memory)
     # Three answers in one job (the first and two re-asks), then "no break" for the window.
     assert memory.fake.state.operations[:3] == ["detect_scene_break"] * 3
-    assert await memory.run(lambda: store.memory.breaks(CHAT_ID)) == []
-    state = await memory.run(lambda: store.memory.state(CHAT_ID))
-    assert state is not None and store.memory.position_of(state.checked_uid) == 13
-    jobs = await memory.run(lambda: store.jobs.list(CHAT_ID))
+    assert await memory.run(lambda db: db.memory.breaks(CHAT_ID)) == []
+    state = await memory.run(lambda db: db.memory.state(CHAT_ID))
+    assert state is not None
+    assert await memory.run(lambda db: db.memory.position_of(state.checked_uid)) == 13
+    jobs = await memory.run(lambda db: db.jobs.list(CHAT_ID))
     assert {j.state for j in jobs} == {"done"}
 
 
@@ -70,16 +64,14 @@ async def test_401_fails_at_once_and_can_be_retried(memory_proxy: MemoryFactory)
     assert memory.fake.state.operations == ["detect_scene_break"]
     retried = await memory.client.post(f"/recap/api/queue/jobs/{job.id}/retry")
     assert retried.status == 200
-    store = store_of(memory)
-    await memory.until(lambda: store.memory.running_recaps(CHAT_ID))
+    await memory.until(lambda db: db.memory.running_recaps(CHAT_ID))
 
 
 async def test_a_timeout_is_retried(memory_proxy: MemoryFactory) -> None:
     memory = await memory_proxy(16, ends={8}, **QUICK_RETRY, **{"memory.llm.timeout_seconds": 0.3})
     memory.fake.state.faults = {"scene_recap": ["slow"]}
     await start(memory)
-    store = store_of(memory)
-    await memory.until(lambda: store.memory.running_recaps(CHAT_ID))
+    await memory.until(lambda db: db.memory.running_recaps(CHAT_ID))
     assert memory.fake.state.operations.count("scene_recap") == 2
 
 
@@ -98,14 +90,15 @@ async def test_message_edited_while_its_recap_is_in_flight(memory_proxy: MemoryF
     await hold(memory, "message_recap")
     memory.story.messages[4]["mes"] = "Ava lights a fire in the cave and tells Tom to sleep now."
     memory.story.save()
-    store = store_of(memory)
-    await memory.until(lambda: "fire" in store.messages(CHAT_ID)[4].message.mes, settle=False)
+    await memory.until(lambda db: "fire" in db.messages(CHAT_ID)[4].message.mes, settle=False)
     memory.fake.state.release.set()
     await memory.until(
-        lambda: any("fire" in r.recap for r in store.memory.message_recaps(CHAT_ID).values())
+        lambda db: any("fire" in r.recap for r in db.memory.message_recaps(CHAT_ID).values())
     )
-    recaps = await memory.run(lambda: store.memory.message_recaps(CHAT_ID))
-    by_position = {store.memory.position_of(uid): r.recap for (uid, _), r in recaps.items()}
+    recaps = await memory.run(lambda db: db.memory.message_recaps(CHAT_ID))
+    by_position = await memory.run(
+        lambda db: {db.memory.position_of(uid): r.recap for (uid, _), r in recaps.items()}
+    )
     assert by_position[4].startswith("#4: Ava lights a fire")  # never the old text's recap
     assert memory.fake.state.operations.count("message_recap") == 2  # redone once
 
@@ -115,13 +108,12 @@ async def test_scene_end_deleted_while_its_recap_is_in_flight(memory_proxy: Memo
     await hold(memory, "scene_recap")
     del memory.story.messages[8]
     memory.story.save()
-    store = store_of(memory)
-    await memory.until(lambda: len(store.messages(CHAT_ID)) == 15, settle=False)
+    await memory.until(lambda db: len(db.messages(CHAT_ID)) == 15, settle=False)
     memory.fake.state.release.set()
     await memory.engine.settle()
     # The break went with its message; the held recap was not applied anywhere.
-    assert await memory.run(lambda: store.memory.breaks(CHAT_ID)) == []
-    assert await memory.run(lambda: store.memory.running_recaps(CHAT_ID)) == []
+    assert await memory.run(lambda db: db.memory.breaks(CHAT_ID)) == []
+    assert await memory.run(lambda db: db.memory.running_recaps(CHAT_ID)) == []
     jobs = await memory.engine.queue.jobs()
     assert {j.operation: j.state for j in jobs}["scene_recap"] == "dropped"
 
@@ -133,14 +125,13 @@ async def test_restart_mid_queue_runs_the_job_once(memory_proxy: MemoryFactory) 
     memory.fake.state.release.set()
 
     again = await memory_proxy(16, ends={8}, **{"memory.message_recaps": False})
-    store = store_of(again)
     queued = await again.engine.queue.jobs(states=("queued",))
     assert "scene_recap" in {job.operation for job in queued}
     await start(again)  # the chat's next request brings its key and model back
-    await again.until(lambda: store.memory.running_recaps(CHAT_ID))
-    [scene] = await again.run(lambda: store.memory.breaks(CHAT_ID))
-    assert len(await again.run(lambda: store.memory.scene_recaps(scene.uid))) == 1
-    assert len(await again.run(lambda: store.memory.running_recaps(CHAT_ID))) == 1
+    await again.until(lambda db: db.memory.running_recaps(CHAT_ID))
+    [scene] = await again.run(lambda db: db.memory.breaks(CHAT_ID))
+    assert len(await again.run(lambda db: db.memory.scene_recaps(scene.uid))) == 1
+    assert len(await again.run(lambda db: db.memory.running_recaps(CHAT_ID))) == 1
 
 
 async def test_two_chats_keep_their_own_memory(memory_proxy: MemoryFactory) -> None:
@@ -156,13 +147,12 @@ async def test_two_chats_keep_their_own_memory(memory_proxy: MemoryFactory) -> N
         memory.client.post("/v1/chat/completions", json=memory.story.request()),
         memory.client.post("/v1/chat/completions", json=other.request()),
     )
-    store = store_of(memory)
     await memory.until(
-        lambda: store.memory.running_recaps(CHAT_ID) and store.memory.running_recaps(other.chat_id)
+        lambda db: db.memory.running_recaps(CHAT_ID) and db.memory.running_recaps(other.chat_id)
     )
-    mine: Any = await memory.run(lambda: store.memory.breaks(CHAT_ID))
-    theirs: Any = await memory.run(lambda: store.memory.breaks(other.chat_id))
+    mine: Any = await memory.run(lambda db: db.memory.breaks(CHAT_ID))
+    theirs: Any = await memory.run(lambda db: db.memory.breaks(other.chat_id))
     assert [b.position for b in mine] == [8] and [b.position for b in theirs] == [6]
-    [a] = await memory.run(lambda: store.memory.running_recaps(CHAT_ID))
-    [b] = await memory.run(lambda: store.memory.running_recaps(other.chat_id))
+    [a] = await memory.run(lambda db: db.memory.running_recaps(CHAT_ID))
+    [b] = await memory.run(lambda db: db.memory.running_recaps(other.chat_id))
     assert "Bea" not in a.content and "Bea" in b.content

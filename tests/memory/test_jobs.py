@@ -3,18 +3,19 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from proxy.memory.jobs import JobFailure, JobQueue, Unauthorized
-from proxy.library import ChatLibrary
+from proxy.errors import JobFailure, Unauthorized
+from proxy.memory.jobs import Apply, JobQueue
+from proxy.memory.operations import OPERATIONS
 from proxy.settings import QueueSettings
-from proxy.store import Store
+from proxy.store import Database, Store
 from proxy.store.jobs import Job
 from tests.test_store import record
+from tests.waiting import until
 
 FAST = QueueSettings(backoff_seconds=0.01, backoff_cap_seconds=0.04, max_attempts=3)
 
@@ -22,8 +23,7 @@ FAST = QueueSettings(backoff_seconds=0.01, backoff_cap_seconds=0.04, max_attempt
 class Fake:
     """A handler whose behaviour each test scripts; it records what it applied."""
 
-    def __init__(self, library: ChatLibrary) -> None:
-        self.library = library
+    def __init__(self) -> None:
         self.outcomes: dict[str, list[Any]] = {}  # dedup key -> per attempt: None ok, or error
         self.applied: list[tuple[str, str]] = []
         self.current: dict[str, str] = {}  # dedup key -> the input hash that is current
@@ -32,7 +32,7 @@ class Fake:
         self.max_in_flight = 0
         self.order: list[str] = []
 
-    async def run(self, job: Job) -> Callable[[], None]:
+    async def run(self, job: Job) -> Apply:
         self.order.append(job.dedup_key)
         self.in_flight += 1
         self.max_in_flight = max(self.max_in_flight, self.in_flight)
@@ -46,28 +46,26 @@ class Fake:
                 raise outcome
         finally:
             self.in_flight -= 1
-        return lambda: self.applied.append((job.dedup_key, job.input_hash))
+        return lambda db: self.applied.append((job.dedup_key, job.input_hash))
 
-    def still_current(self, job: Job) -> bool:
+    def still_current(self, db: Database, job: Job) -> bool:
         return self.current.get(job.dedup_key, job.input_hash) == job.input_hash
 
 
 @pytest.fixture
 async def setup(tmp_path: Path):  # type: ignore[no-untyped-def]
-    library = ChatLibrary(None, Store(tmp_path / "s.sqlite3"))
+    store = Store(tmp_path / "s.sqlite3")
     for chat_id in ("a", "b"):
-        library.store.save_chat(record(chat_id), [], [], lambda i: None, [])  # type: ignore[arg-type, return-value]
-    fake = Fake(library)
-    handlers = {
-        op: fake for op in ("running_recap", "scene_recap", "detect_scene_break", "message_recap")
-    }
-    yield library, fake, handlers
-    library.close()
+        await store.call(lambda db, c=chat_id: db.save_chat(record(c), [], [], lambda i: None, []))  # type: ignore[arg-type, return-value, misc]
+    fake = Fake()
+    handlers = dict.fromkeys(OPERATIONS, fake)
+    yield store, fake, handlers
+    await store.close()
 
 
 async def test_order_dedup_and_success(setup) -> None:  # type: ignore[no-untyped-def]
-    library, fake, handlers = setup
-    async with JobQueue(library, handlers, FAST) as queue:
+    store, fake, handlers = setup
+    async with JobQueue(store, handlers, FAST) as queue:
         await queue.pause()
         await queue.enqueue("a", "message_recap", "m1", {}, "h1", "up")
         await queue.enqueue("a", "message_recap", "m1", {}, "h1", "up")  # deduplicated
@@ -79,18 +77,18 @@ async def test_order_dedup_and_success(setup) -> None:  # type: ignore[no-untype
         await queue.idle()
     assert fake.order == ["r1", "s1", "d1", "m1"]
     assert sorted(fake.applied) == [("d1", "h"), ("m1", "h1"), ("r1", "h"), ("s1", "h")]
-    assert {j.state for j in await JobQueue(library, handlers, FAST).jobs()} == {"done"}
+    assert {j.state for j in await JobQueue(store, handlers, FAST).jobs()} == {"done"}
 
 
 async def test_retries_back_off_then_succeed_or_fail(setup) -> None:  # type: ignore[no-untyped-def]
-    library, fake, handlers = setup
+    store, fake, handlers = setup
     fake.outcomes = {
         "flaky": [JobFailure("429 too many requests"), None],
         "broken": [JobFailure("500")] * 5,
         "denied": [Unauthorized("401 bad key")],
         "bug": [RuntimeError("boom"), None],
     }
-    async with JobQueue(library, handlers, FAST) as queue:
+    async with JobQueue(store, handlers, FAST) as queue:
         for key in fake.outcomes:
             await queue.enqueue("a", "message_recap", key, {}, "h", f"up-{key}")
         await queue.idle()
@@ -105,13 +103,12 @@ async def test_retries_back_off_then_succeed_or_fail(setup) -> None:  # type: ig
 
 
 async def test_changed_input_is_redone_and_vanished_input_dropped(setup) -> None:  # type: ignore[no-untyped-def]
-    library, fake, handlers = setup
+    store, fake, handlers = setup
     fake.gate = asyncio.Event()
-    async with JobQueue(library, handlers, FAST) as queue:
+    async with JobQueue(store, handlers, FAST) as queue:
         await queue.enqueue("a", "message_recap", "edited", {"text": "v1"}, "v1", "up1")
         await queue.enqueue("a", "message_recap", "deleted", {}, "x", "up2")
-        while fake.in_flight < 2:
-            await asyncio.sleep(0.005)
+        await until(lambda: fake.in_flight == 2, "both jobs running")
         # While both run: one message is edited (new content), the other deleted.
         await queue.enqueue("a", "message_recap", "edited", {"text": "v2"}, "v2", "up1")
         fake.current["deleted"] = "gone"
@@ -124,8 +121,8 @@ async def test_changed_input_is_redone_and_vanished_input_dropped(setup) -> None
 
 
 async def test_concurrency_is_per_upstream(setup) -> None:  # type: ignore[no-untyped-def]
-    library, fake, handlers = setup
-    async with JobQueue(library, handlers, FAST) as queue:
+    store, fake, handlers = setup
+    async with JobQueue(store, handlers, FAST) as queue:
         for i in range(4):
             await queue.enqueue("a", "message_recap", f"x{i}", {}, "h", "one")
         await queue.idle()
@@ -138,22 +135,20 @@ async def test_concurrency_is_per_upstream(setup) -> None:  # type: ignore[no-un
 
 
 async def test_restart_runs_interrupted_jobs_once(setup, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    library, fake, handlers = setup
+    store, fake, handlers = setup
     fake.gate = asyncio.Event()
-    async with JobQueue(library, handlers, FAST) as queue:
+    async with JobQueue(store, handlers, FAST) as queue:
         await queue.enqueue("a", "scene_recap", "done-before", {}, "h", "up1")
         await queue.enqueue("a", "scene_recap", "interrupted", {}, "h", "up2")
         fake.gate.set()
-        while ("done-before", "h") not in fake.applied:
-            await asyncio.sleep(0.005)
+        await until(lambda: ("done-before", "h") in fake.applied, "the first job applied")
         fake.gate.clear()
         await queue.enqueue("a", "scene_recap", "stuck", {}, "h", "up3")
-        while fake.in_flight == 0:
-            await asyncio.sleep(0.005)
+        await until(lambda: fake.in_flight > 0, "a job running")
     # stopped with "stuck" (and maybe "interrupted") running
     fake.gate.set()
     applied_before = list(fake.applied)
-    async with JobQueue(library, handlers, FAST) as queue:
+    async with JobQueue(store, handlers, FAST) as queue:
         await queue.idle()
         jobs = {j.dedup_key: j for j in await queue.jobs()}
     assert {j.state for j in jobs.values()} == {"done"}
@@ -164,16 +159,16 @@ async def test_restart_runs_interrupted_jobs_once(setup, tmp_path: Path) -> None
 
 
 async def test_pause_resume_retry_clear(setup) -> None:  # type: ignore[no-untyped-def]
-    library, fake, handlers = setup
+    store, fake, handlers = setup
     fake.outcomes = {"denied": [Unauthorized("403")]}
-    async with JobQueue(library, handlers, FAST) as queue:
+    async with JobQueue(store, handlers, FAST) as queue:
         await queue.enqueue("a", "message_recap", "denied", {}, "h", "up")
         await queue.idle()
         (job,) = await queue.jobs(states=("failed",))
         fake.outcomes.clear()  # the user fixed the key
         await queue.pause()
         assert await queue.retry(job.id)
-        await asyncio.sleep(0.05)
+        await queue.looked()  # the runner has looked for work since the retry
         assert (await queue.jobs())[0].state == "queued"  # paused: not run
         await queue.resume()
         await queue.idle()

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from proxy.memory.jobs import JobFailure, NoCredentials, Refused, Unauthorized
+from proxy.errors import JobFailure, NoCredentials, Refused, Unauthorized
 from proxy.memory.llm import OPERATION_HEADER, LLMClient
 from proxy.memory.settings import LLMSettings
 from proxy.settings import UpstreamSettings

@@ -9,7 +9,6 @@ from typing import Any
 
 import pytest
 
-from proxy.web.keys import LIBRARY
 from tests.memory.story import CHAT_ID
 from tests.memory_env import Memory, MemoryFactory
 
@@ -28,23 +27,22 @@ async def test_memory_builds_itself_and_goes_into_the_next_request(
     memory_proxy: MemoryFactory, stream: bool
 ) -> None:
     memory = await memory_proxy(16, ends={8})
-    store = memory.app[LIBRARY].store
 
     first = await memory.client.post("/v1/chat/completions", json=memory.story.request())
     assert first.status == 200
     assert first.headers["X-Recap-Trimmed"] == "0"
-    await memory.until(lambda: store.memory.running_recaps(CHAT_ID))
+    await memory.until(lambda db: db.memory.running_recaps(CHAT_ID))
 
-    breaks = await memory.run(lambda: store.memory.breaks(CHAT_ID))
+    breaks = await memory.run(lambda db: db.memory.breaks(CHAT_ID))
     assert [(b.position, b.source) for b in breaks] == [(8, "auto")]
-    recaps = await memory.run(lambda: store.memory.scene_recaps(breaks[0].uid))
+    recaps = await memory.run(lambda db: db.memory.scene_recaps(breaks[0].uid))
     assert len(recaps) == 1 and recaps[0].recap.startswith("9 messages")
     assert breaks[0].name is not None and breaks[0].name.endswith(" 0-8")
-    [running] = await memory.run(lambda: store.memory.running_recaps(CHAT_ID))
+    [running] = await memory.run(lambda db: db.memory.running_recaps(CHAT_ID))
     assert running.scene_count == 1 and running.new_scene_uid == breaks[0].uid
 
     memory.story.grow(2)  # ST saves the reply and the user's next message
-    await memory.until(lambda: store.messages(CHAT_ID)[-1].position == 17)
+    await memory.until(lambda db: db.messages(CHAT_ID)[-1].position == 17)
     response = await memory.client.post(
         "/v1/chat/completions", json=memory.story.request(stream=stream)
     )
@@ -66,9 +64,8 @@ async def test_upkeep_follows_the_queue_order_and_skips_what_is_covered(
     memory_proxy: MemoryFactory,
 ) -> None:
     memory = await memory_proxy(16, ends={8})
-    store = memory.app[LIBRARY].store
     await memory.client.post("/v1/chat/completions", json=memory.story.request())
-    await memory.until(lambda: store.memory.running_recaps(CHAT_ID))
+    await memory.until(lambda db: db.memory.running_recaps(CHAT_ID))
     # The scene is folded in before any message recap runs; then the batches left are
     # re-stamped, so recaps of messages the running recap covers are never asked for.
     assert memory.fake.state.operations == [
@@ -78,8 +75,8 @@ async def test_upkeep_follows_the_queue_order_and_skips_what_is_covered(
         "detect_scene_break",
         "message_recap",
     ]
-    recaps = await memory.run(lambda: store.memory.message_recaps(CHAT_ID))
-    positions = {store.memory.position_of(uid) for uid, _ in recaps}
+    recaps = await memory.run(lambda db: db.memory.message_recaps(CHAT_ID))
+    positions = await memory.run(lambda db: {db.memory.position_of(uid) for uid, _ in recaps})
     assert positions == {10}  # Ava's #10; #12 and #14 wait for a full batch of 3
     # Every call said what it was, and used the chat's own model.
     for seen in memory.fake.state.seen:
@@ -92,9 +89,8 @@ async def test_trimming_reaches_past_the_identification_window(
 ) -> None:
     # 100 messages: more than the 64 newest the chat index matches requests against.
     memory = await memory_proxy(100, ends={70}, **{"memory.message_recaps": False})
-    store = memory.app[LIBRARY].store
     await memory.client.post("/v1/chat/completions", json=memory.story.request())
-    await memory.until(lambda: store.memory.running_recaps(CHAT_ID))
+    await memory.until(lambda db: db.memory.running_recaps(CHAT_ID))
     response = await memory.client.post("/v1/chat/completions", json=memory.story.request())
     assert response.headers["X-Recap-Trimmed"] == "71"
     sent = chat_requests(memory)[-1]["messages"]
@@ -105,18 +101,17 @@ async def test_editing_a_recapped_scene_recaps_and_folds_it_again(
     memory_proxy: MemoryFactory,
 ) -> None:
     memory = await memory_proxy(16, ends={8}, **{"memory.message_recaps": False})
-    store = memory.app[LIBRARY].store
     await memory.client.post("/v1/chat/completions", json=memory.story.request())
-    await memory.until(lambda: store.memory.running_recaps(CHAT_ID))
+    await memory.until(lambda db: db.memory.running_recaps(CHAT_ID))
     memory.story.messages[0]["mes"] = (
         "Ava meets Tom at the burned bridge and they argue about the map."
     )
     memory.story.save()
     await memory.until(
-        lambda: len(store.memory.scene_recaps(store.memory.breaks(CHAT_ID)[0].uid)) == 2
+        lambda db: len(db.memory.scene_recaps(db.memory.breaks(CHAT_ID)[0].uid)) == 2
     )
-    [scene] = await memory.run(lambda: store.memory.breaks(CHAT_ID))
-    versions = await memory.run(lambda: store.memory.scene_recaps(scene.uid))
+    [scene] = await memory.run(lambda db: db.memory.breaks(CHAT_ID))
+    versions = await memory.run(lambda db: db.memory.scene_recaps(scene.uid))
     assert "at the burned" in versions[-1].recap and scene.current == 2
-    [running] = await memory.run(lambda: store.memory.running_recaps(CHAT_ID))
+    [running] = await memory.run(lambda db: db.memory.running_recaps(CHAT_ID))
     assert "at the burned" in running.content  # the old version went; the new one is folded in

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from proxy.memory.prompts import Prompts
 from proxy.memory.operations import OPERATIONS
+from proxy.memory.prompts import Prompts
 from proxy.memory.settings import MemorySettings
 
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 
-from proxy.web.keys import LIBRARY
 from tests.lore_data import entry, write_card, write_world
 from tests.memory.story import CHAT_ID
 from tests.memory_env import MemoryFactory
@@ -17,7 +16,6 @@ async def test_scene_recap_prompt_carries_the_active_lore(memory_proxy: MemoryFa
     user = memory.story.path.parents[2]  # data/default-user
     write_world(user, "Woods", {"1": entry(1, BRIDGE, key=["bridge"], comment="Ashen Bridge")})
     write_card(user, "Ava", "Ava", "Woods")
-    store = memory.app[LIBRARY].store
     while len(memory.story.messages) < 16:
         response = await memory.client.post(
             "/v1/chat/completions", json=memory.story.request(lore=BRIDGE)
@@ -25,8 +23,8 @@ async def test_scene_recap_prompt_carries_the_active_lore(memory_proxy: MemoryFa
         assert response.status == 200
         memory.story.grow(2)
         count = len(memory.story.messages)
-        await memory.until(lambda count=count: len(store.messages(CHAT_ID)) == count)
-    await memory.until(lambda: store.memory.running_recaps(CHAT_ID))
+        await memory.until(lambda db, count=count: len(db.messages(CHAT_ID)) == count)
+    await memory.until(lambda db: db.memory.running_recaps(CHAT_ID))
 
     prompts = [
         json.loads(seen.body)["messages"][0]["content"]
@@ -36,6 +34,6 @@ async def test_scene_recap_prompt_carries_the_active_lore(memory_proxy: MemoryFa
     assert len(prompts) == 1
     lore = prompts[0].split("<ACTIVE_LORE>")[1].split("</ACTIVE_LORE>")[0]
     assert lore.strip() == f"- Ashen Bridge: {BRIDGE}"
-    [scene] = await memory.run(lambda: store.memory.breaks(CHAT_ID))
-    [recap] = await memory.run(lambda: store.memory.scene_recaps(scene.uid))
+    [scene] = await memory.run(lambda db: db.memory.breaks(CHAT_ID))
+    [recap] = await memory.run(lambda db: db.memory.scene_recaps(scene.uid))
     assert "(lore: - Ashen Bridge" in recap.recap

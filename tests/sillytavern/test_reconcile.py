@@ -43,18 +43,18 @@ async def chat(tmp_path: Path):  # type: ignore[no-untyped-def]
 
     save.library = library  # type: ignore[attr-defined]
     yield save
-    library.close()
+    await library.store.close()
 
 
-def uids(library: ChatLibrary, chat_id: str = CHAT) -> list[int]:
-    return [m.uid for m in library.store.messages(chat_id)]
+async def uids(library: ChatLibrary, chat_id: str = CHAT) -> list[int]:
+    return [m.uid for m in (await library.store.call(lambda db: db.messages(chat_id)))]
 
 
 async def test_hide_unhide_edit_swipe_delete_first(chat) -> None:  # type: ignore[no-untyped-def]
     library = chat.library
     base = [msg(i) for i in range(6)]
     assert await chat(base) == [("added", i) for i in range(6)]
-    first = uids(library)
+    first = await uids(library)
 
     hidden = [*base[:2], {**base[2], "is_system": True}, *base[3:]]
     assert await chat(hidden) == [("hidden", 2)]
@@ -74,9 +74,11 @@ async def test_hide_unhide_edit_swipe_delete_first(chat) -> None:  # type: ignor
     ]
     assert await chat(swiped) == [("swiped", 4)]
     assert await chat(swiped[1:]) == [("deleted", 0)]
-    assert uids(library) == first[1:]
-    assert [m.position for m in library.store.messages(CHAT)] == list(range(5))
-    stored = library.store.messages(CHAT)
+    assert await uids(library) == first[1:]
+    assert [m.position for m in (await library.store.call(lambda db: db.messages(CHAT)))] == list(
+        range(5)
+    )
+    stored = await library.store.call(lambda db: db.messages(CHAT))
     assert stored[2].message.mes == "message 3, edited"
     assert stored[3].message.swipe_count == 2
 
@@ -85,7 +87,7 @@ async def test_a_branch_is_its_own_chat_and_the_parent_keeps_its_data(chat) -> N
     library = chat.library
     base = [msg(i) for i in range(4)]
     await chat(base)
-    parent = uids(library)
+    parent = await uids(library)
     assert library.data_dir is not None
     branch_path = library.data_dir / f"{CHAT} - Branch #1.jsonl"
     header = {
@@ -95,17 +97,17 @@ async def test_a_branch_is_its_own_chat_and_the_parent_keeps_its_data(chat) -> N
     }
     events = await chat(base[:3], header=header, target=branch_path)
     assert events == [("added", 0), ("added", 1), ("added", 2)]
-    branch = library.store.chat(f"{CHAT} - Branch #1")
+    branch = await library.store.call(lambda db: db.chat(f"{CHAT} - Branch #1"))
     assert branch is not None and branch.main_chat == "Seraphina - 1"
-    assert uids(library) == parent
-    assert set(uids(library, branch.id)).isdisjoint(parent)
+    assert await uids(library) == parent
+    assert set(await uids(library, branch.id)).isdisjoint(parent)
 
 
 async def test_identical_messages_and_moves_keep_order(chat) -> None:  # type: ignore[no-untyped-def]
     library = chat.library
     same = {"name": "Alex", "is_user": True, "mes": "..."}
     await chat([msg(0), same, msg(2), same, msg(4)])
-    before = uids(library)
+    before = await uids(library)
     # delete the middle one; the identical twin after it keeps its identity
     assert await chat([msg(0), same, same, msg(4)]) == [("deleted", 2)]
-    assert uids(library) == [before[0], before[1], before[3], before[4]]
+    assert await uids(library) == [before[0], before[1], before[3], before[4]]

@@ -180,7 +180,7 @@ async def test_depth_counts_the_chat_file_not_st_injections(
     after = [m for m in sent[at + 1 :] if m is not note and m != note]
     assert len(after) == 2
     assert sent[-2] == note
-    library.close()
+    await library.store.close()
 
 
 async def test_nothing_is_written_into_st_data(st_data: Path, client: TestClient[Any, Any]) -> None:
