@@ -130,7 +130,7 @@ async def big_chat(root: Path) -> None:
         f"  append one message, save -> store and index updated (watcher, 10 saves): "
         f"p50 {statistics.median(timings) * 1000:.0f} ms, max {timings[-1] * 1000:.0f} ms"
     )
-    library.close()
+    await library.store.close()
 
 
 async def many_chats(root: Path) -> None:
@@ -172,7 +172,7 @@ async def many_chats(root: Path) -> None:
         f"  identification, {len(timings)} requests: p50 {p50:.3f} ms, p99 {p99:.3f} ms, "
         f"{wrong} unidentified"
     )
-    library.close()
+    await library.store.close()
 
 
 async def main() -> None:

@@ -22,9 +22,12 @@ sys.path.insert(0, str(ROOT))
 
 from bench.words import WORDS  # noqa: E402
 from proxy.core.identify import normalize  # noqa: E402
-from proxy.core.lore import LoreMatcher, prepare  # noqa: E402
+from proxy.core.lore import (  # noqa: E402
+    LoreMatcher,
+    WorldEntry,
+    prepare,
+)
 from proxy.core.tokens import TokenCounter  # noqa: E402
-from proxy.sillytavern.worlds import WorldEntry  # noqa: E402
 
 
 def main() -> None:

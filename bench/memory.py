@@ -180,7 +180,7 @@ async def replay(n: int, message_recaps: bool, llm_url: str) -> dict[str, Any]:
             step.sort()
             raw_tokens = sum(counter.count(m["content"]) for m in final["messages"])
             sent_tokens = sum(counter.count(m["content"]) for m in preview["body"]["messages"])
-            made = await library.run(lambda: len(library.store.memory.breaks(CHAT_ID)))
+            made = await library.store.call(lambda db: len(db.memory.breaks(CHAT_ID)))
         finally:
             await runner.cleanup()
     return {

@@ -22,13 +22,12 @@ from proxy.core.identify import (
     TAIL,
     ChatEntry,
     ChatIndex,
-    Identification,
     find_st_metadata,
     identify,
     index_message,
     likely_chats,
 )
-from proxy.core.models import ChatMessage
+from proxy.core.models import ChatMessage, Identification
 from proxy.core.placement import find_history
 from proxy.sillytavern.chatfile import file_digest, parse_chat
 from proxy.sillytavern.layout import (

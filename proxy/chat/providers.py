@@ -11,8 +11,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Protocol
 
 from adapters.base import ParsedRequest
-from proxy.core.identify import Identification
-from proxy.core.models import ChatMessage, Memory
+from proxy.core.models import ChatMessage, Identification, Memory
 from proxy.library import ChatLibrary
 
 CHAT_ID_HEADER = "X-ST-Chat-Id"

@@ -22,12 +22,10 @@ import json
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
 
-from proxy.core.models import ChatMessage
+from proxy.core.models import ChatMessage, Generation, Identification
 from proxy.core.placement import HistorySpan
 
-Generation = Literal["normal", "swipe", "continue", "quiet"]
 TAIL = 64  # newest visible messages per chat kept for matching
 MAX_SKIPPED = 12  # request messages that match nothing before an alignment gives up
 CONTINUE_NUDGE = "[continue"
@@ -124,17 +122,6 @@ class ChatIndex:
         for fp in fps:
             found |= self.by_fp.get(fp, set())
         return found
-
-
-@dataclass(frozen=True, slots=True)
-class Identification:
-    chat_id: str
-    confidence: float  # 1.0 certain; below 0.5 a guess (ambiguous or barely matching)
-    generation: Generation
-    target_message: int | None  # ST index the reply will have or replace
-    history: tuple[int, ...]  # request indices that are this chat's messages
-    matched: int
-    positions: tuple[int, ...] = ()  # the chat position of each of `history`
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,11 +15,69 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import ahocorasick
+from pydantic import BaseModel, ConfigDict, ValidationInfo, field_validator
 
 from proxy.core.identify import normalize
-from proxy.sillytavern.worlds import WorldEntry
 
 ANCHOR = 48  # characters of an entry's normalised content used to find it
+
+
+class WorldEntry(BaseModel):
+    """One lorebook entry; ST's defaults for what is missing."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    uid: int | str
+    key: tuple[str, ...] = ()
+    keysecondary: tuple[str, ...] = ()
+    comment: str = ""
+    content: str = ""
+    constant: bool = False
+    selective: bool = True
+    order: int = 100
+    position: int = 0
+    depth: int = 4
+    role: int = 0
+    disable: bool = False
+    sticky: int | None = None
+    cooldown: int | None = None
+    delay: int | None = None
+    vectorized: bool = False
+
+    @field_validator("uid", mode="before")
+    @classmethod
+    def _uid(cls, value: object) -> object:
+        # ST's uids are numbers; the `entries` keys that carry them when missing are text.
+        return int(value) if isinstance(value, str) and value.isdigit() else value
+
+    @field_validator("key", "keysecondary", mode="before")
+    @classmethod
+    def _keys(cls, value: object) -> tuple[str, ...]:
+        if isinstance(value, str):
+            return (value,) if value else ()
+        if isinstance(value, list):
+            return tuple(str(v) for v in value if isinstance(v, str | int) and str(v))
+        return ()
+
+    @field_validator("role", "order", "position", "depth", mode="before")
+    @classmethod
+    def _number(cls, value: object, info: ValidationInfo) -> int:
+        defaults = {"role": 0, "order": 100, "position": 0, "depth": 4}
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            return defaults[str(info.field_name)]
+        return int(value)
+
+    @field_validator("sticky", "cooldown", "delay", mode="before")
+    @classmethod
+    def _count(cls, value: object) -> int | None:
+        if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+            return None
+        return int(value)
+
+    @field_validator("content", "comment", mode="before")
+    @classmethod
+    def _text(cls, value: object) -> str:
+        return value if isinstance(value, str) else ""
 
 
 def fill_macros(text: str, values: Mapping[str, str]) -> str:

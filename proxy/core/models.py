@@ -9,10 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any, NamedTuple, Self
-
-if TYPE_CHECKING:
-    from proxy.core.identify import Identification
+from typing import Any, Literal, NamedTuple, Self
 
 
 class _STEnum(StrEnum):
@@ -88,6 +85,21 @@ class ChatMessage(NamedTuple):
     role: str
     text: str
     name: str | None = None
+
+
+# How a request's end meets its chat file's end (see `proxy.core.identify`).
+Generation = Literal["normal", "swipe", "continue", "quiet"]
+
+
+@dataclass(frozen=True, slots=True)
+class Identification:
+    chat_id: str
+    confidence: float  # 1.0 certain; below 0.5 a guess (ambiguous or barely matching)
+    generation: Generation
+    target_message: int | None  # ST index the reply will have or replace
+    history: tuple[int, ...]  # request indices that are this chat's messages
+    matched: int
+    positions: tuple[int, ...] = ()  # the chat position of each of `history`
 
 
 @dataclass(frozen=True, slots=True)

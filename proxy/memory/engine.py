@@ -19,9 +19,8 @@ import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
 
-from proxy.core.identify import Identification
 from proxy.core.jsontypes import JSONValue, as_int, as_list
-from proxy.core.models import ChatMessage
+from proxy.core.models import ChatMessage, Identification
 from proxy.core.plan import InjectionPolicy, chat_enabled
 from proxy.core.recaps import RecapRules, exclusion
 from proxy.core.scenes import CONTEXT_BEFORE, detection_window, shown

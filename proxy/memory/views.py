@@ -8,8 +8,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from proxy.core.identify import Identification, index_message
-from proxy.core.models import ChatMessage
+from proxy.core.identify import index_message
+from proxy.core.models import ChatMessage, Identification
 from proxy.core.recaps import Candidate, budget_tokens, render_recaps, select_recaps
 from proxy.core.tokens import TokenCounter
 from proxy.core.trim import Covered, droppable, trim_cutoff

@@ -8,8 +8,8 @@ from __future__ import annotations
 from aiohttp import web
 
 from adapters import ADAPTERS
-from proxy.core.identify import Identification
 from proxy.core.jsontypes import JSONObject
+from proxy.core.models import Identification
 from proxy.errors import NotFound, RequestError, Unavailable
 from proxy.library import ChatLibrary
 from proxy.store import Database

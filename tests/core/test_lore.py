@@ -1,8 +1,14 @@
 from __future__ import annotations
 
 from proxy.core.identify import normalize
-from proxy.core.lore import LoreMatcher, StickyTracker, prepare, snapshot, st_sticky_keys
-from proxy.sillytavern.worlds import WorldEntry
+from proxy.core.lore import (
+    LoreMatcher,
+    StickyTracker,
+    WorldEntry,
+    prepare,
+    snapshot,
+    st_sticky_keys,
+)
 
 
 def entries(*contents: str, **fields: object) -> list[WorldEntry]:
