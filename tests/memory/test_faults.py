@@ -9,6 +9,7 @@ from typing import Any
 from proxy.web.keys import LIBRARY
 from tests.memory.story import CHAT_ID, Story
 from tests.memory_env import Memory, MemoryFactory
+from tests.waiting import until
 
 QUICK_RETRY = {"queue.backoff_seconds": 0.05, "queue.backoff_cap_seconds": 0.1}
 
@@ -139,10 +140,7 @@ async def test_two_chats_keep_their_own_memory(memory_proxy: MemoryFactory) -> N
     other = Story(memory.story.path.parents[3], ends={6}, char="Bea")
     other.grow(14)
     library = memory.app[LIBRARY]
-    for _ in range(200):
-        if other.chat_id in library.index.entries:
-            break
-        await asyncio.sleep(0.02)
+    await until(lambda: other.chat_id in library.index.entries, "the second chat is indexed")
     await asyncio.gather(
         memory.client.post("/v1/chat/completions", json=memory.story.request()),
         memory.client.post("/v1/chat/completions", json=other.request()),

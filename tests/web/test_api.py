@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 from collections.abc import Callable
@@ -52,11 +53,9 @@ async def client(
     )
     app = make_app(settings)
     test_client: TestClient[Any, Any] = await aiohttp_client(app)
-    library = app[LIBRARY]
-    for _ in range(200):  # the initial index runs in the background
-        if len(library.index.entries) == 2:
-            break
-        await __import__("asyncio").sleep(0.02)
+    # The initial index runs in the background: wait for it, and fail if it found less.
+    await asyncio.wait_for(app[LIBRARY].indexed.wait(), 10)
+    assert len(app[LIBRARY].index.entries) == 2
     return test_client
 
 
@@ -226,11 +225,8 @@ async def test_lore_of_a_generated_message(
     )
     app = make_app(settings)
     client = await aiohttp_client(app)
-    library = app[LIBRARY]
-    for _ in range(250):
-        if len(library.index.entries) == 2:
-            break
-        await __import__("asyncio").sleep(0.02)
+    await asyncio.wait_for(app[LIBRARY].indexed.wait(), 10)
+    assert len(app[LIBRARY].index.entries) == 2
     body = request_body(stream=True)
     body["messages"].insert(1, {"role": "system", "content": "Seraphina's glade is warded."})
     response = await client.post("/v1/chat/completions", json=body)

@@ -10,9 +10,13 @@ from typing import Any
 import aiohttp
 import pytest
 
+from proxy.chat.providers import NoMemory
 from proxy.core.models import Memory
-from tests.conftest import FakeLLM, ProxyFactory
+from proxy.errors import UpstreamTimeout, UpstreamUnreachable
+from proxy.web import make_app
+from tests.conftest import FakeLLM, ProxyFactory, make_settings
 from tests.fakes.fake_llm import REPLY, sse_chunks
+from tests.fakes.fake_upstream import FakeUpstream, Script
 
 CHAT = {
     "messages": [
@@ -241,3 +245,41 @@ async def test_paths_outside_v1_get_a_helpful_404(proxy: ProxyFactory) -> None:
     assert "/v1" in (await response.json())["error"]["message"]
     root = await client.get("/")
     assert (await root.json())["service"] == "recap-proxy"
+
+
+# -- the relay over a fake upstream at its seam (`Upstream.send`), no socket upstream --------
+
+
+async def test_chunks_from_the_seam_reach_the_client_as_they_were(aiohttp_client: Any) -> None:
+    chunks = [b'data: {"a":1}\n\n', b"data: [DO", b"NE]\n\n"]
+    upstream = FakeUpstream(Script(chunks=chunks))
+    client = await aiohttp_client(make_app(make_settings(), upstream=upstream, provider=NoMemory()))
+    response = await client.post("/v1/chat/completions", data=body(stream=True))
+    assert response.status == 200
+    assert await response.read() == b"".join(chunks)
+    [sent] = upstream.sent
+    assert sent.released and not sent.closed  # read whole: the connection goes back
+
+
+async def test_a_failure_at_the_seam_cuts_the_stream_and_drops_the_connection(
+    aiohttp_client: Any,
+) -> None:
+    broken = UpstreamUnreachable("reset", code="upstream_broken")
+    upstream = FakeUpstream(
+        Script(chunks=[b"data: one\n\n", b"never"], failure=broken, fail_after=1)
+    )
+    client = await aiohttp_client(make_app(make_settings(), upstream=upstream, provider=NoMemory()))
+    response = await client.post("/v1/chat/completions", data=body(stream=True))
+    assert response.status == 200  # the status line had gone out already
+    with pytest.raises(aiohttp.ClientPayloadError):
+        await response.read()
+    assert upstream.sent[0].closed
+
+
+async def test_no_answer_at_the_seam_is_our_json_error(aiohttp_client: Any) -> None:
+    upstream = FakeUpstream(Script(failure=UpstreamTimeout("too slow", code="upstream_timeout")))
+    client = await aiohttp_client(make_app(make_settings(), upstream=upstream, provider=NoMemory()))
+    response = await client.post("/v1/chat/completions", data=body())
+    assert response.status == 504
+    assert (await response.json())["error"]["type"] == "upstream_timeout"
+    assert response.headers["X-Recap-Chat"] == ""

@@ -1,0 +1,98 @@
+"""Where a request's memory comes from: the chat it is identified as, and the engine's
+values for it. A preview is asked for inside the process, never by a client's header."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from adapters import ADAPTERS
+from proxy.chat.providers import ChatMemory, NoMemory, StaticMemory
+from proxy.core.models import ChatMessage, Identification, Memory
+from proxy.library import ChatLibrary
+from proxy.store import Store
+from tests.st_data import MARKERS, SOLO_ID, final_state
+
+REQUESTS = Path(__file__).parent.parent / "data/st-1.12.6/requests.jsonl"
+
+
+@dataclass(frozen=True)
+class Got:
+    values: Mapping[str, str]
+    drop: tuple[int, ...]
+
+
+@dataclass
+class Engine:
+    touched: list[str] = field(default_factory=list)
+
+    def touch(self, ident: Identification, headers: Mapping[str, str], model: str | None) -> None:
+        self.touched.append(ident.chat_id)
+
+    def request_memory(
+        self,
+        ident: Identification,
+        messages: Sequence[ChatMessage],
+        history: Sequence[int],
+        model: str | None,
+    ) -> Got:
+        return Got({"running_recap": f"recap of {ident.chat_id}"}, (history[0],))
+
+
+def solo_request() -> bytes:
+    records = [json.loads(line) for line in REQUESTS.read_text().splitlines()]
+    return json.dumps(next(r["body"] for r in records if r["step"] == "14_send_08")).encode()
+
+
+async def provider(tmp_path: Path) -> tuple[ChatMemory, Engine, Store]:
+    data = tmp_path / "data"
+    final_state(data / "default-user")
+    store = Store(tmp_path / "s.sqlite3")
+    library = ChatLibrary(data, store)
+    await library.index_all()
+    engine = Engine()
+    return ChatMemory(library, MARKERS, engine=engine), engine, store
+
+
+async def test_an_identified_request_gets_its_chats_memory_and_starts_upkeep(
+    tmp_path: Path,
+) -> None:
+    chat_memory, engine, store = await provider(tmp_path)
+    parsed = ADAPTERS["chat/completions"].parse(solo_request())
+    memory = await chat_memory.memory_for(parsed, {})
+    assert memory is not None and memory.chat_id == SOLO_ID
+    assert memory.values == {"running_recap": f"recap of {SOLO_ID}"}
+    assert memory.drop and memory.identity is not None
+    assert engine.touched == [SOLO_ID]
+    await store.close()
+
+
+async def test_a_preview_starts_nothing_and_a_clients_header_cannot_ask_for_one(
+    tmp_path: Path,
+) -> None:
+    chat_memory, engine, store = await provider(tmp_path)
+    parsed = ADAPTERS["chat/completions"].parse(solo_request())
+    previewed = await chat_memory.memory_for(parsed, {}, preview=True)
+    assert previewed is not None and previewed.chat_id == SOLO_ID
+    assert engine.touched == []
+    await chat_memory.memory_for(parsed, {"X-Recap-Preview": "1"})
+    assert engine.touched == [SOLO_ID]  # an ordinary request, whatever it claims
+    await store.close()
+
+
+async def test_an_unknown_chat_gets_no_memory(tmp_path: Path) -> None:
+    chat_memory, engine, store = await provider(tmp_path)
+    raw = json.dumps({"messages": [{"role": "user", "content": "a chat nobody saved"}]})
+    memory = await chat_memory.memory_for(ADAPTERS["chat/completions"].parse(raw.encode()), {})
+    assert memory is not None and memory.chat_id is None and not memory.values
+    assert engine.touched == []
+    await store.close()
+
+
+async def test_fixed_providers() -> None:
+    parsed = ADAPTERS["chat/completions"].parse(b'{"messages": []}')
+    assert await NoMemory().memory_for(parsed, {}) is None
+    fixed = Memory(values={"running_recap": "x"})
+    assert await StaticMemory(fixed).memory_for(parsed, {}, preview=True) is fixed

@@ -1,0 +1,80 @@
+"""`Upstream`: the one client of LLM APIs. Its answers arrive as they are sent, and the
+client library's failures come out as the proxy's own errors, before and mid-answer."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+
+import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestServer
+
+from proxy.errors import UpstreamTimeout, UpstreamUnreachable
+from proxy.settings import UpstreamSettings
+from proxy.upstream import Upstream
+
+ServerFactory = Callable[..., Awaitable[TestServer]]
+
+
+async def test_the_answer_arrives_as_it_is_sent(aiohttp_server: ServerFactory) -> None:
+    second = asyncio.Event()
+
+    async def stream(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"X-Up": "1"})
+        await response.prepare(request)
+        await response.write(b"data: one\n\n")
+        await second.wait()
+        await response.write(b"data: two\n\n")
+        await response.write_eof()
+        return response
+
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", stream)
+    server = await aiohttp_server(app)
+    settings = UpstreamSettings(base_url=str(server.make_url("/v1")))
+    async with Upstream(settings) as upstream:
+        answer = await upstream.send("POST", "chat/completions", "", [], b"{}")
+        assert answer.status == 200 and answer.header("x-up") == "1"
+        assert answer.content_length is None  # chunked: no length to pass on
+        first = await answer.chunks.__anext__()
+        assert first == b"data: one\n\n"  # before the upstream sent the rest
+        second.set()
+        assert b"".join([c async for c in answer.chunks]) == b"data: two\n\n"
+        answer.release()
+
+
+async def test_no_answer_is_unreachable() -> None:
+    settings = UpstreamSettings(base_url="http://127.0.0.1:9/v1", connect_timeout=2)
+    async with Upstream(settings) as upstream:
+        with pytest.raises(UpstreamUnreachable, match="cannot reach upstream") as caught:
+            await upstream.send("GET", "models", "", [], None)
+    assert caught.value.code == "upstream_unreachable"
+
+
+async def test_a_stalled_answer_times_out_mid_stream(aiohttp_server: ServerFactory) -> None:
+    async def stall(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse()
+        await response.prepare(request)
+        await response.write(b"partial")
+        await asyncio.sleep(5)
+        return response
+
+    app = web.Application()
+    app.router.add_get("/v1/slow", stall)
+    server = await aiohttp_server(app)
+    settings = UpstreamSettings(base_url=str(server.make_url("/v1")), read_timeout=0.2)
+    async with Upstream(settings) as upstream:
+        answer = await upstream.send("GET", "slow", "", [], None)
+        received = []
+        with pytest.raises(UpstreamTimeout, match="stopped sending"):
+            async for chunk in answer.chunks:
+                received.append(chunk)
+        answer.close()
+    assert received == [b"partial"]
+
+
+def test_urls_keep_the_query_as_it_came() -> None:
+    upstream = Upstream(UpstreamSettings(base_url="http://api.example/v1/"))
+    assert str(upstream.url_for("chat/completions")) == "http://api.example/v1/chat/completions"
+    assert str(upstream.url_for("/models", "a=1&b=%2F")) == "http://api.example/v1/models?a=1&b=%2F"
