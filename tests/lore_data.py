@@ -22,7 +22,7 @@ def glade_content(requests: Path) -> str:
     raise LookupError("no glade entry in the capture")
 
 
-def write_world(user_dir: Path, name: str, entries: dict[str, dict[str, Any]]) -> Path:
+def write_world(user_dir: Path, name: str, entries: dict[str, Any]) -> Path:
     path = user_dir / "worlds" / f"{name}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps({"entries": entries}, indent=4), encoding="utf-8")

@@ -35,7 +35,8 @@ def wait_for_port(port: int, proc: subprocess.Popen[bytes], timeout: float = 20)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise RuntimeError(f"process exited early: {proc.stderr.read() if proc.stderr else ''}")
+            output = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
+            raise RuntimeError(f"process exited early: {output}")
         try:
             socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
             return

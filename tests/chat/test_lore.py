@@ -151,7 +151,7 @@ async def test_a_book_edited_between_generations(tmp_path: Path) -> None:
         "user_name": "unused",
         "character_name": "unused",
     }
-    lines = [
+    lines: list[dict[str, Any]] = [
         header,
         {"name": "Seraphina", "is_user": False, "mes": "Welcome."},
         {"name": "User", "is_user": True, "mes": "The border?"},

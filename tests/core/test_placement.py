@@ -103,9 +103,10 @@ def test_known_history_skips_st_injections_when_counting_depth() -> None:
     # the proxy that index 4 is not a chat message.
     messages = msgs("main start a u inj u")
     span = known_history(messages, MARKERS, [2, 3, 5])
-    at = lambda depth, role: insertion_index(  # noqa: E731
-        messages, Placement(Position.IN_CHAT, depth, role), span
-    )
+
+    def at(depth: int, role: Role) -> int | None:
+        return insertion_index(messages, Placement(Position.IN_CHAT, depth, role), span)
+
     # Depth 1 = before the last chat message; ST orders a depth's messages
     # assistant, user, system: a system memory goes after ST's note, a user one before it.
     assert at(1, Role.SYSTEM) == 5

@@ -37,7 +37,7 @@ class Replayer:
             and decode_body(cassette["upstream_request"]) == body
         ]
         fresh = [c for c in matches if not any(c is s for s in self.served)]
-        return (fresh or matches or [None])[0]
+        return fresh[0] if fresh else matches[0] if matches else None
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
         body = await request.read()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -10,8 +11,9 @@ import pytest
 
 from proxy.errors import JobFailure, Unauthorized
 from proxy.memory.jobs import Apply, JobQueue
-from proxy.memory.operations import OPERATIONS
+from proxy.memory.operations import OPERATIONS, Operation
 from proxy.settings import QueueSettings
+from proxy.sillytavern.chatfile import STMessage
 from proxy.store import Database, Store
 from proxy.store.jobs import Job
 from tests.test_store import record
@@ -52,11 +54,15 @@ class Fake:
         return self.current.get(job.dedup_key, job.input_hash) == job.input_hash
 
 
+def save_empty(db: Database, chat_id: str) -> None:
+    db.save_chat(record(chat_id), [], [], lambda i: STMessage(), [])
+
+
 @pytest.fixture
 async def setup(tmp_path: Path):  # type: ignore[no-untyped-def]
     store = Store(tmp_path / "s.sqlite3")
     for chat_id in ("a", "b"):
-        await store.call(lambda db, c=chat_id: db.save_chat(record(c), [], [], lambda i: None, []))  # type: ignore[arg-type, return-value, misc]
+        await store.call(partial(save_empty, chat_id=chat_id))
     fake = Fake()
     handlers = dict.fromkeys(OPERATIONS, fake)
     yield store, fake, handlers
@@ -67,11 +73,11 @@ async def test_order_dedup_and_success(setup) -> None:  # type: ignore[no-untype
     store, fake, handlers = setup
     async with JobQueue(store, handlers, FAST) as queue:
         await queue.pause()
-        await queue.enqueue("a", "message_recap", "m1", {}, "h1", "up")
-        await queue.enqueue("a", "message_recap", "m1", {}, "h1", "up")  # deduplicated
-        await queue.enqueue("a", "detect_scene_break", "d1", {}, "h", "up")
-        await queue.enqueue("a", "running_recap", "r1", {}, "h", "up")
-        await queue.enqueue("a", "scene_recap", "s1", {}, "h", "up")
+        await queue.enqueue("a", Operation.MESSAGE_RECAP, "m1", {}, "h1", "up")
+        await queue.enqueue("a", Operation.MESSAGE_RECAP, "m1", {}, "h1", "up")  # deduplicated
+        await queue.enqueue("a", Operation.DETECT_SCENE_BREAK, "d1", {}, "h", "up")
+        await queue.enqueue("a", Operation.RUNNING_RECAP, "r1", {}, "h", "up")
+        await queue.enqueue("a", Operation.SCENE_RECAP, "s1", {}, "h", "up")
         assert len(await queue.jobs()) == 4
         await queue.resume()
         await queue.idle()
@@ -90,7 +96,7 @@ async def test_retries_back_off_then_succeed_or_fail(setup) -> None:  # type: ig
     }
     async with JobQueue(store, handlers, FAST) as queue:
         for key in fake.outcomes:
-            await queue.enqueue("a", "message_recap", key, {}, "h", f"up-{key}")
+            await queue.enqueue("a", Operation.MESSAGE_RECAP, key, {}, "h", f"up-{key}")
         await queue.idle()
         jobs = {j.dedup_key: j for j in await queue.jobs()}
     assert (jobs["flaky"].state, jobs["flaky"].attempts) == ("done", 2)
@@ -106,11 +112,11 @@ async def test_changed_input_is_redone_and_vanished_input_dropped(setup) -> None
     store, fake, handlers = setup
     fake.gate = asyncio.Event()
     async with JobQueue(store, handlers, FAST) as queue:
-        await queue.enqueue("a", "message_recap", "edited", {"text": "v1"}, "v1", "up1")
-        await queue.enqueue("a", "message_recap", "deleted", {}, "x", "up2")
+        await queue.enqueue("a", Operation.MESSAGE_RECAP, "edited", {"text": "v1"}, "v1", "up1")
+        await queue.enqueue("a", Operation.MESSAGE_RECAP, "deleted", {}, "x", "up2")
         await until(lambda: fake.in_flight == 2, "both jobs running")
         # While both run: one message is edited (new content), the other deleted.
-        await queue.enqueue("a", "message_recap", "edited", {"text": "v2"}, "v2", "up1")
+        await queue.enqueue("a", Operation.MESSAGE_RECAP, "edited", {"text": "v2"}, "v2", "up1")
         fake.current["deleted"] = "gone"
         fake.gate.set()
         await queue.idle()
@@ -124,12 +130,12 @@ async def test_concurrency_is_per_upstream(setup) -> None:  # type: ignore[no-un
     store, fake, handlers = setup
     async with JobQueue(store, handlers, FAST) as queue:
         for i in range(4):
-            await queue.enqueue("a", "message_recap", f"x{i}", {}, "h", "one")
+            await queue.enqueue("a", Operation.MESSAGE_RECAP, f"x{i}", {}, "h", "one")
         await queue.idle()
         assert fake.max_in_flight == 1
         fake.max_in_flight = 0
         for i in range(4):
-            await queue.enqueue("b", "message_recap", f"y{i}", {}, "h", f"api-{i}")
+            await queue.enqueue("b", Operation.MESSAGE_RECAP, f"y{i}", {}, "h", f"api-{i}")
         await queue.idle()
     assert fake.max_in_flight > 1
 
@@ -138,12 +144,12 @@ async def test_restart_runs_interrupted_jobs_once(setup, tmp_path: Path) -> None
     store, fake, handlers = setup
     fake.gate = asyncio.Event()
     async with JobQueue(store, handlers, FAST) as queue:
-        await queue.enqueue("a", "scene_recap", "done-before", {}, "h", "up1")
-        await queue.enqueue("a", "scene_recap", "interrupted", {}, "h", "up2")
+        await queue.enqueue("a", Operation.SCENE_RECAP, "done-before", {}, "h", "up1")
+        await queue.enqueue("a", Operation.SCENE_RECAP, "interrupted", {}, "h", "up2")
         fake.gate.set()
         await until(lambda: ("done-before", "h") in fake.applied, "the first job applied")
         fake.gate.clear()
-        await queue.enqueue("a", "scene_recap", "stuck", {}, "h", "up3")
+        await queue.enqueue("a", Operation.SCENE_RECAP, "stuck", {}, "h", "up3")
         await until(lambda: fake.in_flight > 0, "a job running")
     # stopped with "stuck" (and maybe "interrupted") running
     fake.gate.set()
@@ -162,7 +168,7 @@ async def test_pause_resume_retry_clear(setup) -> None:  # type: ignore[no-untyp
     store, fake, handlers = setup
     fake.outcomes = {"denied": [Unauthorized("403")]}
     async with JobQueue(store, handlers, FAST) as queue:
-        await queue.enqueue("a", "message_recap", "denied", {}, "h", "up")
+        await queue.enqueue("a", Operation.MESSAGE_RECAP, "denied", {}, "h", "up")
         await queue.idle()
         (job,) = await queue.jobs(states=("failed",))
         fake.outcomes.clear()  # the user fixed the key
@@ -174,8 +180,8 @@ async def test_pause_resume_retry_clear(setup) -> None:  # type: ignore[no-untyp
         await queue.idle()
         assert (await queue.jobs())[0].state == "done"
         await queue.pause()
-        await queue.enqueue("b", "message_recap", "later", {}, "h", "up")
+        await queue.enqueue("b", Operation.MESSAGE_RECAP, "later", {}, "h", "up")
         assert await queue.clear("b") == 1
         assert [j.dedup_key for j in await queue.jobs()] == ["denied"]
         with pytest.raises(ValueError, match="unknown operation"):
-            await queue.enqueue("a", "bake_cake", "k", {}, "h", "up")
+            await queue.enqueue("a", "bake_cake", "k", {}, "h", "up")  # type: ignore[arg-type]

@@ -11,6 +11,7 @@ import pytest
 
 from proxy.errors import JobFailure, NoCredentials, Refused, Unauthorized
 from proxy.memory.llm import OPERATION_HEADER, LLMClient
+from proxy.memory.operations import Operation
 from proxy.memory.settings import LLMSettings
 from proxy.settings import UpstreamSettings
 from proxy.upstream import Upstream
@@ -39,7 +40,7 @@ async def test_uses_the_chats_own_key_and_model(
     client = LLMClient(LLMSettings(), chat_upstream, None)
     client.remember("c", {"Authorization": "Bearer sk-chat-secret"}, "fake-model")
     with caplog.at_level(logging.DEBUG):
-        answer = await client.complete("scene_recap", "c", PROMPT)
+        answer = await client.complete(Operation.SCENE_RECAP, "c", PROMPT)
     assert answer.text.startswith('{"scene_name"') and answer.model == "fake-model"
     headers, body = last(fake_llm)
     assert headers[OPERATION_HEADER] == "scene_recap"
@@ -64,9 +65,9 @@ async def test_settings_and_per_operation_overrides(
         }
     )
     client = LLMClient(settings, chat_upstream, None)
-    await client.complete("message_recap", "c", PROMPT)
+    await client.complete(Operation.MESSAGE_RECAP, "c", PROMPT)
     assert last(fake_llm)[1]["model"] == "cheap-model"
-    await client.complete("running_recap", "c", PROMPT)
+    await client.complete(Operation.RUNNING_RECAP, "c", PROMPT)
     _, body = last(fake_llm)
     assert (body["model"], body["max_tokens"]) == ("smart-model", 4000)
 
@@ -78,7 +79,7 @@ async def test_a_separate_api_with_its_own_key(fake_llm: FakeLLM, chat_upstream:
     async with Upstream(UpstreamSettings(base_url=fake_llm.base_url)) as own:
         client = LLMClient(settings, chat_upstream, own)
         client.remember("c", {"Authorization": "Bearer sk-chat"}, "fake-model")
-        await client.complete("detect_scene_break", "c", PROMPT)
+        await client.complete(Operation.DETECT_SCENE_BREAK, "c", PROMPT)
     headers, body = last(fake_llm)
     assert headers["Authorization"] == "Bearer sk-own" and body["model"] == "m"
 
@@ -99,7 +100,7 @@ async def test_answers_become_job_failures(
 ) -> None:
     client = LLMClient(LLMSettings(model=f"status={status}"), chat_upstream, None)
     with pytest.raises(error) as caught:
-        await client.complete("message_recap", "c", PROMPT)
+        await client.complete(Operation.MESSAGE_RECAP, "c", PROMPT)
     assert caught.value.retry is retry
     assert str(status) in str(caught.value)
 
@@ -108,7 +109,7 @@ async def test_unreachable_and_unknown_model() -> None:
     async with Upstream(UpstreamSettings(base_url="http://127.0.0.1:9/v1")) as dead:
         client = LLMClient(LLMSettings(model="m"), dead, None)
         with pytest.raises(JobFailure) as caught:
-            await client.complete("scene_recap", "c", PROMPT)
+            await client.complete(Operation.SCENE_RECAP, "c", PROMPT)
         assert caught.value.retry is True
         with pytest.raises(NoCredentials, match="no model"):
-            await LLMClient(LLMSettings(), dead, None).complete("scene_recap", "c", PROMPT)
+            await LLMClient(LLMSettings(), dead, None).complete(Operation.SCENE_RECAP, "c", PROMPT)

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from proxy.memory.operations import OPERATIONS
+from proxy.memory.operations import OPERATIONS, Operation
 from proxy.memory.prompts import Prompts
 from proxy.memory.settings import MemorySettings
 
@@ -29,9 +29,9 @@ def test_user_override_and_unreadable_file(
     (tmp_path / "scene_recap.md").write_text("Recap {{scene_messages}} for {{char}}.")
     (tmp_path / "running_recap.md").write_bytes(b"\xff\xfe not utf-8")
     prompts = Prompts.load(MemorySettings(templates_dir=tmp_path))
-    assert prompts.sources["scene_recap"] == tmp_path / "scene_recap.md"
-    assert prompts.messages("scene_recap", {"scene_messages": "S", "char": "Ava"}) == [
+    assert prompts.sources[Operation.SCENE_RECAP] == tmp_path / "scene_recap.md"
+    assert prompts.messages(Operation.SCENE_RECAP, {"scene_messages": "S", "char": "Ava"}) == [
         {"role": "user", "content": "Recap S for Ava."}
     ]
-    assert prompts.sources["running_recap"].parent.name == "templates"  # bundled
+    assert prompts.sources[Operation.RUNNING_RECAP].parent.name == "templates"  # bundled
     assert "cannot read" in caplog.text

@@ -3,12 +3,18 @@
 from __future__ import annotations
 
 import json
+from functools import partial
 
+from proxy.store import Database
 from tests.lore_data import entry, write_card, write_world
 from tests.memory.story import CHAT_ID
 from tests.memory_env import MemoryFactory
 
 BRIDGE = "The Ashen Bridge spans the northern gorge; only rangers may cross it."
+
+
+def has_messages(db: Database, count: int) -> bool:
+    return len(db.messages(CHAT_ID)) == count
 
 
 async def test_scene_recap_prompt_carries_the_active_lore(memory_proxy: MemoryFactory) -> None:
@@ -23,7 +29,7 @@ async def test_scene_recap_prompt_carries_the_active_lore(memory_proxy: MemoryFa
         assert response.status == 200
         memory.story.grow(2)
         count = len(memory.story.messages)
-        await memory.until(lambda db, count=count: len(db.messages(CHAT_ID)) == count)
+        await memory.until(partial(has_messages, count=count))
     await memory.until(lambda db: db.memory.running_recaps(CHAT_ID))
 
     prompts = [

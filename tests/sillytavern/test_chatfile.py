@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from proxy.sillytavern.chatfile import normalize_send_date, parse_chat
+from proxy.sillytavern.chatfile import ChatFile, STMessage, normalize_send_date, parse_chat
 from tests.st_data import CAPTURE
 
 HEADER_115 = {
@@ -59,6 +59,12 @@ NARRATOR = {
 }
 
 
+def every(chat: ChatFile) -> list[STMessage]:
+    """The messages of a fully parsed chat (none left to parse on demand)."""
+    assert all(m is not None for m in chat.messages)
+    return [m for m in chat.messages if m is not None]
+
+
 def jsonl(*objects: object, end: bytes = b"") -> bytes:
     return b"\n".join(json.dumps(o).encode() for o in objects) + end
 
@@ -67,8 +73,8 @@ def test_current_format() -> None:
     chat = parse_chat(jsonl(HEADER_115, GREETING, USER, REPLY, HIDDEN, NARRATOR))
     assert chat.header is not None
     assert chat.header.integrity == "0d1f" and chat.header.main_chat == "Parent"
-    assert [m.name for m in chat.messages] == ["Seraphina", "Alex", "Seraphina", "Alex", "System"]
-    greeting, user, reply, hidden, narrator = chat.messages
+    assert [m.name for m in every(chat)] == ["Seraphina", "Alex", "Seraphina", "Alex", "System"]
+    greeting, user, reply, hidden, narrator = every(chat)
     assert greeting.is_system is False and greeting.mes == "Welcome, {{user}}."
     assert user.is_user and not user.hidden
     assert reply.is_system is False  # missing means visible
@@ -82,9 +88,9 @@ def test_old_header_and_date_forms() -> None:
     chat = parse_chat(jsonl(HEADER_OLD, GREETING, USER, REPLY))
     assert chat.header is not None and chat.header.character_name == "Seraphina"
     assert chat.header.integrity is None
-    assert chat.messages[0].send_date == "2026-05-01T12:03:22.130Z"
-    assert chat.messages[1].send_date == "2024-05-01T14:03"
-    assert chat.messages[2].send_date == "2024-05-01T14:03:22.000+00:00"
+    assert every(chat)[0].send_date == "2026-05-01T12:03:22.130Z"
+    assert every(chat)[1].send_date == "2024-05-01T14:03"
+    assert every(chat)[2].send_date == "2024-05-01T14:03:22.000+00:00"
 
 
 @pytest.mark.parametrize(
@@ -111,7 +117,7 @@ def test_bom_crlf_and_trailing_newline() -> None:
     data = b"\xef\xbb\xbf" + jsonl(HEADER_115, GREETING, USER).replace(b"\n", b"\r\n") + b"\r\n"
     chat = parse_chat(data)
     assert chat.header is not None
-    assert [m.mes for m in chat.messages] == [GREETING["mes"], USER["mes"]]
+    assert [m.mes for m in every(chat)] == [GREETING["mes"], USER["mes"]]
 
 
 def test_malformed_lines_are_skipped_counted_and_logged(caplog: pytest.LogCaptureFixture) -> None:
@@ -127,7 +133,7 @@ def test_malformed_lines_are_skipped_counted_and_logged(caplog: pytest.LogCaptur
     )
     with caplog.at_level(logging.WARNING):
         chat = parse_chat(data, source="x.jsonl")
-    assert [m.mes for m in chat.messages] == [GREETING["mes"], USER["mes"]]
+    assert [m.mes for m in every(chat)] == [GREETING["mes"], USER["mes"]]
     assert [b.number for b in chat.bad] == [3, 4, 5]
     assert "x.jsonl: skipped 3 malformed line(s): line 3: not JSON" in caplog.text
 
@@ -139,8 +145,8 @@ def test_real_capture_files() -> None:
     assert len(chat.messages) == 16 and chat.bad == []
     group = parse_chat(next((CAPTURE / "final" / "group chats").glob("*.jsonl")).read_bytes())
     assert group.header is None
-    assert group.messages[0].hidden  # "Group chat created" notice
-    assert {m.name for m in group.messages[1:]} == {"Orin", "Seraphina", "User"}
+    assert every(group)[0].hidden  # "Group chat created" notice
+    assert {m.name for m in every(group)[1:]} == {"Orin", "Seraphina", "User"}
 
 
 def test_large_file_parses() -> None:

@@ -12,7 +12,11 @@ from proxy.library import ChatLibrary
 from proxy.store import Store
 from tests.st_data import save_like_st
 
-HEADER = {"chat_metadata": {"integrity": "slug"}, "user_name": "unused", "character_name": "unused"}
+HEADER: dict[str, Any] = {
+    "chat_metadata": {"integrity": "slug"},
+    "user_name": "unused",
+    "character_name": "unused",
+}
 CHAT = "default-user/chats/Seraphina/Seraphina - 1"
 
 

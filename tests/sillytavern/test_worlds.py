@@ -16,7 +16,7 @@ def test_world_file_with_missing_unknown_and_broken_entries(
     path = write_world(
         tmp_path,
         "Eldoria",
-        {
+        {  # a broken entry among good ones
             "0": entry(0, "The glade.", key=["glade", "forest"], sticky=3, role=None, extra="x"),
             "1": {"content": "Only content."},
             "2": "not an entry",

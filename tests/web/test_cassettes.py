@@ -87,7 +87,7 @@ async def test_record_mode_writes_replayable_redacted_cassettes(
         await client.post("/v1/chat/completions", data=json.dumps(chat).encode(), headers=secret)
     ).read()
     await (await client.get("/v1/models?key=sk-query&x=1", headers=secret)).read()
-    await client.server.app[RELAY].drain()
+    await client.app[RELAY].drain()
 
     files = sorted(tmp_path.glob("*.json"))
     assert len(files) == 2
@@ -119,6 +119,6 @@ async def test_recording_failure_does_not_break_the_chat(
     client = await proxy(**{"server.record_dir": str(blocker / "sub")})
     response = await client.get("/v1/models")
     assert response.status == 200
-    await client.server.app[RELAY].drain()
+    await client.app[RELAY].drain()
     await asyncio.sleep(0)
     assert "cannot write cassette" in caplog.text
