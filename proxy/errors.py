@@ -32,10 +32,12 @@ class RecapProxyError(Exception):
 
     status = 500
     code = "internal_error"
+    error_type: str | None = None  # the body's `type`, when it says more than `code`
 
     def to_json(self) -> dict[str, dict[str, str]]:
         """The OpenAI-style error body that clients such as ST know how to show."""
-        return {"error": {"message": str(self), "type": self.code, "code": self.code}}
+        kind = self.error_type or self.code
+        return {"error": {"message": str(self), "type": kind, "code": self.code}}
 
 
 class ConfigError(RecapProxyError):
@@ -111,9 +113,6 @@ class UpstreamError(RecapProxyError):
     def __init__(self, message: str, *, code: str) -> None:
         super().__init__(message)
         self.code = code
-
-    def to_json(self) -> dict[str, dict[str, str]]:
-        return {"error": {"message": str(self), "type": self.error_type, "code": self.code}}
 
 
 class UpstreamUnreachable(UpstreamError):

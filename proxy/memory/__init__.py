@@ -1,8 +1,12 @@
-"""The memory engine: chat changes become jobs; jobs' answers become memory.
+"""The memory path: chat changes become jobs; jobs' answers become memory.
 
-settings.py  the `[memory]` settings
-tables.py    (in `proxy/store/memory.py`) recaps, scenes, running recap versions
-prompts.py   the operation templates, bundled or the user's
-engine.py    the planner (changes -> jobs) and the memory each request gets
-handlers.py  one handler per operation: prompt, LLM call, checked result
+engine.py      the planner (changes -> jobs) and the views the chat path reads
+operations.py  the operations' names, queue order and job keys
+jobs.py        the persistent queue that runs them; llm.py the proxy's own LLM calls
+handlers.py    one handler per operation: input, prompt, LLM call, checked result
+prompts.py     the operation templates, bundled or the user's
+running.py     the running recap's coverage; chatinfo.py names and swipes
+views.py       what a request reads of a chat's memory, built off the request path
+actions.py     what the API and CLI can see and correct; branches.py inherited memory
+settings.py    the `[memory]` settings (the tables are in `proxy/store/memory.py`)
 """

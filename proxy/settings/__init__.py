@@ -393,7 +393,3 @@ def _toml_value(value: object) -> str | None:
         pairs = (f"{json.dumps(k)} = {_toml_value(v)}" for k, v in value.items())
         return "{" + ", ".join(pairs) + "}"
     raise TypeError(f"no TOML form for {value!r}")
-
-
-if __name__ == "__main__":
-    print(example_toml(), end="")

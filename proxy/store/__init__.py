@@ -57,6 +57,10 @@ class Store:
             self._db = Database(self.path, self.clock)
         return fn(self._db)
 
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
     async def close(self) -> None:
         """Finish what is queued, then close the connection and the thread."""
         if self._closed:

@@ -1,0 +1,68 @@
+"""`make_app` wires the owners: what it is given is what runs, and a failed start still
+closes what was opened."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from aiohttp import web
+
+from proxy.memory.engine import MemoryEngine
+from proxy.store import Store
+from proxy.web import make_app
+from proxy.web.keys import ENGINE, LIBRARY, STORE
+from tests.conftest import FakeLLM, make_settings
+
+
+def settings_for(tmp_path: Path, fake_llm: FakeLLM) -> dict[str, str]:
+    (tmp_path / "data" / "default-user" / "chats").mkdir(parents=True)
+    return {
+        "upstream.base_url": fake_llm.base_url,
+        "sillytavern.data_dir": str(tmp_path / "data"),
+        "store.path": str(tmp_path / "store.sqlite3"),
+    }
+
+
+async def test_the_given_store_and_clock_are_the_ones_used(
+    tmp_path: Path, fake_llm: FakeLLM
+) -> None:
+    store = Store(tmp_path / "mine.sqlite3", clock=lambda: 1234.0)
+    app = make_app(make_settings(**settings_for(tmp_path, fake_llm)), store=store)
+    assert app[STORE] is store and app[LIBRARY].store is store and app[ENGINE].store is store
+    runner = web.AppRunner(app)
+    await runner.setup()
+    try:
+        await app[LIBRARY].indexed.wait()
+        assert await store.call(lambda db: db.clock()) == 1234.0
+    finally:
+        await runner.cleanup()
+    assert store.closed
+
+
+async def test_a_clock_alone_reaches_the_store_and_the_engine(
+    tmp_path: Path, fake_llm: FakeLLM
+) -> None:
+    def clock() -> float:
+        return 99.0
+
+    app = make_app(make_settings(**settings_for(tmp_path, fake_llm)), clock=clock)
+    assert app[STORE].clock is clock and app[ENGINE].clock is clock
+
+
+async def test_an_engine_that_fails_to_start_still_closes_the_store(
+    tmp_path: Path, fake_llm: FakeLLM, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async def broken(self: MemoryEngine) -> MemoryEngine:
+        raise RuntimeError("the engine broke")
+
+    monkeypatch.setattr(MemoryEngine, "__aenter__", broken)
+    store = Store(tmp_path / "store.sqlite3")
+    app = make_app(make_settings(**settings_for(tmp_path, fake_llm)), store=store)
+    runner = web.AppRunner(app)
+    with pytest.raises(RuntimeError, match="the engine broke"):
+        await runner.setup()
+    await runner.cleanup()
+    assert store.closed
+    with pytest.raises(RuntimeError, match="closed"):
+        await store.call(lambda db: None)
