@@ -29,9 +29,9 @@ from proxy.library import ChatLibrary, Refreshed
 from proxy.memory.branches import inherit
 from proxy.memory.chatinfo import swipe_of
 from proxy.memory.handlers import HandlerContext, LoreSource, handlers
-from proxy.memory.jobs import JobQueue
+from proxy.memory.jobs import JobQueue, JobSpec, write_job
 from proxy.memory.llm import LLMClient
-from proxy.memory.operations import PRIORITIES, Operation, job_key
+from proxy.memory.operations import Operation, job_key
 from proxy.memory.prompts import Prompts
 from proxy.memory.running import covered_through, prune
 from proxy.memory.settings import MemorySettings
@@ -277,16 +277,8 @@ class MemoryEngine:
         input_hash = self.handlers[operation].input_hash(db, chat_id, payload)
         if input_hash is None:
             return None, False
-        return db.jobs.enqueue(
-            chat_id=chat_id,
-            operation=operation.value,
-            priority=PRIORITIES[operation],
-            dedup_key=key,
-            payload=payload,
-            input_hash=input_hash,
-            upstream=self.llm.upstream_name,
-            now=self.clock(),
-        )
+        job = JobSpec(chat_id, operation, key, payload, input_hash, self.llm.upstream_name)
+        return write_job(db, job, self.clock())
 
     def _scene_changed(self, db: Database, chat_id: str, uid: int, payload: Payload) -> bool:
         recaps = db.memory.scene_recaps(uid)

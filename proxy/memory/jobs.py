@@ -20,6 +20,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
 from functools import partial
 from typing import Protocol
 
@@ -33,6 +34,32 @@ from proxy.tasks import TaskSet
 log = logging.getLogger(__name__)
 
 Apply = Callable[[Database], None]
+
+
+@dataclass(frozen=True, slots=True)
+class JobSpec:
+    """A job to write: what it is for, and the input hash it was made from."""
+
+    chat_id: str
+    operation: Operation
+    dedup_key: str
+    payload: Payload
+    input_hash: str
+    upstream: str
+
+
+def write_job(db: Database, job: JobSpec, now: float) -> tuple[int, bool]:
+    """Persist a job at its operation's priority (store thread): (id, True) when new."""
+    return db.jobs.enqueue(
+        chat_id=job.chat_id,
+        operation=job.operation.value,
+        priority=PRIORITIES[job.operation],
+        dedup_key=job.dedup_key,
+        payload=job.payload,
+        input_hash=job.input_hash,
+        upstream=job.upstream,
+        now=now,
+    )
 
 
 class Handler(Protocol):
@@ -104,19 +131,8 @@ class JobQueue:
         """Persist a job (or refresh the live one with the same key); returns its id."""
         if operation not in OPERATIONS:
             raise ValueError(f"unknown operation {operation!r}")
-        operation = Operation(operation)
-        job_id, _ = await self.store.call(
-            lambda db: db.jobs.enqueue(
-                chat_id=chat_id,
-                operation=operation.value,
-                priority=PRIORITIES[operation],
-                dedup_key=dedup_key,
-                payload=payload,
-                input_hash=input_hash,
-                upstream=upstream,
-                now=self.clock(),
-            )
-        )
+        job = JobSpec(chat_id, Operation(operation), dedup_key, payload, input_hash, upstream)
+        job_id, _ = await self.store.call(lambda db: write_job(db, job, self.clock()))
         self._wake.set()
         return job_id
 
