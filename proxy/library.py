@@ -43,6 +43,7 @@ from proxy.sillytavern.reconcile import Event, reconcile
 from proxy.store import ChatRecord, Database, Store
 
 log = logging.getLogger(__name__)
+Stat = tuple[int, int]  # a chat file's (size, mtime_ns)
 FRESHNESS_WAIT = 1.0  # seconds a request may wait for its chat file to be re-read
 
 
@@ -76,8 +77,10 @@ class ChatLibrary:
         # Set once the first full indexing has ended (however it ended): tests and tools
         # await it instead of polling the index.
         self.indexed = asyncio.Event()
-        # (size, mtime_ns) of each chat file when last read: the per-request freshness check
-        self._stats: dict[str, tuple[int, int]] = {}
+        # (size, mtime_ns) of each chat file as the index knows it: the per-request freshness
+        # check. Only the event loop writes it, right after installing what the read found,
+        # so a request can never be told a file is fresh while its entry is not installed.
+        self._stats: dict[str, Stat] = {}
 
     # -- indexing ------------------------------------------------------------------------
 
@@ -100,12 +103,14 @@ class ChatLibrary:
         await self.store.call(lambda db: self._reset_caches())
         count = 0
         for location in locations:
+            read: dict[str, Stat] = {}
             result = await self.store.call(
-                partial(self._refresh_location, location=location, startup=True)
+                partial(self._refresh_location, location=location, startup=True, read=read)
             )
             if result is not None:
                 self._install(result)
                 count += 1
+            self._stats.update(read)
         seen = {location.chat_id for location in locations}
         for result in await self.store.call(lambda db: self._forget_missing(db, seen)):
             self._install(result)
@@ -116,6 +121,8 @@ class ChatLibrary:
         watcher's entry point)."""
         paths = list(paths)
 
+        read: dict[str, Stat] = {}
+
         def work(db: Database) -> list[Refreshed]:
             files: list[Path] = []
             for path in paths:
@@ -123,11 +130,13 @@ class ChatLibrary:
                     files.extend(sorted(path.rglob(f"*{SUFFIX}")))
                 else:
                     files.append(path)
-            return self._refresh_many(db, [r for r in map(self._rel, files) if r])
+            return self._refresh_many(db, [r for r in map(self._rel, files) if r], read)
 
         results = await self.store.call(work)
         for result in results:
             self._install(result)
+        # After the entries are in: from now on a request may take these files as read.
+        self._stats.update(read)
         return results
 
     async def ensure_fresh(self, chat_id: str) -> bool:
@@ -165,8 +174,10 @@ class ChatLibrary:
     def _install(self, result: Refreshed) -> None:
         if result.renamed_from:
             self.index.remove(result.renamed_from)
+            self._stats.pop(result.renamed_from, None)
         if result.entry is None:
             self.index.remove(result.chat_id)
+            self._stats.pop(result.chat_id, None)
         else:
             self.index.put(result.entry)
         for listener in self.listeners:
@@ -230,7 +241,9 @@ class ChatLibrary:
             log.info("forgot chat deleted over a week ago: %s", chat_id)
         return results
 
-    def _refresh_many(self, db: Database, rels: list[str]) -> list[Refreshed]:
+    def _refresh_many(
+        self, db: Database, rels: list[str], read: dict[str, Stat]
+    ) -> list[Refreshed]:
         assert self.data_dir is not None
         results: list[Refreshed] = []
         # Deletions first: ST renames a chat by copying it, then deleting the original.
@@ -246,14 +259,16 @@ class ChatLibrary:
         for rel in present:
             location = locate(rel)
             if location is not None:
-                result = self._refresh_location(db, location)
+                result = self._refresh_location(db, location, read=read)
                 if result is not None:
                     results.append(result)
         return results
 
     def _refresh_location(
-        self, db: Database, location: ChatLocation, *, startup: bool = False
+        self, db: Database, location: ChatLocation, *, read: dict[str, Stat], startup: bool = False
     ) -> Refreshed | None:
+        """Re-read one chat file if it changed. `read` gets the stat of what was read; the
+        event loop records it once the result is installed."""
         assert self.data_dir is not None
         path = self.data_dir / location.rel
         try:
@@ -266,14 +281,14 @@ class ChatLibrary:
         # even when two saves of the same size fell within one mtime tick.
         unchanged = record is not None and (record.size, record.mtime_ns) == stat_key
         if startup and unchanged and record is not None and not record.deleted:
-            self._stats[location.chat_id] = stat_key
+            read[location.chat_id] = stat_key
             return Refreshed(location.chat_id, (), self._entry(db, record))
         try:
             data = path.read_bytes()
         except OSError as exc:
             log.warning("cannot read chat %s: %s", path, exc.strerror)
             return None
-        self._stats[location.chat_id] = stat_key
+        read[location.chat_id] = stat_key
         renamed_from = None
         if record is None:
             renamed_from = self._adopt_renamed(db, location, data)
@@ -334,7 +349,6 @@ class ChatLibrary:
 
     def _deleted(self, db: Database, chat_id: str) -> Refreshed:
         db.mark_deleted(chat_id)
-        self._stats.pop(chat_id, None)
         log.info("chat deleted (its data is kept): %s", chat_id)
         return Refreshed(chat_id, (), None)
 

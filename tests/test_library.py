@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 
 import pytest
 
 from adapters.openai_chat import OpenAIChatAdapter
+from proxy.core.models import ChatMessage
 from proxy.library import ChatLibrary
 from proxy.store import Store
+from proxy.watcher import Watcher
+from tests.memory.story import Story
 from tests.st_data import GROUP_ID, MARKERS, SOLO_ID, save_like_st, timeline
 
 ADAPTER = OpenAIChatAdapter()
@@ -191,3 +195,29 @@ async def test_persona_and_groups_are_reread_when_their_files_change(
     group.write_text(json.dumps({"id": 1, "name": "New", "members": [], "chats": ["g"]}))
     await library.refresh([group])
     assert (await library.store.call(lambda db: library.group("default-user", "g"))).name == "New"  # type: ignore[union-attr]
+
+
+async def test_a_request_at_any_moment_around_a_save_is_identified(tmp_path: Path) -> None:
+    """ST saves the user's message (temp file, then rename) just before it sends the
+    request; the watcher re-reads the file at the same time. Whenever the request comes,
+    before, during or after that re-read, it is identified as the chat."""
+    data = tmp_path / "data"
+    story = Story(data, ends=set())
+    story.grow(2)  # the greeting and the user's first message
+    library = ChatLibrary(data, Store(tmp_path / "store.sqlite3"))
+    await library.index_all()
+    delays = [0.0, 0.002, 0.005, 0.01, 0.015, 0.02, 0.03, 0.05]
+    misses: list[tuple[int, float, str]] = []
+    async with Watcher(library, debounce_ms=10) as watcher:
+        await asyncio.wait_for(watcher.ready.wait(), 5)
+        for attempt in range(240):
+            story.grow(2)  # a reply, then the user's next message: the file ends with it
+            delay = delays[attempt % len(delays)]
+            await asyncio.sleep(delay)
+            request = story.request()["messages"]
+            messages = [ChatMessage(m["role"], m["content"]) for m in request]
+            found = (await library.identify_request(messages, MARKERS)).identification
+            if found is None or found.chat_id != story.chat_id or found.generation != "normal":
+                misses.append((attempt, delay, repr(found)))
+    await library.store.close()
+    assert misses == [], f"{len(misses)} of 240 requests not identified: {misses[:5]}"
