@@ -328,6 +328,7 @@ class ChatLibrary:
             updated=stat.st_mtime_ns / 1e9,
             deleted=False,
             metadata=orjson.dumps(header.chat_metadata).decode() if header else None,
+            character_name=parsed.character_name() if location.kind == "character" else None,
         )
         events = db.save_chat(record, plan.uids, digests, parsed.message, plan.events, layout)
         return Refreshed(location.chat_id, tuple(events), self._entry(db, record), renamed_from)
@@ -389,7 +390,8 @@ class ChatLibrary:
                 m.message.is_user,
                 m.message.name,
                 m.message.mes,
-                char=record.character or m.message.name,
+                # A group's {{char}} is whoever speaks; a character chat's, its character.
+                char=m.message.name if record.kind == "group" else record.display_name,
                 user=persona,
             )
             for m in visible

@@ -70,9 +70,11 @@ MemoryFactory = Callable[..., Awaitable[Memory]]
 def memory_proxy(
     aiohttp_client: Callable[..., Any], fake_llm: FakeLLM, tmp_path: Path
 ) -> MemoryFactory:
-    async def make(messages: int, ends: set[int], **dotted: Any) -> Memory:
+    async def make(
+        messages: int, ends: set[int], folder: str | None = None, **dotted: Any
+    ) -> Memory:
         data = tmp_path / "st" / "data"
-        story = Story(data, ends)
+        story = Story(data, ends, folder=folder)
         story.grow(messages)
         settings = make_settings(
             **{

@@ -100,3 +100,25 @@ def test_deleted_chats_are_forgotten_after_a_week() -> None:
     assert store.messages("u/chats/S/c") == []
     assert store.snapshot_for(uid, 0) is None
     assert store.events("u/chats/S/c") == []
+
+
+def test_v5_has_character_chats_read_again_for_their_names(tmp_path: Path) -> None:
+    path = tmp_path / "s.sqlite3"
+    db = sqlite3.connect(path)
+    for number, script in enumerate(MIGRATIONS[:4], start=1):
+        db.executescript(f"BEGIN;\n{script}\nPRAGMA user_version={number};\nCOMMIT;")
+    columns = "id, user, kind, name, file, size, mtime_ns, file_hash, messages, bad_lines, deleted"
+    db.executemany(
+        f"INSERT INTO chats ({columns}) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+        [
+            ("u/chats/default_S/c", "u", "character", "c", "f1", 10, 1, b"h", 1, 0, 0),
+            ("u/group chats/g", "u", "group", "g", "f2", 10, 1, b"h", 1, 0, 0),
+        ],
+    )
+    db.commit()
+    db.close()
+    store = Database(path, clock)
+    solo, group = store.chat("u/chats/default_S/c"), store.chat("u/group chats/g")
+    assert solo is not None and (solo.size, solo.file_hash, solo.character_name) == (-1, None, None)
+    assert group is not None and (group.size, group.file_hash) == (10, b"h")  # untouched
+    store.close()

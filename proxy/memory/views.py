@@ -121,7 +121,8 @@ def _covered(db: Database, inputs: ViewInputs, chat_id: str, cutoff: int | None)
     chat = db.chat(chat_id)
     names = chat_names(db, chat_id, inputs.persona)
     visible = db.memory.visible_through(chat_id, cutoff)
-    char = chat.character if chat and chat.character else ""
+    # A group's {{char}} is whoever speaks; a character chat's, its character.
+    char = chat.display_name if chat is not None and chat.kind != "group" else ""
     return Covered.of(
         [
             index_message(p, is_user, name, text, char=char or name, user=names["user"]).fps

@@ -158,6 +158,20 @@ class ChatFile:
             found = self.messages[i] = parse_message(self.lines[i].raw)
         return found
 
+    def character_name(self, look_back: int = 50) -> str | None:
+        """The character's name as the chat itself gives it: the header's `character_name`
+        (ST up to 1.14 writes it on every save; 1.15+ writes "unused"), else the newest
+        character message's speaker. Never the folder the file is in (ST's default
+        character lives in `default_Seraphina/`)."""
+        named = self.header.character_name if self.header is not None else None
+        if named and named != "unused":
+            return named
+        for i in range(len(self.messages) - 1, max(-1, len(self.messages) - 1 - look_back), -1):
+            message = self.message(i)
+            if not (message.is_user or message.is_system or message.narrator) and message.name:
+                return message.name
+        return None
+
 
 def text_hash(text: str) -> str:
     return hashlib.blake2b(text.encode("utf-8"), digest_size=8).hexdigest()

@@ -350,10 +350,10 @@ class Database:
             chat.name, chat.file, chat.integrity, chat.main_chat,
             None if chat.enabled is None else int(chat.enabled),
             chat.size, chat.mtime_ns, chat.file_hash, chat.messages, chat.bad_lines,
-            chat.updated, int(chat.deleted), chat.metadata,
+            chat.updated, int(chat.deleted), chat.metadata, chat.character_name,
         )  # fmt: skip
         self.db.execute(
-            f"INSERT INTO chats ({CHAT_COLUMNS}) VALUES ({','.join('?' * 19)}) "
+            f"INSERT INTO chats ({CHAT_COLUMNS}) VALUES ({','.join('?' * len(values))}) "
             "ON CONFLICT(id) DO UPDATE SET user=excluded.user, kind=excluded.kind, "
             "character=excluded.character, group_id=excluded.group_id, "
             "group_name=excluded.group_name, name=excluded.name, file=excluded.file, "
@@ -361,6 +361,7 @@ class Database:
             "mtime_ns=excluded.mtime_ns, file_hash=excluded.file_hash, "
             "messages=excluded.messages, bad_lines=excluded.bad_lines, "
             "updated=excluded.updated, deleted=excluded.deleted, metadata=excluded.metadata, "
+            "character_name=excluded.character_name, "
             "deleted_at=NULL",
             values,
         )

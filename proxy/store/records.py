@@ -32,6 +32,9 @@ class ChatRecord:
     updated: float | None
     deleted: bool
     metadata: str | None = None  # the header's chat_metadata, JSON
+    # The character's name as the chat calls it; `character` is the folder (the avatar
+    # key that finds its card), which may differ: `default_Seraphina` holds "Seraphina".
+    character_name: str | None = None
 
     @property
     def chat_metadata(self) -> dict[str, Any]:
@@ -44,7 +47,7 @@ class ChatRecord:
     def display_name(self) -> str:
         if self.kind == "group":
             return self.group_name or self.name
-        return self.character or self.name
+        return self.character_name or self.character or self.name
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,7 +60,8 @@ class MessageRecord:
 
 CHAT_COLUMNS = (
     "id, user, kind, character, group_id, group_name, name, file, integrity, main_chat, "
-    "enabled, size, mtime_ns, file_hash, messages, bad_lines, updated, deleted, metadata"
+    "enabled, size, mtime_ns, file_hash, messages, bad_lines, updated, deleted, metadata, "
+    "character_name"
 )
 MESSAGE_COLUMNS = (
     "uid, position, digest, name, is_user, is_system, narrator, send_date, text, swipe_id, "

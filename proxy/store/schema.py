@@ -159,4 +159,11 @@ MIGRATIONS: tuple[str, ...] = (
         PRIMARY KEY (chat_id, version)
     );
     """,
+    # v5: the character's name as the chat calls it (its header's `character_name`, else
+    # its speaker), not the folder ST keeps the chat in (`default_Seraphina`). Character
+    # chats are read once more at the next start-up to fill it in.
+    """
+    ALTER TABLE chats ADD COLUMN character_name TEXT;
+    UPDATE chats SET file_hash = NULL, size = -1 WHERE kind = 'character';
+    """,
 )

@@ -41,16 +41,20 @@ def line(position: int, *, ends_scene: bool = False) -> dict[str, Any]:
     }
 
 
-def chat_id(char: str = CHAR) -> str:
-    return f"default-user/chats/{char}/{char} - 2026-11-22@10h00m00s"
+def chat_id(char: str = CHAR, folder: str | None = None) -> str:
+    return f"default-user/chats/{folder or char}/{char} - 2026-11-22@10h00m00s"
 
 
 class Story:
     """The chat file of one story in a temp ST data folder."""
 
-    def __init__(self, data_dir: Path, ends: set[int], char: str = CHAR) -> None:
+    def __init__(
+        self, data_dir: Path, ends: set[int], char: str = CHAR, folder: str | None = None
+    ) -> None:
+        """`folder`: the character's folder when it is not its name (ST's default
+        character lives in `default_Seraphina/`)."""
         self.char = char
-        self.chat_id = chat_id(char)
+        self.chat_id = chat_id(char, folder)
         self.path = data_dir / f"{self.chat_id}.jsonl"
         self.ends = ends
         self.messages: list[dict[str, Any]] = []

@@ -115,3 +115,25 @@ async def test_editing_a_recapped_scene_recaps_and_folds_it_again(
     assert "at the burned" in versions[-1].recap and scene.current == 2
     [running] = await memory.run(lambda db: db.memory.running_recaps(CHAT_ID))
     assert "at the burned" in running.content  # the old version went; the new one is folded in
+
+
+async def test_the_character_is_named_as_the_chat_names_it_not_by_its_folder(
+    memory_proxy: MemoryFactory,
+) -> None:
+    # ST keeps its default character in `default_Seraphina/`; the chat calls her Seraphina.
+    memory = await memory_proxy(16, ends={8}, folder="default_Ava")
+    chat_id = memory.story.chat_id
+    assert "/default_Ava/" in chat_id
+    response = await memory.client.post("/v1/chat/completions", json=memory.story.request())
+    assert response.status == 200 and response.headers["X-Recap-Chat"]
+    await memory.until(lambda db: db.memory.running_recaps(chat_id))
+    prompts = [
+        m["content"]
+        for seen in memory.fake.state.seen
+        if "X-Recap-Proxy-Operation" in seen.headers
+        for m in json.loads(seen.body)["messages"]
+    ]
+    assert prompts and all("default_Ava" not in p for p in prompts)
+    assert all("a role-play between Tom and Ava" in p for p in prompts)
+    [listed] = await (await memory.client.get("/recap/api/chats")).json()
+    assert listed["name"] == "Ava"

@@ -201,3 +201,14 @@ def test_no_byte_sequence_crashes_the_parser(data: bytes) -> None:
 def test_no_json_shape_crashes_the_parser(objects: list[object]) -> None:
     data = b"\n".join(json.dumps(o).encode() for o in objects)
     parse_chat(data)
+
+
+def test_the_character_is_named_by_the_chat_never_by_its_folder() -> None:
+    # ST up to 1.14 writes the name in the header; 1.15+ writes "unused" there.
+    assert parse_chat(jsonl(HEADER_OLD, GREETING, USER)).character_name() == "Seraphina"
+    assert parse_chat(jsonl(HEADER_115, GREETING, USER, HIDDEN)).character_name() == "Seraphina"
+    # the newest character message speaks for it; users, hidden lines and narrators do not
+    renamed = {**REPLY, "name": "Sera"}
+    chat = parse_chat(jsonl(HEADER_115, GREETING, renamed, USER, NARRATOR))
+    assert chat.character_name() == "Sera"
+    assert parse_chat(jsonl(HEADER_115, USER, NARRATOR)).character_name() is None

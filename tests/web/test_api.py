@@ -80,7 +80,7 @@ async def test_list_and_show_chats(client: TestClient[Any, Any]) -> None:
         **solo,
         "user": "default-user",
         "kind": "character",
-        "name": "default_Seraphina",
+        "name": "Seraphina",  # as the chat calls her, not her folder (default_Seraphina)
         "messages": 16,
     }
     assert chats[1]["kind"] == "group"
