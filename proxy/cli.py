@@ -298,13 +298,15 @@ async def _chats(args: argparse.Namespace) -> int:
     if not rows:
         print(f"no chats under {library.data_dir}", file=sys.stderr)
         return 0
-    print(f"{'MESSAGES':>8}  {'UPDATED':<16}  {'KIND':<9}  ID")
+    width = max(len(str(row["name"])) for row in rows)
+    print(f"{'MESSAGES':>8}  {'UPDATED':<16}  {'KIND':<9}  {'NAME':<{width}}  ID")
     for row in rows:
         updated = row["updated"]
         when = time.strftime(
             "%Y-%m-%d %H:%M", time.localtime(updated if isinstance(updated, float) else 0)
         )
-        print(f"{row['messages']:>8}  {when:<16}  {row['kind']:<9}  {row['id']}")
+        name = str(row["name"])
+        print(f"{row['messages']:>8}  {when:<16}  {row['kind']:<9}  {name:<{width}}  {row['id']}")
     return 0
 
 

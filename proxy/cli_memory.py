@@ -85,13 +85,40 @@ class Server:
 
     async def chat_id(self, name: str) -> str:
         chats = await self.call("GET", "/recap/api/chats")
-        for key in ("id", "file", "name"):
-            found = [
-                c for c in chats if c[key] == name or (key == "file" and Path(c[key]).stem == name)
-            ]
-            if found:
-                return str(max(found, key=lambda c: c["updated"] or 0)["id"])
-        raise RecapProxyError(f"no chat named {name!r} (see `recap-proxy chats`)")
+        chosen, note = pick_chat(name, chats)
+        if note:
+            print(f"recap-proxy: {note}", file=sys.stderr)
+        return chosen
+
+
+def pick_chat(name: str, chats: list[dict[str, Any]]) -> tuple[str, str | None]:
+    """The chat a user named: its id, its file name (with or without `.jsonl`, with or
+    without its folders), or its character's or group's name (that character's newest
+    chat). Returns (id, a note saying which chat a name stood for, or None). A name that
+    fits chats of different characters (or users) is an error listing them."""
+    wanted = name.strip()
+    bare = wanted.removesuffix(".jsonl")
+    newest = sorted(chats, key=lambda c: c.get("updated") or 0, reverse=True)
+    exact = [c for c in newest if bare in (c["id"], c["file"].removesuffix(".jsonl"))]
+    by_file = [c for c in newest if Path(c["file"]).stem == bare]
+    by_name = [c for c in newest if c["name"] == wanted] or [
+        c for c in newest if c["name"].casefold() == wanted.casefold()
+    ]
+    for found, what in ((exact, None), (by_file, "file"), (by_name, "name")):
+        if not found:
+            continue
+        owners = {(c["user"], c["kind"], c.get("owner") or c["name"]) for c in found}
+        if len(owners) > 1:
+            listed = "\n  ".join(f"{c['id']}  ({c['kind']} {c['name']})" for c in found)
+            raise RecapProxyError(
+                f"{wanted!r} names chats of {len(owners)} different characters or groups; "
+                f"name one by its id:\n  {listed}"
+            )
+        chosen = str(found[0]["id"])
+        if what is None or (what == "file" and len(found) == 1):
+            return chosen, None
+        return chosen, f"{wanted!r} is {chosen} (the newest of its {len(found)} chat(s))"
+    raise RecapProxyError(f"no chat named {wanted!r} (see `recap-proxy chats`)")
 
 
 def _server_url(args: argparse.Namespace) -> str:

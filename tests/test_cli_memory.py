@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from proxy.cli import build_parser
-from proxy.cli_memory import run_memory_command
+from proxy.cli_memory import pick_chat, run_memory_command
 from proxy.errors import RecapProxyError
 from tests.memory.story import CHAT_ID
 from tests.memory_env import Memory, MemoryFactory
@@ -59,3 +59,56 @@ async def test_no_server_says_how_to_start_one(unused_tcp_port: int) -> None:
     args = build_parser().parse_args(["queue", "--server", f"http://127.0.0.1:{unused_tcp_port}"])
     with pytest.raises(RecapProxyError, match="recap-proxy serve"):
         await run_memory_command(args)
+
+
+CHATS = [
+    {"id": "u/chats/default_Sera/Sera - 1", "file": "u/chats/default_Sera/Sera - 1.jsonl",
+     "user": "u", "kind": "character", "name": "Sera", "owner": "default_Sera", "updated": 1.0},
+    {"id": "u/chats/default_Sera/Sera - 2", "file": "u/chats/default_Sera/Sera - 2.jsonl",
+     "user": "u", "kind": "character", "name": "Sera", "owner": "default_Sera", "updated": 2.0},
+    {"id": "u/chats/Orin/Orin - 1", "file": "u/chats/Orin/Orin - 1.jsonl",
+     "user": "u", "kind": "character", "name": "Orin", "owner": "Orin", "updated": 3.0},
+    {"id": "u/chats/Orin2/Orin - 9", "file": "u/chats/Orin2/Orin - 9.jsonl",
+     "user": "u", "kind": "character", "name": "Orin", "owner": "Orin2", "updated": 4.0},
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("name", "chosen", "says"),
+    [
+        ("u/chats/default_Sera/Sera - 1", "u/chats/default_Sera/Sera - 1", False),
+        ("u/chats/default_Sera/Sera - 1.jsonl", "u/chats/default_Sera/Sera - 1", False),
+        ("Sera - 1.jsonl", "u/chats/default_Sera/Sera - 1", False),
+        ("Sera - 1", "u/chats/default_Sera/Sera - 1", False),
+        ("Sera", "u/chats/default_Sera/Sera - 2", True),  # the character's newest chat
+        ("sera", "u/chats/default_Sera/Sera - 2", True),
+    ],
+)
+def test_a_chat_is_named_by_id_file_or_character(name: str, chosen: str, says: bool) -> None:
+    found, note = pick_chat(name, CHATS)
+    assert found == chosen
+    assert (note is not None) == says
+    if note:
+        assert chosen in note and "newest of its 2" in note
+
+
+def test_a_name_of_two_characters_lists_them() -> None:
+    with pytest.raises(RecapProxyError, match="2 different characters") as caught:
+        pick_chat("Orin", CHATS)
+    assert "u/chats/Orin/Orin - 1" in str(caught.value)
+    assert "u/chats/Orin2/Orin - 9" in str(caught.value)
+    with pytest.raises(RecapProxyError, match="no chat named 'Nobody'"):
+        pick_chat("Nobody", CHATS)
+
+
+async def test_the_cli_finds_a_chat_in_a_default_folder_by_its_characters_name(
+    memory_proxy: MemoryFactory, capsys: pytest.CaptureFixture[str]
+) -> None:
+    memory = await memory_proxy(8, ends=set(), folder="default_Ava")
+    assert await cli(memory, "memory", "Ava") == 0
+    captured = capsys.readouterr()
+    assert memory.story.chat_id in captured.out
+    assert f"'Ava' is {memory.story.chat_id}" in captured.err
+    file_name = memory.story.path.name
+    assert await cli(memory, "memory", file_name) == 0  # with `.jsonl`
+    assert await cli(memory, "memory", file_name.removesuffix(".jsonl")) == 0

@@ -25,6 +25,8 @@ def chat_summary(record: ChatRecord) -> JSONObject:
         "user": record.user,
         "kind": record.kind,
         "name": record.display_name,
+        # Whose chat it is: the character's folder (its card's name) or the group's id.
+        "owner": record.group_id if record.kind == "group" else record.character,
         "file": record.file,
         "messages": record.messages,
         "updated": record.updated,
