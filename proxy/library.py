@@ -26,6 +26,7 @@ from proxy.core.identify import (
     identify,
     index_message,
     likely_chats,
+    unidentified_reason,
 )
 from proxy.core.models import ChatMessage, Identification
 from proxy.core.placement import find_history
@@ -220,10 +221,14 @@ class ChatLibrary:
         if named is not None:
             await self.ensure_fresh(named)
             found = identify(messages, span, self.index, only=named)
-            return RequestIdentity(found, replacements, span.indices)
-        for chat_id in likely_chats(messages, span, self.index):
-            await self.ensure_fresh(chat_id)
-        return RequestIdentity(identify(messages, span, self.index), replacements, span.indices)
+        else:
+            for chat_id in likely_chats(messages, span, self.index):
+                await self.ensure_fresh(chat_id)
+            found = identify(messages, span, self.index)
+        if found is None and log.isEnabledFor(logging.DEBUG):
+            why = unidentified_reason(messages, span, self.index, only=named)
+            log.debug("request not identified as any chat: %s", why)
+        return RequestIdentity(found, replacements, span.indices)
 
     # -- worker-thread side --------------------------------------------------------------
 

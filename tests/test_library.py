@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from pathlib import Path
 
 import pytest
@@ -221,3 +222,26 @@ async def test_a_request_at_any_moment_around_a_save_is_identified(tmp_path: Pat
                 misses.append((attempt, delay, repr(found)))
     await library.store.close()
     assert misses == [], f"{len(misses)} of 240 requests not identified: {misses[:5]}"
+
+
+async def test_a_request_that_fits_no_chat_says_why_in_the_debug_log(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    data = tmp_path / "data"
+    story = Story(data, ends=set())
+    story.grow(4)
+    library = ChatLibrary(data, Store(tmp_path / "store.sqlite3"))
+    await library.index_all()
+    stranger = [ChatMessage("system", "[Start a new Chat]"), ChatMessage("user", "Who are you?")]
+    nothing = [ChatMessage("system", "Summarise the weather.")]
+    edited = [ChatMessage(m["role"], m["content"]) for m in story.request()["messages"]]
+    edited[-1] = ChatMessage("user", "A last message the file never had.")
+    with caplog.at_level(logging.DEBUG, logger="proxy.library"):
+        for messages in (stranger, nothing, edited):
+            assert (await library.identify_request(messages, MARKERS)).identification is None
+    reasons = [r.getMessage() for r in caplog.records if "not identified" in r.getMessage()]
+    assert len(reasons) == 3
+    assert "no indexed chat (1) holds any of its newest messages" in reasons[0]
+    assert "no chat history" in reasons[1]
+    assert "1 chat(s) share its newest messages, but none ends the way it does" in reasons[2]
+    await library.store.close()

@@ -193,6 +193,28 @@ def identify(
     )
 
 
+def unidentified_reason(
+    messages: Sequence[ChatMessage],
+    span: HistorySpan,
+    index: ChatIndex,
+    *,
+    only: str | None = None,
+) -> str:
+    """Why `identify` found no chat for this request, in words for the log."""
+    if only is not None:
+        return f"it names chat {only!r}, which is not indexed"
+    if not span.indices:
+        return "it carries no chat history (no messages after the start-of-chat marker)"
+    history = list(span.indices[-TAIL - MAX_SKIPPED :])
+    candidates = index.candidates(fingerprint(messages[i].text) for i in history[-4:])
+    if not candidates:
+        return f"no indexed chat ({len(index.entries)}) holds any of its newest messages"
+    return (
+        f"{len(candidates)} chat(s) share its newest messages, but none ends the way it "
+        "does (a chat not saved yet, or edited since)"
+    )
+
+
 def _best_fit(
     messages: Sequence[ChatMessage],
     history: list[int],

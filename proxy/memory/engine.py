@@ -131,6 +131,13 @@ class MemoryEngine:
         """The chat path saw a request of this chat: keep its key and model (memory only)
         for the proxy's own calls, and start upkeep for the chat if it had none."""
         if ident.confidence < 0.5 or ident.generation == "quiet":
+            why = "a quiet generation" if ident.generation == "quiet" else "ambiguous"
+            log.debug(
+                "request matched %s (confidence %.2f) but is %s: it starts no memory upkeep",
+                ident.chat_id,
+                ident.confidence,
+                why,
+            )
             return
         if self.llm.remember(ident.chat_id, headers, model):
             self._tasks.spawn(self.queue.hurry(ident.chat_id), f"hurry {ident.chat_id}")

@@ -25,8 +25,10 @@ class LLMSettings(Section):
     )
     api_key: SecretStr | None = Field(
         None,
-        description="Key for `base_url`. Unset: the `Authorization` of the chat's latest "
-        "request, kept in memory only.",
+        description="Key for `base_url`, sent as `Authorization: Bearer <api_key>`; used only "
+        "with `base_url`. Unset: the calls to `base_url` carry no key (a local server needs "
+        "none), since the chat's own key is never sent to another API. Without `base_url` the "
+        "calls go to the chat's API with `upstream.api_key`, else the chat's own key.",
         examples=["sk-..."],
     )
     model: str | None = Field(

@@ -84,6 +84,18 @@ async def test_a_separate_api_with_its_own_key(fake_llm: FakeLLM, chat_upstream:
     assert headers["Authorization"] == "Bearer sk-own" and body["model"] == "m"
 
 
+async def test_the_chats_key_never_goes_to_another_api(
+    fake_llm: FakeLLM, chat_upstream: Upstream
+) -> None:
+    settings = LLMSettings.model_validate({"base_url": fake_llm.base_url, "model": "m"})
+    async with Upstream(UpstreamSettings(base_url=fake_llm.base_url)) as own:
+        client = LLMClient(settings, chat_upstream, own)
+        client.remember("c", {"Authorization": "Bearer sk-chat"}, "fake-model")
+        await client.complete(Operation.SCENE_RECAP, "c", PROMPT)
+    headers, _ = last(fake_llm)
+    assert "Authorization" not in headers  # no [memory.llm] api_key: no key at all
+
+
 @pytest.mark.parametrize(
     ("status", "error", "retry"),
     [
