@@ -36,7 +36,6 @@ UNTESTED = {
     "proxy/memory/settings.py": "validated with the whole model in tests/test_settings.py",
     "proxy/memory/operations.py": "names and keys, used by every memory test",
     "proxy/memory/running.py": "coverage and pruning run in tests/memory/test_loop.py",
-    "proxy/memory/chatinfo.py": "names read by every prompt in tests/memory/test_loop.py",
     "proxy/settings/base.py": "two building blocks, validated in tests/test_settings.py",
     "proxy/store/database.py": "the synchronous API is tested in tests/test_store.py",
     "proxy/store/records.py": "row mapping, read back in tests/test_store.py",

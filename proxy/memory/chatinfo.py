@@ -18,11 +18,25 @@ def swipe_of(record: MessageRecord) -> int:
 
 
 def chat_names(db: Database, chat_id: str, persona: PersonaLookup) -> dict[str, str]:
-    """`{{char}}` and `{{user}}` for a chat's prompts: the character or group, and the
-    name the user wrote under most recently (else their persona)."""
+    """`{{char}}` and `{{user}}` for a chat's prompts, as the chat names them (never the
+    folder ST keeps a character in): the character, or a group's members who speak in its
+    newest messages ("Orin and Seraphina"), else the group's name; and the name the user
+    wrote under most recently, else their persona."""
     chat = db.chat(chat_id)
     if chat is None:
         return {"char": "", "user": ""}
-    _, visible = db.tail(chat_id, 20)
+    _, visible = db.tail(chat_id, 40)
     user = next((m.message.name for m in reversed(visible) if m.message.is_user), "")
-    return {"char": chat.display_name, "user": user or persona(chat.user)}
+    char = chat.display_name
+    if chat.kind == "group":
+        speakers = [
+            m.message.name
+            for m in visible
+            if not (m.message.is_user or m.message.narrator) and m.message.name
+        ]
+        members = list(dict.fromkeys(speakers))
+        if members:
+            char = " and ".join(
+                [", ".join(members[:-1]), members[-1]] if len(members) > 1 else members
+            )
+    return {"char": char, "user": user or persona(chat.user)}
