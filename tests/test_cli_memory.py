@@ -89,7 +89,7 @@ def test_a_chat_is_named_by_id_file_or_character(name: str, chosen: str, says: b
     assert found == chosen
     assert (note is not None) == says
     if note:
-        assert chosen in note and "newest of its 2" in note
+        assert chosen in note and "newest of its 2 chats" in note
 
 
 def test_a_name_of_two_characters_lists_them() -> None:
