@@ -117,8 +117,8 @@ def pick_chat(name: str, chats: list[dict[str, Any]]) -> tuple[str, str | None]:
         chosen = str(found[0]["id"])
         if what is None or (what == "file" and len(found) == 1):
             return chosen, None
-        newest = f" (the newest of its {len(found)} chats)" if len(found) > 1 else ""
-        return chosen, f"{wanted!r} is {chosen}{newest}"
+        among = f" (the newest of its {len(found)} chats)" if len(found) > 1 else ""
+        return chosen, f"{wanted!r} is {chosen}{among}"
     raise RecapProxyError(f"no chat named {wanted!r} (see `recap-proxy chats`)")
 
 
