@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import ipaddress
 import json
 import logging
 import os
@@ -22,6 +21,8 @@ from adapters import ADAPTERS
 from proxy.chat.injection import Injector, load_injection_template, policy_from
 from proxy.chat.providers import StaticMemory
 from proxy.cli_memory import add_memory_commands, run_memory_command
+from proxy.core.guard import is_loopback
+from proxy.core.headers import safe_url
 from proxy.core.models import Memory
 from proxy.errors import AdapterError, ConfigError, RecapProxyError
 from proxy.library import ChatLibrary
@@ -160,6 +161,7 @@ async def serve(settings: Settings, *, ready: asyncio.Event | None = None) -> No
     """Run the server until SIGINT/SIGTERM."""
     from proxy.web import make_app
 
+    _refuse_if_exposed(settings)
     app = make_app(settings)
     # handler_cancellation: when ST disconnects (Stop), the handler is cancelled and the
     # upstream request with it.
@@ -169,12 +171,11 @@ async def serve(settings: Settings, *, ready: asyncio.Event | None = None) -> No
     try:
         site = web.TCPSite(runner, host, port)
         await site.start()
-        _warn_if_exposed(host)
         log.info(
             "recap-proxy listening on http://%s:%d/v1 -> %s%s",
             host,
             port,
-            settings.upstream.base_url,
+            safe_url(settings.upstream.base_url),
             f" (recording into {settings.server.record_dir})" if settings.server.record_dir else "",
         )
         stop = asyncio.Event()
@@ -190,16 +191,18 @@ async def serve(settings: Settings, *, ready: asyncio.Event | None = None) -> No
         await runner.cleanup()
 
 
-def _warn_if_exposed(host: str) -> None:
-    try:
-        loopback = ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        loopback = host == "localhost"
-    if not loopback:
-        log.warning(
-            "listening on %s, not loopback: anyone who can reach this port can use your API key",
-            host,
-        )
+def _refuse_if_exposed(settings: Settings) -> None:
+    """Another machine may reach a non-loopback address: not without the access key."""
+    host = settings.server.host
+    if is_loopback(host.strip("[]")) or settings.server.access_key is not None:
+        return
+    raise ConfigError(
+        f"server.host is {host}, which other machines can reach, and server.access_key is "
+        "not set: anyone there could use your API key and your chats. Set one (e.g. "
+        "RECAP_PROXY_SERVER__ACCESS_KEY=$(python3 -c 'import secrets; "
+        "print(secrets.token_urlsafe(24))')) and give it to SillyTavern as its API key, or "
+        "listen on 127.0.0.1."
+    )
 
 
 def _inject(args: argparse.Namespace) -> int:

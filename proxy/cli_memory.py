@@ -17,8 +17,9 @@ from urllib.parse import quote
 
 import aiohttp
 
+from proxy.core.guard import KEY_HEADER
 from proxy.errors import RecapProxyError
-from proxy.settings import load_settings
+from proxy.settings import Settings, load_settings
 
 POLL_SECONDS = 0.5
 
@@ -65,13 +66,20 @@ def add_memory_commands(sub: Any, config_arg: Any) -> None:
 
 
 class Server:
-    def __init__(self, base: str, session: aiohttp.ClientSession) -> None:
+    def __init__(
+        self, base: str, session: aiohttp.ClientSession, access_key: str | None = None
+    ) -> None:
         self.base = base.rstrip("/")
         self.session = session
+        self.headers = {KEY_HEADER: access_key} if access_key else {}
 
     async def call(self, method: str, path: str, body: Any = None) -> Any:
+        if method != "GET" and body is None:
+            body = {}  # changes always go as JSON: the server takes nothing else
         try:
-            async with self.session.request(method, self.base + path, json=body) as response:
+            async with self.session.request(
+                method, self.base + path, json=body, headers=self.headers
+            ) as response:
                 data = await response.json(content_type=None)
         except aiohttp.ClientConnectionError:
             raise RecapProxyError(
@@ -122,18 +130,21 @@ def pick_chat(name: str, chats: list[dict[str, Any]]) -> tuple[str, str | None]:
     raise RecapProxyError(f"no chat named {wanted!r} (see `recap-proxy chats`)")
 
 
-def _server_url(args: argparse.Namespace) -> str:
+def _server_url(args: argparse.Namespace, settings: Settings) -> str:
     if args.server:
         return str(args.server)
-    settings = load_settings(args.config)
     host = settings.server.host
     host = "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
     return f"http://{host}:{settings.server.port}"
 
 
 async def run_memory_command(args: argparse.Namespace) -> int:
+    settings = load_settings(args.config)
+    key = settings.server.access_key
     async with aiohttp.ClientSession() as session:
-        server = Server(_server_url(args), session)
+        server = Server(
+            _server_url(args, settings), session, key.get_secret_value() if key else None
+        )
         if args.command == "queue":
             return await _queue(server, args)
         chat = await server.chat_id(args.chat)

@@ -8,6 +8,11 @@
     ├── NotFound                    the API named a chat, message or scene that is not there -> 404
     ├── Conflict                    a correction that cannot apply now                     -> 409
     ├── Unavailable                 the API needs a part that is not running (no data folder) -> 503
+    ├── Refusal                     a caller the proxy does not serve, refused before anything runs
+    │   ├── MissingAccessKey        `server.access_key` is set and the request lacks it    -> 401
+    │   ├── ForbiddenOrigin         a web page of another origin                           -> 403
+    │   ├── UnsupportedMediaType    a change to the memory whose body is not JSON           -> 415
+    │   └── MisdirectedHost         a `Host` this proxy does not answer to (DNS rebinding)  -> 421
     ├── JobFailure                  one of the proxy's own LLM jobs failed; retried
     │   ├── NoCredentials           no model or key known yet: waits for the chat's next request
     │   └── Refused                 the LLM refused it (4xx): not retried
@@ -81,6 +86,33 @@ class Unavailable(RecapProxyError):
     def __init__(self, message: str, *, code: str) -> None:
         super().__init__(message)
         self.code = code
+
+
+class Refusal(RecapProxyError):
+    """A caller the proxy does not serve: refused before anything is forwarded or changed."""
+
+    status = 403
+    code = "forbidden"
+
+
+class MissingAccessKey(Refusal):
+    status = 401
+    code = "invalid_access_key"
+
+
+class ForbiddenOrigin(Refusal):
+    status = 403
+    code = "forbidden_origin"
+
+
+class UnsupportedMediaType(Refusal):
+    status = 415
+    code = "unsupported_media_type"
+
+
+class MisdirectedHost(Refusal):
+    status = 421
+    code = "misdirected_request"
 
 
 class JobFailure(RecapProxyError):

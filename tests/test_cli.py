@@ -102,3 +102,11 @@ def test_inject_rejects_bad_input_clearly(
     assert code == 2 and "injection.position" in err
     code, _, err = run(capsysbinary, "inject", "--memory", "x", str(tmp_path / "missing.json"))
     assert code == 1 and "cannot read" in err
+
+
+def test_serve_refuses_a_reachable_address_without_an_access_key(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["serve", "--host", "0.0.0.0", "--port", "1"]) == 2
+    err = capsys.readouterr().err
+    assert "server.access_key is not set" in err and "RECAP_PROXY_SERVER__ACCESS_KEY" in err

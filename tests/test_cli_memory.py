@@ -112,3 +112,13 @@ async def test_the_cli_finds_a_chat_in_a_default_folder_by_its_characters_name(
     file_name = memory.story.path.name
     assert await cli(memory, "memory", file_name) == 0  # with `.jsonl`
     assert await cli(memory, "memory", file_name.removesuffix(".jsonl")) == 0
+
+
+async def test_the_cli_sends_the_access_key_from_the_config(
+    memory_proxy: MemoryFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    memory = await memory_proxy(8, ends=set(), **{"server.access_key": "s3cret"})
+    with pytest.raises(RecapProxyError, match="access key"):
+        await cli(memory, "queue")
+    monkeypatch.setenv("RECAP_PROXY_SERVER__ACCESS_KEY", "s3cret")
+    assert await cli(memory, "queue", "pause") == 0

@@ -27,6 +27,10 @@ HOP_BY_HOP = frozenset(
     }
 )
 REQUEST_FRAMING = frozenset({"host", "content-length"})
+# What the client says to the proxy, not to the API: its cookies, the page it came from,
+# the proxy's access key. `Content-Encoding` goes too: the server decodes request bodies,
+# so the bytes forwarded are never encoded.
+NOT_FORWARDED = frozenset({"cookie", "origin", "referer", "x-recap-key", "content-encoding"})
 SECRET_HEADERS = frozenset(
     {
         "authorization",
@@ -57,7 +61,7 @@ def _connection_tokens(headers: Iterable[tuple[str, str]]) -> set[str]:
 def request_headers(headers: Iterable[tuple[str, str]], api_key: str | None) -> Headers:
     """Headers to send upstream: end-to-end ones, with `api_key` replacing the client's."""
     pairs = list(headers)
-    dropped = HOP_BY_HOP | REQUEST_FRAMING | _connection_tokens(pairs)
+    dropped = HOP_BY_HOP | REQUEST_FRAMING | NOT_FORWARDED | _connection_tokens(pairs)
     out = [(k, v) for k, v in pairs if k.lower() not in dropped]
     if api_key is not None:
         out = [(k, v) for k, v in out if k.lower() not in ("authorization", "x-api-key")]
@@ -66,10 +70,16 @@ def request_headers(headers: Iterable[tuple[str, str]], api_key: str | None) -> 
 
 
 def response_headers(headers: Iterable[tuple[str, str]]) -> Headers:
-    """Headers to relay to the client; the body framing is redone by our server."""
+    """Headers to relay to the client; the body framing is redone by our server, and CORS
+    is the proxy's to answer (an upstream's `Access-Control-Allow-Origin: *` would let
+    any page read the answers)."""
     pairs = list(headers)
     dropped = HOP_BY_HOP | {"content-length"} | _connection_tokens(pairs)
-    return [(k, v) for k, v in pairs if k.lower() not in dropped]
+    return [
+        (k, v)
+        for k, v in pairs
+        if k.lower() not in dropped and not k.lower().startswith("access-control-")
+    ]
 
 
 def redact_headers(headers: Iterable[tuple[str, str]]) -> Headers:
@@ -81,6 +91,18 @@ def redact_headers(headers: Iterable[tuple[str, str]]) -> Headers:
             value = f"{scheme} {REDACTED}" if rest and scheme.isalpha() else REDACTED
         out.append((name, value))
     return out
+
+
+def safe_url(url: str) -> str:
+    """A URL fit to show or log: no `user:password@`, key-like query values redacted."""
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        return url
+    authority, slash, tail = rest.partition("/")
+    authority = authority.rpartition("@")[2]
+    path, question, query = tail.partition("?")
+    shown = f"{scheme}://{authority}{slash}{path}"
+    return f"{shown}?{redact_query(query)}" if question else shown
 
 
 def redact_query(query: str) -> str:

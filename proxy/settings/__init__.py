@@ -55,6 +55,28 @@ class ServerSettings(Section):
         "(API keys redacted). Same as `serve --record DIR`.",
         examples=["~/recap-proxy-recordings"],
     )
+    access_key: SecretStr | None = Field(
+        None,
+        description="When set, every request must carry it: on `/v1/...` as `Authorization: "
+        'Bearer <access_key>` (ST\'s "Custom API key" field; the real key then comes from '
+        "`upstream.api_key`) or `X-Recap-Key`, on `/recap/...` as `X-Recap-Key` (the CLI sends "
+        "it). Required to listen on anything but loopback.",
+        examples=["a-long-random-string"],
+    )
+    allowed_origins: list[str] = Field(
+        default_factory=list,
+        description="Web origins, besides the proxy's own and SillyTavern's on loopback "
+        "(`http://127.0.0.1:8000`, `http://localhost:8000`), whose pages may call the proxy: "
+        "e.g. ST on another port or machine. Any other page is refused (403).",
+        examples=[["http://192.168.1.20:8000"]],
+    )
+    allowed_hosts: list[str] = Field(
+        default_factory=list,
+        description="Host names the proxy answers to besides loopback and the listen "
+        "address (a name you reach it by on your network). Other names are refused (421): "
+        "this stops DNS rebinding.",
+        examples=[["recap.lan"]],
+    )
 
 
 class UpstreamSettings(Section):

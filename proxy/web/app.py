@@ -16,6 +16,7 @@ from proxy.cassette import Recorder
 from proxy.chat.injection import Injector, load_injection_template, policy_from
 from proxy.chat.lore import LoreService
 from proxy.chat.providers import ChatMemory, MemoryProvider, NoMemory
+from proxy.core.guard import GuardPolicy
 from proxy.core.tokens import TokenCounter
 from proxy.library import ChatLibrary
 from proxy.memory.actions import MemoryActions
@@ -28,6 +29,7 @@ from proxy.upstream import Upstream
 from proxy.watcher import Watcher
 from proxy.web.api import add_api_routes
 from proxy.web.errors import error_middleware
+from proxy.web.guard import POLICY, add_cors_headers, guard_middleware
 from proxy.web.keys import (
     ACTIONS,
     ENGINE,
@@ -61,7 +63,12 @@ def make_app(
 ) -> web.Application:
     """The proxy application. Every owner can be injected (tests pass fakes): `provider`
     replaces the memory of ST's chats with a fixed one (no data folder is read)."""
-    app = web.Application(client_max_size=MAX_BODY_BYTES, middlewares=[error_middleware])
+    # The error middleware is outermost: the guard's refusals are answered like any error.
+    app = web.Application(
+        client_max_size=MAX_BODY_BYTES, middlewares=[error_middleware, guard_middleware]
+    )
+    app[POLICY] = policy_of(settings)
+    app.on_response_prepare.append(add_cors_headers)
     clock = clock or time.time
     upstream = upstream or Upstream(settings.upstream)
     if recorder is None and settings.server.record_dir is not None:
@@ -128,6 +135,13 @@ def make_app(
     add_memory_routes(app)  # first: its routes are longer than the plain chat route
     add_api_routes(app)
     return app
+
+
+def policy_of(settings: Settings) -> GuardPolicy:
+    """Who may use the proxy, from `[server]`."""
+    server = settings.server
+    key = server.access_key.get_secret_value() if server.access_key is not None else None
+    return GuardPolicy.of(server.host, server.allowed_origins, server.allowed_hosts, key)
 
 
 def resolve_data_dir(settings: Settings) -> Path | None:

@@ -23,6 +23,7 @@ from proxy.errors import UpstreamError
 from proxy.tasks import TaskSet
 from proxy.upstream import Upstream
 from proxy.web.errors import error_json
+from proxy.web.guard import api_headers
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +58,7 @@ class Relay:
         exchange: Exchange | None = None,
     ) -> web.StreamResponse:
         extra = list(extra)
-        headers = request_headers(request.headers.items(), self.upstream.api_key)
+        headers = request_headers(api_headers(request).items(), self.upstream.api_key)
         query = request.rel_url.raw_query_string
         if exchange is not None:
             exchange.upstream_path = "/" + tail

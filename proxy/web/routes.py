@@ -10,7 +10,9 @@ from aiohttp import web
 
 from adapters import ADAPTERS
 from proxy.chat.injection import Injector
+from proxy.core.headers import safe_url
 from proxy.errors import NotFound
+from proxy.web.guard import api_headers
 from proxy.web.keys import INJECTOR, LORE, RELAY
 
 log = logging.getLogger(__name__)
@@ -45,7 +47,7 @@ async def handle_api(request: web.Request) -> web.StreamResponse:
     exchange = relay.start_exchange(request, raw)
     injector: Injector = request.app[INJECTOR]
     outcome = await injector.prepare(
-        adapter, raw, request.headers, where=f"{request.method} {request.rel_url.raw_path}"
+        adapter, raw, api_headers(request), where=f"{request.method} {request.rel_url.raw_path}"
     )
     extra = [
         (CHAT_HEADER, quote(outcome.chat_id or "", safe="")),
@@ -69,7 +71,7 @@ async def handle_root(request: web.Request) -> web.Response:
     return web.json_response(
         {
             "service": "recap-proxy",
-            "upstream": str(request.app[RELAY].upstream.base_url),
+            "upstream": safe_url(str(request.app[RELAY].upstream.base_url)),
             "hint": "set SillyTavern's Custom (OpenAI-compatible) URL to "
             f"{request.url.origin()}{API_PREFIX}",
         }

@@ -28,7 +28,7 @@ async def test_branch_inherits_then_diverges(memory_proxy: MemoryFactory) -> Non
     path = memory.story.path.with_name(f"{BRANCH_NAME}.jsonl")
     save_like_st(path, "\n".join(json.dumps(r) for r in rows).encode() + b"\n")
     await memory.until(lambda db: db.chat(BRANCH_ID) is not None)
-    response = await memory.client.post(f"/recap/api/chats/{quote(BRANCH_ID)}/backfill")
+    response = await memory.client.post(f"/recap/api/chats/{quote(BRANCH_ID)}/backfill", json={})
     assert response.status == 200
     await memory.engine.settle()
 

@@ -63,7 +63,7 @@ async def test_401_fails_at_once_and_can_be_retried(memory_proxy: MemoryFactory)
     [job] = await memory.engine.queue.jobs(states=("failed",))
     assert job.attempts == 1 and "401" in (job.error or "")
     assert memory.fake.state.operations == ["detect_scene_break"]
-    retried = await memory.client.post(f"/recap/api/queue/jobs/{job.id}/retry")
+    retried = await memory.client.post(f"/recap/api/queue/jobs/{job.id}/retry", json={})
     assert retried.status == 200
     await memory.until(lambda db: db.memory.running_recaps(CHAT_ID))
 

@@ -33,7 +33,7 @@ async def test_manual_break_is_recapped_named_and_folded(memory_proxy: MemoryFac
 
     # Rename: kept when the scene is recapped again.
     await memory.client.patch(BASE + "/scenes/5", json={"name": "The mill"})
-    await memory.client.post(BASE + "/scenes/5/regenerate")
+    await memory.client.post(BASE + "/scenes/5/regenerate", json={})
     await memory.engine.settle()
     detail = await get(memory, "/scenes/5")
     assert detail["name"] == "The mill" and len(detail["versions"]) == 2
@@ -51,7 +51,7 @@ async def test_manual_break_is_recapped_named_and_folded(memory_proxy: MemoryFac
     assert detail["versions"][-1]["source"] == "edit" and detail["current_version"] == 3
 
     # Removing the break drops the running recap that depended on it.
-    response = await memory.client.delete(BASE + "/messages/5/scene_break")
+    response = await memory.client.delete(BASE + "/messages/5/scene_break", json={})
     assert response.status == 200
     await memory.engine.settle()
     assert await get(memory, "/scenes") == []
@@ -78,7 +78,7 @@ async def test_running_recap_versions_edit_select_regenerate(memory_proxy: Memor
     preview = await get(memory, "/preview")
     assert "My own recap." not in preview["injected"]["text"]
 
-    await memory.client.post(BASE + "/running/regenerate")
+    await memory.client.post(BASE + "/running/regenerate", json={})
     await memory.engine.settle()
     versions = await get(memory, "/running")
     assert [v["version"] for v in versions] == [1, 2, 3] and versions[2]["current"]
@@ -124,7 +124,7 @@ async def test_message_recaps_edit_exclude_and_memory_off(memory_proxy: MemoryFa
 
 async def test_queue_controls(memory_proxy: MemoryFactory) -> None:
     memory = await memory_proxy(16, ends={8})
-    paused = await memory.client.post("/recap/api/queue/pause")
+    paused = await memory.client.post("/recap/api/queue/pause", json={})
     assert (await paused.json()) == {"paused": True}
     await memory.client.post("/v1/chat/completions", json=memory.story.request())
     await memory.engine.plan_now(CHAT_ID)
@@ -135,16 +135,16 @@ async def test_queue_controls(memory_proxy: MemoryFactory) -> None:
     assert memory.fake.state.operations == []
 
     # Clearing while paused removes exactly the queued jobs; nothing was called.
-    cleared = await memory.client.post("/recap/api/queue/clear")
+    cleared = await memory.client.post("/recap/api/queue/clear", json={})
     assert (await cleared.json())["cleared"] == len(queued)
     listing = await (await memory.client.get("/recap/api/queue")).json()
     assert listing["jobs"] == []
 
-    await memory.client.post("/recap/api/queue/resume")
+    await memory.client.post("/recap/api/queue/resume", json={})
     await memory.engine.plan_now(CHAT_ID)  # planning queues the work again
     await memory.engine.settle()
     assert memory.fake.state.operations[0] == "detect_scene_break"
-    missing = await memory.client.post("/recap/api/queue/jobs/999/retry")
+    missing = await memory.client.post("/recap/api/queue/jobs/999/retry", json={})
     assert missing.status == 409
 
 
@@ -163,7 +163,7 @@ async def test_regenerate_runs_a_job_that_had_failed(memory_proxy: MemoryFactory
     await memory.engine.settle()
     [failed] = await memory.engine.queue.jobs(states=("failed",))
     assert failed.operation == "scene_recap"
-    response = await memory.client.post(BASE + "/scenes/8/regenerate")
+    response = await memory.client.post(BASE + "/scenes/8/regenerate", json={})
     assert (await response.json()) == {"job": failed.id}
     await memory.engine.settle()
     assert len((await get(memory, "/scenes/8"))["versions"]) == 1
