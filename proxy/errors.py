@@ -2,6 +2,7 @@
 
     RecapProxyError                 anything the proxy itself raises on purpose
     ├── ConfigError                 bad settings: names the key and what was expected
+    ├── StoreBusy                   another recap-proxy already serves this store
     ├── RequestError                a request we cannot interpret                          -> 400
     │   └── AdapterError            the body does not fit the wire format of its route
     ├── TemplateError               a template file is missing or unreadable
@@ -47,6 +48,10 @@ class RecapProxyError(Exception):
 
 class ConfigError(RecapProxyError):
     """Settings could not be loaded; the message names each bad key."""
+
+
+class StoreBusy(RecapProxyError):
+    """Another running recap-proxy holds the store (it would run the same queue)."""
 
 
 class RequestError(RecapProxyError):

@@ -25,6 +25,7 @@ from proxy.memory.llm import LLMClient
 from proxy.settings import Settings
 from proxy.sillytavern.layout import find_data_dir, looks_like_data_dir
 from proxy.store import Store
+from proxy.store.lock import StoreLock
 from proxy.upstream import Upstream
 from proxy.watcher import Watcher
 from proxy.web.api import add_api_routes
@@ -181,6 +182,10 @@ def _memory_ctx(
 
     async def ctx(app: web.Application) -> AsyncIterator[None]:
         async with contextlib.AsyncExitStack() as stack:
+            if engine is not None and str(store.path) != ":memory:":
+                # First: a second proxy on this store must not even migrate it.
+                address = f"http://{settings.server.host}:{settings.server.port}"
+                stack.enter_context(StoreLock(store.path, address))
             await stack.enter_async_context(store)
             if engine is not None:
                 await stack.enter_async_context(engine)
