@@ -16,10 +16,13 @@ from tests.conftest import FakeLLM, make_settings
 
 def test_a_second_holder_is_told_who_holds_the_store(tmp_path: Path) -> None:
     store = tmp_path / "s.sqlite3"
-    with StoreLock(store, "http://127.0.0.1:8765"):
-        with pytest.raises(StoreBusy, match=rf"pid {os.getpid()}, serving http://127.0.0.1:8765"):
-            with StoreLock(store, "http://127.0.0.1:9999"):
-                pass
+    busy = rf"pid {os.getpid()}, serving http://127.0.0.1:8765"
+    with (
+        StoreLock(store, "http://127.0.0.1:8765"),
+        pytest.raises(StoreBusy, match=busy),
+        StoreLock(store, "http://127.0.0.1:9999"),
+    ):
+        pass
     with StoreLock(store, "http://127.0.0.1:9999"):  # released with its holder
         pass
 
