@@ -13,7 +13,8 @@ is relative to `upstream.base_url`), and `response.chunks` the upstream's bytes 
 pieces and at the times they arrived. A body is stored as `"body"` (decoded JSON) when
 re-encoding it gives back the exact bytes, else as `"body_text"` or `"body_b64"`.
 Secrets are redacted before anything is written: auth headers, key-like query parameters
-and key-like JSON fields.
+and JSON fields, and, in every body and response chunk, the keys the exchange carried and
+anything that looks like a key.
 """
 
 from __future__ import annotations
@@ -28,12 +29,21 @@ from typing import Any
 
 import orjson
 
-from proxy.core.headers import Headers, redact_headers, redact_json, redact_query
+from proxy.core.headers import (
+    Headers,
+    header_secrets,
+    redact_headers,
+    redact_json,
+    redact_query,
+    redact_secrets,
+)
 
 FORMAT = "recap-proxy-cassette/1"
 
 
-def encode_body(raw: bytes | None, *, redact: bool = True) -> dict[str, Any]:
+def encode_body(
+    raw: bytes | None, *, redact: bool = True, known: frozenset[str] = frozenset()
+) -> dict[str, Any]:
     if not raw:
         return {"body": None}
     try:
@@ -41,14 +51,15 @@ def encode_body(raw: bytes | None, *, redact: bool = True) -> dict[str, Any]:
     except orjson.JSONDecodeError:
         pass
     else:
-        redacted = redact_json(value) if redact else value
+        redacted = redact_json(value, known) if redact else value
         # Exact bytes when re-encoding gives them back; a secret outweighs exactness.
         if orjson.dumps(value) == raw or redacted != value:
             return {"body": redacted}
     try:
-        return {"body_text": raw.decode("utf-8")}
+        text = raw.decode("utf-8")
     except UnicodeDecodeError:
         return {"body_b64": base64.b64encode(raw).decode("ascii")}
+    return {"body_text": redact_secrets(text, known) if redact else text}
 
 
 def decode_body(part: dict[str, Any]) -> bytes:
@@ -60,10 +71,11 @@ def decode_body(part: dict[str, Any]) -> bytes:
     return b"" if value is None else orjson.dumps(value)
 
 
-def encode_chunk(t: float, data: bytes) -> dict[str, Any]:
+def encode_chunk(t: float, data: bytes, known: frozenset[str] = frozenset()) -> dict[str, Any]:
     try:
-        return {"t": round(t, 4), "text": data.decode("utf-8")}
+        return {"t": round(t, 4), "text": redact_secrets(data.decode("utf-8"), known)}
     except UnicodeDecodeError:
+        # Compressed or binary: nothing readable to redact in it.
         return {"t": round(t, 4), "b64": base64.b64encode(data).decode("ascii")}
 
 
@@ -95,6 +107,7 @@ class Exchange:
 
     def to_cassette(self) -> dict[str, Any]:
         query = redact_query(self.query)
+        known = frozenset(header_secrets([*self.headers, *self.upstream_headers]))
         cassette: dict[str, Any] = {
             "format": FORMAT,
             "recorded_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
@@ -104,24 +117,24 @@ class Exchange:
                 "path": self.path,
                 "query": query,
                 "headers": [list(p) for p in redact_headers(self.headers)],
-                **encode_body(self.body),
+                **encode_body(self.body, known=known),
             },
             "upstream_request": {
                 "method": self.method,
                 "path": self.upstream_path,
                 "query": query,
                 "headers": [list(p) for p in redact_headers(self.upstream_headers)],
-                **encode_body(self.upstream_body),
+                **encode_body(self.upstream_body, known=known),
             },
             "response": {
                 "status": self.status,
                 "reason": self.reason,
                 "headers": [list(p) for p in redact_headers(self.response_headers)],
-                "chunks": [encode_chunk(t, data) for t, data in self.chunks],
+                "chunks": [encode_chunk(t, data, known) for t, data in self.chunks],
             },
         }
         if self.error:
-            cassette["response"]["error"] = self.error
+            cassette["response"]["error"] = redact_secrets(self.error, known)
         return cassette
 
 

@@ -44,6 +44,12 @@ SECRET_HEADERS = frozenset(
 )
 SECRET_QUERY = re.compile(r"(?i)((?:^|&)(?:key|api_key|apikey|access_token|token)=)[^&]*")
 SECRET_BODY_KEY = re.compile(r"(?i)(^|_)(api_?key|apikey|secret|password|access_token)$")
+# Strings that look like API keys wherever they stand (an error body that echoes the key,
+# a stream that quotes it): OpenAI-style `sk-...` and kin, Google's `AIza...`, bearer tokens.
+KEY_LIKE = re.compile(
+    r"\b(?:sk|pk|rk|gsk|xai|sess)-[A-Za-z0-9_\-]{12,}|\bAIza[0-9A-Za-z_\-]{30,}"
+    r"|(?i:bearer)\s+[A-Za-z0-9._~+/=\-]{12,}"
+)
 REDACTED = "<redacted>"
 REDACTED_IN_URL = "REDACTED"  # needs no percent-encoding, so a replay sends it as written
 
@@ -105,16 +111,39 @@ def safe_url(url: str) -> str:
     return f"{shown}?{redact_query(query)}" if question else shown
 
 
+def redact_secrets(text: str, known: Iterable[str] = ()) -> str:
+    """`text` with the `known` secrets and anything key-like replaced by `<redacted>`."""
+    for secret in sorted({k for k in known if len(k) >= 6}, key=len, reverse=True):
+        text = text.replace(secret, REDACTED)
+    return KEY_LIKE.sub(
+        lambda m: f"Bearer {REDACTED}" if m.group(0)[:6].lower() == "bearer" else REDACTED, text
+    )
+
+
+def header_secrets(headers: Iterable[tuple[str, str]]) -> set[str]:
+    """The secret values in headers (an `Authorization`'s token without its scheme)."""
+    found: set[str] = set()
+    for name, value in headers:
+        if name.lower() in SECRET_HEADERS:
+            scheme, _, rest = value.partition(" ")
+            found.add(rest.strip() if rest and scheme.isalpha() else value.strip())
+    return found
+
+
 def redact_query(query: str) -> str:
     return SECRET_QUERY.sub(lambda m: m.group(1) + REDACTED_IN_URL, query)
 
 
-def redact_json(value: object) -> object:
-    """A copy of a decoded JSON body with secret-looking keys' values replaced."""
+def redact_json(value: object, known: frozenset[str] = frozenset()) -> object:
+    """A copy of a decoded JSON body with secret-looking keys' values replaced, and known
+    or key-like secrets in its strings."""
     if isinstance(value, dict):
         return {
-            k: REDACTED if SECRET_BODY_KEY.search(k) else redact_json(v) for k, v in value.items()
+            k: REDACTED if SECRET_BODY_KEY.search(k) else redact_json(v, known)
+            for k, v in value.items()
         }
     if isinstance(value, list):
-        return [redact_json(v) for v in value]
+        return [redact_json(v, known) for v in value]
+    if isinstance(value, str):
+        return redact_secrets(value, known)
     return value

@@ -81,7 +81,9 @@ class MemoryEngine:
         )
         self.handlers = handlers(context)
         self.view_inputs = ViewInputs(settings, self.counter, library.persona)
-        self.queue = JobQueue(store, self.handlers, queue_settings, clock=clock)
+        self.queue = JobQueue(
+            store, self.handlers, queue_settings, clock=clock, secrets=llm.secrets
+        )
         self.queue.on_settled.append(lambda job: self.plan_now(job.chat_id))
         self.rules = RecapRules(
             include_user=settings.include_user_messages,

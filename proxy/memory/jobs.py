@@ -19,11 +19,12 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from functools import partial
 from typing import Protocol
 
+from proxy.core.headers import redact_secrets
 from proxy.errors import JobFailure, NoCredentials
 from proxy.memory.operations import OPERATIONS, PRIORITIES, Operation
 from proxy.settings import QueueSettings
@@ -87,8 +88,12 @@ class JobQueue:
         settings: QueueSettings,
         *,
         clock: Callable[[], float] = time.time,
+        secrets: Callable[[], Iterable[str]] = tuple,
     ) -> None:
         self.store = store
+        # The keys a failure may echo (an API's error body often quotes the key it got):
+        # they are redacted from the error kept on the job and from the log.
+        self.secrets = secrets
         self.handlers = dict(handlers)
         self.settings = settings
         self.clock = clock
@@ -258,7 +263,7 @@ class JobQueue:
     def _failed(self, db: Database, job: Job, exc: Exception) -> None:
         jobs = db.jobs
         now = self.clock()
-        error = f"{type(exc).__name__}: {exc}"
+        error = redact_secrets(f"{type(exc).__name__}: {exc}", self.secrets())
         if isinstance(exc, NoCredentials):
             # Not the job's fault: it waits, without using up its attempts, until the
             # chat's next request brings a key and model (see `hurry`).

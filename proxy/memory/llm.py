@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import orjson
+from pydantic import SecretStr
 
 from proxy.errors import JobFailure, NoCredentials, Refused, Unauthorized, UpstreamError
 from proxy.memory.operations import Operation
@@ -66,6 +67,17 @@ class LLMClient:
         new = chat_id not in self._credentials
         self._credentials[chat_id] = Credentials(headers.get("Authorization"), model)
         return new
+
+    def secrets(self) -> set[str]:
+        """Every key this client may send: redacted from whatever it reports."""
+        found = {c.authorization.partition(" ")[2] or c.authorization
+                 for c in self._credentials.values() if c.authorization}  # fmt: skip
+        for key in (self.chat_upstream.api_key, self.settings.api_key):
+            if isinstance(key, SecretStr):
+                key = key.get_secret_value()
+            if key:
+                found.add(key)
+        return found
 
     def can_call(self, chat_id: str) -> bool:
         """Whether a model for this chat's calls is known (configured, or remembered)."""

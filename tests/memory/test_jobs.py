@@ -185,3 +185,18 @@ async def test_pause_resume_retry_clear(setup) -> None:  # type: ignore[no-untyp
         assert [j.dedup_key for j in await queue.jobs()] == ["denied"]
         with pytest.raises(ValueError, match="unknown operation"):
             await queue.enqueue("a", "bake_cake", "k", {}, "h", "up")  # type: ignore[arg-type]
+
+
+async def test_a_key_the_api_echoes_is_not_kept_in_the_jobs_error(setup) -> None:  # type: ignore[no-untyped-def]
+    store, fake, handlers = setup
+    fake.outcomes = {
+        "echo": [Unauthorized("401: invalid key my-chat-key-1234 (also sk-abcdefghijklmnopqr)")]
+    }
+    queue = JobQueue(store, handlers, FAST, secrets=lambda: {"my-chat-key-1234"})
+    async with queue:
+        await queue.enqueue("a", Operation.MESSAGE_RECAP, "echo", {}, "h", "up")
+        await queue.idle()
+        [job] = await queue.jobs()
+    assert job.state == "failed" and job.error is not None
+    assert "my-chat-key-1234" not in job.error and "sk-abcdefghijklmnopqr" not in job.error
+    assert job.error == "Unauthorized: 401: invalid key <redacted> (also <redacted>)"

@@ -1,0 +1,65 @@
+"""Which headers cross the proxy, and how secrets are kept out of what is shown or kept."""
+
+from __future__ import annotations
+
+from proxy.core.headers import (
+    REDACTED,
+    header_secrets,
+    redact_json,
+    redact_secrets,
+    request_headers,
+    response_headers,
+    safe_url,
+)
+
+
+def test_what_the_client_tells_the_proxy_stays_here() -> None:
+    sent = request_headers(
+        [
+            ("Authorization", "Bearer sk-client"),
+            ("Cookie", "session=1"),
+            ("Origin", "http://localhost:8000"),
+            ("Referer", "http://localhost:8000/"),
+            ("X-Recap-Key", "s3cret"),
+            ("Content-Encoding", "gzip"),  # the server decoded the body already
+            ("Content-Type", "application/json"),
+            ("Host", "127.0.0.1:8765"),
+        ],
+        api_key=None,
+    )
+    assert sent == [("Authorization", "Bearer sk-client"), ("Content-Type", "application/json")]
+
+
+def test_cors_is_the_proxys_own() -> None:
+    relayed = response_headers(
+        [("Access-Control-Allow-Origin", "*"), ("access-control-allow-credentials", "true"),
+         ("Content-Type", "text/event-stream")]
+    )  # fmt: skip
+    assert relayed == [("Content-Type", "text/event-stream")]
+
+
+def test_urls_are_shown_without_credentials() -> None:
+    assert safe_url("https://me:pw@api.example/v1?key=abc&x=1") == (
+        "https://api.example/v1?key=REDACTED&x=1"
+    )
+    assert safe_url("http://127.0.0.1:5001/v1") == "http://127.0.0.1:5001/v1"
+
+
+def test_known_and_key_like_secrets_are_redacted() -> None:
+    text = 'bad key "sk-abcdefghijklmnop1234" (Bearer abc.def-ghi_jkl) for my-own-key-123'
+    redacted = redact_secrets(text, known={"my-own-key-123"})
+    assert "sk-abcdefghijklmnop" not in redacted and "abc.def-ghi_jkl" not in redacted
+    assert "my-own-key-123" not in redacted and redacted.count(REDACTED) == 3
+    assert redact_secrets("the risk-management-of-the-kingdom plan") == (
+        "the risk-management-of-the-kingdom plan"
+    )
+    assert header_secrets([("Authorization", "Bearer sk-1"), ("X-Api-Key", "k2")]) == {
+        "sk-1",
+        "k2",
+    }
+    assert redact_json(
+        {"api_key": "x", "note": "echo my-own-key-123"}, frozenset({"my-own-key-123"})
+    ) == {
+        "api_key": REDACTED,
+        "note": f"echo {REDACTED}",
+    }
