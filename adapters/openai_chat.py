@@ -28,6 +28,8 @@ def decode_json(raw: bytes) -> Any:
     except orjson.JSONDecodeError:
         try:
             return json.loads(raw)
+        except RecursionError:
+            raise AdapterError("body is not valid JSON: nested too deeply") from None
         except ValueError as exc:
             raise AdapterError(f"body is not valid JSON: {exc}") from None
 

@@ -10,11 +10,12 @@ from aiohttp import web
 from adapters import ADAPTERS
 from proxy.core.jsontypes import JSONObject
 from proxy.core.models import Identification
-from proxy.errors import NotFound, RequestError, Unavailable
+from proxy.errors import NotFound, Unavailable
 from proxy.library import ChatLibrary
 from proxy.store import Database
 from proxy.store.records import ChatRecord
 from proxy.web.keys import LIBRARY, SETTINGS
+from proxy.web.params import path_number, query_number
 
 SHORT_TEXT = 200
 
@@ -99,16 +100,14 @@ async def message_lore(request: web.Request) -> web.Response:
     """`{active, inactive}` lorebook entries of a generated message (and swipe)."""
     store = library_of(request).store
     chat_id = request.match_info["chat_id"]
-    index = int(request.match_info["index"])
-    swipe_text = request.query.get("swipe")
-    if swipe_text is not None and not swipe_text.isdigit():
-        raise RequestError("swipe must be a number")
+    index = path_number(request, "index")
+    asked = query_number(request, "swipe")
 
     def find(db: Database) -> JSONObject | None:
         message = db.message_at(chat_id, index)
         if message is None:
             return None
-        swipe = int(swipe_text) if swipe_text is not None else message.message.swipe_id or 0
+        swipe = asked if asked is not None else message.message.swipe_id or 0
         found = db.snapshot_for(message.uid, swipe)
         return None if found is None else {"swipe": swipe, **found}
 

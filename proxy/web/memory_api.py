@@ -9,22 +9,21 @@ from __future__ import annotations
 
 import json
 from collections.abc import Awaitable, Callable
-from typing import TypeVar
 
 from aiohttp import web
 
 from adapters import ADAPTERS
 from proxy.chat.providers import CHAT_ID_HEADER
-from proxy.core.jsontypes import JSONAnswer, JSONObject
+from proxy.core.jsontypes import JSONAnswer
 from proxy.errors import Conflict, NotFound, RequestError, Unavailable
 from proxy.memory.actions import MemoryActions
 from proxy.memory.jobs import JobQueue
 from proxy.web.keys import ACTIONS, INJECTOR, QUEUE
+from proxy.web.params import field, json_body, optional, path_number
 
 CHAT = "/recap/api/chats/{chat_id:.+}"
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 Action = Callable[[web.Request, MemoryActions], Awaitable[JSONAnswer]]
-T = TypeVar("T", str, int, bool)
 
 NO_ENGINE = (
     "the memory engine is not running (no SillyTavern data folder, or the server runs "
@@ -53,33 +52,12 @@ def _json(fn: Action) -> Handler:
     return handler
 
 
-async def _body(request: web.Request) -> JSONObject:
-    try:
-        data = await request.json() if request.body_exists else {}
-    except json.JSONDecodeError:
-        raise RequestError("the body is not JSON") from None
-    if not isinstance(data, dict):
-        raise RequestError("the body must be a JSON object")
-    return data
-
-
-def _field(data: JSONObject, name: str, kind: type[T]) -> T:
-    value = data.get(name)
-    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-        raise RequestError(f"`{name}` must be a {kind.__name__}")
-    return value
-
-
-def _optional(data: JSONObject, name: str, kind: type[T]) -> T | None:
-    return None if data.get(name) is None else _field(data, name, kind)
-
-
 def _chat(request: web.Request) -> str:
     return request.match_info["chat_id"]
 
 
 def _index(request: web.Request) -> int:
-    return int(request.match_info["index"])
+    return path_number(request, "index")
 
 
 async def overview(request: web.Request, a: MemoryActions) -> JSONAnswer:
@@ -87,7 +65,7 @@ async def overview(request: web.Request, a: MemoryActions) -> JSONAnswer:
 
 
 async def set_enabled(request: web.Request, a: MemoryActions) -> JSONAnswer:
-    data = await _body(request)
+    data = await json_body(request)
     if "enabled" not in data or data["enabled"] not in (True, False, None):
         raise RequestError("`enabled` must be true, false or null")
     enabled = data["enabled"]
@@ -107,16 +85,16 @@ async def scene(request: web.Request, a: MemoryActions) -> JSONAnswer:
 
 
 async def update_scene(request: web.Request, a: MemoryActions) -> JSONAnswer:
-    data = await _body(request)
-    name = _optional(data, "name", str)
-    version = _optional(data, "current_version", int)
+    data = await json_body(request)
+    name = optional(data, "name", str)
+    version = optional(data, "current_version", int)
     return await a.update_scene(_chat(request), _index(request), name=name, current_version=version)
 
 
 async def edit_scene_recap(request: web.Request, a: MemoryActions) -> JSONAnswer:
-    data = await _body(request)
-    recap = _field(data, "recap", str)
-    name = _optional(data, "scene_name", str)
+    data = await json_body(request)
+    recap = field(data, "recap", str)
+    name = optional(data, "scene_name", str)
     return await a.edit_scene_recap(_chat(request), _index(request), recap, name)
 
 
@@ -125,8 +103,8 @@ async def regenerate_scene(request: web.Request, a: MemoryActions) -> JSONAnswer
 
 
 async def set_break(request: web.Request, a: MemoryActions) -> JSONAnswer:
-    data = await _body(request)
-    visible = _optional(data, "visible", bool)
+    data = await json_body(request)
+    visible = optional(data, "visible", bool)
     return await a.set_break(_chat(request), _index(request), True if visible is None else visible)
 
 
@@ -139,13 +117,13 @@ async def running(request: web.Request, a: MemoryActions) -> JSONAnswer:
 
 
 async def edit_running(request: web.Request, a: MemoryActions) -> JSONAnswer:
-    data = await _body(request)
-    return await a.edit_running(_chat(request), _field(data, "content", str))
+    data = await json_body(request)
+    return await a.edit_running(_chat(request), field(data, "content", str))
 
 
 async def select_running(request: web.Request, a: MemoryActions) -> JSONAnswer:
-    data = await _body(request)
-    return await a.select_running(_chat(request), _field(data, "version", int))
+    data = await json_body(request)
+    return await a.select_running(_chat(request), field(data, "version", int))
 
 
 async def regenerate_running(request: web.Request, a: MemoryActions) -> JSONAnswer:
@@ -157,13 +135,13 @@ async def message_recaps(request: web.Request, a: MemoryActions) -> JSONAnswer:
 
 
 async def edit_message_recap(request: web.Request, a: MemoryActions) -> JSONAnswer:
-    data = await _body(request)
-    return await a.edit_message_recap(_chat(request), _index(request), _field(data, "recap", str))
+    data = await json_body(request)
+    return await a.edit_message_recap(_chat(request), _index(request), field(data, "recap", str))
 
 
 async def exclude_message(request: web.Request, a: MemoryActions) -> JSONAnswer:
-    data = await _body(request)
-    excluded = _field(data, "excluded", bool)
+    data = await json_body(request)
+    excluded = field(data, "excluded", bool)
     return await a.exclude_message(_chat(request), _index(request), excluded)
 
 
@@ -239,7 +217,7 @@ async def queue_action(request: web.Request) -> web.Response:
 
 
 async def retry_job(request: web.Request) -> web.Response:
-    job_id = int(request.match_info["job"])
+    job_id = path_number(request, "job")
     if not await _queue(request).retry(job_id):
         raise Conflict(f"job {job_id} is not failed or dropped (or gone)")
     return web.json_response({"retried": job_id})
