@@ -35,6 +35,7 @@ from proxy.sillytavern.layout import (
     SUFFIX,
     ChatLocation,
     GroupInfo,
+    inside,
     locate,
     read_groups,
     read_persona_name,
@@ -276,6 +277,9 @@ class ChatLibrary:
         event loop records it once the result is installed."""
         assert self.data_dir is not None
         path = self.data_dir / location.rel
+        if not inside(self.data_dir, path):
+            log.warning("not reading %s: it links outside the SillyTavern data folder", path)
+            return None
         try:
             stat = path.stat()
         except OSError:

@@ -245,3 +245,22 @@ async def test_a_request_that_fits_no_chat_says_why_in_the_debug_log(
     assert "no chat history" in reasons[1]
     assert "1 chat(s) share its newest messages, but none ends the way it does" in reasons[2]
     await library.store.close()
+
+
+async def test_links_out_of_the_data_folder_are_not_followed(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    story = Story(data, ends=set())
+    story.grow(4)
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    (outside / "secret.jsonl").write_bytes(story.path.read_bytes())
+    (outside / "chats").mkdir()
+    (outside / "chats" / "Bea - 1.jsonl").write_bytes(story.path.read_bytes())
+    (story.path.parent / "Linked - 1.jsonl").symlink_to(outside / "secret.jsonl")
+    (data / "default-user" / "chats" / "Bea").symlink_to(outside / "chats")
+    library = ChatLibrary(data, Store(tmp_path / "store.sqlite3"))
+    assert await library.index_all() == 1
+    assert list(library.index.entries) == [story.chat_id]
+    await library.refresh([story.path.parent / "Linked - 1.jsonl"])
+    assert list(library.index.entries) == [story.chat_id]
+    await library.store.close()

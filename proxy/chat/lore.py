@@ -18,6 +18,7 @@ from proxy.core.identify import normalize
 from proxy.core.lore import LoreEntry, LoreMatcher, StickyTracker, prepare, snapshot, st_sticky_keys
 from proxy.core.models import ChatMessage, Identification
 from proxy.library import ChatLibrary
+from proxy.sillytavern.layout import inside
 from proxy.sillytavern.worlds import (
     Card,
     LoreSettings,
@@ -190,12 +191,14 @@ class LoreService:
             user_dir / "characters" / f"{avatar}.json",
         ):
             if path not in self._cards:
-                self._cards[path] = read_card(path) if path.exists() else None
+                readable = path.exists() and inside(user_dir, path)
+                self._cards[path] = read_card(path) if readable else None
             if self._cards[path] is not None:
                 return self._cards[path]
         return None
 
     def _world(self, path: Path) -> World | None:
         if path not in self._worlds:
-            self._worlds[path] = read_world(path)
+            readable = inside(path.parent.parent, path)  # <user>/worlds/<book>.json
+            self._worlds[path] = read_world(path) if readable else None
         return self._worlds[path]

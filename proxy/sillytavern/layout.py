@@ -55,6 +55,15 @@ def locate(rel: PurePosixPath | str) -> ChatLocation | None:
     return None
 
 
+def inside(root: Path, path: Path) -> bool:
+    """Whether `path`, its links followed, stays in `root`: a symlink out of ST's data
+    folder is not read (it could point anywhere on the machine)."""
+    try:
+        return path.resolve().is_relative_to(root.resolve())
+    except (OSError, RuntimeError):  # unreadable, or a link loop
+        return False
+
+
 def scan(data_dir: Path) -> Iterator[ChatLocation]:
     """Every chat file under the data folder, for all users."""
     try:
@@ -69,9 +78,9 @@ def scan(data_dir: Path) -> Iterator[ChatLocation]:
             for root, dirs, files in os.walk(folder):
                 dirs.sort()
                 for file in sorted(files):
-                    rel = Path(root, file).relative_to(data_dir).as_posix()
-                    location = locate(rel)
-                    if location is not None:
+                    path = Path(root, file)
+                    location = locate(path.relative_to(data_dir).as_posix())
+                    if location is not None and inside(data_dir, path):
                         yield location
 
 
@@ -90,6 +99,8 @@ def read_groups(user_dir: Path) -> dict[str, GroupInfo]:
     if not folder.is_dir():
         return found
     for path in sorted(folder.glob("*.json")):
+        if not inside(user_dir, path):
+            continue
         try:
             data = orjson.loads(path.read_bytes())
         except (OSError, orjson.JSONDecodeError) as exc:

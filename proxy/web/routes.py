@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import logging
 import re
-from urllib.parse import quote
+from urllib.parse import quote, unquote
 
 from aiohttp import web
 
 from adapters import ADAPTERS
 from proxy.chat.injection import Injector
 from proxy.core.headers import safe_url
-from proxy.errors import NotFound
+from proxy.errors import NotFound, RequestError
 from proxy.web.guard import api_headers
 from proxy.web.keys import INJECTOR, LORE, RELAY
 
@@ -31,7 +31,12 @@ def upstream_tail(raw_path: str) -> str:
     slash arrives with a doubled one.
     """
     rest = raw_path[len(API_PREFIX) :] if raw_path.startswith(API_PREFIX) else raw_path
-    return _SLASHES.sub("/", rest).lstrip("/")
+    tail = _SLASHES.sub("/", rest).lstrip("/")
+    # `.` and `..`, written or percent-encoded, would climb out of `upstream.base_url`
+    # once the upstream decodes them: they never go there.
+    if any(unquote(segment) in (".", "..") for segment in tail.split("/")):
+        raise RequestError("a path segment `.` or `..` (encoded or not) is not forwarded")
+    return tail
 
 
 async def handle_api(request: web.Request) -> web.StreamResponse:

@@ -3,10 +3,12 @@ forwarded or changed) and used as SillyTavern does (every normal request keeps w
 
 from __future__ import annotations
 
+import gzip
 import json
 from typing import Any
 
 import pytest
+from yarl import URL
 
 from proxy.chat.providers import NoMemory
 from proxy.web import make_app
@@ -158,3 +160,34 @@ async def test_what_the_client_tells_the_proxy_is_not_forwarded(
     value = "http://localhost:8000" if header == "Origin" else "session=abc"
     await client.get("/v1/models", headers={header: value})
     assert header.lower() not in {k.lower() for k in fake_llm.state.seen[-1].headers}
+
+
+async def test_a_gzip_request_body_goes_upstream_decoded(
+    proxy: ProxyFactory, fake_llm: FakeLLM
+) -> None:
+    client = await proxy()
+    packed = gzip.compress(BODY.encode())
+    response = await client.post(
+        "/v1/chat/completions",
+        data=packed,
+        headers={"Content-Encoding": "gzip", "Content-Type": "application/json"},
+    )
+    assert response.status == 200
+    seen = fake_llm.state.seen[-1]
+    assert json.loads(seen.body) == CHAT
+    assert "content-encoding" not in {k.lower() for k in seen.headers}
+
+
+@pytest.mark.parametrize(
+    "path", ["/v1/%2e%2e/admin", "/v1/models/%2E%2E/%2e%2e/secret", "/v1/./models", "/v1/a/%2e/b"]
+)
+async def test_dot_segments_never_reach_upstream(
+    proxy: ProxyFactory, fake_llm: FakeLLM, path: str
+) -> None:
+    client = await proxy()
+    # sent as written: a client library would resolve the dots before sending
+    raw = URL(str(client.make_url("/")).rstrip("/") + path, encoded=True)
+    response = await client.session.get(raw)
+    assert response.status == 400
+    assert (await response.json())["error"]["type"] == "bad_request"
+    assert fake_llm.state.seen == []
