@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
+import re
 from collections.abc import Callable
 from pathlib import Path, PurePosixPath
 
@@ -56,6 +58,40 @@ def may_hold_chats(rel: str) -> bool:
     )
 
 
+def denied_paths(exc: PermissionError) -> list[Path]:
+    """The paths a watch was refused for: watchfiles says `... about ["/a", "/b"]`."""
+    if exc.filename:
+        return [Path(exc.filename)]
+    found = re.search(r"about (\[.*\])", str(exc))
+    try:
+        names = json.loads(found.group(1)) if found else []
+    except ValueError:
+        return []
+    return [Path(n) for n in names if isinstance(n, str)]
+
+
+def watch_roots(root: Path, excluded: set[Path]) -> list[Path]:
+    """Paths to watch recursively that cover `root` and none of `excluded` (watching is
+    recursive for every path given, so a folder holding an excluded one is split into
+    its children)."""
+    if root in excluded:
+        return []
+    if not any(path.is_relative_to(root) for path in excluded):
+        return [root]
+    try:
+        children = sorted(root.iterdir())
+    except OSError:
+        return []
+    roots: list[Path] = []
+    for child in children:
+        try:
+            folder = child.is_dir()
+        except OSError:
+            continue
+        roots.extend(watch_roots(child, excluded) if folder else [child])
+    return roots
+
+
 class Watcher:
     """Watches the data folder while the server runs (an async context manager)."""
 
@@ -73,6 +109,8 @@ class Watcher:
         self._stop = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self.ready = asyncio.Event()
+        # Folders the OS would not let us watch (or read): left out, said once.
+        self.excluded: set[Path] = set()
 
     async def __aenter__(self) -> Watcher:
         if self.library.data_dir is not None:
@@ -105,7 +143,7 @@ class Watcher:
         while not self._stop.is_set():
             try:
                 watch = awatch(
-                    data_dir,
+                    *watch_roots(root, self.excluded),
                     watch_filter=keep,
                     debounce=self.debounce_ms,
                     step=10,
@@ -121,6 +159,19 @@ class Watcher:
                         await self._apply(changes)
             except asyncio.CancelledError:
                 raise
+            except PermissionError as exc:
+                denied = set(denied_paths(exc)) - self.excluded
+                if not denied or root in denied:
+                    log.error("cannot watch %s (%s); retrying in 2 s", data_dir, exc)
+                    await asyncio.sleep(2)
+                    continue
+                for path in sorted(denied):
+                    log.warning(
+                        "cannot watch %s (permission denied): it is left out, the rest of "
+                        "the data folder is watched",
+                        path,
+                    )
+                self.excluded |= denied
             except Exception:
                 log.exception("watching %s failed; retrying in 2 s", data_dir)
                 await asyncio.sleep(2)

@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from pathlib import Path
+from typing import Any
 
 import pytest
+from watchfiles import awatch
 
 from proxy.library import ChatLibrary
 from proxy.store import Store
-from proxy.watcher import Watcher, is_relevant
+from proxy.watcher import Watcher, is_relevant, watch_roots
+from tests.memory.story import Story
 from tests.st_data import SOLO, SOLO_ID, save_like_st, timeline
 
 
@@ -74,3 +78,45 @@ async def test_changes_reach_the_mirror(tmp_path: Path) -> None:
     assert [c.id for c in (await library.store.call(lambda db: db.chats()))] == []
     chat = await library.store.call(lambda db: db.chat(SOLO_ID))
     assert chat is not None and chat.deleted
+
+
+async def test_a_folder_the_os_will_not_watch_is_left_out_and_the_rest_is_watched(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Root can read every folder, so the OS's refusal is played by a watch that refuses,
+    # as watchfiles does, any set of paths that covers the private folder.
+    data = tmp_path / "data"
+    private = (data / "private").resolve()
+    private.mkdir(parents=True)
+    refusals = 0
+
+    def picky_awatch(*paths: Path, **options: Any) -> Any:
+        nonlocal refusals
+        if any(private.is_relative_to(Path(p)) for p in paths):
+            refusals += 1
+            raise PermissionError(f'Permission denied (os error 13) about ["{private}"]')
+        return awatch(*paths, **options)
+
+    monkeypatch.setattr("proxy.watcher.awatch", picky_awatch)
+    story = Story(data, ends=set())
+    story.grow(2)
+    library = ChatLibrary(data, Store(tmp_path / "store.sqlite3"))
+    await library.index_all()
+    with caplog.at_level(logging.WARNING, logger="proxy.watcher"):
+        async with Watcher(library, debounce_ms=10) as watcher:
+            await asyncio.wait_for(watcher.ready.wait(), 5)
+            story.grow(2)
+            await wait_for(lambda: library.index.entries[story.chat_id].total == 4)
+    assert refusals == 1 and watcher.excluded == {private}
+    said = [r.getMessage() for r in caplog.records if "cannot watch" in r.getMessage()]
+    assert len(said) == 1 and str(private) in said[0]
+    await library.store.close()
+
+
+def test_watch_roots_split_around_an_excluded_folder(tmp_path: Path) -> None:
+    for folder in ("a/x", "a/y", "b"):
+        (tmp_path / folder).mkdir(parents=True)
+    (tmp_path / "a" / "settings.json").write_text("{}")
+    roots = watch_roots(tmp_path, {tmp_path / "a" / "x"})
+    assert roots == [tmp_path / "a" / "settings.json", tmp_path / "a" / "y", tmp_path / "b"]
+    assert watch_roots(tmp_path, set()) == [tmp_path]

@@ -73,7 +73,11 @@ def scan(data_dir: Path) -> Iterator[ChatLocation]:
         return
     for user_dir in users:
         for folder in (user_dir / CHATS, user_dir / GROUP_CHATS):
-            if not folder.is_dir():
+            try:
+                if not folder.is_dir():
+                    continue
+            except OSError as exc:  # a folder we may not enter: the rest is still read
+                log.warning("skipping %s: %s", folder, exc.strerror)
                 continue
             for root, dirs, files in os.walk(folder):
                 dirs.sort()
