@@ -18,7 +18,6 @@ from aiohttp.typedefs import Handler
 from multidict import CIMultiDict, CIMultiDictProxy
 
 from proxy.core.guard import (
-    KEY_HEADER,
     GuardPolicy,
     access_allowed,
     carries_access_key,
@@ -96,15 +95,13 @@ def _cors_origin(request: web.Request) -> str | None:
 
 
 def api_headers(request: web.Request) -> CIMultiDictProxy[str]:
-    """The request's headers meant for the API: without the proxy's access key, so that
-    it is neither forwarded nor kept as the chat's key for the proxy's own calls."""
-    policy = request.app[POLICY]
-    own = carries_access_key(request.headers, policy)
-    kept = CIMultiDict(
-        (k, v)
-        for k, v in request.headers.items()
-        if k.lower() != KEY_HEADER.lower() and not (own and k.lower() == "authorization")
-    )
+    """The request's headers meant for the API: an `Authorization` that is the proxy's
+    access key is left out, so that it is neither forwarded nor kept as the chat's key for
+    the proxy's own calls. (`X-Recap-Key` never crosses: `request_headers` drops it.)
+    Copied only in that case: most requests pass as they came."""
+    if not carries_access_key(request.headers, request.app[POLICY]):
+        return request.headers
+    kept = CIMultiDict((k, v) for k, v in request.headers.items() if k.lower() != "authorization")
     return CIMultiDictProxy(kept)
 
 

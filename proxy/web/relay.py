@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 from aiohttp import web
 
@@ -23,7 +23,6 @@ from proxy.errors import UpstreamError
 from proxy.tasks import TaskSet
 from proxy.upstream import Upstream
 from proxy.web.errors import error_json
-from proxy.web.guard import api_headers
 
 log = logging.getLogger(__name__)
 
@@ -53,12 +52,13 @@ class Relay:
         request: web.Request,
         tail: str,
         body: bytes | None,
+        client_headers: Mapping[str, str],
         *,
         extra: Iterable[tuple[str, str]] = (),
         exchange: Exchange | None = None,
     ) -> web.StreamResponse:
         extra = list(extra)
-        headers = request_headers(api_headers(request).items(), self.upstream.api_key)
+        headers = request_headers(client_headers.items(), self.upstream.api_key)
         query = request.rel_url.raw_query_string
         if exchange is not None:
             exchange.upstream_path = "/" + tail

@@ -43,16 +43,17 @@ async def handle_api(request: web.Request) -> web.StreamResponse:
     tail = upstream_tail(request.rel_url.raw_path)
     adapter = ADAPTERS.get(tail) if request.method == "POST" else None
     relay = request.app[RELAY]
+    headers = api_headers(request)
     if adapter is None:
         body = await request.read() if request.body_exists else None
         exchange = relay.start_exchange(request, body or b"")
-        return await relay.forward(request, tail, body, exchange=exchange)
+        return await relay.forward(request, tail, body, headers, exchange=exchange)
 
     raw = await request.read()
     exchange = relay.start_exchange(request, raw)
     injector: Injector = request.app[INJECTOR]
     outcome = await injector.prepare(
-        adapter, raw, api_headers(request), where=f"{request.method} {request.rel_url.raw_path}"
+        adapter, raw, headers, where=f"{request.method} {request.rel_url.raw_path}"
     )
     extra = [
         (CHAT_HEADER, quote(outcome.chat_id or "", safe="")),
@@ -69,7 +70,7 @@ async def handle_api(request: web.Request) -> web.StreamResponse:
             "role": outcome.insertion.role.value,
             "tokens": outcome.insertion.tokens,
         }
-    return await relay.forward(request, tail, outcome.body, extra=extra, exchange=exchange)
+    return await relay.forward(request, tail, outcome.body, headers, extra=extra, exchange=exchange)
 
 
 async def handle_root(request: web.Request) -> web.Response:
