@@ -122,31 +122,28 @@ def origin_allowed(origin: str | None, host: str | None, policy: GuardPolicy) ->
     return is_loopback(name) and port in ST_PORTS
 
 
-def presented_key(path: str, headers: Mapping[str, str]) -> str | None:
-    """The access key a request carries: `X-Recap-Key`, or on `/v1` a bearer token."""
-    key = headers.get(KEY_HEADER)
-    if key:
-        return key.strip()
-    if path == "/v1" or path.startswith("/v1/"):
-        scheme, _, token = headers.get("Authorization", "").partition(" ")
-        if scheme.lower() == "bearer" and token.strip():
-            return token.strip()
-    return None
+def _bearer(headers: Mapping[str, str]) -> str | None:
+    scheme, _, token = headers.get("Authorization", "").partition(" ")
+    return (token.strip() or None) if scheme.lower() == "bearer" else None
+
+
+def _is_key(presented: str | None, policy: GuardPolicy) -> bool:
+    if presented is None or policy.access_key is None:
+        return False
+    return hmac.compare_digest(presented.encode(), policy.access_key.encode())
 
 
 def access_allowed(path: str, headers: Mapping[str, str], policy: GuardPolicy) -> bool:
+    """With an access key set, the request carries it: `X-Recap-Key`, or on `/v1` as a
+    bearer token (ST's API key field)."""
     if policy.access_key is None:
         return True
-    key = presented_key(path, headers)
-    return key is not None and hmac.compare_digest(key.encode(), policy.access_key.encode())
+    on_api = path == "/v1" or path.startswith("/v1/")
+    presented = headers.get(KEY_HEADER, "").strip() or (_bearer(headers) if on_api else None)
+    return _is_key(presented, policy)
 
 
 def carries_access_key(headers: Mapping[str, str], policy: GuardPolicy) -> bool:
     """Whether the `Authorization` header is the access key (then it is ours, not the
     upstream's: it is neither forwarded nor kept for the proxy's own calls)."""
-    if policy.access_key is None:
-        return False
-    scheme, _, token = headers.get("Authorization", "").partition(" ")
-    return scheme.lower() == "bearer" and hmac.compare_digest(
-        token.strip().encode(), policy.access_key.encode()
-    )
+    return _is_key(_bearer(headers), policy)

@@ -88,15 +88,18 @@ def response_headers(headers: Iterable[tuple[str, str]]) -> Headers:
     ]
 
 
+def _split_secret(value: str) -> tuple[str, str]:
+    """(`Bearer `, the token) of an auth header's value; ("", value) with no scheme."""
+    scheme, _, rest = value.partition(" ")
+    return (f"{scheme} ", rest.strip()) if rest and scheme.isalpha() else ("", value.strip())
+
+
 def redact_headers(headers: Iterable[tuple[str, str]]) -> Headers:
     """Headers fit to be written down: secret values replaced, the auth scheme kept."""
-    out: Headers = []
-    for name, value in headers:
-        if name.lower() in SECRET_HEADERS:
-            scheme, _, rest = value.partition(" ")
-            value = f"{scheme} {REDACTED}" if rest and scheme.isalpha() else REDACTED
-        out.append((name, value))
-    return out
+    return [
+        (name, _split_secret(value)[0] + REDACTED if name.lower() in SECRET_HEADERS else value)
+        for name, value in headers
+    ]
 
 
 def safe_url(url: str) -> str:
@@ -122,12 +125,7 @@ def redact_secrets(text: str, known: Iterable[str] = ()) -> str:
 
 def header_secrets(headers: Iterable[tuple[str, str]]) -> set[str]:
     """The secret values in headers (an `Authorization`'s token without its scheme)."""
-    found: set[str] = set()
-    for name, value in headers:
-        if name.lower() in SECRET_HEADERS:
-            scheme, _, rest = value.partition(" ")
-            found.add(rest.strip() if rest and scheme.isalpha() else value.strip())
-    return found
+    return {_split_secret(v)[1] for k, v in headers if k.lower() in SECRET_HEADERS}
 
 
 def redact_query(query: str) -> str:

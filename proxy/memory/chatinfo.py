@@ -34,9 +34,6 @@ def chat_names(db: Database, chat_id: str, persona: PersonaLookup) -> dict[str, 
             for m in visible
             if not (m.message.is_user or m.message.narrator) and m.message.name
         ]
-        members = list(dict.fromkeys(speakers))
-        if members:
-            char = " and ".join(
-                [", ".join(members[:-1]), members[-1]] if len(members) > 1 else members
-            )
+        *others, last = list(dict.fromkeys(speakers)) or [char]
+        char = f"{', '.join(others)} and {last}" if others else last
     return {"char": char, "user": user or persona(chat.user)}
