@@ -37,9 +37,12 @@ def strip_decoration(text: str) -> str:
     return _BLANKS.sub("\n\n", _DECORATION.sub("", text)).strip()
 
 
-def shown(message: STMessage, which: str) -> bool:
-    """Whether detection (or a scene recap) reads this message at all."""
-    if message.hidden or message.narrator or not strip_decoration(message.mes):
+def shown(message: STMessage, which: str, *, hidden: bool = False) -> bool:
+    """Whether detection (or a scene recap) reads this message at all. `hidden`: messages
+    hidden in ST are part of the story too (its `/hide`, ST-Auto-Recap's auto-hide)."""
+    if message.hidden and not hidden:
+        return False
+    if message.narrator or not strip_decoration(message.mes):
         return False
     if which == "user":
         return message.is_user

@@ -28,7 +28,9 @@ from proxy.core.tokens import TokenCounter
 from proxy.library import ChatLibrary, Refreshed
 from proxy.memory.branches import inherit
 from proxy.memory.chatinfo import swipe_of
-from proxy.memory.handlers import HandlerContext, LoreSource, handlers
+from proxy.memory.folding import RunningPlanner
+from proxy.memory.handlers import handlers
+from proxy.memory.handling import HandlerContext, LoreSource
 from proxy.memory.jobs import JobQueue, JobSpec, write_job
 from proxy.memory.llm import LLMClient
 from proxy.memory.operations import Operation, job_key
@@ -77,8 +79,14 @@ class MemoryEngine:
             settings=settings,
             clock=clock,
             persona=library.persona,
+            counter=self.counter,
             lore=lore,
         )
+        self.running = RunningPlanner(settings, self.counter.count)
+        # A failed job stands (visible) this long, then planning makes it again.
+        self.cool_down = queue_settings.failed_retry_minutes * 60
+        self._retry_at: dict[str, float] = {}  # chat -> when its oldest failure cools down
+        self._retry_timers: dict[str, asyncio.TimerHandle] = {}
         self.handlers = handlers(context)
         self.view_inputs = ViewInputs(settings, self.counter, library.persona)
         self.queue = JobQueue(
@@ -110,6 +118,9 @@ class MemoryEngine:
     async def __aexit__(self, *exc: object) -> None:
         if self.on_refresh in self.library.listeners:
             self.library.listeners.remove(self.on_refresh)
+        for timer in self._retry_timers.values():
+            timer.cancel()
+        self._retry_timers.clear()
         await self._tasks.cancel()
         await self.queue.__aexit__(*exc)
 
@@ -193,7 +204,22 @@ class MemoryEngine:
             return 0
         if queued:
             self.queue.wake()
+        self._retry_when_cooled(chat_id)
         return queued
+
+    def _retry_when_cooled(self, chat_id: str) -> None:
+        """Plan the chat again when its oldest failure has cooled down: the failed job is
+        made again then, without the user having to notice it (one timer per chat)."""
+        failed_at = self._retry_at.pop(chat_id, None)
+        if failed_at is None or chat_id in self._retry_timers:
+            return
+        delay = max(0.0, failed_at + self.cool_down - self.clock()) + 0.01
+
+        def fire() -> None:
+            self._retry_timers.pop(chat_id, None)
+            self.schedule(chat_id)
+
+        self._retry_timers[chat_id] = asyncio.get_running_loop().call_later(delay, fire)
 
     async def settle(self) -> None:
         """Wait until planning and the queue have nothing left to do (tests, `backfill`)."""
@@ -259,23 +285,29 @@ class MemoryEngine:
                 if scene.current is None or self._scene_changed(db, chat_id, scene.uid, payload):
                     key = job_key(Operation.SCENE_RECAP, chat_id, scene.uid)
                     jobs.append((Operation.SCENE_RECAP, key, payload))
-        # The running recap: fold in the next scene, strictly in order.
+        # The running recap: condense it when over budget, else fold in the next scene.
+        failed_since = self.clock() - self.cool_down
         if self.settings.running_recap:
-            covered = covered_through(db, chat_id)
-            following = [b for b in breaks if b.position > covered]
-            if following and following[0].current is not None:
-                uid = following[0].uid
-                key = job_key(Operation.RUNNING_RECAP, chat_id, uid)
-                jobs.append((Operation.RUNNING_RECAP, key, {"scene": uid}))
+            refused = lambda key: db.jobs.failed_since(key, failed_since)  # noqa: E731
+            jobs.extend(self.running.plan(db, chat_id, breaks, state, refused))
+        detecting = False
         if self.settings.auto_scene_break:
             detect = self._detection(db, chat_id, breaks[-1].position if breaks else -1, state)
             if detect is not None:
                 key = job_key(Operation.DETECT_SCENE_BREAK, chat_id)
                 jobs.append((Operation.DETECT_SCENE_BREAK, key, detect))
+            detecting = detect is not None or any(
+                j.operation == Operation.DETECT_SCENE_BREAK
+                for j in db.jobs.list(chat_id, ("queued", "running"))
+            )
         if self.settings.message_recaps:
-            jobs.extend(self._message_batches(db, chat_id, backfill))
+            last_break = breaks[-1].position if breaks else -1
+            jobs.extend(self._message_batches(db, chat_id, backfill, last_break, detecting))
         queued = sum(self.stamp(db, chat_id, *job)[1] for job in jobs)
         self.views[chat_id] = self.view(db, chat_id, since)
+        failure = db.jobs.first_failure(chat_id, failed_since)
+        if failure is not None:
+            self._retry_at[chat_id] = failure
         return queued
 
     def stamp(
@@ -287,7 +319,8 @@ class MemoryEngine:
         if input_hash is None:
             return None, False
         job = JobSpec(chat_id, operation, key, payload, input_hash, self.llm.upstream_name)
-        return write_job(db, job, self.clock())
+        now = self.clock()
+        return write_job(db, job, now, failed_since=now - self.cool_down)
 
     def _scene_changed(self, db: Database, chat_id: str, uid: int, payload: Payload) -> bool:
         recaps = db.memory.scene_recaps(uid)
@@ -315,7 +348,7 @@ class MemoryEngine:
         records = [
             r
             for r in memory.messages_from(chat_id, start)
-            if shown(r.message, s.scene_break_check_which)
+            if shown(r.message, s.scene_break_check_which, hidden=s.include_hidden_messages)
         ]
         window = detection_window(
             [r.position for r in records],
@@ -333,13 +366,18 @@ class MemoryEngine:
         return {"shown": shown_uids, "choosable": choosable, "minimum": window.minimum}
 
     def _message_batches(
-        self, db: Database, chat_id: str, backfill: bool
+        self, db: Database, chat_id: str, backfill: bool, last_break: int, detecting: bool
     ) -> list[tuple[Operation, str, Payload]]:
         memory = db.memory
         covered = covered_through(db, chat_id)
         chat = db.chat(chat_id)
         total = chat.messages if chat is not None else 0
         start = covered + 1
+        if self.settings.running_recap:
+            # A finished scene is about to be folded into the running recap, which makes
+            # its messages' recaps useless: only the open scene's messages get them, and
+            # only once detection has settled where the open scene starts.
+            start = max(start, last_break + 1)
         if not backfill:
             start = max(start, total - self.settings.message_recap_lookback)
         recaps = memory.message_recaps(chat_id)
@@ -359,6 +397,8 @@ class MemoryEngine:
         specs = [
             (Operation.MESSAGE_RECAP, j.dedup_key, j.payload) for j in live if j.state == "queued"
         ]
+        if detecting and self.settings.running_recap:
+            return specs
         pending: list[tuple[int, int, str]] = []
         for record in memory.messages_from(chat_id, start):
             if record.uid in in_flight:

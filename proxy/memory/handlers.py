@@ -8,17 +8,13 @@ written onto a message that was edited, swiped or deleted meanwhile.
 
 from __future__ import annotations
 
-import hashlib
 import logging
-from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol
 
 from proxy.core.jsontypes import JSONValue, as_int, as_list
 from proxy.core.recaps import numbered, read_message_recaps
 from proxy.core.replies import ReplyError, read_reply
 from proxy.core.scenes import (
-    RunningAnswer,
     SceneAnswer,
     Window,
     detection_messages,
@@ -27,86 +23,24 @@ from proxy.core.scenes import (
     scene_text,
     shown,
 )
-from proxy.errors import JobFailure, Refused
-from proxy.memory.chatinfo import PersonaLookup, chat_names, swipe_of
-from proxy.memory.jobs import Apply, Handler
-from proxy.memory.llm import Answer
+from proxy.errors import JobFailure
+from proxy.memory.chatinfo import swipe_of
+from proxy.memory.folding import CondenseHandler, RunningRecapHandler
+from proxy.memory.handling import HandlerContext, OperationHandler, digest, gone
+from proxy.memory.jobs import Apply
 from proxy.memory.operations import Operation
-from proxy.memory.prompts import Prompts
 from proxy.memory.running import covered_through, drop_running_from, running_before
-from proxy.memory.settings import MemorySettings
 from proxy.sillytavern.chatfile import STMessage, text_hash
-from proxy.store import Database, Store
+from proxy.store import Database
 from proxy.store.jobs import Job, Payload
-from proxy.store.memory import RunningRecap, SceneBreak, SceneRecap
+from proxy.store.memory import SceneBreak
 from proxy.store.records import MessageRecord
 
 log = logging.getLogger(__name__)
 
 
-class Completer(Protocol):
-    """The LLM client, as the handlers use it."""
-
-    async def complete(
-        self, operation: Operation, chat_id: str, messages: Sequence[Mapping[str, str]]
-    ) -> Answer: ...
-
-
-class LoreSource(Protocol):
-    """The lorebook snapshots, as a scene recap reads them."""
-
-    async def active_lore(self, chat_id: str, first: int, last: int) -> str: ...
-
-
-@dataclass(frozen=True, slots=True)
-class HandlerContext:
-    """Everything the handlers use, and nothing more."""
-
-    store: Store
-    llm: Completer
-    prompts: Prompts
-    settings: MemorySettings
-    clock: Callable[[], float]
-    persona: PersonaLookup
-    lore: LoreSource | None = None
-
-
-def digest(*parts: object) -> str:
-    return hashlib.sha1(repr(parts).encode(), usedforsecurity=False).hexdigest()[:20]
-
-
-def _gone(db: Database) -> None:
-    raise Refused("its input is gone")
-
-
 def _uids(value: JSONValue, what: str) -> list[int]:
     return [as_int(item, what) for item in as_list(value, what)]
-
-
-class OperationHandler(Handler):
-    operation: Operation
-
-    def __init__(self, context: HandlerContext) -> None:
-        self.context = context
-
-    def still_current(self, db: Database, job: Job) -> bool:
-        return self.input_hash(db, job.chat_id, job.payload) == job.input_hash
-
-    def input_hash(self, db: Database, chat_id: str, payload: Payload) -> str | None:
-        """What the job's input is now (None: gone); store thread."""
-        raise NotImplementedError
-
-    async def run(self, job: Job) -> Apply:
-        raise NotImplementedError
-
-    def names(self, db: Database, chat_id: str) -> dict[str, str]:
-        return chat_names(db, chat_id, self.context.persona)
-
-    async def ask(self, job: Job, values: dict[str, str]) -> tuple[str, str]:
-        """(answer text, model reasoning) for this job's prompt."""
-        messages = self.context.prompts.messages(self.operation, values)
-        answer = await self.context.llm.complete(self.operation, job.chat_id, messages)
-        return answer.text, answer.reasoning
 
 
 class MessageRecapHandler(OperationHandler):
@@ -141,12 +75,12 @@ class MessageRecapHandler(OperationHandler):
             lambda db: (self._items(db, job.chat_id, job.payload), self.names(db, job.chat_id))
         )
         if not items:
-            return _gone
+            return gone
         by_position = {r.position: (r, s, h) for r, s, h in items}
         values = {"messages": numbered((r.position, r.message) for r, _, _ in items), **names}
-        text, reasoning = await self.ask(job, values)
+        answer = await self.ask(job, values)
         try:
-            found, reasoning = read_message_recaps(text, by_position.keys())
+            found, reasoning = read_message_recaps(answer.text, by_position.keys())
         except ReplyError as exc:
             raise JobFailure(f"{self.operation}: {exc}") from None
 
@@ -201,7 +135,7 @@ class DetectHandler(OperationHandler):
             lambda db: (self._window(db, job.payload), self.names(db, job.chat_id))
         )
         if found is None or not found.window.choosable:
-            return _gone
+            return gone
         window = found.window
         values = {
             "messages": detection_messages(window, found.messages),
@@ -214,7 +148,7 @@ class DetectHandler(OperationHandler):
         position: int | None = None
         rationale = ""
         for attempt in range(self.context.settings.scene_break_retries + 1):
-            answer = await self.context.llm.complete(self.operation, job.chat_id, conversation)
+            answer = await self.complete(job, conversation)
             try:
                 position, rationale, _ = read_break(answer.text, window)
                 break
@@ -268,7 +202,8 @@ class SceneRecapHandler(OperationHandler):
         records = [
             r
             for r in memory.messages_from(chat_id, first)
-            if r.position <= scene.position and shown(r.message, which)
+            if r.position <= scene.position
+            and shown(r.message, which, hidden=self.context.settings.include_hidden_messages)
         ]
         return records, scene
 
@@ -286,7 +221,7 @@ class SceneRecapHandler(OperationHandler):
 
         records, scene, running, names = await self.context.store.call(gather)
         if scene is None or not records:
-            return _gone
+            return gone
         first, last = records[0].position, scene.position
         lore = ""
         if self.context.lore is not None:
@@ -297,9 +232,9 @@ class SceneRecapHandler(OperationHandler):
             "active_lore": lore,
             **names,
         }
-        text, _ = await self.ask(job, values)
+        reply = await self.ask(job, values)
         try:
-            answer, reasoning = read_reply(text, SceneAnswer)
+            answer, reasoning = read_reply(reply.text, SceneAnswer)
         except ReplyError as exc:
             raise JobFailure(f"{self.operation}: {exc}") from None
         name = scene_name(
@@ -333,67 +268,6 @@ class SceneRecapHandler(OperationHandler):
         return apply
 
 
-_RunningInput = tuple[SceneBreak | None, SceneRecap | None, RunningRecap | None]
-
-
-class RunningRecapHandler(OperationHandler):
-    operation = Operation.RUNNING_RECAP
-
-    def _input(self, db: Database, chat_id: str, payload: Payload) -> _RunningInput:
-        memory = db.memory
-        scene = memory.scene_break(as_int(payload.get("scene"), "scene"))
-        if scene is None or not scene.visible:
-            return None, None, None
-        recap = memory.current_scene_recap(scene)
-        base = running_before(db, chat_id, scene.position)
-        return scene, recap, base
-
-    def input_hash(self, db: Database, chat_id: str, payload: Payload) -> str | None:
-        scene, recap, base = self._input(db, chat_id, payload)
-        if scene is None or recap is None:
-            return None
-        return digest(scene.uid, recap.version, base.version if base else None)
-
-    async def run(self, job: Job) -> Apply:
-        (scene, recap, base), names = await self.context.store.call(
-            lambda db: (self._input(db, job.chat_id, job.payload), self.names(db, job.chat_id))
-        )
-        if scene is None or recap is None:
-            return _gone
-        values = {
-            "running_recap": base.content if base else "",
-            "scene_recap": recap.recap,
-            "scene_name": scene.name or recap.scene_name or "",
-            **names,
-        }
-        text, _ = await self.ask(job, values)
-        try:
-            answer, reasoning = read_reply(text, RunningAnswer)
-        except ReplyError as exc:
-            raise JobFailure(f"{self.operation}: {exc}") from None
-        uid = scene.uid
-
-        def apply(db: Database) -> None:
-            memory = db.memory
-            folded = any(v.new_scene_uid == uid for v in memory.running_recaps(job.chat_id))
-            if folded and not job.payload.get("again"):
-                return  # already folded in (a retry after a crash): never twice
-            count = (base.scene_count if base else 0) + 1
-            version = memory.add_running(
-                job.chat_id,
-                answer.recap,
-                self.context.clock(),
-                scene_count=count,
-                prev_scene_uid=base.new_scene_uid if base else None,
-                new_scene_uid=uid,
-                source="llm",
-                reasoning=reasoning or None,
-            )
-            log.info("%s: running recap version %d (%d scenes)", job.chat_id, version, count)
-
-        return apply
-
-
 def handlers(context: HandlerContext) -> dict[Operation, OperationHandler]:
     return {
         h.operation: h
@@ -402,5 +276,6 @@ def handlers(context: HandlerContext) -> dict[Operation, OperationHandler]:
             DetectHandler(context),
             SceneRecapHandler(context),
             RunningRecapHandler(context),
+            CondenseHandler(context),
         )
     }

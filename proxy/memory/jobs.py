@@ -49,8 +49,11 @@ class JobSpec:
     upstream: str
 
 
-def write_job(db: Database, job: JobSpec, now: float) -> tuple[int, bool]:
-    """Persist a job at its operation's priority (store thread): (id, True) when new."""
+def write_job(
+    db: Database, job: JobSpec, now: float, failed_since: float | None = None
+) -> tuple[int, bool]:
+    """Persist a job at its operation's priority (store thread): (id, True) when new. A job
+    that failed on the same input after `failed_since` (None: ever) is not made again."""
     return db.jobs.enqueue(
         chat_id=job.chat_id,
         operation=job.operation.value,
@@ -60,6 +63,7 @@ def write_job(db: Database, job: JobSpec, now: float) -> tuple[int, bool]:
         input_hash=job.input_hash,
         upstream=job.upstream,
         now=now,
+        failed_since=failed_since,
     )
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import orjson
@@ -42,6 +42,14 @@ class Answer:
     text: str
     reasoning: str
     model: str
+    finish_reason: str | None = None
+    limit: int | None = None  # the answer limit (`max_tokens`) the call was made with
+
+    @property
+    def cut_off(self) -> bool:
+        """The model stopped at the answer limit: the text is incomplete, whatever it
+        looks like (OpenAI `length`, Anthropic-style `max_tokens`)."""
+        return self.finish_reason in ("length", "max_tokens")
 
 
 class LLMClient:
@@ -86,6 +94,18 @@ class LLMClient:
         known = self._credentials.get(chat_id)
         return known is not None and known.model is not None
 
+    def answer_limit(self, operation: Operation) -> int:
+        """The `max_tokens` an operation's first call asks for."""
+        override = self.settings.operations.get(Operation(operation).value)
+        if override is not None and override.max_tokens is not None:
+            return override.max_tokens
+        return self.settings.max_tokens
+
+    @property
+    def limit_cap(self) -> int:
+        """The largest answer limit a cut-off answer may be retried with."""
+        return self.settings.max_tokens_cap
+
     def endpoint(self, operation: Operation, chat_id: str) -> tuple[Upstream, dict[str, str], str]:
         """(upstream, headers, model) for a call; raises `NoCredentials` when nothing says
         which model or key to use yet (no request of this chat seen since start-up)."""
@@ -115,11 +135,16 @@ class LLMClient:
         operation: Operation,
         chat_id: str,
         messages: Sequence[Mapping[str, str]],
+        *,
+        max_tokens: int | None = None,
     ) -> Answer:
-        """One non-streaming completion. Failures raise `JobFailure` (retryable or not)."""
+        """One completion (asked for without streaming; a streamed answer is read too).
+        `max_tokens` overrides the configured answer limit (a retry after a cut-off).
+        Failures raise `JobFailure` (retryable or not)."""
         operation = Operation(operation)
         upstream, headers, model = self.endpoint(operation, chat_id)
         override = self.settings.operations.get(operation.value)
+        limit = max_tokens if max_tokens is not None else self.answer_limit(operation)
         body: dict[str, Any] = {
             "model": model,
             "messages": list(messages),
@@ -128,11 +153,7 @@ class LLMClient:
                 if override and override.temperature is not None
                 else self.settings.temperature
             ),
-            "max_tokens": (
-                override.max_tokens
-                if override and override.max_tokens is not None
-                else self.settings.max_tokens
-            ),
+            "max_tokens": limit,
             "stream": False,
         }
         try:
@@ -158,18 +179,59 @@ class LLMClient:
             raise Refused(
                 f"{operation}: the API refused the call ({response.status}): {_short(raw)}"
             )
-        return _answer(raw, model, operation)
+        answer = read_answer(raw, model, operation)
+        return replace(answer, limit=limit)
 
 
-def _answer(raw: bytes, model: str, operation: str) -> Answer:
+def read_answer(raw: bytes, model: str, operation: str) -> Answer:
+    """A chat completion, whole or as an SSE stream (some gateways stream whatever they
+    are asked), with its `finish_reason`."""
+    if raw.lstrip()[:5] == b"data:":
+        return _streamed(raw, model, operation)
     try:
         data = orjson.loads(raw)
-        message = data["choices"][0]["message"]
+        choice = data["choices"][0]
+        message = choice["message"]
     except (orjson.JSONDecodeError, KeyError, IndexError, TypeError):
         raise JobFailure(f"{operation}: not a chat completion: {_short(raw)}") from None
     text = message.get("content") or ""
     reasoning = message.get("reasoning_content") or message.get("reasoning") or ""
-    return Answer(str(text), str(reasoning), str(data.get("model") or model))
+    finish = choice.get("finish_reason")
+    return Answer(
+        str(text),
+        str(reasoning),
+        str(data.get("model") or model),
+        str(finish) if finish is not None else None,
+    )
+
+
+def _streamed(raw: bytes, model: str, operation: str) -> Answer:
+    text: list[str] = []
+    reasoning: list[str] = []
+    finish: str | None = None
+    for line in raw.splitlines():
+        line = line.strip()
+        if not line.startswith(b"data:"):
+            continue  # comments, `event:` lines, blank separators
+        data = line[5:].strip()
+        if data == b"[DONE]":
+            break
+        try:
+            event = orjson.loads(data)
+            choice = event["choices"][0]
+        except (orjson.JSONDecodeError, KeyError, IndexError, TypeError):
+            continue  # keep-alives and usage-only events carry no choice
+        if not isinstance(choice, dict):
+            continue
+        delta = choice.get("delta") or {}
+        text.append(str(delta.get("content") or ""))
+        reasoning.append(str(delta.get("reasoning_content") or delta.get("reasoning") or ""))
+        model = str(event.get("model") or model)
+        if choice.get("finish_reason") is not None:
+            finish = str(choice["finish_reason"])
+    if not text:
+        raise JobFailure(f"{operation}: not a chat completion stream: {_short(raw)}")
+    return Answer("".join(text), "".join(reasoning), model, finish)
 
 
 def _short(raw: bytes) -> str:

@@ -14,6 +14,7 @@ class Operation(StrEnum):
     DETECT_SCENE_BREAK = "detect_scene_break"
     SCENE_RECAP = "scene_recap"
     RUNNING_RECAP = "running_recap"
+    CONDENSE_RUNNING_RECAP = "condense_running_recap"
 
 
 OPERATIONS: tuple[Operation, ...] = tuple(Operation)
@@ -21,6 +22,8 @@ OPERATIONS: tuple[Operation, ...] = tuple(Operation)
 # Lower runs first: folding a finished scene into the running recap matters most, a
 # message recap least.
 PRIORITIES: dict[Operation, int] = {
+    # A running recap over its budget is condensed before anything is folded onto it.
+    Operation.CONDENSE_RUNNING_RECAP: 5,
     Operation.RUNNING_RECAP: 10,
     Operation.SCENE_RECAP: 20,
     Operation.DETECT_SCENE_BREAK: 30,

@@ -12,39 +12,36 @@ from proxy.store import Database
 from proxy.store.memory import RunningRecap
 
 
+def newest_at(db: Database, chat_id: str, position: int | None) -> tuple[int, int] | None:
+    """(version, the position it covers through) of the newest version covering only
+    scenes before `position` (None: the newest of all)."""
+    best: tuple[int, int] | None = None
+    for version, _, at in db.memory.running_at(chat_id):
+        if at is None or (position is not None and at >= position):
+            continue
+        if best is None or (at, version) > (best[1], best[0]):
+            best = (version, at)
+    return best
+
+
 def running_before(db: Database, chat_id: str, position: int | None) -> RunningRecap | None:
     """The newest running recap version covering only scenes before `position` (None:
     the newest of all)."""
-    memory = db.memory
-    best: tuple[int, int] | None = None
-    found: RunningRecap | None = None
-    for version in memory.running_recaps(chat_id):
-        at = memory.position_of(version.new_scene_uid) if version.new_scene_uid else -1
-        if at is None or (position is not None and at >= position):
-            continue
-        key = (at, version.version)
-        if best is None or key > best:
-            best, found = key, version
-    return found
+    found = newest_at(db, chat_id, position)
+    return None if found is None else db.memory.running_version(chat_id, found[0])
 
 
 def covered_through(db: Database, chat_id: str) -> int:
     """The newest position the newest running recap covers (-1: none)."""
-    latest = running_before(db, chat_id, None)
-    at = db.memory.position_of(latest.new_scene_uid) if latest else None
-    return -1 if at is None else at
+    found = newest_at(db, chat_id, None)
+    return -1 if found is None else found[1]
 
 
 def drop_running_from(db: Database, chat_id: str, position: int) -> None:
     """Drop the versions that fold in a scene at or after `position` (it changed)."""
-    memory = db.memory
-    stale = []
-    for version in memory.running_recaps(chat_id):
-        at = memory.position_of(version.new_scene_uid) if version.new_scene_uid else -1
-        if at is None or at >= position:
-            stale.append(version.version)
+    stale = [v for v, _, at in db.memory.running_at(chat_id) if at is None or at >= position]
     if stale:
-        memory.drop_running(chat_id, stale)
+        db.memory.drop_running(chat_id, stale)
 
 
 def prune(db: Database, chat_id: str) -> None:
@@ -52,8 +49,8 @@ def prune(db: Database, chat_id: str) -> None:
     every later version, which was built on them."""
     memory = db.memory
     valid = {b.uid for b in memory.breaks(chat_id) if b.visible and b.current is not None}
-    versions = memory.running_recaps(chat_id)
-    for i, version in enumerate(versions):
-        if version.new_scene_uid is not None and version.new_scene_uid not in valid:
-            memory.drop_running(chat_id, [v.version for v in versions[i:]])
+    versions = memory.running_at(chat_id)
+    for i, (_, uid, _) in enumerate(versions):
+        if uid is not None and uid not in valid:
+            memory.drop_running(chat_id, [v for v, _, _ in versions[i:]])
             return

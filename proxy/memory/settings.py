@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, SecretStr, field_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 
 from proxy.memory.operations import Operation
 from proxy.settings.base import Section, UserPath
@@ -39,13 +39,19 @@ class LLMSettings(Section):
     )
     temperature: float = Field(0.3, ge=0, le=2, description="Sampling temperature.")
     max_tokens: int = Field(1024, ge=1, description="Answer length limit.")
+    max_tokens_cap: int = Field(
+        4096,
+        ge=1,
+        description="An answer cut off at its length limit (`finish_reason: length`) is "
+        "asked for again with the limit doubled, up to this many tokens.",
+    )
     timeout_seconds: float = Field(
         180.0, gt=0, description="Seconds one of the proxy's own LLM calls may take."
     )
     operations: dict[str, LLMOverride] = Field(
         default_factory=dict,
         description="Per-operation overrides, keyed by `message_recap`, "
-        "`detect_scene_break`, `scene_recap` or `running_recap`.",
+        "`detect_scene_break`, `scene_recap`, `running_recap` or `condense_running_recap`.",
         examples=[{"scene_recap": {"model": "gpt-4o-mini", "max_tokens": 2048}}],
     )
 
@@ -157,6 +163,39 @@ class MemorySettings(Section):
     running_recap: bool = Field(
         True, description="Fold each new scene recap into the running recap automatically."
     )
+    running_recap_max_tokens: int = Field(
+        1200,
+        ge=100,
+        description="Budget of the running recap (cl100k tokens). The fold prompt is told "
+        "it; a version over it (or a fold cut off at its answer limit) is condensed into a "
+        "new version within it (source `condensed`; older versions stay selectable).",
+    )
+    relevant_scenes_max_tokens: int = Field(
+        800,
+        ge=0,
+        description="Budget of `{{relevant_scenes}}`: older scene recaps that match what is "
+        "happening now (the last messages of the request), in story order. 0: none.",
+    )
+    relevant_scenes_context: int = Field(
+        4,
+        ge=1,
+        le=20,
+        description="Chat messages at the end of a request (the last user message and those "
+        "before it) that older scenes are matched against.",
+    )
+    max_memory_tokens: int = Field(
+        2500,
+        ge=100,
+        description="Budget of the whole inserted memory (cl100k tokens, the template's own "
+        "text included): relevant scenes give way first, then the oldest message recaps, "
+        "then the running recap's last lines.",
+    )
+    include_hidden_messages: bool = Field(
+        True,
+        description="Messages hidden in ST (`/hide`, ST-Auto-Recap's auto-hide) take part in "
+        "scene detection and scene recaps, as in ST-Auto-Recap. They never come back into "
+        "a request either way.",
+    )
     auto_hide_scene_count: int = Field(
         1,
         ge=-1,
@@ -166,6 +205,16 @@ class MemorySettings(Section):
     llm: LLMSettings = Field(
         default_factory=LLMSettings, description="The LLM that writes the memory."
     )
+
+    @model_validator(mode="after")
+    def _budgets_fit(self) -> MemorySettings:
+        if self.running_recap_max_tokens > self.llm.max_tokens_cap:
+            raise ValueError(
+                f"running_recap_max_tokens ({self.running_recap_max_tokens}) is larger than "
+                f"llm.max_tokens_cap ({self.llm.max_tokens_cap}): the model could never "
+                "answer with a whole running recap"
+            )
+        return self
 
     def context_for(self, model: str | None) -> int:
         return self.context_sizes.get(model or "", self.context_size)

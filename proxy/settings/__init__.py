@@ -225,6 +225,13 @@ class QueueSettings(Section):
         10.0, gt=0, description="Wait before the first retry; doubles with each retry."
     )
     backoff_cap_seconds: float = Field(300.0, gt=0, description="Longest wait between retries.")
+    failed_retry_minutes: float = Field(
+        30.0,
+        gt=0,
+        description="A job that failed `max_attempts` times stays failed (and visible) this "
+        "long; then planning queues it again by itself, so one bad call never stops a "
+        "chat's memory for good.",
+    )
 
 
 class Settings(Section):

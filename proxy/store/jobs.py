@@ -83,9 +83,11 @@ class JobTable:
         input_hash: str,
         upstream: str,
         now: float,
+        failed_since: float | None = None,
     ) -> tuple[int, bool]:
         """Persist a job; returns (id, True) when new. A live job with the same key absorbs
-        the request, taking the new content if it changed (a running one is redone)."""
+        the request, taking the new content if it changed (a running one is redone). A job
+        that failed on the same input after `failed_since` (None: ever) stands for it."""
         encoded = orjson.dumps(dict(payload)).decode()
         with self._transaction():
             row = self.db.execute(
@@ -98,8 +100,8 @@ class JobTable:
                 # until the user retries it: planning must not re-create it forever.
                 row = self.db.execute(
                     "SELECT id, input_hash FROM jobs WHERE dedup_key=? AND state='failed' "
-                    "AND input_hash=? ORDER BY id DESC LIMIT 1",
-                    (dedup_key, input_hash),
+                    "AND input_hash=? AND updated>=? ORDER BY id DESC LIMIT 1",
+                    (dedup_key, input_hash, -1.0 if failed_since is None else failed_since),
                 ).fetchone()
             if row is not None:
                 if row[1] != input_hash:
@@ -115,6 +117,26 @@ class JobTable:
                  now, now, now),
             )  # fmt: skip
             return int(cursor.lastrowid or 0), True
+
+    def failed_since(self, dedup_key: str, since: float) -> bool:
+        """Whether the newest job with this key failed after `since` (and nothing live
+        replaced it)."""
+        row = self.db.execute(
+            "SELECT state, updated FROM jobs WHERE dedup_key=? ORDER BY id DESC LIMIT 1",
+            (dedup_key,),
+        ).fetchone()
+        return row is not None and row[0] == "failed" and row[1] >= since
+
+    def first_failure(self, chat_id: str, since: float) -> float | None:
+        """When the oldest failure of a chat since `since` happened, among failed jobs
+        that no later job with the same key replaced."""
+        row = self.db.execute(
+            "SELECT MIN(f.updated) FROM jobs f WHERE f.chat_id=? AND f.state='failed' AND "
+            "f.updated>=? AND NOT EXISTS (SELECT 1 FROM jobs j WHERE "
+            "j.dedup_key=f.dedup_key AND j.id>f.id)",
+            (chat_id, since),
+        ).fetchone()
+        return None if row[0] is None else float(row[0])
 
     def claim_next(self, now: float, busy: Collection[str]) -> Job | None:
         """Mark the most urgent runnable job running and return it."""

@@ -23,6 +23,7 @@ class MemoryState:
     current_recap: int | None
     checked_uid: int | None
     inherited: bool
+    condense_version: int | None = None  # condense this running version before folding on
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,13 +103,13 @@ class MemoryTable:
 
     def state(self, chat_id: str) -> MemoryState | None:
         row = self.db.execute(
-            "SELECT active, current_recap, checked_uid, inherited FROM memory_state "
-            "WHERE chat_id=?",
+            "SELECT active, current_recap, checked_uid, inherited, condense_version "
+            "FROM memory_state WHERE chat_id=?",
             (chat_id,),
         ).fetchone()
         if row is None:
             return None
-        return MemoryState(bool(row[0]), row[1], row[2], bool(row[3]))
+        return MemoryState(bool(row[0]), row[1], row[2], bool(row[3]), row[4])
 
     def activate(self, chat_id: str) -> bool:
         """Start upkeep for a chat; True when it was not active before."""
@@ -327,15 +328,38 @@ class MemoryTable:
         ).fetchall()
         return [RunningRecap(*row) for row in rows]
 
+    def running_at(self, chat_id: str) -> list[tuple[int, int | None, int | None]]:
+        """(version, uid and position of the scene it folded in last) for every version
+        (position -1: none; None: that message is gone), in one query without the texts:
+        long stories have hundreds of versions."""
+        rows = self.db.execute(
+            "SELECT r.version, r.new_scene_uid, "
+            "CASE WHEN r.new_scene_uid IS NULL THEN -1 ELSE m.position END "
+            "FROM running_recaps r LEFT JOIN messages m ON m.uid = r.new_scene_uid "
+            "WHERE r.chat_id=? ORDER BY r.version",
+            (chat_id,),
+        ).fetchall()
+        return [(row[0], row[1], row[2]) for row in rows]
+
+    def running_version(self, chat_id: str, version: int) -> RunningRecap | None:
+        row = self.db.execute(
+            "SELECT version, content, scene_count, prev_scene_uid, new_scene_uid, source, "
+            "created FROM running_recaps WHERE chat_id=? AND version=?",
+            (chat_id, version),
+        ).fetchone()
+        return None if row is None else RunningRecap(*row)
+
     def current_running(self, chat_id: str) -> RunningRecap | None:
         """The selected version, else the newest one."""
         state = self.state(chat_id)
-        versions = self.running_recaps(chat_id)
         if state is not None and state.current_recap is not None:
-            for version in versions:
-                if version.version == state.current_recap:
-                    return version
-        return versions[-1] if versions else None
+            chosen = self.running_version(chat_id, state.current_recap)
+            if chosen is not None:
+                return chosen
+        row = self.db.execute(
+            "SELECT MAX(version) FROM running_recaps WHERE chat_id=?", (chat_id,)
+        ).fetchone()
+        return None if row[0] is None else self.running_version(chat_id, row[0])
 
     def add_running(
         self,

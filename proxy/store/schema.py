@@ -166,4 +166,46 @@ MIGRATIONS: tuple[str, ...] = (
     ALTER TABLE chats ADD COLUMN character_name TEXT;
     UPDATE chats SET file_hash = NULL, size = -1 WHERE kind = 'character';
     """,
+    # v6: long stories. A running recap version to condense before the next fold (a fold
+    # on it was cut off at its length limit), and the full-text index of each visible
+    # scene's current recap (FTS5, ranked by bm25) that older scenes are recalled from.
+    # Triggers keep the index current on every path that writes breaks or recaps
+    # (the planner, the API, branches, cascading deletes, renames).
+    """
+    ALTER TABLE memory_state ADD COLUMN condense_version INTEGER;
+    CREATE VIRTUAL TABLE scene_search USING fts5(
+        name, recap, chat_id UNINDEXED, tokenize = 'porter unicode61 remove_diacritics 2'
+    );
+    CREATE TRIGGER scene_search_break_insert AFTER INSERT ON scene_breaks BEGIN
+        INSERT INTO scene_search (rowid, name, recap, chat_id)
+            SELECT NEW.message_uid, COALESCE(NEW.name, r.scene_name, ''), r.recap, NEW.chat_id
+            FROM scene_recaps r
+            WHERE r.break_uid = NEW.message_uid AND r.version = NEW.current AND NEW.visible = 1;
+    END;
+    CREATE TRIGGER scene_search_break_update
+    AFTER UPDATE OF current, name, visible, chat_id ON scene_breaks BEGIN
+        DELETE FROM scene_search WHERE rowid = OLD.message_uid;
+        INSERT INTO scene_search (rowid, name, recap, chat_id)
+            SELECT NEW.message_uid, COALESCE(NEW.name, r.scene_name, ''), r.recap, NEW.chat_id
+            FROM scene_recaps r
+            WHERE r.break_uid = NEW.message_uid AND r.version = NEW.current AND NEW.visible = 1;
+    END;
+    CREATE TRIGGER scene_search_break_delete AFTER DELETE ON scene_breaks BEGIN
+        DELETE FROM scene_search WHERE rowid = OLD.message_uid;
+    END;
+    CREATE TRIGGER scene_search_recap_insert AFTER INSERT ON scene_recaps BEGIN
+        DELETE FROM scene_search WHERE rowid = NEW.break_uid AND EXISTS (
+            SELECT 1 FROM scene_breaks b
+            WHERE b.message_uid = NEW.break_uid AND b.current = NEW.version);
+        INSERT INTO scene_search (rowid, name, recap, chat_id)
+            SELECT b.message_uid, COALESCE(b.name, NEW.scene_name, ''), NEW.recap, b.chat_id
+            FROM scene_breaks b
+            WHERE b.message_uid = NEW.break_uid AND b.current = NEW.version AND b.visible = 1;
+    END;
+    INSERT INTO scene_search (rowid, name, recap, chat_id)
+        SELECT b.message_uid, COALESCE(b.name, r.scene_name, ''), r.recap, b.chat_id
+        FROM scene_breaks b JOIN scene_recaps r
+            ON r.break_uid = b.message_uid AND r.version = b.current
+        WHERE b.visible = 1;
+    """,
 )

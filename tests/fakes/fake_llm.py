@@ -14,8 +14,14 @@ process (`python -m tests.fakes.fake_llm --port N`). Its behaviour is steered by
 The proxy's own calls (`X-Recap-Proxy-Operation`) get answers made from their prompt, as
 a well-behaved model would give them (see `memory_answer`): recaps naming each message
 asked about, a scene break on the first eligible message that holds `[END SCENE]`, scene
-recaps and running recaps built from the text. `FakeState.faults[operation]` lists modes
-(`garbage`, `status=N`, `slow`, `hold`: wait for `release`) used up by that operation's next calls.
+recaps that keep the scene's notable sentences (names, places, numbers), a running recap
+that grows by a line per scene whatever its budget, and a condenser that keeps only the
+newest lines within the budget its prompt states. `FakeState.faults[operation]` lists
+modes (`garbage`, `status=N`, `slow`, `hold`: wait for `release`, `long`: an answer far
+over any limit) used up by that operation's next calls.
+
+Like a real model, it honours `max_tokens` (counted as 4 characters a token): a longer
+answer is cut there and ends with `finish_reason: "length"`.
 """
 
 from __future__ import annotations
@@ -58,7 +64,9 @@ class FakeState:
 STATE = web.AppKey("state", FakeState)
 
 
-def sse_chunks(reply: str, *, model: str, reasoning: bool = False) -> list[bytes]:
+def sse_chunks(
+    reply: str, *, model: str, reasoning: bool = False, finish: str = "stop"
+) -> list[bytes]:
     """OpenAI-style SSE events for `reply`, a few words per event."""
     base = {"id": "chatcmpl-fake", "object": "chat.completion.chunk", "created": 0, "model": model}
 
@@ -76,12 +84,22 @@ def sse_chunks(reply: str, *, model: str, reasoning: bool = False) -> list[bytes
     for i in range(0, len(words), 3):
         piece = " ".join(words[i : i + 3]) + (" " if i + 3 < len(words) else "")
         chunks.append(event({"content": piece}))
-    chunks.append(event({}, "stop"))
+    chunks.append(event({}, finish))
     chunks.append(b"data: [DONE]\n\n")
     return chunks
 
 
-def completion(reply: str, *, model: str) -> dict[str, Any]:
+CHARS_PER_TOKEN = 4
+
+
+def limited(reply: str, max_tokens: object) -> tuple[str, str]:
+    """(the reply cut at `max_tokens`, its finish_reason)."""
+    if isinstance(max_tokens, int) and len(reply) > max_tokens * CHARS_PER_TOKEN:
+        return reply[: max_tokens * CHARS_PER_TOKEN], "length"
+    return reply, "stop"
+
+
+def completion(reply: str, *, model: str, finish: str = "stop") -> dict[str, Any]:
     return {
         "id": "chatcmpl-fake",
         "object": "chat.completion",
@@ -91,7 +109,7 @@ def completion(reply: str, *, model: str) -> dict[str, Any]:
             {
                 "index": 0,
                 "message": {"role": "assistant", "content": reply},
-                "finish_reason": "stop",
+                "finish_reason": finish,
             }
         ],
         "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
@@ -107,6 +125,37 @@ _NUMBERED = re.compile(
 def _between(prompt: str, tag: str) -> str:
     found = re.search(f"<{tag}>(.*?)</{tag}>", prompt, re.S)
     return found.group(1).strip() if found else ""
+
+
+_SENTENCE = re.compile(r"[^.!?\n]+[.!?]")
+# Notable: a name or place inside a sentence (a capital after its first word), or a number.
+_NOTABLE = re.compile(r"\S\s+[A-Z][a-z]|\d")
+_MAX_WORDS = re.compile(r"at most (\d+) words", re.IGNORECASE)
+
+
+def notable(text: str) -> list[str]:
+    """The sentences a recap keeps: the ones with names, places or numbers."""
+    found = []
+    for sentence in _SENTENCE.findall(text):
+        sentence = " ".join(sentence.split())
+        if _NOTABLE.search(sentence) and sentence not in found and END_SCENE not in sentence:
+            found.append(sentence)
+    return found
+
+
+def condensed(recap: str, max_words: int) -> str:
+    """The newest lines that fit in `max_words`: recent detail stays, old detail goes."""
+    kept: list[str] = []
+    used = 0
+    for line in reversed([line for line in recap.splitlines() if line.strip()]):
+        size = len(line.split())
+        if used + size > max_words:
+            break
+        kept.append(line)
+        used += size
+    if not kept and recap.strip():  # the newest line alone is over the budget: its start
+        kept.append(" ".join(recap.strip().splitlines()[-1].split()[:max_words]))
+    return "\n".join(reversed(kept))
 
 
 def memory_answer(operation: str, prompt: str) -> str:
@@ -129,11 +178,21 @@ def memory_answer(operation: str, prompt: str) -> str:
         recap = f"{len(blocks)} messages, from: {' '.join(first.split()[:6])}"
         if lore:
             recap += f" (lore: {lore.splitlines()[0][:40]})"
+        facts = notable(_between(prompt, "SCENE"))
+        if facts:
+            recap += ". " + " ".join(facts)
+        limit = _MAX_WORDS.search(prompt)  # the prompt's "At most 250 words"
+        if limit:
+            recap = " ".join(recap.split(" ")[: int(limit.group(1))])
         return json.dumps({"scene_name": " ".join(first.split()[:3]), "recap": recap})
     if operation == "running_recap":
         before = _between(prompt, "RUNNING_RECAP")
-        scene = _between(prompt, "NEW_SCENE")
+        scene = " ".join(_between(prompt, "NEW_SCENE").split())
         return json.dumps({"recap": (before + "\n" if before else "") + f"- {scene}"})
+    if operation == "condense_running_recap":
+        budget = _MAX_WORDS.search(prompt)
+        before = _between(prompt, "RUNNING_RECAP")
+        return json.dumps({"recap": condensed(before, int(budget.group(1)) if budget else 200)})
     return json.dumps({"error": f"unknown operation {operation}"})
 
 
@@ -177,12 +236,21 @@ async def chat(request: web.Request) -> web.StreamResponse:
     if not isinstance(payload, dict):
         return web.json_response({"error": {"message": "bad json"}}, status=400)
     model = str(payload.get("model", "fake-model"))
+    limit = payload.get("max_tokens")
     if operation is not None:
-        prompt = str(payload["messages"][-1]["content"])
-        answer = "Sure! {{{ not json" if mode == "garbage" else memory_answer(operation, prompt)
-        return web.json_response(completion(answer, model=model))
+        # The prompt is the first user message (a re-ask appends to the conversation).
+        prompt = str(next(m for m in payload["messages"] if m["role"] == "user")["content"])
+        if mode == "garbage":
+            answer = "Sure! {{{ not json"
+        elif mode == "long":
+            answer = json.dumps({"recap": "and then " * 4000})
+        else:
+            answer = memory_answer(operation, prompt)
+        answer, finish = limited(answer, limit)
+        return web.json_response(completion(answer, model=model, finish=finish))
+    reply, finish = limited(REPLY, limit)
     if not payload.get("stream"):
-        raw = json.dumps(completion(REPLY, model=model)).encode()
+        raw = json.dumps(completion(reply, model=model, finish=finish)).encode()
         if mode == "gzip":
             return web.Response(
                 body=gzip.compress(raw),
@@ -190,7 +258,7 @@ async def chat(request: web.Request) -> web.StreamResponse:
             )
         return web.Response(body=raw, content_type="application/json")
     response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
-    chunks = sse_chunks(REPLY, model=model, reasoning=mode == "reasoning")
+    chunks = sse_chunks(reply, model=model, reasoning=mode == "reasoning", finish=finish)
     try:
         await response.prepare(request)
         for i, chunk in enumerate(chunks):

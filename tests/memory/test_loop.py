@@ -66,8 +66,9 @@ async def test_upkeep_follows_the_queue_order_and_skips_what_is_covered(
     memory = await memory_proxy(16, ends={8})
     await memory.client.post("/v1/chat/completions", json=memory.story.request())
     await memory.until(lambda db: db.memory.running_recaps(CHAT_ID))
-    # The scene is folded in before any message recap runs; then the batches left are
-    # re-stamped, so recaps of messages the running recap covers are never asked for.
+    # The scene is folded in before any message recap runs, and message recaps wait for
+    # detection to settle where the open scene starts: the messages of a finished scene
+    # (which the running recap is about to cover) are never recapped one by one.
     assert memory.fake.state.operations == [
         "detect_scene_break",
         "scene_recap",
@@ -77,7 +78,7 @@ async def test_upkeep_follows_the_queue_order_and_skips_what_is_covered(
     ]
     recaps = await memory.run(lambda db: db.memory.message_recaps(CHAT_ID))
     positions = await memory.run(lambda db: {db.memory.position_of(uid) for uid, _ in recaps})
-    assert positions == {10}  # Ava's #10; #12 and #14 wait for a full batch of 3
+    assert positions == {10, 12, 14}  # Ava's messages of the open scene, one batch of 3
     # Every call said what it was, and used the chat's own model.
     for seen in memory.fake.state.seen:
         if "X-Recap-Proxy-Operation" in seen.headers:

@@ -18,9 +18,13 @@ def test_bundled_prompts_state_their_json() -> None:
         "detect_scene_break": '{"sceneBreakAt"',
         "scene_recap": '{"scene_name"',
         "running_recap": '{"recap"',
+        "condense_running_recap": '{"recap"',
     }
     for operation in OPERATIONS:
         assert expected[operation] in prompts.templates[operation].source
+    # The running recap's two prompts are told its budget.
+    for operation in (Operation.RUNNING_RECAP, Operation.CONDENSE_RUNNING_RECAP):
+        assert {"max_words", "max_tokens"} <= prompts.templates[operation].macros
 
 
 def test_user_override_and_unreadable_file(

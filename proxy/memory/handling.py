@@ -1,0 +1,135 @@
+"""What every operation handler shares: its context, the input hash it stamps jobs with,
+and asking the LLM for a whole answer.
+
+An answer the model cut off at its length limit (`finish_reason: length`) is never read
+as if it were complete: it is asked for again with the limit doubled, up to
+`[memory.llm] max_tokens_cap`, and still cut off there, the job fails with that said.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from proxy.core.tokens import TokenCounter
+from proxy.errors import JobFailure, Refused
+from proxy.memory.chatinfo import PersonaLookup, chat_names
+from proxy.memory.jobs import Apply, Handler
+from proxy.memory.llm import Answer
+from proxy.memory.operations import Operation
+from proxy.memory.prompts import Prompts
+from proxy.memory.settings import MemorySettings
+from proxy.store import Database, Store
+from proxy.store.jobs import Job, Payload
+
+log = logging.getLogger(__name__)
+
+
+class Completer(Protocol):
+    """The LLM client, as the handlers use it."""
+
+    async def complete(
+        self,
+        operation: Operation,
+        chat_id: str,
+        messages: Sequence[Mapping[str, str]],
+        *,
+        max_tokens: int | None = None,
+    ) -> Answer: ...
+
+    def answer_limit(self, operation: Operation) -> int: ...
+
+    @property
+    def limit_cap(self) -> int: ...
+
+
+class LoreSource(Protocol):
+    """The lorebook snapshots, as a scene recap reads them."""
+
+    async def active_lore(self, chat_id: str, first: int, last: int) -> str: ...
+
+
+@dataclass(frozen=True, slots=True)
+class HandlerContext:
+    """Everything the handlers use, and nothing more."""
+
+    store: Store
+    llm: Completer
+    prompts: Prompts
+    settings: MemorySettings
+    clock: Callable[[], float]
+    persona: PersonaLookup
+    counter: TokenCounter
+    lore: LoreSource | None = None
+
+
+class CutOff(JobFailure):
+    """The answer was still cut off at the largest limit allowed."""
+
+    def __init__(self, message: str, limit: int) -> None:
+        super().__init__(message)
+        self.limit = limit
+
+
+def digest(*parts: object) -> str:
+    return hashlib.sha1(repr(parts).encode(), usedforsecurity=False).hexdigest()[:20]
+
+
+def gone(db: Database) -> None:
+    raise Refused("its input is gone")
+
+
+class OperationHandler(Handler):
+    operation: Operation
+
+    def __init__(self, context: HandlerContext) -> None:
+        self.context = context
+
+    def still_current(self, db: Database, job: Job) -> bool:
+        return self.input_hash(db, job.chat_id, job.payload) == job.input_hash
+
+    def input_hash(self, db: Database, chat_id: str, payload: Payload) -> str | None:
+        """What the job's input is now (None: gone); store thread."""
+        raise NotImplementedError
+
+    async def run(self, job: Job) -> Apply:
+        raise NotImplementedError
+
+    def names(self, db: Database, chat_id: str) -> dict[str, str]:
+        return chat_names(db, chat_id, self.context.persona)
+
+    def first_limit(self) -> int:
+        """The answer limit of this operation's first call."""
+        return self.context.llm.answer_limit(self.operation)
+
+    async def ask(self, job: Job, values: Mapping[str, str]) -> Answer:
+        """The whole answer to this job's prompt."""
+        messages = self.context.prompts.messages(self.operation, values)
+        return await self.complete(job, messages)
+
+    async def complete(
+        self, job: Job, messages: Sequence[Mapping[str, str]], *, grow: bool = True
+    ) -> Answer:
+        """An answer that was not cut off. A cut-off one is asked for again with the limit
+        doubled (`grow`) up to the cap; `CutOff` when it still is (at once without `grow`)."""
+        llm = self.context.llm
+        limit = self.first_limit()
+        while True:
+            answer = await llm.complete(self.operation, job.chat_id, messages, max_tokens=limit)
+            if not answer.cut_off:
+                return answer
+            cap = max(llm.limit_cap, self.first_limit())
+            if not grow or limit >= cap:
+                raise CutOff(f"{self.operation}: the answer was cut off at {limit} tokens", limit)
+            bigger = min(cap, limit * 2)
+            log.info(
+                "%s for %s: the answer was cut off at %d tokens; asking again with %d",
+                self.operation,
+                job.chat_id,
+                limit,
+                bigger,
+            )
+            limit = bigger
