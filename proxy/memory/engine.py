@@ -64,7 +64,10 @@ class MemoryEngine:
         lore: LoreSource | None = None,
         prompts: Prompts | None = None,
         clock: Callable[[], float] = time.time,
+        frame_tokens: int = 0,
     ) -> None:
+        """`frame_tokens`: what the injection template's own text costs, from the memory's
+        budget."""
         self.store = store
         self.library = library
         self.llm = llm
@@ -88,7 +91,7 @@ class MemoryEngine:
         self._retry_at: dict[str, float] = {}  # chat -> when its oldest failure cools down
         self._retry_timers: dict[str, asyncio.TimerHandle] = {}
         self.handlers = handlers(context)
-        self.view_inputs = ViewInputs(settings, self.counter, library.persona)
+        self.view_inputs = ViewInputs(settings, self.counter, library.persona, frame_tokens)
         self.queue = JobQueue(
             store, self.handlers, queue_settings, clock=clock, secrets=llm.secrets
         )
@@ -246,7 +249,9 @@ class MemoryEngine:
     ) -> RequestMemory:
         """The macro values and the request indices to leave out, for one request."""
         view = self.views.get(ident.chat_id)
-        return request_memory(view, self.settings, ident, messages, history, model)
+        return request_memory(
+            view, self.settings, ident, messages, history, model, self.store.search
+        )
 
     # -- store thread ---------------------------------------------------------------------------
 

@@ -100,8 +100,15 @@ class RunningRecapHandler(_BudgetedHandler):
             **names,
         }
         messages = self.context.prompts.messages(self.operation, values)
-        # Folding onto a shorter base is what helps a cut-off fold, not a larger limit.
-        condensable = base is not None and base.source not in KEEP_AS_WRITTEN
+        # Folding onto a shorter base is what helps a cut-off fold, not a larger limit,
+        # when the base is long and condensing it has not just failed (`grow`).
+        budget = self.context.settings.running_recap_max_tokens
+        condensable = (
+            base is not None
+            and base.source not in KEEP_AS_WRITTEN
+            and not job.payload.get("grow")
+            and self.context.counter.count(base.content) > budget // 2
+        )
         try:
             answer = await self.complete(job, messages, grow=not condensable)
         except CutOff as exc:
@@ -246,18 +253,22 @@ class RunningPlanner:
     ) -> list[tuple[Operation, str, Payload]]:
         found = newest_at(db, chat_id, None)
         newest = None if found is None else db.memory.running_version(chat_id, found[0])
+        grow = False
         if newest is not None and self._needs_condensing(chat_id, newest, state):
             key = job_key(Operation.CONDENSE_RUNNING_RECAP, chat_id, newest.version)
             # A condensing that keeps failing must not stop the story being folded in:
-            # the fold goes on, onto the long version, until the failure cools down.
+            # the fold goes on, onto the long version (a cut-off answer asked for again
+            # larger), until the failure cools down.
             if not refused(key):
                 return [(Operation.CONDENSE_RUNNING_RECAP, key, {"version": newest.version})]
+            grow = True
         covered = -1 if found is None else found[1]
         following = [b for b in breaks if b.position > covered]
         if following and following[0].current is not None:
             uid = following[0].uid
+            payload: Payload = {"scene": uid, "grow": True} if grow else {"scene": uid}
             return [(Operation.RUNNING_RECAP, job_key(Operation.RUNNING_RECAP, chat_id, uid),
-                     {"scene": uid})]  # fmt: skip
+                     payload)]  # fmt: skip
         return []
 
     def _needs_condensing(self, chat_id: str, version: RunningRecap, state: MemoryState) -> bool:
@@ -270,4 +281,3 @@ class RunningPlanner:
         if tokens is None:
             tokens = self._tokens[key] = self.count(version.content)
         return tokens > self.settings.running_recap_max_tokens
-

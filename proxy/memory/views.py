@@ -1,16 +1,37 @@
 """What the chat path reads of a chat's memory: a view rebuilt off the request path after
 every change (running recap text, covered messages' fingerprints, injectable message
-recaps), and the per-request step over it, which reads no store at all.
+recaps, the scenes recall may offer), and the per-request step over it, which reads no
+store but the scene search (`proxy.store.search`).
+
+The whole inserted memory has a budget (`[memory] max_memory_tokens`, the injection
+template's own text included). The running recap comes first; the recaps of messages ST
+cut and the running recap does not cover yet come next; the older scenes recalled for
+what is happening now get what is left (at most `relevant_scenes_max_tokens`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from proxy.core.identify import index_message
 from proxy.core.models import ChatMessage, Identification
-from proxy.core.recaps import Candidate, budget_tokens, render_recaps, select_recaps
+from proxy.core.recall import (
+    SceneCard,
+    match_query,
+    pick_scenes,
+    render_scenes,
+    scene_entry,
+    search_terms,
+)
+from proxy.core.recaps import (
+    SEPARATOR_TOKENS,
+    Candidate,
+    budget_tokens,
+    render_recaps,
+    select_recaps,
+)
 from proxy.core.tokens import TokenCounter
 from proxy.core.trim import Covered, droppable, trim_cutoff
 from proxy.memory.chatinfo import PersonaLookup, chat_names, swipe_of
@@ -29,12 +50,30 @@ class MemoryView:
     cutoff: int | None = None  # newest position that may be left out of requests
     covered: Covered = field(default_factory=lambda: Covered(()))
     recaps: tuple[Candidate, ...] = ()  # recaps of uncovered messages, oldest first
+    running_tokens: int = 0
+    scenes: dict[int, SceneCard] = field(default_factory=dict)  # break uid -> scene
+    names: tuple[str, ...] = ()  # the chat's character and user names
+    budget: int = 0  # tokens the memory's macros may fill (the template's text aside)
 
 
 @dataclass(frozen=True, slots=True)
 class RequestMemory:
     values: dict[str, str]
     drop: tuple[int, ...]
+
+
+class SceneRanker(Protocol):
+    """The scene search, as a request uses it."""
+
+    def ranked(self, chat_id: str, query: str, limit: int, min_score: float) -> list[int]: ...
+
+
+# Part headings and blank lines between the parts, reserved from the budget.
+FRAME_TOKENS = 16
+# Scenes asked of the search per request, and the least bm25 score that counts as a match
+# (about one term that a tenth of the scenes share: see `proxy.core.recall`).
+SEARCH_LIMIT = 24
+MIN_SCORE = 1.0
 
 
 def request_memory(
@@ -44,25 +83,42 @@ def request_memory(
     messages: Sequence[ChatMessage],
     history: Sequence[int],
     model: str | None,
+    search: SceneRanker | None = None,
 ) -> RequestMemory:
     """The macro values and the request indices to leave out, for one request."""
     if view is None:
         return RequestMemory({}, ())
     present_from = _present_from(ident, history)
+    drop: list[int] = []
+    if view.cutoff is not None and view.running:
+        keep = {i for i, p in zip(ident.history, ident.positions, strict=False) if p > view.cutoff}
+        drop = droppable(messages, history, view.covered, keep)
+    left = view.budget - view.running_tokens
     candidates = [c for c in view.recaps if present_from is None or c.position < present_from]
     budget = budget_tokens(
         settings.message_recap_context_limit,
         settings.message_recap_context_type,
         settings.context_for(model),
     )
+    recent = select_recaps(candidates, min(budget, left - FRAME_TOKENS))
+    if recent:
+        left -= FRAME_TOKENS + sum(c.tokens + SEPARATOR_TOKENS for c in recent)
+    scenes = ""
+    room = min(settings.relevant_scenes_max_tokens, left - FRAME_TOKENS)
+    if search is not None and view.scenes and room > 0:
+        # The oldest chat position still in the prompt once covered history is left out.
+        before = present_from
+        if drop and view.cutoff is not None:
+            before = max(before or 0, view.cutoff + 1)
+        texts = [messages[i].text for i in history[-settings.relevant_scenes_context :]]
+        query = match_query(search_terms(texts, view.names))
+        ranked = search.ranked(ident.chat_id, query, SEARCH_LIMIT, MIN_SCORE)
+        scenes = render_scenes(pick_scenes(ranked, view.scenes, before, room))
     values = {
         "running_recap": view.running,
-        "recent_recaps": render_recaps(select_recaps(candidates, budget)),
+        "recent_recaps": render_recaps(recent),
+        "relevant_scenes": scenes,
     }
-    drop: list[int] = []
-    if view.cutoff is not None and view.running:
-        keep = {i for i, p in zip(ident.history, ident.positions, strict=False) if p > view.cutoff}
-        drop = droppable(messages, history, view.covered, keep)
     return RequestMemory(values, tuple(drop))
 
 
@@ -73,6 +129,7 @@ class ViewInputs:
     settings: MemorySettings
     counter: TokenCounter
     persona: PersonaLookup
+    frame_tokens: int = 0  # the injection template's own text
 
 
 def build_view(
@@ -85,8 +142,12 @@ def build_view(
     """A chat's view, rebuilt after planning (store thread). `old` is the view it
     replaces: its covered fingerprints are kept when nothing before the cutoff changed."""
     memory = db.memory
+    count = inputs.counter.count
+    settings = inputs.settings
     current = memory.current_running(chat_id)
     through = memory.position_of(current.new_scene_uid) if current else None
+    budget = max(0, settings.max_memory_tokens - inputs.frame_tokens - FRAME_TOKENS)
+    running = fit_lines(current.content, budget, count) if current else ""
     breaks = [b.position for b in memory.breaks(chat_id) if b.visible]
     cutoff = trim_cutoff(breaks, through, inputs.settings.auto_hide_scene_count)
     if old is not None and old.cutoff == cutoff and (since is None or since > (cutoff or -1)):
@@ -102,17 +163,37 @@ def build_view(
             if done is None or record.uid in excluded or record.message.hidden:
                 continue
             if done.edited or done.source_hash == text_hash(record.message.mes):
-                recaps.append(
-                    Candidate(record.position, inputs.counter.count(done.recap), done.recap)
-                )
+                recaps.append(Candidate(record.position, count(done.recap), done.recap))
+    scenes: dict[int, SceneCard] = {}
+    if settings.relevant_scenes_max_tokens:
+        for scene, recap in memory.scene_cards(chat_id):
+            name = scene.name or recap.scene_name or ""
+            tokens = count(scene_entry(name, recap.recap)) + SEPARATOR_TOKENS
+            scenes[scene.uid] = SceneCard(scene.uid, scene.position, name, recap.recap, tokens)
+    names = chat_names(db, chat_id, inputs.persona)
     return MemoryView(
-        running=current.content if current else "",
+        running=running,
         running_version=current.version if current else None,
         covered_through=through,
         cutoff=cutoff,
         covered=covered,
         recaps=tuple(recaps),
+        running_tokens=count(running),
+        scenes=scenes,
+        names=(names["char"], names["user"]),
+        budget=budget,
     )
+
+
+def fit_lines(text: str, budget: int, count: Callable[[str], int]) -> str:
+    """`text` within `budget` tokens: whole lines from the top go first (the oldest
+    developments), as a running recap too long for the whole memory's budget would."""
+    if count(text) <= budget:
+        return text
+    lines = text.splitlines()
+    while lines and count("\n".join(lines)) > budget:
+        lines.pop(0)
+    return "\n".join(lines)
 
 
 def _covered(db: Database, inputs: ViewInputs, chat_id: str, cutoff: int | None) -> Covered:

@@ -19,6 +19,7 @@ from typing import TypeVar
 from proxy.store.database import Clock, Database
 from proxy.store.records import ChatRecord, MessageRecord
 from proxy.store.schema import MIGRATIONS
+from proxy.store.search import SceneSearch
 
 __all__ = ["MIGRATIONS", "ChatRecord", "Clock", "Database", "MessageRecord", "Store"]
 
@@ -34,6 +35,8 @@ class Store:
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="recap-store")
         self._db: Database | None = None
         self._closed = False
+        # The one read the chat path makes, on its own read-only connection.
+        self.search = SceneSearch(path)
 
     async def __aenter__(self) -> Store:
         await self.open()
@@ -66,6 +69,7 @@ class Store:
         if self._closed:
             return
         self._closed = True
+        self.search.close()
         await asyncio.to_thread(self._shutdown)
 
     def _shutdown(self) -> None:

@@ -294,6 +294,19 @@ class MemoryTable:
         ).fetchone()
         return None if row is None else SceneRecap(*row)
 
+    def scene_cards(self, chat_id: str) -> list[tuple[SceneBreak, SceneRecap]]:
+        """Every visible scene with its current recap, in story order, in one query."""
+        rows = self.db.execute(
+            "SELECT b.message_uid, m.position, b.source, b.visible, b.name, b.name_edited, "
+            "b.rationale, b.current, r.break_uid, r.version, r.scene_name, r.recap, "
+            "r.reasoning, r.source, r.created FROM scene_breaks b "
+            "JOIN messages m ON m.uid = b.message_uid "
+            "JOIN scene_recaps r ON r.break_uid = b.message_uid AND r.version = b.current "
+            "WHERE b.chat_id=? AND b.visible=1 ORDER BY m.position",
+            (chat_id,),
+        ).fetchall()
+        return [(_break(tuple(row)[:8]), SceneRecap(*tuple(row)[8:])) for row in rows]
+
     def add_scene_recap(
         self,
         chat_id: str,

@@ -77,6 +77,7 @@ def make_app(
     relay = Relay(upstream, recorder)
     counter = counter or TokenCounter()
     policy = policy_from(settings.injection)
+    template = load_injection_template(settings.injection)
     data_dir = resolve_data_dir(settings) if provider is None else None
     own_upstream: Upstream | None = None
     engine: MemoryEngine | None = None
@@ -101,6 +102,7 @@ def make_app(
             counter=counter,
             lore=lore,
             clock=clock,
+            frame_tokens=counter.count(template.render(dict.fromkeys(template.macros, "")).text),
         )
         app[QUEUE] = engine.queue
         app[ACTIONS] = MemoryActions(store, engine, library)
@@ -108,9 +110,7 @@ def make_app(
         provider = ChatMemory(library, markers, engine=engine)
     if store is not None:
         app[STORE] = store
-    injector = Injector(
-        policy, load_injection_template(settings.injection), provider or NoMemory(), counter
-    )
+    injector = Injector(policy, template, provider or NoMemory(), counter)
     app[SETTINGS] = settings
     app[RELAY] = relay
     app[INJECTOR] = injector

@@ -10,12 +10,13 @@ from typing import Any
 import pytest
 
 from proxy.errors import JobFailure, NoCredentials, Refused, Unauthorized
-from proxy.memory.llm import OPERATION_HEADER, LLMClient
+from proxy.memory.llm import OPERATION_HEADER, LLMClient, read_answer
 from proxy.memory.operations import Operation
 from proxy.memory.settings import LLMSettings
 from proxy.settings import UpstreamSettings
 from proxy.upstream import Upstream
 from tests.conftest import FakeLLM
+from tests.fakes.fake_llm import sse_chunks
 
 PROMPT = [
     {"role": "system", "content": "Recap the scene as JSON."},
@@ -125,3 +126,12 @@ async def test_unreachable_and_unknown_model() -> None:
         assert caught.value.retry is True
         with pytest.raises(NoCredentials, match="no model"):
             await LLMClient(LLMSettings(), dead, None).complete(Operation.SCENE_RECAP, "c", PROMPT)
+
+
+def test_a_streamed_answer_is_read_with_its_finish_reason() -> None:
+    raw = b"".join(sse_chunks('{"recap": "Ava and Tom', model="m", finish="length"))
+    answer = read_answer(raw, "fallback", "running_recap")
+    assert answer.text == '{"recap": "Ava and Tom' and answer.cut_off
+    assert answer.model == "m"
+    whole = read_answer(b"".join(sse_chunks("done", model="m")), "m", "scene_recap")
+    assert whole.text == "done" and whole.finish_reason == "stop" and not whole.cut_off

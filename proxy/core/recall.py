@@ -1,0 +1,114 @@
+"""Recalling older scenes: the search terms of what is happening now, the choice of the
+scene recaps that fit the budget, and their text (`{{relevant_scenes}}`). Pure.
+
+The ranking itself is SQLite's FTS5 with bm25 over the scene recaps (see
+`proxy.store.search`); this module decides what to ask it and what to keep of its
+answer. Terms are the content words of the request's last messages, newest first: words
+every scene shares (the characters' names, the commonest English words) are left out, as
+they rank nothing.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+MAX_TERMS = 32
+HEADING = "Earlier scenes that bear on what is happening now, in story order:"
+
+_WORD = re.compile(r"[^\W_]+(?:'[^\W_]+)?")
+
+# Function words and role-play filler: in nearly every scene, they would rank every scene
+# alike. A fixed list because the query must be built in microseconds on the chat path.
+STOPWORDS = frozenset(
+    """
+    a about above after again against ago all almost along already also although always am
+    among an and another any anyone anything are around as ask asked at away back be
+    because been before being below beside best better between both but by came can
+    cannot could did didn do does doesn doing don done down during each either else even
+    ever every few for from get gets getting give given go goes going gone got had has
+    have having he her here hers herself him himself his how however i if in into is isn
+    it its itself just know knew let like likely look looked looks made make many may
+    me might mine more most much must my myself need never new next no nor not nothing
+    now of off often oh ok okay on once one only onto or other our ours out over own
+    perhaps quite rather really right said same say says see seem seemed seems she
+    should since so some something still such sure take tell than that the their theirs
+    them themselves then there these they thing things think this those though through
+    thus to too took toward towards under until up upon us very was wasn way we well
+    went were what when where whether which while who whom whose why will with within
+    without won would yeah yes yet you your yours yourself
+    """.split()  # noqa: SIM905 (a word list reads better as text)
+)
+
+
+def search_terms(texts: Sequence[str], ignore: Iterable[str] = ()) -> list[str]:
+    """The distinct content words of `texts` (newest last), the newest text's first, at
+    most `MAX_TERMS`; `ignore` holds words to leave out (the characters' names)."""
+    skip = STOPWORDS | {word.lower() for name in ignore for word in _WORD.findall(name)}
+    terms: list[str] = []
+    seen: set[str] = set()
+    for text in reversed(texts):
+        for word in _WORD.findall(text.lower()):
+            word = word.replace("'", "")
+            if (len(word) < 3 and not word.isdigit()) or word in skip or word in seen:
+                continue
+            seen.add(word)
+            terms.append(word)
+            if len(terms) == MAX_TERMS:
+                return terms
+    return terms
+
+
+def match_query(terms: Sequence[str]) -> str:
+    """An FTS5 query matching any of the terms (each quoted: never FTS5 syntax)."""
+    return " OR ".join(f'"{term}"' for term in terms)
+
+
+@dataclass(frozen=True, slots=True)
+class SceneCard:
+    """A finished scene as recall offers it."""
+
+    uid: int  # the scene's break (its last message)
+    last: int  # the position of that message
+    name: str
+    recap: str
+    tokens: int  # of its entry in `{{relevant_scenes}}`, separator included
+
+    @property
+    def entry(self) -> str:
+        return scene_entry(self.name, self.recap)
+
+
+def scene_entry(name: str, recap: str) -> str:
+    return f"[{name}] {recap}" if name else recap
+
+
+def pick_scenes(
+    ranked: Sequence[int],
+    cards: Mapping[int, SceneCard],
+    before: int | None,
+    budget: int,
+) -> list[SceneCard]:
+    """The best-ranked scenes that fit in `budget` tokens (one that does not fit is passed
+    over for a smaller one after it), never a scene ending at or after `before` (still in
+    the prompt); in story order."""
+    chosen: list[SceneCard] = []
+    spent = 0
+    for uid in ranked:
+        card = cards.get(uid)
+        if card is None or (before is not None and card.last >= before):
+            continue
+        if spent + card.tokens > budget:
+            continue
+        spent += card.tokens
+        chosen.append(card)
+    chosen.sort(key=lambda c: c.last)
+    return chosen
+
+
+def render_scenes(chosen: Sequence[SceneCard]) -> str:
+    """`{{relevant_scenes}}`: the chosen scenes under a one-line heading."""
+    if not chosen:
+        return ""
+    return HEADING + "\n\n" + "\n\n".join(card.entry for card in chosen)

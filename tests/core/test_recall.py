@@ -1,0 +1,58 @@
+"""Recalling older scenes: search terms, the choice within a budget, the text."""
+
+from __future__ import annotations
+
+from proxy.core.recall import (
+    HEADING,
+    MAX_TERMS,
+    SceneCard,
+    match_query,
+    pick_scenes,
+    render_scenes,
+    search_terms,
+)
+
+
+def test_terms_are_content_words_newest_first_without_names() -> None:
+    texts = [
+        "Ava shows Tom the Brass Key she found at the mill.",
+        "Tom: Where did you hide the brass key, Ava? It's room 42 I need.",
+    ]
+    terms = search_terms(texts, ignore=["Ava", "Tom Miller"])
+    # The newest message's words lead; stop words, names and short words are gone,
+    # numbers stay, and a word is asked once.
+    assert terms[:5] == ["hide", "brass", "key", "room", "42"]
+    assert "shows" in terms and "mill" in terms
+    for gone in ("ava", "tom", "miller", "the", "where", "did", "you", "its", "she"):
+        assert gone not in terms
+    assert terms.count("brass") == 1
+
+
+def test_terms_are_bounded_and_quoted_safely() -> None:
+    many = " ".join(f"word{i}" for i in range(100))
+    assert len(search_terms([many])) == MAX_TERMS
+    # FTS5 syntax in a chat message is searched as words, never run as a query.
+    assert search_terms(['NEAR("a" OR b) AND NOT * col:x']) == ["near", "col"]
+    assert match_query(["near", "col"]) == '"near" OR "col"'
+    assert match_query([]) == ""
+
+
+def card(uid: int, last: int, tokens: int) -> SceneCard:
+    return SceneCard(uid, last, f"Scene {uid}", f"recap {uid}", tokens)
+
+
+def test_best_ranked_scenes_that_fit_in_story_order() -> None:
+    cards = {uid: card(uid, uid * 10, tokens) for uid, tokens in [(1, 50), (2, 300), (3, 80)]}
+    cards[4] = card(4, 200, 10)
+    # Ranked 2, 3, 1: 2 does not fit in 150 and is passed over for the smaller ones.
+    chosen = pick_scenes([2, 3, 1, 99], cards, before=None, budget=150)
+    assert [c.uid for c in chosen] == [1, 3]
+    # Never a scene still in the prompt (ending at or after `before`).
+    assert [c.uid for c in pick_scenes([4, 1], cards, before=200, budget=500)] == [1]
+    assert pick_scenes([1], cards, before=None, budget=0) == []
+
+
+def test_rendered_under_a_heading_with_names() -> None:
+    text = render_scenes([card(1, 10, 5), SceneCard(2, 20, "", "unnamed recap", 5)])
+    assert text == f"{HEADING}\n\n[Scene 1] recap 1\n\nunnamed recap"
+    assert render_scenes([]) == ""
