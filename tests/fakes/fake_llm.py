@@ -144,7 +144,9 @@ def notable(text: str) -> list[str]:
 
 
 def condensed(recap: str, max_words: int) -> str:
-    """The newest lines that fit in `max_words`: recent detail stays, old detail goes."""
+    """The newest lines that fit in two thirds of `max_words` (room for what the next
+    scenes add): recent detail stays, old detail goes."""
+    max_words = max_words * 2 // 3
     kept: list[str] = []
     used = 0
     for line in reversed([line for line in recap.splitlines() if line.strip()]):
