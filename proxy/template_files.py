@@ -8,7 +8,7 @@ from pathlib import Path
 import platformdirs
 
 from proxy.errors import TemplateError
-from proxy.settings.base import APP_NAME
+from proxy.section import APP_NAME
 
 _PACKAGE_DIR = Path(__file__).resolve().parent
 BUNDLED_DIRS = (_PACKAGE_DIR / "templates", _PACKAGE_DIR.parent / "templates")

@@ -309,7 +309,10 @@ class MemoryEngine:
             last_break = breaks[-1].position if breaks else -1
             jobs.extend(self._message_batches(db, chat_id, backfill, last_break, detecting))
         queued = sum(self.stamp(db, chat_id, *job)[1] for job in jobs)
-        self.views[chat_id] = self.view(db, chat_id, since)
+        before = self.views.get(chat_id)
+        view = self.views[chat_id] = self.view(db, chat_id, since)
+        if before is None or view.vocabulary is not before.vocabulary:
+            db.memory.optimize_search()  # its scenes changed: keep recall's queries fast
         failure = db.jobs.first_failure(chat_id, failed_since)
         if failure is not None:
             self._retry_at[chat_id] = failure

@@ -7,7 +7,7 @@ from typing import Literal
 from pydantic import Field, SecretStr, field_validator, model_validator
 
 from proxy.memory.operations import Operation
-from proxy.settings.base import Section, UserPath
+from proxy.section import Section, UserPath
 
 
 class LLMOverride(Section):

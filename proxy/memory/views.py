@@ -19,11 +19,13 @@ from proxy.core.identify import index_message
 from proxy.core.models import ChatMessage, Identification
 from proxy.core.recall import (
     SceneCard,
+    Vocabulary,
     match_query,
     pick_scenes,
     render_scenes,
     scene_entry,
     search_terms,
+    words_of,
 )
 from proxy.core.recaps import (
     SEPARATOR_TOKENS,
@@ -53,6 +55,7 @@ class MemoryView:
     running_tokens: int = 0
     scenes: dict[int, SceneCard] = field(default_factory=dict)  # break uid -> scene
     names: tuple[str, ...] = ()  # the chat's character and user names
+    vocabulary: Vocabulary = field(default_factory=Vocabulary)  # of its scene recaps
     budget: int = 0  # tokens the memory's macros may fill (the template's text aside)
 
 
@@ -110,9 +113,7 @@ def request_memory(
         before = present_from
         if drop and view.cutoff is not None:
             before = max(before or 0, view.cutoff + 1)
-        texts = [messages[i].text for i in history[-settings.relevant_scenes_context :]]
-        query = match_query(search_terms(texts, view.names))
-        ranked = search.ranked(ident.chat_id, query, SEARCH_LIMIT, MIN_SCORE)
+        ranked = rank_scenes(search, view, ident.chat_id, messages, history, settings)
         scenes = render_scenes(pick_scenes(ranked, view.scenes, before, room))
     values = {
         "running_recap": view.running,
@@ -120,6 +121,31 @@ def request_memory(
         "relevant_scenes": scenes,
     }
     return RequestMemory(values, tuple(drop))
+
+
+def rank_scenes(
+    search: SceneRanker,
+    view: MemoryView,
+    chat_id: str,
+    messages: Sequence[ChatMessage],
+    history: Sequence[int],
+    settings: MemorySettings,
+) -> list[int]:
+    """The scenes that match the user's last message, best first, then those that match
+    the last few chat messages."""
+    recent = history[-settings.relevant_scenes_context :]
+    users = [i for i in recent if messages[i].role == "user"]
+    words = view.vocabulary
+    asked = search_terms([messages[users[-1]].text], words, view.names) if users else []
+    context = search_terms(
+        [messages[i].text for i in recent], words, (*view.names, *asked), rarest=True, limit=6
+    )
+    ranked: list[int] = []
+    for terms in (asked, context):
+        if terms:
+            found = search.ranked(chat_id, match_query(terms), SEARCH_LIMIT, MIN_SCORE)
+            ranked.extend(uid for uid in found if uid not in ranked)
+    return ranked
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,11 +191,30 @@ def build_view(
             if done.edited or done.source_hash == text_hash(record.message.mes):
                 recaps.append(Candidate(record.position, count(done.recap), done.recap))
     scenes: dict[int, SceneCard] = {}
+    vocabulary = Vocabulary()
     if settings.relevant_scenes_max_tokens:
+        known = old.scenes if old is not None else {}
         for scene, recap in memory.scene_cards(chat_id):
             name = scene.name or recap.scene_name or ""
-            tokens = count(scene_entry(name, recap.recap)) + SEPARATOR_TOKENS
-            scenes[scene.uid] = SceneCard(scene.uid, scene.position, name, recap.recap, tokens)
+            card = known.get(scene.uid)
+            if card is None or (card.last, card.name, card.recap) != (
+                scene.position,
+                name,
+                recap.recap,
+            ):
+                tokens = count(scene_entry(name, recap.recap)) + SEPARATOR_TOKENS
+                words = words_of(f"{name} {recap.recap}")
+                card = SceneCard(scene.uid, scene.position, name, recap.recap, tokens, words)
+            scenes[scene.uid] = card
+        same = (
+            old is not None
+            and old.scenes.keys() == scenes.keys()
+            and all(old.scenes[uid] is card for uid, card in scenes.items())
+        )
+        if same and old is not None:
+            vocabulary = old.vocabulary
+        else:
+            vocabulary = Vocabulary.of(card.words for card in scenes.values())
     names = chat_names(db, chat_id, inputs.persona)
     return MemoryView(
         running=running,
@@ -181,6 +226,7 @@ def build_view(
         running_tokens=count(running),
         scenes=scenes,
         names=(names["char"], names["user"]),
+        vocabulary=vocabulary,
         budget=budget,
     )
 

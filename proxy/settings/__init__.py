@@ -28,7 +28,7 @@ from pydantic import (
 from proxy.core.models import Placement, Position, Role
 from proxy.errors import ConfigError
 from proxy.memory.settings import MemorySettings
-from proxy.settings.base import APP_NAME, Section, UserPath
+from proxy.section import APP_NAME, Section, UserPath
 
 ENV_PREFIX = "RECAP_PROXY_"
 ENV_NESTING = "__"

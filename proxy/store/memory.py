@@ -307,6 +307,12 @@ class MemoryTable:
         ).fetchall()
         return [(_break(tuple(row)[:8]), SceneRecap(*tuple(row)[8:])) for row in rows]
 
+    def optimize_search(self) -> None:
+        """Merge the scene index into one segment. Each write adds a segment, and a query
+        reads them all: after a few hundred scenes that triples a query's time (a few ms
+        for 500 scenes, once per change to a chat's scenes)."""
+        self.db.execute("INSERT INTO scene_search(scene_search) VALUES('optimize')")
+
     def add_scene_recap(
         self,
         chat_id: str,

@@ -6,33 +6,57 @@ from proxy.core.recall import (
     HEADING,
     MAX_TERMS,
     SceneCard,
+    Vocabulary,
     match_query,
     pick_scenes,
     render_scenes,
     search_terms,
+    words_of,
 )
 
 
-def test_terms_are_content_words_newest_first_without_names() -> None:
+def vocabulary_of(*texts: str) -> Vocabulary:
+    return Vocabulary.of(words_of(text) for text in texts)
+
+
+WORDS = vocabulary_of(
+    "Ava hid the brass key under the mill in room 42.",
+    "Tom shows the map.",
+    "The storm passes; Tom keeps watch.",
+)
+
+
+def test_terms_are_words_a_scene_holds_newest_first_without_names() -> None:
     texts = [
         "Ava shows Tom the Brass Key she found at the mill.",
-        "Tom: Where did you hide the brass key, Ava? It's room 42 I need.",
+        "Tom: Where did you hide the brass keys, Ava? It's room 42 I need, and a boat.",
     ]
-    terms = search_terms(texts, ignore=["Ava", "Tom Miller"])
-    # The newest message's words lead; stop words, names and short words are gone,
-    # numbers stay, and a word is asked once.
-    assert terms[:5] == ["hide", "brass", "key", "room", "42"]
-    assert "shows" in terms and "mill" in terms
-    for gone in ("ava", "tom", "miller", "the", "where", "did", "you", "its", "she"):
-        assert gone not in terms
-    assert terms.count("brass") == 1
+    terms = search_terms(texts, WORDS, ignore=["Ava", "Tom Miller"])
+    # The newest message's words lead; stop words, names, short words and words no scene
+    # holds ("hide", "boat") are gone; "keys" is asked for as a scene says "key".
+    assert terms == ["brass", "keys", "room", "42", "shows", "mill"]
+    assert search_terms(texts, WORDS, rarest=True, limit=2) == ["brass", "keys"]
+
+
+def test_a_word_in_many_scenes_ranks_nothing() -> None:
+    scenes = [f"The forest at dawn, scene {i}." for i in range(20)] + ["The silver compass."]
+    words = vocabulary_of(*scenes)
+    assert words.scenes == 21 and words.weight("forest") is None
+    assert words.weight("compass") == 1 and words.weight("compasses") is None
+    assert search_terms(["Where is the silver compass in the forest?"], words) == [
+        "silver",
+        "compass",
+    ]
+    # A short chat has no common words yet: every scene's words may rank.
+    assert vocabulary_of("The forest.", "The forest again.").weight("forest") == 2
 
 
 def test_terms_are_bounded_and_quoted_safely() -> None:
     many = " ".join(f"word{i}" for i in range(100))
-    assert len(search_terms([many])) == MAX_TERMS
+    assert len(search_terms([many], vocabulary_of(many))) == MAX_TERMS
     # FTS5 syntax in a chat message is searched as words, never run as a query.
-    assert search_terms(['NEAR("a" OR b) AND NOT * col:x']) == ["near", "col"]
+    syntax = 'NEAR("a" OR b) AND NOT * col:x'
+    assert search_terms([syntax], vocabulary_of("near col")) == ["near", "col"]
     assert match_query(["near", "col"]) == '"near" OR "col"'
     assert match_query([]) == ""
 

@@ -36,7 +36,10 @@ from typing import Any
 
 from aiohttp import web
 
+from proxy.core.tokens import TokenCounter
+
 REPLY = "[fake-llm reply] The forest is quiet tonight."
+COUNTER = TokenCounter()
 
 
 @dataclass
@@ -59,6 +62,8 @@ class FakeState:
     held: asyncio.Event = field(default_factory=asyncio.Event)  # a `hold` call arrived
     release: asyncio.Event = field(default_factory=asyncio.Event)  # lets `hold` calls answer
     operations: list[str] = field(default_factory=list)  # the proxy's own calls, in order
+    # operation -> [calls, prompt tokens, answer tokens] (cl100k), for benchmarks
+    usage: dict[str, list[int]] = field(default_factory=dict)
 
 
 STATE = web.AppKey("state", FakeState)
@@ -249,6 +254,11 @@ async def chat(request: web.Request) -> web.StreamResponse:
         else:
             answer = memory_answer(operation, prompt)
         answer, finish = limited(answer, limit)
+        counted = state.usage.setdefault(operation, [0, 0, 0])
+        prompt_tokens = sum(COUNTER.count(str(m.get("content", ""))) for m in payload["messages"])
+        counted[0] += 1
+        counted[1] += prompt_tokens
+        counted[2] += COUNTER.count(answer)
         return web.json_response(completion(answer, model=model, finish=finish))
     reply, finish = limited(REPLY, limit)
     if not payload.get("stream"):
@@ -280,6 +290,17 @@ async def chat(request: web.Request) -> web.StreamResponse:
     return response
 
 
+async def stats(request: web.Request) -> web.Response:
+    """`GET /_fake/stats`: the proxy's own calls so far, per operation (benchmarks)."""
+    usage = request.app[STATE].usage
+    return web.json_response(
+        {
+            op: {"calls": c, "prompt_tokens": p, "answer_tokens": a}
+            for op, (c, p, a) in usage.items()
+        }
+    )
+
+
 async def echo(request: web.Request) -> web.Response:
     """Any other path: say what arrived, so passthrough can be checked."""
     seen = await _seen(request)
@@ -306,6 +327,7 @@ def make_fake_llm(state: FakeState | None = None) -> web.Application:
     app[STATE] = state or FakeState()
     app.router.add_get("/v1/models", models)
     app.router.add_post("/v1/chat/completions", chat)
+    app.router.add_get("/_fake/stats", stats)
     app.router.add_route("*", "/{tail:.*}", echo)
     return app
 

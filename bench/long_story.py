@@ -1,0 +1,420 @@
+"""Memory for a long story, end to end: a generated chat backfilled through `serve`, then
+asked about facts planted in early, middle and late scenes. Prints figures; not a test.
+
+    python bench/long_story.py [--messages 1200] [--scale 10000]
+
+The story has a scene every 20 messages (its last character message carries
+`[END SCENE]`), and a fact planted in every third scene ("Ava hid the Amber Lantern under
+the Weeping Bridge."). `recap-proxy serve` runs in its own process over a temp ST data
+folder, against the fake model in another (`tests/fakes/fake_llm.py`), which behaves as a
+model does on a long story: its scene recaps keep the scene's named things, its running
+recap grows by a scene each fold whatever the budget, its condenser keeps only the newest
+lines, and an answer past `max_tokens` is cut off with `finish_reason: "length"`. The chat
+is built with `recap-proxy backfill` (its progress bar goes to stderr); then, for each
+fact, the user's next message asks about it (saved first, as ST does) and the request is
+previewed through the proxy.
+
+Printed: scenes found, failed jobs, whether every closed scene is folded in, recall (asked
+facts whose text reached the model in the inserted memory, not in the chat history), the
+largest inserted memory, upkeep calls and prompt tokens per 100 messages, backfill wall
+time, and the chat path's relevance selection (search and choice) over 500 scenes. With
+`--scale N`, a second chat of N messages is backfilled too (calls and wall time).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+import aiohttp  # noqa: E402
+
+from bench.overhead import free_port, start  # noqa: E402
+from proxy.core.models import ChatMessage  # noqa: E402
+from proxy.core.recall import SceneCard, Vocabulary, pick_scenes, render_scenes, words_of  # noqa: E402
+from proxy.core.tokens import TokenCounter  # noqa: E402
+from proxy.memory.settings import MemorySettings  # noqa: E402
+from proxy.memory.views import MemoryView, rank_scenes  # noqa: E402
+from proxy.sillytavern.chatfile import STMessage  # noqa: E402
+from proxy.sillytavern.reconcile import Event  # noqa: E402
+from proxy.store import ChatRecord, Database  # noqa: E402
+from proxy.store.search import SceneSearch  # noqa: E402
+from tests.fakes.fake_llm import END_SCENE  # noqa: E402
+from tests.st_data import save_like_st  # noqa: E402
+
+CHAR, USER = "Ava", "Tom"
+SCENE_LENGTH = 20
+FILLER = (  # noqa: SIM905 (a word list reads better as text)
+    "forest path night fire wind rain morning road village stone river bridge tower gate "
+    "wall door window lantern rope blade cloak boots map coin letter song story ale bread "
+    "horse cart dog crow wolf deer oak pine moss fog snow ice smoke ash dust light shadow "
+    "quiet slow tired warm cold wet dark bright old young long short heavy soft rough "
+    "walk talk listen watch wait rest climb cross follow lead carry drop open close laugh "
+    "smile frown sigh shrug nod whisper shout sing pray dream remember forget promise"
+).split()
+PLACES = ("Mill Hollow", "Crow Tower", "Saltmarsh", "the Greyford", "Ember Hill", "Thornwick")
+# 24 of each: every fact names a thing and a spot no other fact names.
+ADJECTIVES = (  # noqa: SIM905 (a word list reads better as text)
+    "Amber Brass Cobalt Ivory Jade Obsidian Scarlet Copper Silver Onyx Crimson Golden Azure "
+    "Pewter Violet Bronze Emerald Sable Russet Pearl Umber Ashen Coral Frost"
+).split()
+THINGS = (  # noqa: SIM905 (a word list reads better as text)
+    "Lantern Key Compass Locket Dagger Chalice Mask Ring Map Horn Seal Crown Mirror Flute "
+    "Feather Coin Scroll Bell Idol Shield Torc Quill Sextant Astrolabe"
+).split()
+SPOTS = (  # noqa: SIM905 (a word list reads better as text)
+    "Weeping Bridge,Old Well,Hollow Oak,Chapel Ruin,Salt Cellar,Toll House,Miller's Loft,"
+    "Fox Den,Bell Tower,Drowned Barn,Stone Circle,Ferry Post,Rook Nest,Cider Press,Lime Kiln,"
+    "Tanner's Yard,Shrine Steps,Hay Loft,Pike Pond,Watch Cairn,Grain Store,Smithy Vault,"
+    "Boat Shed,Peat Bank"
+).split(",")
+
+
+def chat_id(char: str) -> str:
+    return f"default-user/chats/{char}/{char} - 2026-11-22@10h00m00s"
+
+
+def story(n: int, seed: int = 11) -> tuple[list[dict[str, Any]], list[tuple[int, str, str]]]:
+    """n messages (ending with the user's), and the facts: (scene, fact sentence, thing)."""
+    rng = random.Random(seed)
+    messages: list[dict[str, Any]] = []
+    facts: list[tuple[int, str, str]] = []
+    for i in range(n):
+        is_user = bool(i % 2)
+        scene = i // SCENE_LENGTH
+        words = rng.randint(12, 30) if is_user else rng.randint(50, 110)
+        text = " ".join(rng.choice(FILLER) for _ in range(words)).capitalize() + "."
+        if not is_user:
+            # What happens: a named place, as every scene has (what recaps are made of).
+            text += f" {CHAR} and {USER} {rng.choice(FILLER)} near {rng.choice(PLACES)}."
+        if not is_user and scene % 3 == 0 and i % SCENE_LENGTH == 4:
+            n_fact = len(facts)
+            thing = f"{ADJECTIVES[n_fact % 24]} {THINGS[(n_fact * 7) % 24]}"
+            fact = f"{CHAR} hid the {thing} under the {SPOTS[(n_fact * 5) % 24]}."
+            facts.append((scene, fact, thing))
+            text += " " + fact
+        if not is_user and i % SCENE_LENGTH == SCENE_LENGTH - 2:
+            text += f" They part ways at the gate. {END_SCENE}"
+        messages.append(
+            {
+                "name": USER if is_user else CHAR,
+                "is_user": is_user,
+                "send_date": f"2026-11-22T10:{i // 60 % 60:02d}:{i % 60:02d}.000Z",
+                "mes": text,
+                "swipes": [text],
+                "swipe_id": 0,
+                "extra": {},
+            }
+        )
+    return messages, facts
+
+
+def save(path: Path, char: str, messages: list[dict[str, Any]]) -> None:
+    header = {"user_name": USER, "character_name": char, "chat_metadata": {"integrity": char}}
+    save_like_st(path, "\n".join(json.dumps(m) for m in [header, *messages]).encode() + b"\n")
+
+
+def request(messages: list[dict[str, Any]]) -> dict[str, Any]:
+    system = [
+        {"role": "system", "content": f"You are {CHAR}, a ranger. Stay in character."},
+        {"role": "system", "content": "[Start a new Chat]"},
+    ]
+    history = [
+        {"role": "user" if m["is_user"] else "assistant", "content": m["mes"]} for m in messages
+    ]
+    return {"model": "fake-model", "messages": system + history}
+
+
+class Serve:
+    """`recap-proxy serve` in its own process, and the calls a user makes to it."""
+
+    def __init__(self, tmp: Path, llm_url: str) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.data = tmp / "data"
+        (self.data / "default-user" / "chats").mkdir(parents=True)
+        config = tmp / "config.toml"
+        config.write_text(
+            f"""
+[server]
+port = {self.port}
+log_level = "warning"
+[upstream]
+base_url = "{llm_url}"
+[sillytavern]
+data_dir = "{self.data}"
+debounce_ms = 20
+[store]
+path = "{tmp / "store.sqlite3"}"
+[memory]
+templates_dir = "{tmp / "no-templates"}"
+[memory.llm]
+model = "fake-model"
+"""
+        )
+        self.config = config
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def __enter__(self) -> Serve:
+        self.proc = start(["-m", "proxy", "serve", "--config", str(self.config)], self.port)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.proc is not None:
+            self.proc.terminate()
+            self.proc.wait(10)
+
+    def backfill(self, chat: str) -> float:
+        """`recap-proxy backfill` as a user runs it; its wall time."""
+        began = time.perf_counter()
+        env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        subprocess.run(
+            [sys.executable, "-m", "proxy", "backfill", "--config", str(self.config), chat],
+            cwd=ROOT,
+            env=env,
+            check=False,
+        )
+        return time.perf_counter() - began
+
+
+async def wait_indexed(session: aiohttp.ClientSession, url: str, chat: str, total: int) -> None:
+    for _ in range(2000):
+        async with session.get(f"{url}/recap/api/chats") as r:
+            if r.status == 200:
+                chats = await r.json()
+                if any(c["id"] == chat and c["messages"] == total for c in chats):
+                    return
+            elif r.status != 503:  # 503: the data folder is not indexed yet
+                raise RuntimeError(f"listing chats: {r.status} {await r.text()}")
+        await asyncio.sleep(0.05)
+    raise RuntimeError(f"{chat} was never indexed with {total} messages")
+
+
+async def memory_state(session: aiohttp.ClientSession, url: str, chat: str) -> dict[str, Any]:
+    base = f"{url}/recap/api/chats/{quote(chat, safe='')}"
+    async with session.get(f"{base}/memory") as r:
+        overview = await r.json()
+    async with session.get(f"{base}/scenes") as r:
+        scenes = await r.json()
+    async with session.get(f"{url}/recap/api/queue?chat={quote(chat, safe='')}") as r:
+        jobs = (await r.json())["jobs"]
+    return {"overview": overview, "scenes": scenes, "jobs": jobs}
+
+
+async def stats(session: aiohttp.ClientSession, llm_url: str) -> dict[str, dict[str, int]]:
+    async with session.get(llm_url.removesuffix("/v1") + "/_fake/stats") as r:
+        result: dict[str, dict[str, int]] = await r.json()
+        return result
+
+
+def usage_since(after: dict[str, Any], before: dict[str, Any]) -> dict[str, tuple[int, int]]:
+    return {
+        op: (
+            v["calls"] - before.get(op, {}).get("calls", 0),
+            v["prompt_tokens"] - before.get(op, {}).get("prompt_tokens", 0),
+        )
+        for op, v in after.items()
+    }
+
+
+async def long_story(serve: Serve, llm_url: str, n: int) -> dict[str, Any]:
+    messages, facts = story(n)
+    chat = chat_id(CHAR)
+    path = serve.data / f"{chat}.jsonl"
+    save(path, CHAR, messages)
+    counter = TokenCounter()
+    async with aiohttp.ClientSession() as session:
+        await wait_indexed(session, serve.url, chat, n)
+        before = await stats(session, llm_url)
+        wall = await asyncio.to_thread(serve.backfill, CHAR)
+        used = usage_since(await stats(session, llm_url), before)
+        state = await memory_state(session, serve.url, chat)
+        # Ask about facts from early, middle and late scenes, as the user's next message.
+        asked, recalled, inserted = 0, 0, []
+        closed = [f for f in facts if f[0] < n // SCENE_LENGTH - 1]
+        for _, fact, thing in closed:
+            question = f"Tom stops at the crossroads. Do you still have the {thing}? Where is it?"
+            messages[-1]["mes"] = messages[-1]["swipes"][0] = question
+            save(path, CHAR, messages)
+            await asyncio.sleep(0.1)  # the watcher's debounce; planning follows the edit
+            async with session.post(f"{serve.url}/recap/api/preview", json=request(messages)) as r:
+                preview = await r.json()
+            injected = (preview["injected"] or {}).get("text", "")
+            sent = preview["body"]["messages"]
+            history = " ".join(m["content"] for m in sent if m["content"] != injected)
+            inserted.append(counter.count(injected) if injected else 0)
+            asked += 1
+            # The fact itself, not the question's words: "Amber Lantern under the Weeping Bridge".
+            core = fact.removeprefix(f"{CHAR} hid the ").removesuffix(".")
+            if core in injected and core not in history:
+                recalled += 1
+            elif os.environ.get("BENCH_DEBUG"):
+                print(f"\nnot recalled: {fact}\n{injected}\n", file=sys.stderr)
+    scenes = state["scenes"]
+    running = state["overview"]["running_recap"]
+    return {
+        "messages": n,
+        "scenes_written": n // SCENE_LENGTH,
+        "scenes": len(scenes),
+        "failed": sum(1 for j in state["jobs"] if j["state"] == "failed"),
+        "folded": running is not None and running["new_scene_index"] == scenes[-1]["index"],
+        "running_tokens": counter.count(running["content"]) if running else 0,
+        "recall": (recalled, asked),
+        "inserted_max": max(inserted, default=0),
+        "used": used,
+        "wall": wall,
+    }
+
+
+async def scale(serve: Serve, llm_url: str, n: int) -> dict[str, Any]:
+    char = "Mira"
+    messages, _ = story(n, seed=5)
+    for m in messages:
+        if not m["is_user"]:
+            m["name"] = char
+    chat = chat_id(char)
+    save(serve.data / f"{chat}.jsonl", char, messages)
+    async with aiohttp.ClientSession() as session:
+        await wait_indexed(session, serve.url, chat, n)
+        before = await stats(session, llm_url)
+        wall = await asyncio.to_thread(serve.backfill, char)
+        used = usage_since(await stats(session, llm_url), before)
+        state = await memory_state(session, serve.url, chat)
+    running = state["overview"]["running_recap"]
+    scenes = state["scenes"]
+    return {
+        "messages": n,
+        "scenes": len(scenes),
+        "failed": sum(1 for j in state["jobs"] if j["state"] == "failed"),
+        "folded": running is not None and running["new_scene_index"] == scenes[-1]["index"],
+        "used": used,
+        "wall": wall,
+    }
+
+
+def zipf_words(rng: random.Random, count: int, vocabulary: int = 5000) -> list[str]:
+    """Words drawn as in natural text (Zipf): a few very common, most rare."""
+    weights = [1 / (k + 1) for k in range(vocabulary)]
+    picks = rng.choices(range(vocabulary), weights=weights, k=count)
+    return [f"{FILLER[k % len(FILLER)]}{k // len(FILLER)}" for k in picks]
+
+
+def selection(scenes: int = 500, rounds: int = 2000) -> tuple[float, float]:
+    """p50 and p95 (ms) of the chat path's relevance selection over a chat of `scenes`
+    scenes (recaps of 150 words from a 5,000-word vocabulary of natural frequencies):
+    search terms, the bm25 queries, the choice within budget, the text."""
+    rng = random.Random(3)
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "store.sqlite3"
+        db = Database(path, time.time)
+        chat = "default-user/chats/Ava/big"
+        record = ChatRecord(
+            chat, "default-user", "character", "Ava", None, None, "big", f"{chat}.jsonl",
+            None, None, None, 0, 0, None, 0, 0, None, False,
+        )  # fmt: skip
+        mes = [STMessage(name=CHAR, mes=f"m{i}") for i in range(scenes)]
+        db.save_chat(record, [None] * scenes, [b"%d" % i for i in range(scenes)], mes.__getitem__,
+                     [Event("added", i) for i in range(scenes)])  # fmt: skip
+        counter = TokenCounter()
+        cards: dict[int, SceneCard] = {}
+        for position, m in enumerate(db.messages(chat)):
+            recap = " ".join(zipf_words(rng, 150)) + (
+                f" {CHAR} hid the {rng.choice(ADJECTIVES)} {rng.choice(THINGS)} near "
+                f"{rng.choice(PLACES)}."
+            )
+            db.memory.set_break(chat, m.uid, "auto", 0.0)
+            db.memory.add_scene_recap(chat, m.uid, recap, 0.0, scene_name=f"Scene {position}",
+                                      source="llm")  # fmt: skip
+            cards[m.uid] = SceneCard(m.uid, position, f"Scene {position}", recap,
+                                     counter.count(recap), words_of(recap))  # fmt: skip
+        db.memory.optimize_search()  # as planning does after a chat's scenes change
+        view = MemoryView(
+            scenes=cards,
+            names=(CHAR, USER),
+            vocabulary=Vocabulary.of(c.words for c in cards.values()),
+        )
+        settings = MemorySettings()
+        search = SceneSearch(path)
+        times = []
+        for i in range(rounds):
+            texts = [" ".join(zipf_words(rng, 60)) for _ in range(3)]
+            question = f"Where is the {rng.choice(ADJECTIVES)} {rng.choice(THINGS)}, {CHAR}?"
+            messages = [
+                ChatMessage("assistant" if k % 2 else "user", text)
+                for k, text in enumerate([*texts, question][::-1])
+            ][::-1]
+            history = list(range(len(messages)))
+            began = time.perf_counter()
+            ranked = rank_scenes(search, view, chat, messages, history, settings)
+            render_scenes(pick_scenes(ranked, cards, scenes - 10, 800))
+            times.append(time.perf_counter() - began)
+            if i == 0:
+                times.clear()  # the first query opens the connection
+        search.close()
+        db.close()
+    times.sort()
+    return 1000 * statistics.median(times), 1000 * times[int(len(times) * 0.95)]
+
+
+def report_usage(n: int, used: dict[str, tuple[int, int]]) -> None:
+    per = 100 / n
+    calls = sum(c for c, _ in used.values())
+    tokens = sum(t for _, t in used.values())
+    print(f"upkeep: {calls} calls ({calls / n:.3f} per message), {calls * per:.1f} calls and "
+          f"{tokens * per:,.0f} prompt tokens per 100 messages")  # fmt: skip
+    for op, (c, t) in sorted(used.items()):
+        print(f"  {op:<23} {c:5d} calls  {t * per:>9,.0f} prompt tokens per 100 messages")
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--messages", type=int, default=1200)
+    parser.add_argument("--scale", type=int, default=0, help="also backfill a chat this long")
+    args = parser.parse_args()
+    port = free_port()
+    fake = start(["-m", "tests.fakes.fake_llm", "--port", str(port)], port)
+    llm_url = f"http://127.0.0.1:{port}/v1"
+    try:
+        with tempfile.TemporaryDirectory() as tmp, Serve(Path(tmp), llm_url) as serve:
+            result = await long_story(serve, llm_url, args.messages)
+            big = await scale(serve, llm_url, args.scale) if args.scale else None
+    finally:
+        fake.terminate()
+    n = result["messages"]
+    recalled, asked = result["recall"]
+    print(f"\n== long story: {n} messages, {result['scenes_written']} scenes written")
+    print(f"scenes found: {result['scenes']}; failed jobs: {result['failed']}; every closed "
+          f"scene folded in: {'yes' if result['folded'] else 'NO'}")  # fmt: skip
+    print(f"running recap: {result['running_tokens']} tokens (budget 1200)")
+    print(f"recall: {recalled}/{asked} asked facts in the inserted memory "
+          f"({100 * recalled / max(1, asked):.0f} %); largest inserted memory "
+          f"{result['inserted_max']} tokens (budget 2500)")  # fmt: skip
+    report_usage(n, result["used"])
+    print(f"backfill wall time: {result['wall']:.1f} s")
+    p50, p95 = selection()
+    print(f"relevance selection on the chat path, 500 scenes: p50 {p50:.3f} ms, p95 {p95:.3f} ms")
+    if big is not None:
+        folded = "yes" if big["folded"] else "NO"
+        print(
+            f"\n== backfill at scale: {big['messages']} messages, {big['scenes']} scenes "
+            f"found, {big['failed']} failed jobs, every closed scene folded in: {folded}"
+        )
+        report_usage(big["messages"], big["used"])
+        print(f"backfill wall time: {big['wall']:.1f} s")
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
