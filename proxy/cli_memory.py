@@ -165,6 +165,8 @@ async def run_memory_command(args: argparse.Namespace) -> int:
 
 
 async def _backfill(server: Server, chat: str, base: str, *, wait: bool) -> int:
+    queue = f"/recap/api/queue?chat={quote(chat, safe='')}"
+    before = max((j["id"] for j in (await server.call("GET", queue))["jobs"]), default=0)
     started = await server.call("POST", f"{base}/backfill")
     print(f"{chat}: {started['queued']} job(s) queued", file=sys.stderr)
     if started.get("waiting_for_model"):
@@ -175,34 +177,47 @@ async def _backfill(server: Server, chat: str, base: str, *, wait: bool) -> int:
         )
     if not wait:
         return 0
-    first_seen: set[int] = set()
     began = time.monotonic()
+    quiet = 0  # polls in a row with nothing queued or running
     while True:
-        listing = await server.call("GET", f"/recap/api/queue?chat={quote(chat, safe='')}")
-        jobs = [j for j in listing["jobs"] if j["created"] >= 0]
-        live = [j for j in jobs if j["state"] in ("queued", "running")]
-        first_seen |= {j["id"] for j in live}
-        ours = [j for j in jobs if j["id"] in first_seen]
-        done = sum(1 for j in ours if j["state"] not in ("queued", "running"))
+        listing = await server.call("GET", queue)
+        ours = [j for j in listing["jobs"] if j["id"] > before]
+        live = sum(1 for j in ours if j["state"] in ("queued", "running"))
         failed = sum(1 for j in ours if j["state"] == "failed")
         overview = await server.call("GET", f"{base}/memory")
-        _progress(done, len(ours), overview["scenes"], failed, time.monotonic() - began)
-        if not live:
+        # Planning follows each finished job: work is done only when two polls in a row
+        # find nothing queued or running.
+        quiet = 0 if live else quiet + 1
+        _progress(overview, len(ours) - live, failed, time.monotonic() - began, quiet >= 2)
+        if quiet >= 2:
             break
         if listing["paused"]:
             print("\nthe queue is paused: `recap-proxy queue resume`", file=sys.stderr)
             return 1
         await asyncio.sleep(POLL_SECONDS)
     print(file=sys.stderr)
+    for failure in overview.get("failures", []):
+        print(f"failed: {failure['operation']}: {failure['error']}", file=sys.stderr)
     return 1 if failed else 0
 
 
-def _progress(done: int, total: int, scenes: int, failed: int, seconds: float) -> None:
+def _progress(
+    overview: dict[str, Any], calls: int, failed: int, seconds: float, done: bool
+) -> None:
+    """One line, redrawn: how far the running recap covers the chat, scenes found and
+    folded in, jobs done, failures, time."""
     width = 30
-    filled = width if total == 0 else int(width * done / total)
+    total = max(1, int(overview.get("messages") or 0))
+    covered = int(overview.get("covered_through", -1)) + 1
+    filled = width if done else min(width, width * covered // total)
     bar = "#" * filled + "." * (width - filled)
+    running = overview.get("running_recap") or {}
+    folded = int(running.get("scene_count") or 0)
     extra = f", {failed} failed" if failed else ""
-    line = f"\r[{bar}] {done}/{total} jobs, {scenes} scene(s){extra}, {seconds:.0f} s"
+    line = (
+        f"\r[{bar}] {covered:,}/{total:,} messages covered, {overview['scenes']} scene(s) "
+        f"({folded} folded in), {calls} job(s) done{extra}, {seconds:.0f} s"
+    )
     print(line, end="", file=sys.stderr, flush=True)
 
 
@@ -222,6 +237,11 @@ async def _memory(server: Server, base: str, args: argparse.Namespace) -> int:
     print(
         f"queue:   {queue['queued']} queued, {queue['running']} running, {queue['failed']} failed"
     )
+    for failure in overview.get("failures", []):
+        print(f"failed:  {failure['operation']} (job {failure['job']}): {failure['error']}")
+    if overview.get("failures"):
+        print("         (made again by itself after [queue] failed_retry_minutes, or now with "
+              "`recap-proxy queue retry ID`)")  # fmt: skip
     print(f"recaps:  {overview['message_recaps']} message recap(s)")
     for scene in scenes:
         hidden = "" if scene["visible"] else " (hidden)"

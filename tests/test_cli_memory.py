@@ -26,6 +26,7 @@ async def test_backfill_builds_a_whole_chat_with_progress(
     assert await cli(memory, "backfill", "Ava - 2026-11-22@10h00m00s") == 0
     err = capsys.readouterr().err
     assert "job(s) queued" in err and "[##############################]" in err
+    assert "46/60 messages covered, 3 scene(s) (3 folded in)" in err
     assert await cli(memory, "memory", "Ava") == 0
     out = capsys.readouterr().out
     assert "scene    #0-12" in out and "scene    #13-30" in out and "scene    #31-45" in out
@@ -122,3 +123,17 @@ async def test_the_cli_sends_the_access_key_from_the_config(
         await cli(memory, "queue")
     monkeypatch.setenv("RECAP_PROXY_SERVER__ACCESS_KEY", "s3cret")
     assert await cli(memory, "queue", "pause") == 0
+
+
+async def test_memory_shows_a_failed_job_and_how_it_comes_back(
+    memory_proxy: MemoryFactory, capsys: pytest.CaptureFixture[str]
+) -> None:
+    memory = await memory_proxy(16, ends={8}, **{"memory.message_recaps": False})
+    memory.fake.state.faults = {"scene_recap": ["status=401"]}
+    await memory.client.post("/v1/chat/completions", json=memory.story.request())
+    await memory.until(lambda db: db.jobs.list(CHAT_ID, ("failed",)))
+    assert await cli(memory, "memory", "Ava") == 0
+    out = capsys.readouterr().out
+    assert "queue:   0 queued, 0 running, 1 failed" in out
+    assert "failed:  scene_recap (job " in out and "401" in out
+    assert "failed_retry_minutes" in out

@@ -59,6 +59,21 @@ class Covered:
             by_raw.setdefault(raw, []).append(i)
         return cls(tuple(fps), raws, by_fp, by_raw)
 
+    def extended(self, fps: Sequence[frozenset[int]], texts: Sequence[str]) -> Covered:
+        """These messages covered too, after the others (the cutoff moved on): a new
+        value that shares what did not change, so that a long chat's covered messages
+        are not all fingerprinted again at every scene."""
+        base = len(self.fps)
+        by_fp = dict(self.by_fp)
+        for i, prints in enumerate(fps, base):
+            for fp in prints:
+                by_fp[fp] = [*by_fp.get(fp, ()), i]
+        raws = tuple(hash(text) for text in texts)
+        by_raw = dict(self.by_raw)
+        for i, raw in enumerate(raws, base):
+            by_raw[raw] = [*by_raw.get(raw, ()), i]
+        return Covered((*self.fps, *fps), (*self.raws, *raws), by_fp, by_raw)
+
 
 class _Request:
     """A request's history texts, hashed lazily: the exact text first, the normalised

@@ -10,11 +10,11 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Protocol, TypeVar
 
-from proxy.core.jsontypes import JSONObject
+from proxy.core.jsontypes import JSONObject, JSONValue
 from proxy.errors import Conflict, NotFound
 from proxy.memory.chatinfo import swipe_of
 from proxy.memory.operations import Operation, job_key
-from proxy.memory.running import drop_running_from
+from proxy.memory.running import covered_through, drop_running_from
 from proxy.memory.views import MemoryView
 from proxy.sillytavern.chatfile import text_hash
 from proxy.store import Database, Store
@@ -94,11 +94,24 @@ class MemoryActions:
             current = db.memory.current_running(chat_id)
             jobs = db.jobs.list(chat_id, ("queued", "running", "failed"))
             view = self.engine.views.get(chat_id)
+            breaks = [b for b in db.memory.breaks(chat_id) if b.visible]
+            checked = db.memory.position_of(state.checked_uid) if state else None
+            failures: list[JSONValue] = [
+                {"job": j.id, "operation": j.operation, "error": j.error, "at": j.updated}
+                for j in jobs
+                if j.state == "failed"
+            ]
+            last_break = breaks[-1].position if breaks else -1
+            scanned = max(-1 if checked is None else checked, last_break)
             return {
                 "chat": chat_id,
                 "enabled": chat.enabled,
                 "active": bool(state and state.active),
-                "scenes": len([b for b in db.memory.breaks(chat_id) if b.visible]),
+                "messages": chat.messages,
+                "scenes": len(breaks),
+                # How far scene detection has read, and the running recap covers.
+                "scanned_through": scanned,
+                "covered_through": covered_through(db, chat_id),
                 "running_recap": _running_json(db.memory, current, current) if current else None,
                 "message_recaps": len(db.memory.message_recaps(chat_id)),
                 "left_out_through": view.cutoff if view else None,
@@ -106,6 +119,7 @@ class MemoryActions:
                     state: sum(1 for j in jobs if j.state == state)
                     for state in ("queued", "running", "failed")
                 },
+                "failures": failures[-5:],
             }
 
         return await self.store.call(work)

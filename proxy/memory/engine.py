@@ -43,6 +43,7 @@ from proxy.sillytavern.chatfile import text_hash
 from proxy.store import Database, Store
 from proxy.store.jobs import Payload
 from proxy.store.memory import MemoryState
+from proxy.store.records import MessageRecord
 from proxy.tasks import TaskSet
 
 log = logging.getLogger(__name__)
@@ -353,11 +354,28 @@ class MemoryEngine:
         reach = s.minimum_scene_length + CONTEXT_BEFORE
         if checked is not None and checked - reach > start:
             start = checked - reach
-        records = [
-            r
-            for r in memory.messages_from(chat_id, start)
-            if shown(r.message, s.scene_break_check_which, hidden=s.include_hidden_messages)
-        ]
+        # A window needs this many of the open scene's shown messages from `start` (the
+        # earliest it may choose, its size, and the context after it); a long open scene
+        # (a backfill) is read that far, in pages, not to the chat's end.
+        needed = (
+            reach
+            + s.minimum_scene_length
+            + s.scene_break_window
+            + s.scene_break_offset
+            + s.scene_break_every
+        )
+        records: list[MessageRecord] = []
+        page = start
+        while len(records) < needed:
+            rows = memory.messages_from(chat_id, page, limit=2 * needed)
+            records.extend(
+                r
+                for r in rows
+                if shown(r.message, s.scene_break_check_which, hidden=s.include_hidden_messages)
+            )
+            if len(rows) < 2 * needed:
+                break
+            page = rows[-1].position + 1
         window = detection_window(
             [r.position for r in records],
             checked=checked if checked is not None and checked > last_break else None,

@@ -199,11 +199,11 @@ class SceneRecapHandler(OperationHandler):
         earlier = [b for b in memory.breaks(chat_id) if b.visible and b.position < scene.position]
         first = earlier[-1].position + 1 if earlier else 0
         which = self.context.settings.scene_recap_message_types
+        hidden = self.context.settings.include_hidden_messages
         records = [
             r
-            for r in memory.messages_from(chat_id, first)
-            if r.position <= scene.position
-            and shown(r.message, which, hidden=self.context.settings.include_hidden_messages)
+            for r in memory.messages_from(chat_id, first, until=scene.position)
+            if shown(r.message, which, hidden=hidden)
         ]
         return records, scene
 

@@ -176,8 +176,15 @@ def build_view(
     running = fit_lines(current.content, budget, count) if current else ""
     breaks = [b.position for b in memory.breaks(chat_id) if b.visible]
     cutoff = trim_cutoff(breaks, through, inputs.settings.auto_hide_scene_count)
-    if old is not None and old.cutoff == cutoff and (since is None or since > (cutoff or -1)):
+    unchanged = old is not None and (since is None or since > (old.cutoff or -1))
+    if old is not None and unchanged and old.cutoff == cutoff:
         covered = old.covered
+    elif old is not None and unchanged and None not in (old.cutoff, cutoff):
+        assert old.cutoff is not None and cutoff is not None
+        if cutoff > old.cutoff:
+            covered = _covered(db, inputs, chat_id, cutoff, old.cutoff + 1, old.covered)
+        else:
+            covered = _covered(db, inputs, chat_id, cutoff)
     else:
         covered = _covered(db, inputs, chat_id, cutoff)
     recaps: list[Candidate] = []
@@ -242,21 +249,29 @@ def fit_lines(text: str, budget: int, count: Callable[[str], int]) -> str:
     return "\n".join(lines)
 
 
-def _covered(db: Database, inputs: ViewInputs, chat_id: str, cutoff: int | None) -> Covered:
+def _covered(
+    db: Database,
+    inputs: ViewInputs,
+    chat_id: str,
+    cutoff: int | None,
+    first: int = 0,
+    before: Covered | None = None,
+) -> Covered:
+    """The covered messages through `cutoff`; with `before` (those up to `first`), only
+    the messages from `first` on are read and fingerprinted."""
     if cutoff is None:
         return Covered(())
     chat = db.chat(chat_id)
     names = chat_names(db, chat_id, inputs.persona)
-    visible = db.memory.visible_through(chat_id, cutoff)
+    visible = db.memory.visible_through(chat_id, cutoff, first)
     # A group's {{char}} is whoever speaks; a character chat's, its character.
     char = chat.display_name if chat is not None and chat.kind != "group" else ""
-    return Covered.of(
-        [
-            index_message(p, is_user, name, text, char=char or name, user=names["user"]).fps
-            for p, is_user, name, text in visible
-        ],
-        [text for *_, text in visible],
-    )
+    fps = [
+        index_message(p, is_user, name, text, char=char or name, user=names["user"]).fps
+        for p, is_user, name, text in visible
+    ]
+    texts = [text for *_, text in visible]
+    return before.extended(fps, texts) if before is not None else Covered.of(fps, texts)
 
 
 def _present_from(ident: Identification, history: Sequence[int]) -> int | None:

@@ -81,6 +81,8 @@ class MessageRecap:
     created: float
 
 
+_END = 2**62  # a position past any chat's end
+
 _BREAK_SELECT = (
     "SELECT b.message_uid, m.position, b.source, b.visible, b.name, b.name_edited, "
     "b.rationale, b.current FROM scene_breaks b JOIN messages m ON m.uid = b.message_uid "
@@ -143,11 +145,19 @@ class MemoryTable:
 
     # -- messages ----------------------------------------------------------------------------
 
-    def messages_from(self, chat_id: str, position: int = 0) -> list[MessageRecord]:
+    def messages_from(
+        self,
+        chat_id: str,
+        position: int = 0,
+        until: int | None = None,
+        limit: int | None = None,
+    ) -> list[MessageRecord]:
+        """Messages from `position` on (through `until`; at most `limit`): a long chat's
+        readers take the stretch they need, never the rest of a 10,000-message chat."""
         rows = self.db.execute(
             f"SELECT {MESSAGE_COLUMNS} FROM messages WHERE chat_id=? AND position>=? "
-            "ORDER BY position",
-            (chat_id, position),
+            "AND position<=? ORDER BY position LIMIT ?",
+            (chat_id, position, _END if until is None else until, -1 if limit is None else limit),
         ).fetchall()
         return [message_from_row(row) for row in rows]
 
@@ -164,13 +174,16 @@ class MemoryTable:
             found.update((row["uid"], message_from_row(row)) for row in rows)
         return found
 
-    def visible_through(self, chat_id: str, last: int) -> list[tuple[int, bool, str, str]]:
-        """(position, is_user, name, text) of the visible messages up to `last`: only the
-        columns trimming's fingerprints need, for chats of many thousand messages."""
+    def visible_through(
+        self, chat_id: str, last: int, first: int = 0
+    ) -> list[tuple[int, bool, str, str]]:
+        """(position, is_user, name, text) of the visible messages from `first` up to
+        `last`: only the columns trimming's fingerprints need, for chats of many thousand
+        messages."""
         rows = self.db.execute(
             "SELECT position, is_user, name, text FROM messages WHERE chat_id=? AND "
-            "position<=? AND is_system=0 ORDER BY position",
-            (chat_id, last),
+            "position>=? AND position<=? AND is_system=0 ORDER BY position",
+            (chat_id, first, last),
         ).fetchall()
         return [(row[0], bool(row[1]), row[2], row[3]) for row in rows]
 

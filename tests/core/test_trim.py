@@ -54,3 +54,19 @@ def test_names_in_content_and_whitespace_still_line_up() -> None:
     request = [ChatMessage("assistant", f"Ava:  line {i}\n") for i in range(4)]
     for exact in (True, False):
         assert droppable(request, list(range(4)), covered(chat[:3], exact=exact)) == [0, 1, 2]
+
+
+def test_extending_the_covered_messages_equals_building_them_whole() -> None:
+    fps = [frozenset({1, 2}), frozenset({3}), frozenset({2, 4}), frozenset({5})]
+    texts = ["a", "b", "c", "a"]
+    whole = Covered.of(fps, texts)
+    first = Covered.of(fps[:2], texts[:2])
+    grown = first.extended(fps[2:], texts[2:])
+    assert (grown.fps, grown.raws, grown.by_fp, grown.by_raw) == (
+        whole.fps,
+        whole.raws,
+        whole.by_fp,
+        whole.by_raw,
+    )
+    # The value it grew from is untouched (a request may still be reading it).
+    assert first.by_fp == Covered.of(fps[:2], texts[:2]).by_fp and len(first.fps) == 2
