@@ -99,10 +99,10 @@ class Meter:
         self.job_cpu: dict[str, list[float]] = defaultdict(list)
         complete, plan = engine.llm.complete, engine.plan
 
-        async def counted(operation: str, chat_id: str, messages: Any) -> Any:
+        async def counted(operation: str, chat_id: str, messages: Any, **limits: Any) -> Any:
             self.calls[operation] += 1
             self.tokens[operation] += sum(counter.count(m["content"]) for m in messages)
-            return await complete(operation, chat_id, messages)
+            return await complete(operation, chat_id, messages, **limits)
 
         def timed_plan(*args: Any, **kwargs: Any) -> int:
             began = time.thread_time()
