@@ -19,8 +19,8 @@ from proxy.memory.views import MemoryView
 from proxy.sillytavern.chatfile import text_hash
 from proxy.store import Database, Store
 from proxy.store.jobs import Payload
-from proxy.store.memory import MemoryTable, RunningRecap, SceneBreak
-from proxy.store.records import ChatRecord, MessageRecord
+from proxy.store.memory import MemoryTable
+from proxy.store.records import ChatRecord, MessageRecord, RunningRecap, SceneBreak
 
 T = TypeVar("T")
 

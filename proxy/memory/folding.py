@@ -26,7 +26,7 @@ from proxy.memory.settings import MemorySettings
 from proxy.sillytavern.chatfile import text_hash
 from proxy.store import Database
 from proxy.store.jobs import Job, Payload
-from proxy.store.memory import MemoryState, RunningRecap, SceneBreak, SceneRecap
+from proxy.store.records import MemoryState, RunningRecap, SceneBreak, SceneRecap
 
 log = logging.getLogger(__name__)
 
@@ -241,7 +241,7 @@ class RunningPlanner:
     def __init__(self, settings: MemorySettings, count: CountTokens) -> None:
         self.settings = settings
         self.count = count
-        self._tokens: dict[tuple[str, int], int] = {}  # (chat, version) -> tokens
+        self._tokens: dict[tuple[str, int, int], int] = {}  # (chat, version, text) -> tokens
 
     def plan(
         self,
@@ -276,7 +276,8 @@ class RunningPlanner:
             return True
         if version.source in KEEP_AS_WRITTEN:
             return False
-        key = (chat_id, version.version)
+        # Version numbers come back after versions are dropped: the text is in the key.
+        key = (chat_id, version.version, hash(version.content))
         tokens = self._tokens.get(key)
         if tokens is None:
             tokens = self._tokens[key] = self.count(version.content)

@@ -33,8 +33,7 @@ from proxy.memory.running import covered_through, drop_running_from, running_bef
 from proxy.sillytavern.chatfile import STMessage, text_hash
 from proxy.store import Database
 from proxy.store.jobs import Job, Payload
-from proxy.store.memory import SceneBreak
-from proxy.store.records import MessageRecord
+from proxy.store.records import MessageRecord, SceneBreak
 
 log = logging.getLogger(__name__)
 

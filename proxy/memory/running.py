@@ -9,7 +9,7 @@ version and every later one with it (they were built on it).
 from __future__ import annotations
 
 from proxy.store import Database
-from proxy.store.memory import RunningRecap
+from proxy.store.records import RunningRecap
 
 
 def newest_at(db: Database, chat_id: str, position: int | None) -> tuple[int, int] | None:

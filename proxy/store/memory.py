@@ -11,75 +11,18 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Callable, Iterable
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
 from typing import Any
 
-from proxy.store.records import MESSAGE_COLUMNS, MessageRecord, message_from_row
-
-
-@dataclass(frozen=True, slots=True)
-class MemoryState:
-    active: bool
-    current_recap: int | None
-    checked_uid: int | None
-    inherited: bool
-    condense_version: int | None = None  # condense this running version before folding on
-
-
-@dataclass(frozen=True, slots=True)
-class SceneBreak:
-    uid: int  # the scene's last message
-    position: int
-    source: str
-    visible: bool
-    name: str | None
-    name_edited: bool
-    rationale: str | None
-    current: int | None  # selected recap version
-
-
-@dataclass(frozen=True, slots=True)
-class SceneRecap:
-    break_uid: int
-    version: int
-    scene_name: str | None
-    recap: str
-    reasoning: str | None
-    source: str
-    created: float
-
-    def public(self, current: int | None) -> dict[str, Any]:
-        return {
-            "version": self.version,
-            "scene_name": self.scene_name,
-            "recap": self.recap,
-            "source": self.source,
-            "created": self.created,
-            "current": self.version == current,
-        }
-
-
-@dataclass(frozen=True, slots=True)
-class RunningRecap:
-    version: int
-    content: str
-    scene_count: int
-    prev_scene_uid: int | None
-    new_scene_uid: int | None
-    source: str
-    created: float
-
-
-@dataclass(frozen=True, slots=True)
-class MessageRecap:
-    uid: int
-    swipe: int
-    source_hash: str
-    recap: str
-    reasoning: str | None
-    edited: bool
-    created: float
-
+from proxy.store.records import (
+    MESSAGE_COLUMNS,
+    MemoryState,
+    MessageRecap,
+    MessageRecord,
+    RunningRecap,
+    SceneBreak,
+    SceneRecap,
+    message_from_row,
+)
 
 _END = 2**62  # a position past any chat's end
 
@@ -434,4 +377,6 @@ class MemoryTable:
             state = self.state(chat_id)
             if state is not None and state.current_recap in dropped:
                 self.set_state(chat_id, current_recap=None)
+            if state is not None and state.condense_version in dropped:
+                self.set_state(chat_id, condense_version=None)
         return len(dropped)

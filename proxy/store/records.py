@@ -112,3 +112,70 @@ def message_from_row(row: sqlite3.Row) -> MessageRecord:
         extra_type=row["extra_type"],
     )
     return MessageRecord(row["uid"], row["position"], row["digest"], message)
+
+
+# -- the memory tables' rows (see `proxy.store.memory`) --------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryState:
+    active: bool
+    current_recap: int | None
+    checked_uid: int | None
+    inherited: bool
+    condense_version: int | None = None  # condense this running version before folding on
+
+
+@dataclass(frozen=True, slots=True)
+class SceneBreak:
+    uid: int  # the scene's last message
+    position: int
+    source: str
+    visible: bool
+    name: str | None
+    name_edited: bool
+    rationale: str | None
+    current: int | None  # selected recap version
+
+
+@dataclass(frozen=True, slots=True)
+class SceneRecap:
+    break_uid: int
+    version: int
+    scene_name: str | None
+    recap: str
+    reasoning: str | None
+    source: str
+    created: float
+
+    def public(self, current: int | None) -> dict[str, Any]:
+        return {
+            "version": self.version,
+            "scene_name": self.scene_name,
+            "recap": self.recap,
+            "source": self.source,
+            "created": self.created,
+            "current": self.version == current,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class RunningRecap:
+    version: int
+    content: str
+    scene_count: int
+    prev_scene_uid: int | None
+    new_scene_uid: int | None
+    source: str
+    created: float
+
+
+@dataclass(frozen=True, slots=True)
+class MessageRecap:
+    uid: int
+    swipe: int
+    source_hash: str
+    recap: str
+    reasoning: str | None
+    edited: bool
+    created: float

@@ -1,0 +1,150 @@
+"""What a chat needs besides its running recap, worked out from the store (store thread):
+the next scene-break check of the open scene, and message recaps in full batches.
+
+Both read only the stretch of the chat they need, so that planning a 10,000-message chat
+after each job costs what planning a short one does.
+"""
+
+from __future__ import annotations
+
+from proxy.core.jsontypes import JSONValue, as_int, as_list
+from proxy.core.recaps import RecapRules, exclusion
+from proxy.core.scenes import CONTEXT_BEFORE, detection_window, shown
+from proxy.core.tokens import TokenCounter
+from proxy.memory.chatinfo import swipe_of
+from proxy.memory.operations import Operation, job_key
+from proxy.memory.running import covered_through
+from proxy.memory.settings import MemorySettings
+from proxy.sillytavern.chatfile import text_hash
+from proxy.store import Database
+from proxy.store.jobs import Payload
+from proxy.store.records import MemoryState, MessageRecord
+
+
+class WorkPlanner:
+    """Scene-break checks and message recap batches for one chat at a time."""
+
+    def __init__(self, settings: MemorySettings, counter: TokenCounter) -> None:
+        self.settings = settings
+        self.counter = counter
+        self.rules = RecapRules(
+            include_user=settings.include_user_messages,
+            include_system=settings.include_system_messages,
+            include_narrator=settings.include_narrator_messages,
+            include_thought=settings.include_thought_messages,
+            length_threshold=settings.message_length_threshold,
+            disabled_members=frozenset(settings.disabled_group_members),
+        )
+
+    def detection(
+        self, db: Database, chat_id: str, last_break: int, state: MemoryState
+    ) -> Payload | None:
+        """The payload of the open scene's next scene-break check, or None when no check
+        can succeed yet (or one is running: its answer decides where the next starts)."""
+        memory = db.memory
+        s = self.settings
+        running = db.jobs.list(chat_id, ("running",))
+        if any(j.operation == Operation.DETECT_SCENE_BREAK for j in running):
+            return None  # its answer decides where the next check starts
+        checked = memory.position_of(state.checked_uid)
+        start = last_break + 1
+        # A long open scene is read from just before the last check, not from its start:
+        # its length is settled, and the window needs only a little context before.
+        reach = s.minimum_scene_length + CONTEXT_BEFORE
+        if checked is not None and checked - reach > start:
+            start = checked - reach
+        # A window needs this many of the open scene's shown messages from `start` (the
+        # earliest it may choose, its size, and the context after it); a long open scene
+        # (a backfill) is read that far, in pages, not to the chat's end.
+        needed = (
+            reach
+            + s.minimum_scene_length
+            + s.scene_break_window
+            + s.scene_break_offset
+            + s.scene_break_every
+        )
+        records: list[MessageRecord] = []
+        page = start
+        while len(records) < needed:
+            rows = memory.messages_from(chat_id, page, limit=2 * needed)
+            records.extend(
+                r
+                for r in rows
+                if shown(r.message, s.scene_break_check_which, hidden=s.include_hidden_messages)
+            )
+            if len(rows) < 2 * needed:
+                break
+            page = rows[-1].position + 1
+        window = detection_window(
+            [r.position for r in records],
+            checked=checked if checked is not None and checked > last_break else None,
+            minimum=s.minimum_scene_length,
+            offset=s.scene_break_offset,
+            every=s.scene_break_every,
+            size=s.scene_break_window,
+        )
+        if window is None:
+            return None
+        uid = {r.position: r.uid for r in records}
+        shown_uids: list[JSONValue] = [uid[p] for p in window.shown]
+        choosable: list[JSONValue] = [uid[p] for p in window.choosable]
+        return {"shown": shown_uids, "choosable": choosable, "minimum": window.minimum}
+
+    def message_batches(
+        self, db: Database, chat_id: str, backfill: bool, last_break: int, detecting: bool
+    ) -> list[tuple[Operation, str, Payload]]:
+        """Message recap jobs: the queued batches stamped again, and full batches of the
+        open scene's messages that lack a current recap (a partial one too in a backfill)."""
+        memory = db.memory
+        covered = covered_through(db, chat_id)
+        chat = db.chat(chat_id)
+        total = chat.messages if chat is not None else 0
+        start = covered + 1
+        if self.settings.running_recap:
+            # A finished scene is about to be folded into the running recap, which makes
+            # its messages' recaps useless: only the open scene's messages get them, and
+            # only once detection has settled where the open scene starts.
+            start = max(start, last_break + 1)
+        if not backfill:
+            start = max(start, total - self.settings.message_recap_lookback)
+        recaps = memory.message_recaps(chat_id)
+        excluded = memory.excluded(chat_id)
+        live = [
+            job
+            for job in db.jobs.list(chat_id, ("queued", "running"))
+            if job.operation == Operation.MESSAGE_RECAP
+        ]
+        in_flight = {
+            as_int(as_list(item, "item")[0], "uid")
+            for job in live
+            for item in as_list(job.payload.get("items"), "items")
+        }
+        # Queued batches are stamped again: messages the running recap now covers leave
+        # them (and an emptied batch is dropped without a call).
+        specs = [
+            (Operation.MESSAGE_RECAP, j.dedup_key, j.payload) for j in live if j.state == "queued"
+        ]
+        if detecting and self.settings.running_recap:
+            return specs
+        pending: list[tuple[int, int, str]] = []
+        for record in memory.messages_from(chat_id, start):
+            if record.uid in in_flight:
+                continue
+            swipe = swipe_of(record)
+            source = text_hash(record.message.mes)
+            done = recaps.get((record.uid, swipe))
+            if done is not None and (done.source_hash == source or done.edited):
+                continue
+            tokens = self.counter.count(record.message.mes)
+            if exclusion(record.message, tokens, self.rules, user_excluded=record.uid in excluded):
+                continue
+            pending.append((record.uid, swipe, source))
+        size = self.settings.message_recap_batch_size
+        batches = [pending[i : i + size] for i in range(0, len(pending), size)]
+        if batches and len(batches[-1]) < size and not backfill:
+            batches.pop()  # a partial batch waits for more messages
+        for batch in batches:
+            items: list[JSONValue] = [[uid, swipe, source] for uid, swipe, source in batch]
+            key = job_key(Operation.MESSAGE_RECAP, chat_id, batch[0][0])
+            specs.append((Operation.MESSAGE_RECAP, key, {"items": items}))
+        return specs
