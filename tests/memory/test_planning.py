@@ -3,7 +3,7 @@ open scene (a backfill of thousands of messages) is the one reading the whole sc
 
 from __future__ import annotations
 
-from proxy.core.jsontypes import as_list
+from proxy.core.jsontypes import as_int, as_list
 from proxy.core.scenes import detection_window
 from proxy.core.tokens import TokenCounter
 from proxy.memory.planning import WorkPlanner
@@ -11,6 +11,7 @@ from proxy.memory.settings import MemorySettings
 from proxy.sillytavern.chatfile import STMessage
 from proxy.sillytavern.reconcile import Event
 from proxy.store import Database
+from proxy.store.jobs import Payload
 from proxy.store.records import MemoryState
 from tests.test_store import clock, record
 
@@ -28,7 +29,8 @@ def long_chat(count: int) -> Database:
     return db
 
 
-def positions(db: Database, uids: list[int]) -> list[int]:
+def positions(db: Database, payload: Payload, key: str) -> list[int]:
+    uids = [as_int(uid, key) for uid in as_list(payload[key], key)]
     found = db.memory.messages_by_uid(uids)
     return [found[uid].position for uid in uids]
 
@@ -50,10 +52,8 @@ def test_a_long_open_scene_is_checked_as_if_read_whole() -> None:
         size=settings.scene_break_window,
     )
     assert whole is not None
-    assert positions(db, [int(u) for u in as_list(payload["choosable"], "c")]) == list(
-        whole.choosable
-    )
-    assert positions(db, [int(u) for u in as_list(payload["shown"], "s")]) == list(whole.shown)
+    assert positions(db, payload, "choosable") == list(whole.choosable)
+    assert positions(db, payload, "shown") == list(whole.shown)
     # Far into the scene, after a check found nothing there: the same again.
     checked = db.memory.uid_at(CHAT, 2000)
     state = MemoryState(active=True, current_recap=None, checked_uid=checked, inherited=False)
@@ -68,6 +68,4 @@ def test_a_long_open_scene_is_checked_as_if_read_whole() -> None:
         size=settings.scene_break_window,
     )
     assert later is not None
-    assert positions(db, [int(u) for u in as_list(payload["choosable"], "c")]) == list(
-        later.choosable
-    )
+    assert positions(db, payload, "choosable") == list(later.choosable)
