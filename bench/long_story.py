@@ -43,6 +43,7 @@ sys.path.insert(0, str(ROOT))
 import aiohttp  # noqa: E402
 
 from bench.overhead import free_port, start  # noqa: E402
+from bench.words import st_message  # noqa: E402
 from proxy.core.models import ChatMessage  # noqa: E402
 from proxy.core.recall import SceneCard, Vocabulary, pick_scenes, render_scenes, words_of  # noqa: E402
 from proxy.core.tokens import TokenCounter  # noqa: E402
@@ -108,17 +109,7 @@ def story(n: int, seed: int = 11) -> tuple[list[dict[str, Any]], list[tuple[int,
             text += " " + fact
         if not is_user and i % SCENE_LENGTH == SCENE_LENGTH - 2:
             text += f" They part ways at the gate. {END_SCENE}"
-        messages.append(
-            {
-                "name": USER if is_user else CHAR,
-                "is_user": is_user,
-                "send_date": f"2026-11-22T10:{i // 60 % 60:02d}:{i % 60:02d}.000Z",
-                "mes": text,
-                "swipes": [text],
-                "swipe_id": 0,
-                "extra": {},
-            }
-        )
+        messages.append(st_message(i, USER if is_user else CHAR, is_user, text))
     return messages, facts
 
 
@@ -230,6 +221,19 @@ def usage_since(after: dict[str, Any], before: dict[str, Any]) -> dict[str, tupl
     }
 
 
+async def backfilled(
+    session: aiohttp.ClientSession, serve: Serve, llm_url: str, char: str, n: int
+) -> tuple[float, dict[str, tuple[int, int]], dict[str, Any]]:
+    """`recap-proxy backfill` of a character's chat once it is indexed: its wall time, the
+    calls it made, and the memory it left."""
+    chat = chat_id(char)
+    await wait_indexed(session, serve.url, chat, n)
+    before = await stats(session, llm_url)
+    wall = await asyncio.to_thread(serve.backfill, char)
+    used = usage_since(await stats(session, llm_url), before)
+    return wall, used, await memory_state(session, serve.url, chat)
+
+
 async def long_story(serve: Serve, llm_url: str, n: int) -> dict[str, Any]:
     messages, facts = story(n)
     chat = chat_id(CHAR)
@@ -237,11 +241,7 @@ async def long_story(serve: Serve, llm_url: str, n: int) -> dict[str, Any]:
     save(path, CHAR, messages)
     counter = TokenCounter()
     async with aiohttp.ClientSession() as session:
-        await wait_indexed(session, serve.url, chat, n)
-        before = await stats(session, llm_url)
-        wall = await asyncio.to_thread(serve.backfill, CHAR)
-        used = usage_since(await stats(session, llm_url), before)
-        state = await memory_state(session, serve.url, chat)
+        wall, used, state = await backfilled(session, serve, llm_url, CHAR, n)
         # Ask about facts from early, middle and late scenes, as the user's next message.
         asked, recalled, inserted = 0, 0, []
         closed = [f for f in facts if f[0] < n // SCENE_LENGTH - 1]
@@ -288,11 +288,7 @@ async def scale(serve: Serve, llm_url: str, n: int) -> dict[str, Any]:
     chat = chat_id(char)
     save(serve.data / f"{chat}.jsonl", char, messages)
     async with aiohttp.ClientSession() as session:
-        await wait_indexed(session, serve.url, chat, n)
-        before = await stats(session, llm_url)
-        wall = await asyncio.to_thread(serve.backfill, char)
-        used = usage_since(await stats(session, llm_url), before)
-        state = await memory_state(session, serve.url, chat)
+        wall, used, state = await backfilled(session, serve, llm_url, char, n)
     running = state["overview"]["running_recap"]
     scenes = state["scenes"]
     return {

@@ -35,7 +35,7 @@ from aiohttp import web  # noqa: E402
 
 from adapters import ADAPTERS  # noqa: E402
 from bench.overhead import free_port, start  # noqa: E402
-from bench.words import CHAT_WORDS  # noqa: E402
+from bench.words import CHAT_WORDS, st_message  # noqa: E402
 from proxy.core.tokens import TokenCounter  # noqa: E402
 from proxy.memory.engine import MemoryEngine  # noqa: E402
 from proxy.settings import Settings  # noqa: E402
@@ -59,17 +59,7 @@ def story(n: int, seed: int = 7) -> tuple[list[dict[str, Any]], int]:
         if not is_user and i >= next_end:
             text += f" They part ways at the gate. {END_SCENE}"
             next_end, scenes = i + rng.randint(16, 30), scenes + 1
-        messages.append(
-            {
-                "name": USER if is_user else CHAR,
-                "is_user": is_user,
-                "send_date": f"2026-11-22T10:{i // 60 % 60:02d}:{i % 60:02d}.000Z",
-                "mes": text,
-                "swipes": [text],
-                "swipe_id": 0,
-                "extra": {},
-            }
-        )
+        messages.append(st_message(i, USER if is_user else CHAR, is_user, text))
     return messages, scenes
 
 

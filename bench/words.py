@@ -32,3 +32,16 @@ WORDS = tuple(
 
 # Chat files store messages with macros already filled in (only greetings keep them).
 CHAT_WORDS = tuple(word for word in WORDS if "{{" not in word)
+
+
+def st_message(position: int, name: str, is_user: bool, text: str) -> dict[str, object]:
+    """One message of a generated chat file, as ST writes it."""
+    return {
+        "name": name,
+        "is_user": is_user,
+        "send_date": f"2026-11-22T10:{position // 60 % 60:02d}:{position % 60:02d}.000Z",
+        "mes": text,
+        "swipes": [text],
+        "swipe_id": 0,
+        "extra": {},
+    }

@@ -4,7 +4,7 @@ open scene (a backfill of thousands of messages) is the one reading the whole sc
 from __future__ import annotations
 
 from proxy.core.jsontypes import as_int, as_list
-from proxy.core.scenes import detection_window
+from proxy.core.scenes import Window, detection_window
 from proxy.core.tokens import TokenCounter
 from proxy.memory.planning import WorkPlanner
 from proxy.memory.settings import MemorySettings
@@ -43,14 +43,18 @@ def test_a_long_open_scene_is_checked_as_if_read_whole() -> None:
     payload = planner.detection(db, CHAT, -1, state)
     assert payload is not None
     shown = [r.position for r in db.memory.messages_from(CHAT) if not r.message.hidden]
-    whole = detection_window(
-        shown,
-        checked=None,
-        minimum=settings.minimum_scene_length,
-        offset=settings.scene_break_offset,
-        every=settings.scene_break_every,
-        size=settings.scene_break_window,
-    )
+
+    def whole_window(checked: int | None) -> Window | None:
+        return detection_window(
+            shown,
+            checked=checked,
+            minimum=settings.minimum_scene_length,
+            offset=settings.scene_break_offset,
+            every=settings.scene_break_every,
+            size=settings.scene_break_window,
+        )
+
+    whole = whole_window(None)
     assert whole is not None
     assert positions(db, payload, "choosable") == list(whole.choosable)
     assert positions(db, payload, "shown") == list(whole.shown)
@@ -59,13 +63,6 @@ def test_a_long_open_scene_is_checked_as_if_read_whole() -> None:
     state = MemoryState(active=True, current_recap=None, checked_uid=checked, inherited=False)
     payload = planner.detection(db, CHAT, -1, state)
     assert payload is not None
-    later = detection_window(
-        shown,
-        checked=2000,
-        minimum=settings.minimum_scene_length,
-        offset=settings.scene_break_offset,
-        every=settings.scene_break_every,
-        size=settings.scene_break_window,
-    )
+    later = whole_window(2000)
     assert later is not None
     assert positions(db, payload, "choosable") == list(later.choosable)
