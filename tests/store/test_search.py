@@ -87,3 +87,22 @@ def test_search_ranks_the_scene_that_matches(tmp_path: Path) -> None:
 
 def test_an_in_memory_store_has_no_search() -> None:
     assert SceneSearch(":memory:").ranked(CHAT, '"key"', 10, 0.0) == []
+
+
+def test_a_store_from_before_the_index_gets_its_scenes_indexed(tmp_path: Path) -> None:
+    path = tmp_path / "old.sqlite3"
+    db, uids = story(path)
+    # As a store of schema 5 was: no index, no triggers.
+    db.db.executescript(
+        "DROP TRIGGER scene_search_break_insert; DROP TRIGGER scene_search_break_update; "
+        "DROP TRIGGER scene_search_break_delete; DROP TRIGGER scene_search_recap_insert; "
+        "DROP TABLE scene_search; PRAGMA user_version=5;"
+    )
+    db.db.execute("ALTER TABLE memory_state DROP COLUMN condense_version")
+    db.close()
+    upgraded = Database(path, clock)
+    try:
+        assert upgraded.schema_version == 6
+        assert indexed(upgraded) == dict(zip(uids, RECAPS, strict=True))
+    finally:
+        upgraded.close()
