@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -17,9 +18,11 @@ from urllib.parse import quote
 
 import aiohttp
 
+from proxy.core.export import FORMATS
 from proxy.core.guard import KEY_HEADER
 from proxy.errors import RecapProxyError
 from proxy.settings import Settings, load_settings
+from proxy.sillytavern.layout import find_data_dir
 
 POLL_SECONDS = 0.5
 
@@ -43,6 +46,19 @@ def add_memory_commands(sub: Any, config_arg: Any) -> None:
     toggle.add_argument("--off", dest="enabled", action="store_const", const=False)
     toggle.add_argument("--default", dest="enabled", action="store_const", const="default")
     memory.add_argument("--json", action="store_true", help="print JSON")
+    memory.add_argument(
+        "--copy-from",
+        metavar="OTHER",
+        help="start this chat from another chat's current running recap",
+    )
+
+    export = sub.add_parser("export", help="write a chat's memory as Markdown, JSON or ST lore")
+    server_arg(export)
+    export.add_argument("chat", help=chat_help)
+    export.add_argument("--format", choices=list(FORMATS), default="markdown")
+    export.add_argument(
+        "-o", "--output", type=Path, help="file to write (default: standard output)"
+    )
 
     breaks = sub.add_parser("scene-break", help="set (or --remove) a scene break on a message")
     server_arg(breaks)
@@ -90,6 +106,17 @@ class Server:
             message = data.get("error", {}).get("message") if isinstance(data, dict) else data
             raise RecapProxyError(f"{method} {path}: {message}")
         return data
+
+    async def text(self, path: str) -> str:
+        """A GET whose answer is a file (an export), not JSON."""
+        try:
+            async with self.session.get(self.base + path, headers=self.headers) as response:
+                if response.status >= 400:
+                    data = await response.json(content_type=None)
+                    raise RecapProxyError(f"GET {path}: {data['error']['message']}")
+                return await response.text()
+        except aiohttp.ClientConnectionError:
+            raise RecapProxyError(f"no recap-proxy server at {self.base}") from None
 
     async def chat_id(self, name: str) -> str:
         chats = await self.call("GET", "/recap/api/chats")
@@ -152,7 +179,14 @@ async def run_memory_command(args: argparse.Namespace) -> int:
         if args.command == "backfill":
             return await _backfill(server, chat, base, wait=not args.no_wait)
         if args.command == "memory":
+            if args.copy_from:
+                other = await server.chat_id(args.copy_from)
+                copied = await server.call("POST", f"{base}/memory/copy-from", {"chat": other})
+                print(f"{chat} starts from version {copied['version']}, copied from {other}",
+                      file=sys.stderr)  # fmt: skip
             return await _memory(server, base, args)
+        if args.command == "export":
+            return await _export(server, base, args, settings)
         if args.command == "scene-break":
             method = "DELETE" if args.remove else "PUT"
             print(
@@ -219,6 +253,25 @@ def _progress(
         f"({folded} folded in), {calls} job(s) done{extra}, {seconds:.0f} s"
     )
     print(line, end="", file=sys.stderr, flush=True)
+
+
+async def _export(server: Server, base: str, args: argparse.Namespace, settings: Settings) -> int:
+    text = await server.text(f"{base}/export?format={args.format}")
+    if args.output is None:
+        sys.stdout.write(text)
+        return 0
+    target = args.output.expanduser().resolve()
+    found = find_data_dir(Path.home(), Path.cwd(), dict(os.environ))
+    for data in {settings.sillytavern.data_dir, found} - {None}:
+        assert data is not None
+        if target.is_relative_to(data.expanduser().resolve()):
+            raise RecapProxyError(
+                f"{target} is inside SillyTavern's data folder {data}: recap-proxy never "
+                "writes there. Write it elsewhere and import it in ST (World Info: Import)."
+            )
+    target.write_text(text, encoding="utf-8")
+    print(f"wrote {target}", file=sys.stderr)
+    return 0
 
 
 async def _memory(server: Server, base: str, args: argparse.Namespace) -> int:

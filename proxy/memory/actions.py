@@ -10,8 +10,10 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Protocol, TypeVar
 
+from proxy.core.export import Exported
 from proxy.core.jsontypes import JSONObject, JSONValue
 from proxy.errors import Conflict, NotFound
+from proxy.memory.carry import copy_running, gather
 from proxy.memory.chatinfo import swipe_of
 from proxy.memory.operations import Operation, job_key
 from proxy.memory.running import covered_through, drop_running_from
@@ -285,6 +287,17 @@ class MemoryActions:
 
         await self._then_plan(chat_id, work)
         return {"current_version": version}
+
+    async def copy_from(self, chat_id: str, other: str) -> JSONObject:
+        """Start this chat from another chat's current running recap."""
+        version = await self.store.call(
+            lambda db: copy_running(db, chat_id, other, self.engine.clock())
+        )
+        await self.engine.activate(chat_id)
+        return {"version": version, "copied_from": other}
+
+    async def export(self, chat_id: str) -> Exported:
+        return await self.store.call(lambda db: gather(db, chat_id))
 
     async def regenerate_running(self, chat_id: str) -> JSONObject:
         def work(db: Database) -> int:

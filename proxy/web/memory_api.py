@@ -8,12 +8,14 @@ the error tree through `proxy.web.errors`.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
 from adapters import ADAPTERS
 from proxy.chat.providers import CHAT_ID_HEADER
+from proxy.core.export import FORMATS, MEDIA_TYPES, to_json, to_markdown, to_world
 from proxy.core.jsontypes import JSONAnswer
 from proxy.errors import Conflict, NotFound, RequestError, Unavailable
 from proxy.memory.actions import MemoryActions
@@ -130,6 +132,28 @@ async def regenerate_running(request: web.Request, a: MemoryActions) -> JSONAnsw
     return await a.regenerate_running(_chat(request))
 
 
+async def copy_from(request: web.Request, a: MemoryActions) -> JSONAnswer:
+    data = await json_body(request)
+    return await a.copy_from(_chat(request), field(data, "chat", str))
+
+
+async def export(request: web.Request) -> web.Response:
+    """`GET .../export?format=markdown|json|st-world`: the memory as a file."""
+    chosen = request.query.get("format", "json")
+    if chosen not in FORMATS:
+        raise RequestError(f"format must be one of {', '.join(FORMATS)}, not {chosen!r}")
+    memory = await _actions(request).export(_chat(request))
+    name = re.sub(r"[^\w.-]+", "_", memory.chat_id.rsplit("/", 1)[-1]).strip("_") or "memory"
+    suffix = {"markdown": "md", "json": "json", "st-world": "world.json"}[chosen]
+    headers = {"Content-Disposition": f'attachment; filename="{name}.{suffix}"'}
+    if chosen == "markdown":
+        return web.Response(text=to_markdown(memory), content_type=MEDIA_TYPES[chosen],
+                            headers=headers)  # fmt: skip
+    body = to_json(memory) if chosen == "json" else to_world(memory)
+    text = json.dumps(body, ensure_ascii=False, indent=4)
+    return web.Response(text=text, content_type=MEDIA_TYPES[chosen], headers=headers)
+
+
 async def message_recaps(request: web.Request, a: MemoryActions) -> JSONAnswer:
     return await a.message_recaps(_chat(request))
 
@@ -230,6 +254,8 @@ def add_memory_routes(app: web.Application) -> None:
     scene_path = CHAT + r"/scenes/{index:\d+}"
     r.add_get(CHAT + "/memory", _json(overview))
     r.add_put(CHAT + "/memory", _json(set_enabled))
+    r.add_post(CHAT + "/memory/copy-from", _json(copy_from))
+    r.add_get(CHAT + "/export", export)
     r.add_post(CHAT + "/backfill", _json(backfill))
     r.add_get(CHAT + "/preview", _json(preview))
     r.add_get(CHAT + "/scenes", _json(scenes))
