@@ -41,6 +41,8 @@ from proxy.memory.settings import MemorySettings
 from proxy.sillytavern.chatfile import text_hash
 from proxy.store import Database
 
+NO_WORDS = Vocabulary()  # one value: planning tells a change of a chat's scenes by identity
+
 
 @dataclass(frozen=True, slots=True)
 class MemoryView:
@@ -55,7 +57,7 @@ class MemoryView:
     running_tokens: int = 0
     scenes: dict[int, SceneCard] = field(default_factory=dict)  # break uid -> scene
     names: tuple[str, ...] = ()  # the chat's character and user names
-    vocabulary: Vocabulary = field(default_factory=Vocabulary)  # of its scene recaps
+    vocabulary: Vocabulary = field(default_factory=lambda: NO_WORDS)  # of its scene recaps
     budget: int = 0  # tokens the memory's macros may fill (the template's text aside)
 
 
@@ -198,7 +200,7 @@ def build_view(
             if done.edited or done.source_hash == text_hash(record.message.mes):
                 recaps.append(Candidate(record.position, count(done.recap), done.recap))
     scenes: dict[int, SceneCard] = {}
-    vocabulary = Vocabulary()
+    vocabulary = NO_WORDS
     if settings.relevant_scenes_max_tokens:
         known = old.scenes if old is not None else {}
         for scene, recap in memory.scene_cards(chat_id):
