@@ -17,6 +17,7 @@ import re
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 MAX_TERMS = 12
 COMMON_SHARE = 0.2  # a word in more than this share of a chat's scenes ranks nothing
@@ -91,7 +92,7 @@ def search_terms(
 ) -> list[str]:
     """The distinct words of `texts` (newest last) that can rank a scene: the newest
     text's first, or the rarest first (`rarest`); at most `limit`. `ignore` holds names."""
-    skip = STOPWORDS | {word.lower() for name in ignore for word in _WORD.findall(name)}
+    skip = _skipped(tuple(ignore))
     found: dict[str, int] = {}
     seen: set[str] = set()  # singulars: "keys" and "key" are asked once
     for text in reversed(texts):
@@ -106,6 +107,12 @@ def search_terms(
                 found[word] = weight
     terms = sorted(found, key=found.__getitem__) if rarest else list(found)
     return terms[:limit]
+
+
+@lru_cache(maxsize=256)
+def _skipped(names: tuple[str, ...]) -> frozenset[str]:
+    """Stop words and the words of these names (a chat's names: the same on every request)."""
+    return STOPWORDS | {word.lower() for name in names for word in _WORD.findall(name)}
 
 
 def match_query(terms: Sequence[str]) -> str:

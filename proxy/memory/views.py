@@ -78,6 +78,7 @@ FRAME_TOKENS = 16
 # Scenes asked of the search per request, and the least bm25 score that counts as a match
 # (about one term that a tenth of the scenes share: see `proxy.core.recall`).
 SEARCH_LIMIT = 24
+CONTEXT_CHARS = 1200
 MIN_SCORE = 1.0
 
 
@@ -139,9 +140,13 @@ def rank_scenes(
     users = [i for i in recent if messages[i].role == "user"]
     words = view.vocabulary
     asked = search_terms([messages[users[-1]].text], words, view.names) if users else []
-    context = search_terms(
-        [messages[i].text for i in recent], words, (*view.names, *asked), rarest=True, limit=6
-    )
+    # The end of each message is what is happening now (and bounds the work per request).
+    tails = [messages[i].text[-CONTEXT_CHARS:] for i in recent]
+    context = [
+        term
+        for term in search_terms(tails, words, view.names, rarest=True, limit=6 + len(asked))
+        if term not in asked
+    ][:6]
     ranked: list[int] = []
     for terms in (asked, context):
         if terms:
