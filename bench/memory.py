@@ -94,7 +94,7 @@ class Meter:
             self.tokens[operation] += sum(counter.count(m["content"]) for m in messages)
             return await complete(operation, chat_id, messages, **limits)
 
-        def timed_plan(*args: Any, **kwargs: Any) -> int:
+        def timed_plan(*args: Any, **kwargs: Any) -> Any:
             began = time.thread_time()
             try:
                 return plan(*args, **kwargs)

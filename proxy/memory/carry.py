@@ -51,8 +51,5 @@ def copy_running(db: Database, target: str, source: str, now: float) -> int:
         raise Conflict(f"{source!r} has no running recap to copy")
     if any(v.new_scene_uid is not None for v in memory.running_recaps(target)):
         raise Conflict(f"{target!r} has a running recap of its own already; copy into a new chat")
-    with db.transaction():
-        memory.activate(target)
-        return memory.add_running(target, taken.content, now, scene_count=0,
-                                  prev_scene_uid=None, new_scene_uid=None,
-                                  source="copied")  # fmt: skip
+    return memory.add_running(target, taken.content, now, scene_count=0, prev_scene_uid=None,
+                              new_scene_uid=None, source="copied")  # fmt: skip

@@ -18,6 +18,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
+from typing import NamedTuple
 
 from proxy.core.models import ChatMessage, Identification
 from proxy.core.plan import InjectionPolicy, chat_enabled
@@ -41,6 +42,14 @@ from proxy.store.jobs import Payload
 from proxy.tasks import TaskSet
 
 log = logging.getLogger(__name__)
+
+
+class Planned(NamedTuple):
+    """What planning a chat did: the jobs it queued, and when the chat's oldest failure
+    that still stands failed (its cool-down ends from then)."""
+
+    queued: int
+    failed_at: float | None = None
 
 
 class MemoryEngine:
@@ -83,7 +92,6 @@ class MemoryEngine:
         self.running = RunningPlanner(settings, self.counter.count)
         # A failed job stands (visible) this long, then planning makes it again.
         self.cool_down = queue_settings.failed_retry_minutes * 60
-        self._retry_at: dict[str, float] = {}  # chat -> when its oldest failure cools down
         self._retry_timers: dict[str, asyncio.TimerHandle] = {}
         self.handlers = handlers(context)
         self.view_inputs = ViewInputs(settings, self.counter, library.persona, frame_tokens)
@@ -187,22 +195,22 @@ class MemoryEngine:
         rescan: bool = False,
     ) -> int:
         try:
-            queued = await self.store.call(
+            planned = await self.store.call(
                 lambda db: self.plan(db, chat_id, since, backfill=backfill, rescan=rescan)
             )
         except Exception:
             log.exception("planning the memory of %s failed", chat_id)
             return 0
-        if queued:
+        if planned.queued:
             self.queue.wake()
-        self._retry_when_cooled(chat_id)
-        return queued
+        if planned.failed_at is not None:
+            self._retry_when_cooled(chat_id, planned.failed_at)
+        return planned.queued
 
-    def _retry_when_cooled(self, chat_id: str) -> None:
+    def _retry_when_cooled(self, chat_id: str, failed_at: float) -> None:
         """Plan the chat again when its oldest failure has cooled down: the failed job is
         made again then, without the user having to notice it (one timer per chat)."""
-        failed_at = self._retry_at.pop(chat_id, None)
-        if failed_at is None or chat_id in self._retry_timers:
+        if chat_id in self._retry_timers:
             return
         delay = max(0.0, failed_at + self.cool_down - self.clock()) + 0.01
 
@@ -251,14 +259,14 @@ class MemoryEngine:
         *,
         backfill: bool = False,
         rescan: bool = False,
-    ) -> int:
-        """Queue what this chat's memory lacks; rebuild its view. Returns the jobs queued."""
+    ) -> Planned:
+        """Queue what this chat's memory lacks; rebuild its view."""
         memory = db.memory
         chat = db.chat(chat_id)
         state = memory.state(chat_id)
         if chat is None or chat.deleted or state is None or not state.active:
             self.views.pop(chat_id, None)
-            return 0
+            return Planned(0)
         if chat.main_chat and not state.inherited:
             inherit(db, chat, self.clock())
         if rescan and state.checked_uid is not None:
@@ -267,7 +275,7 @@ class MemoryEngine:
             assert state is not None
         if not (self.settings.enabled and chat_enabled(self.policy, chat_id, chat.enabled)):
             self.views[chat_id] = self.view(db, chat_id)
-            return 0
+            return Planned(0)
         jobs: list[tuple[Operation, str, Payload]] = []
         breaks = [b for b in memory.breaks(chat_id) if b.visible]
         prune(db, chat_id)
@@ -301,10 +309,7 @@ class MemoryEngine:
         view = self.views[chat_id] = self.view(db, chat_id, since)
         if before is None or view.vocabulary is not before.vocabulary:
             db.memory.optimize_search()  # its scenes changed: keep recall's queries fast
-        failure = db.jobs.first_failure(chat_id, failed_since)
-        if failure is not None:
-            self._retry_at[chat_id] = failure
-        return queued
+        return Planned(queued, db.jobs.first_failure(chat_id, failed_since))
 
     def stamp(
         self, db: Database, chat_id: str, operation: Operation, key: str, payload: Payload

@@ -241,7 +241,6 @@ class RunningPlanner:
     def __init__(self, settings: MemorySettings, count: CountTokens) -> None:
         self.settings = settings
         self.count = count
-        self._tokens: dict[tuple[str, int, int], int] = {}  # (chat, version, text) -> tokens
 
     def plan(
         self,
@@ -254,7 +253,7 @@ class RunningPlanner:
         found = newest_at(db, chat_id, None)
         newest = None if found is None else db.memory.running_version(chat_id, found[0])
         grow = False
-        if newest is not None and self._needs_condensing(chat_id, newest, state):
+        if newest is not None and self._needs_condensing(newest, state):
             key = job_key(Operation.CONDENSE_RUNNING_RECAP, chat_id, newest.version)
             # A condensing that keeps failing must not stop the story being folded in:
             # the fold goes on, onto the long version (a cut-off answer asked for again
@@ -271,14 +270,10 @@ class RunningPlanner:
                      payload)]  # fmt: skip
         return []
 
-    def _needs_condensing(self, chat_id: str, version: RunningRecap, state: MemoryState) -> bool:
+    def _needs_condensing(self, version: RunningRecap, state: MemoryState) -> bool:
         if state.condense_version == version.version:
             return True
         if version.source in KEEP_AS_WRITTEN:
             return False
-        # Version numbers come back after versions are dropped: the text is in the key.
-        key = (chat_id, version.version, hash(version.content))
-        tokens = self._tokens.get(key)
-        if tokens is None:
-            tokens = self._tokens[key] = self.count(version.content)
-        return tokens > self.settings.running_recap_max_tokens
+        # The counter keeps recent counts: planning again costs a lookup, not a count.
+        return self.count(version.content) > self.settings.running_recap_max_tokens

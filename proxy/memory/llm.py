@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -43,7 +43,6 @@ class Answer:
     reasoning: str
     model: str
     finish_reason: str | None = None
-    limit: int | None = None  # the answer limit (`max_tokens`) the call was made with
 
     @property
     def cut_off(self) -> bool:
@@ -179,8 +178,7 @@ class LLMClient:
             raise Refused(
                 f"{operation}: the API refused the call ({response.status}): {_short(raw)}"
             )
-        answer = read_answer(raw, model, operation)
-        return replace(answer, limit=limit)
+        return read_answer(raw, model, operation)
 
 
 def read_answer(raw: bytes, model: str, operation: str) -> Answer:
