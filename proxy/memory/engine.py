@@ -35,7 +35,14 @@ from proxy.memory.planning import WorkPlanner
 from proxy.memory.prompts import Prompts
 from proxy.memory.running import prune
 from proxy.memory.settings import MemorySettings
-from proxy.memory.views import MemoryView, RequestMemory, ViewInputs, build_view, request_memory
+from proxy.memory.views import (
+    Frame,
+    MemoryView,
+    RequestMemory,
+    ViewInputs,
+    build_view,
+    request_memory,
+)
 from proxy.settings import QueueSettings
 from proxy.store import Database, Store
 from proxy.store.jobs import Payload
@@ -68,10 +75,9 @@ class MemoryEngine:
         lore: LoreSource | None = None,
         prompts: Prompts | None = None,
         clock: Callable[[], float] = time.time,
-        frame_tokens: int = 0,
+        frame: Frame | None = None,
     ) -> None:
-        """`frame_tokens`: what the injection template's own text costs, from the memory's
-        budget."""
+        """`frame`: what the injection template takes itself (default: all the macros)."""
         self.store = store
         self.library = library
         self.llm = llm
@@ -94,7 +100,7 @@ class MemoryEngine:
         self.cool_down = queue_settings.failed_retry_minutes * 60
         self._retry_timers: dict[str, asyncio.TimerHandle] = {}
         self.handlers = handlers(context)
-        self.view_inputs = ViewInputs(settings, self.counter, library.persona, frame_tokens)
+        self.view_inputs = ViewInputs(settings, self.counter, library.persona, frame or Frame())
         self.queue = JobQueue(
             store, self.handlers, queue_settings, clock=clock, secrets=llm.secrets
         )
@@ -291,19 +297,16 @@ class MemoryEngine:
         if self.settings.running_recap:
             refused = lambda key: db.jobs.failed_since(key, failed_since)  # noqa: E731
             jobs.extend(self.running.plan(db, chat_id, breaks, state, refused))
-        detecting = False
+        last_break = breaks[-1].position if breaks else -1
+        detect = None
         if self.settings.auto_scene_break:
-            detect = self.work.detection(db, chat_id, breaks[-1].position if breaks else -1, state)
+            detect = self.work.detection(db, chat_id, last_break, state)
             if detect is not None:
                 key = job_key(Operation.DETECT_SCENE_BREAK, chat_id)
                 jobs.append((Operation.DETECT_SCENE_BREAK, key, detect))
-            detecting = detect is not None or any(
-                j.operation == Operation.DETECT_SCENE_BREAK
-                for j in db.jobs.list(chat_id, ("queued", "running"))
-            )
         if self.settings.message_recaps:
-            last_break = breaks[-1].position if breaks else -1
-            jobs.extend(self.work.message_batches(db, chat_id, backfill, last_break, detecting))
+            due = detect is not None
+            jobs.extend(self.work.message_batches(db, chat_id, backfill, last_break, due))
         queued = sum(self.stamp(db, chat_id, *job)[1] for job in jobs)
         before = self.views.get(chat_id)
         view = self.views[chat_id] = self.view(db, chat_id, since)

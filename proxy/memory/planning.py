@@ -91,11 +91,13 @@ class WorkPlanner:
         return {"shown": shown_uids, "choosable": choosable, "minimum": window.minimum}
 
     def message_batches(
-        self, db: Database, chat_id: str, backfill: bool, last_break: int, detecting: bool
+        self, db: Database, chat_id: str, backfill: bool, last_break: int, detection_due: bool
     ) -> list[tuple[Operation, str, Payload]]:
         """Message recap jobs: the queued batches stamped again, and full batches of the
-        open scene's messages that lack a current recap (a partial one too in a backfill)."""
+        open scene's messages that lack a current recap (a partial one too in a backfill).
+        `detection_due`: planning is about to queue a scene-break check."""
         memory = db.memory
+        jobs = db.jobs.list(chat_id, ("queued", "running"))
         covered = covered_through(db, chat_id)
         chat = db.chat(chat_id)
         total = chat.messages if chat is not None else 0
@@ -107,13 +109,7 @@ class WorkPlanner:
             start = max(start, last_break + 1)
         if not backfill:
             start = max(start, total - self.settings.message_recap_lookback)
-        recaps = memory.message_recaps(chat_id)
-        excluded = memory.excluded(chat_id)
-        live = [
-            job
-            for job in db.jobs.list(chat_id, ("queued", "running"))
-            if job.operation == Operation.MESSAGE_RECAP
-        ]
+        live = [job for job in jobs if job.operation == Operation.MESSAGE_RECAP]
         in_flight = {
             as_int(as_list(item, "item")[0], "uid")
             for job in live
@@ -124,8 +120,11 @@ class WorkPlanner:
         specs = [
             (Operation.MESSAGE_RECAP, j.dedup_key, j.payload) for j in live if j.state == "queued"
         ]
+        detecting = detection_due or any(j.operation == Operation.DETECT_SCENE_BREAK for j in jobs)
         if detecting and self.settings.running_recap:
             return specs
+        recaps = memory.message_recaps(chat_id)
+        excluded = memory.excluded(chat_id)
         pending: list[tuple[int, int, str]] = []
         for record in memory.messages_from(chat_id, start):
             if record.uid in in_flight:

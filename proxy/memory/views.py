@@ -156,13 +156,22 @@ def rank_scenes(
 
 
 @dataclass(frozen=True, slots=True)
+class Frame:
+    """What the injection template takes itself: its own text's tokens (from the memory's
+    budget), and the macros it fills (a part it does not use is never built or searched)."""
+
+    tokens: int = 0
+    macros: frozenset[str] = frozenset({"running_recap", "relevant_scenes", "recent_recaps"})
+
+
+@dataclass(frozen=True, slots=True)
 class ViewInputs:
     """What building a view needs besides the store."""
 
     settings: MemorySettings
     counter: TokenCounter
     persona: PersonaLookup
-    frame_tokens: int = 0  # the injection template's own text
+    frame: Frame = Frame()
 
 
 def build_view(
@@ -179,7 +188,7 @@ def build_view(
     settings = inputs.settings
     current = memory.current_running(chat_id)
     through = memory.position_of(current.new_scene_uid) if current else None
-    budget = max(0, settings.max_memory_tokens - inputs.frame_tokens - FRAME_TOKENS)
+    budget = max(0, settings.max_memory_tokens - inputs.frame.tokens - FRAME_TOKENS)
     running = fit_lines(current.content, budget, count) if current else ""
     breaks = [b.position for b in memory.breaks(chat_id) if b.visible]
     cutoff = trim_cutoff(breaks, through, inputs.settings.auto_hide_scene_count)
@@ -206,7 +215,7 @@ def build_view(
                 recaps.append(Candidate(record.position, count(done.recap), done.recap))
     scenes: dict[int, SceneCard] = {}
     vocabulary = NO_WORDS
-    if settings.relevant_scenes_max_tokens:
+    if settings.relevant_scenes_max_tokens and "relevant_scenes" in inputs.frame.macros:
         known = old.scenes if old is not None else {}
         for scene, recap in memory.scene_cards(chat_id):
             name = scene.name or recap.scene_name or ""

@@ -22,6 +22,7 @@ from proxy.library import ChatLibrary
 from proxy.memory.actions import MemoryActions
 from proxy.memory.engine import MemoryEngine
 from proxy.memory.llm import LLMClient
+from proxy.memory.views import Frame
 from proxy.settings import Settings
 from proxy.sillytavern.layout import find_data_dir, looks_like_data_dir
 from proxy.store import Store
@@ -102,7 +103,10 @@ def make_app(
             counter=counter,
             lore=lore,
             clock=clock,
-            frame_tokens=counter.count(template.render(dict.fromkeys(template.macros, "")).text),
+            frame=Frame(
+                counter.count(template.render(dict.fromkeys(template.macros, "")).text),
+                template.macros,
+            ),
         )
         app[QUEUE] = engine.queue
         app[ACTIONS] = MemoryActions(store, engine, library)

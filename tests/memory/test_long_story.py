@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from proxy.store import Database
+from proxy.web.keys import STORE
 from proxy.web.routes import INJECTED_HEADER
 from tests.memory.story import CHAT_ID
 from tests.memory.test_loop import chat_requests
@@ -161,3 +162,30 @@ async def test_a_failed_scene_recap_stops_nothing_for_good(
     await memory.until(lambda db: len(db.memory.running_recaps(CHAT_ID)) == 2, timeout=10)
     response = await memory.client.post("/v1/chat/completions", json=memory.story.request())
     assert response.headers["X-Recap-Trimmed"] == "18"
+
+
+async def test_a_template_without_relevant_scenes_never_searches(
+    memory_proxy: MemoryFactory,
+) -> None:
+    memory = await memory_proxy(
+        50, ENDS, **NO_RECAPS, **{"injection.template": "[Story so far: {{running_recap}}]"}
+    )
+    memory.story.messages[12]["mes"] += " " + FACT
+    memory.story.save()
+    await memory.until(lambda db: FACT in db.messages(CHAT_ID)[12].message.mes, settle=False)
+    await memory.client.post("/v1/chat/completions", json=memory.story.request())
+    await memory.until(recapped(5))
+    searches: list[str] = []
+    search = memory.app[STORE].search
+    ranked = search.ranked
+
+    def counted(chat_id: str, query: str, limit: int, min_score: float) -> list[int]:
+        searches.append(query)
+        return ranked(chat_id, query, limit, min_score)
+
+    search.ranked = counted  # type: ignore[method-assign]
+    response = await ask(memory, QUESTION)
+    assert int(response.headers["X-Recap-Trimmed"]) == 45
+    sent = chat_requests(memory)[-1]["messages"][0]["content"]
+    assert sent.startswith("[Story so far: ") and "Earlier scenes" not in sent
+    assert searches == [] and memory.engine.views[CHAT_ID].scenes == {}
