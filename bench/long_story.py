@@ -348,10 +348,8 @@ def selection(scenes: int = 500, rounds: int = 2000) -> tuple[float, float]:
         for i in range(rounds):
             texts = [" ".join(zipf_words(rng, 60)) for _ in range(3)]
             question = f"Where is the {rng.choice(ADJECTIVES)} {rng.choice(THINGS)}, {CHAR}?"
-            messages = [
-                ChatMessage("assistant" if k % 2 else "user", text)
-                for k, text in enumerate([*texts, question][::-1])
-            ][::-1]
+            roles = ["assistant", "user", "assistant", "user"]  # the question is the user's
+            messages = [ChatMessage(r, t) for r, t in zip(roles, [*texts, question], strict=True)]
             history = list(range(len(messages)))
             began = time.perf_counter()
             ranked = rank_scenes(search, view, chat, messages, history, settings)

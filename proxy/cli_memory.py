@@ -261,14 +261,13 @@ async def _export(server: Server, base: str, args: argparse.Namespace, settings:
         sys.stdout.write(text)
         return 0
     target = args.output.expanduser().resolve()
-    found = find_data_dir(Path.home(), Path.cwd(), dict(os.environ))
-    for data in {settings.sillytavern.data_dir, found} - {None}:
-        assert data is not None
-        if target.is_relative_to(data.expanduser().resolve()):
-            raise RecapProxyError(
-                f"{target} is inside SillyTavern's data folder {data}: recap-proxy never "
-                "writes there. Write it elsewhere and import it in ST (World Info: Import)."
-            )
+    # The data folder as `serve` finds it: the configured one, else the usual places.
+    data = settings.sillytavern.data_dir or find_data_dir(Path.home(), Path.cwd(), dict(os.environ))
+    if data is not None and target.is_relative_to(data.expanduser().resolve()):
+        raise RecapProxyError(
+            f"{target} is inside SillyTavern's data folder {data}: recap-proxy never writes "
+            "there. Write it elsewhere and import it in ST (World Info: Import)."
+        )
     target.write_text(text, encoding="utf-8")
     print(f"wrote {target}", file=sys.stderr)
     return 0

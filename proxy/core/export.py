@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from proxy.core.jsontypes import JSONObject, JSONValue
-from proxy.core.recall import STOPWORDS
+from proxy.core.recall import STOPWORDS, WORD
 
 FORMATS = ("markdown", "json", "st-world")
 MEDIA_TYPES = {
@@ -23,7 +23,6 @@ MEDIA_TYPES = {
     "st-world": "application/json",
 }
 _RANGE = re.compile(r"\s*\d+\s*-\s*\d+\s*$")  # the message range appended to scene names
-_WORD = re.compile(r"[^\W\d_][\w'-]*")
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,8 +96,8 @@ def to_markdown(memory: Exported) -> str:
 def scene_keys(name: str) -> list[str]:
     """World Info keys from a scene's name: its words, without the appended message range
     and the words every scene shares."""
-    words = _WORD.findall(_RANGE.sub("", name))
-    keys = [w for w in words if w.lower() not in STOPWORDS and len(w) > 2]
+    words = WORD.findall(_RANGE.sub("", name))
+    keys = [w for w in words if w.lower() not in STOPWORDS and len(w) > 2 and not w.isdigit()]
     return list(dict.fromkeys(keys))
 
 

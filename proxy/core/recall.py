@@ -24,7 +24,7 @@ COMMON_SHARE = 0.2  # a word in more than this share of a chat's scenes ranks no
 COMMON_FROM = 10  # scenes a chat needs before its own common words are worked out
 HEADING = "Earlier scenes that bear on what is happening now, in story order:"
 
-_WORD = re.compile(r"[^\W_]+(?:'[^\W_]+)?")
+WORD = re.compile(r"[^\W_]+(?:'[^\W_]+)?")
 
 # Function words and role-play filler: in nearly every scene, they would rank every scene
 # alike. A fixed list because the query must be built in microseconds on the chat path.
@@ -51,7 +51,7 @@ STOPWORDS = frozenset(
 
 def words_of(text: str) -> frozenset[str]:
     """The words of a text, normalised as search terms are."""
-    return frozenset(word.replace("'", "") for word in _WORD.findall(text.lower()))
+    return frozenset(word.replace("'", "") for word in WORD.findall(text.lower()))
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,7 +96,7 @@ def search_terms(
     found: dict[str, int] = {}
     seen: set[str] = set()  # singulars: "keys" and "key" are asked once
     for text in reversed(texts):
-        for word in _WORD.findall(text.lower()):
+        for word in WORD.findall(text.lower()):
             word = word.replace("'", "")
             single = word.removesuffix("s")
             if (len(word) < 3 and not word.isdigit()) or word in skip or single in seen:
@@ -112,7 +112,7 @@ def search_terms(
 @lru_cache(maxsize=256)
 def _skipped(names: tuple[str, ...]) -> frozenset[str]:
     """Stop words and the words of these names (a chat's names: the same on every request)."""
-    return STOPWORDS | {word.lower() for name in names for word in _WORD.findall(name)}
+    return STOPWORDS | {word.lower() for name in names for word in WORD.findall(name)}
 
 
 def match_query(terms: Sequence[str]) -> str:

@@ -56,6 +56,7 @@ def test_markdown_reads_as_a_document() -> None:
 def test_scene_keys_are_the_names_words() -> None:
     assert scene_keys("The Old Mill 0-8") == ["Old", "Mill"]
     assert scene_keys("Storm at the Ford 9-17") == ["Storm", "Ford"]
+    assert scene_keys("Room 101 at Dawn 3-4") == ["Room", "Dawn"]
     assert scene_keys("") == []
 
 
