@@ -192,15 +192,15 @@ def build_view(
     running = fit_lines(current.content, budget, count) if current else ""
     breaks = [b.position for b in memory.breaks(chat_id) if b.visible]
     cutoff = trim_cutoff(breaks, through, inputs.settings.auto_hide_scene_count)
-    unchanged = old is not None and (since is None or since > (old.cutoff or -1))
-    if old is not None and unchanged and old.cutoff == cutoff:
+    # What the old view covered still holds when nothing up to its cutoff changed: kept
+    # as it is, or grown by the messages up to the new cutoff.
+    before = old.cutoff if old is not None else None
+    if old is None or (since is not None and since <= (before or -1)):
+        covered = _covered(db, inputs, chat_id, cutoff)
+    elif before == cutoff:
         covered = old.covered
-    elif old is not None and unchanged and None not in (old.cutoff, cutoff):
-        assert old.cutoff is not None and cutoff is not None
-        if cutoff > old.cutoff:
-            covered = _covered(db, inputs, chat_id, cutoff, old.cutoff + 1, old.covered)
-        else:
-            covered = _covered(db, inputs, chat_id, cutoff)
+    elif before is not None and cutoff is not None and cutoff > before:
+        covered = _covered(db, inputs, chat_id, cutoff, before + 1, old.covered)
     else:
         covered = _covered(db, inputs, chat_id, cutoff)
     recaps: list[Candidate] = []
