@@ -17,6 +17,7 @@ from typing import Any
 from urllib.parse import quote
 
 import aiohttp
+import orjson
 
 from proxy.core.export import FORMATS
 from proxy.core.guard import KEY_HEADER
@@ -90,33 +91,34 @@ class Server:
         self.headers = {KEY_HEADER: access_key} if access_key else {}
 
     async def call(self, method: str, path: str, body: Any = None) -> Any:
+        """The server's JSON answer; its error message as `RecapProxyError`."""
+        return orjson.loads(await self._send(method, path, body))
+
+    async def text(self, path: str) -> str:
+        """A GET whose answer is a file (an export), not JSON."""
+        return (await self._send("GET", path, None)).decode("utf-8")
+
+    async def _send(self, method: str, path: str, body: Any) -> bytes:
         if method != "GET" and body is None:
             body = {}  # changes always go as JSON: the server takes nothing else
         try:
             async with self.session.request(
                 method, self.base + path, json=body, headers=self.headers
             ) as response:
-                data = await response.json(content_type=None)
+                raw = await response.read()
         except aiohttp.ClientConnectionError:
             raise RecapProxyError(
                 f"no recap-proxy server at {self.base}: start it with `recap-proxy serve` "
                 "(or pass --server URL)"
             ) from None
         if response.status >= 400:
-            message = data.get("error", {}).get("message") if isinstance(data, dict) else data
+            try:
+                data = orjson.loads(raw)
+                message = data["error"]["message"] if isinstance(data, dict) else data
+            except (orjson.JSONDecodeError, KeyError, TypeError):
+                message = raw.decode("utf-8", "replace")
             raise RecapProxyError(f"{method} {path}: {message}")
-        return data
-
-    async def text(self, path: str) -> str:
-        """A GET whose answer is a file (an export), not JSON."""
-        try:
-            async with self.session.get(self.base + path, headers=self.headers) as response:
-                if response.status >= 400:
-                    data = await response.json(content_type=None)
-                    raise RecapProxyError(f"GET {path}: {data['error']['message']}")
-                return await response.text()
-        except aiohttp.ClientConnectionError:
-            raise RecapProxyError(f"no recap-proxy server at {self.base}") from None
+        return raw
 
     async def chat_id(self, name: str) -> str:
         chats = await self.call("GET", "/recap/api/chats")
