@@ -107,3 +107,6 @@ async def test_a_new_chat_starts_from_another_chats_memory(
         api(CHAT_ID) + "/memory/copy-from", json={"chat": new.chat_id}
     )
     assert refused.status == 409 and "of its own" in await refused.text()
+    # The CLI says the server's reason.
+    with pytest.raises(RecapProxyError, match="copy-from: a chat cannot copy its own memory"):
+        await cli(memory, "memory", "Ava", "--copy-from", "Ava")
