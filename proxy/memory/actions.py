@@ -97,22 +97,18 @@ class MemoryActions:
             jobs = db.jobs.list(chat_id, ("queued", "running", "failed"))
             view = self.engine.views.get(chat_id)
             breaks = [b for b in db.memory.breaks(chat_id) if b.visible]
-            checked = db.memory.position_of(state.checked_uid) if state else None
             failures: list[JSONValue] = [
                 {"job": j.id, "operation": j.operation, "error": j.error, "at": j.updated}
                 for j in jobs
                 if j.state == "failed"
             ]
-            last_break = breaks[-1].position if breaks else -1
-            scanned = max(-1 if checked is None else checked, last_break)
             return {
                 "chat": chat_id,
                 "enabled": chat.enabled,
                 "active": bool(state and state.active),
                 "messages": chat.messages,
                 "scenes": len(breaks),
-                # How far scene detection has read, and the running recap covers.
-                "scanned_through": scanned,
+                # How far the newest running recap covers the chat (`backfill`'s bar).
                 "covered_through": covered_through(db, chat_id),
                 "running_recap": _running_json(db.memory, current, current) if current else None,
                 "message_recaps": len(db.memory.message_recaps(chat_id)),
