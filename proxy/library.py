@@ -64,6 +64,7 @@ class Refreshed:
     events: tuple[Event, ...]
     entry: ChatEntry | None  # None: the chat is gone
     renamed_from: str | None = None
+    saved: bool = False  # the file was written anew (its metadata may have changed)
 
 
 class ChatLibrary:
@@ -340,7 +341,8 @@ class ChatLibrary:
             character_name=parsed.character_name() if location.kind == "character" else None,
         )
         events = db.save_chat(record, plan.uids, digests, parsed.message, plan.events, layout)
-        return Refreshed(location.chat_id, tuple(events), self._entry(db, record), renamed_from)
+        entry = self._entry(db, record)
+        return Refreshed(location.chat_id, tuple(events), entry, renamed_from, saved=True)
 
     def _adopt_renamed(self, db: Database, location: ChatLocation, data: bytes) -> str | None:
         """A new file whose integrity slug and content match a deleted chat: a rename."""

@@ -329,6 +329,7 @@ class MemoryActions:
                         "swipe": swipe_of(record),
                         "recap": done.recap if done else None,
                         "edited": bool(done and done.edited),
+                        "source": done.source if done else None,
                         "stale": bool(done and not fresh),
                         "excluded": record.uid in excluded,
                         "can_be_injected": record.position in injected,

@@ -76,7 +76,7 @@ def inherit(db: Database, chat: ChatRecord, now: float) -> int:
             if uid in paired:
                 memory.put_message_recap(
                     chat.id, paired[uid], swipe, done.source_hash, done.recap, now,
-                    edited=done.edited,
+                    edited=done.edited, source="inherited",
                 )  # fmt: skip
         for uid in memory.excluded(parent.id):
             if uid in paired:

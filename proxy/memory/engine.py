@@ -28,6 +28,7 @@ from proxy.memory.branches import inherit
 from proxy.memory.folding import RunningPlanner
 from proxy.memory.handlers import handlers
 from proxy.memory.handling import HandlerContext, LoreSource
+from proxy.memory.importing import import_chat
 from proxy.memory.jobs import JobQueue, JobSpec, write_job
 from proxy.memory.llm import LLMClient
 from proxy.memory.operations import Operation, job_key
@@ -144,6 +145,8 @@ class MemoryEngine:
         if result.chat_id in self.active and result.events:
             deleted = any(e.kind == "deleted" for e in result.events)
             self.schedule(result.chat_id, min(e.index for e in result.events), rescan=deleted)
+        elif result.chat_id in self.active and result.saved:
+            self.schedule(result.chat_id)  # a save without message changes: metadata
 
     def touch(self, ident: Identification, headers: Mapping[str, str], model: str | None) -> None:
         """The chat path saw a request of this chat: keep its key and model (memory only)
@@ -275,6 +278,8 @@ class MemoryEngine:
             return Planned(0)
         if chat.main_chat and not state.inherited:
             inherit(db, chat, self.clock())
+        if self.settings.import_extensions:
+            import_chat(db, chat, self.clock())
         if rescan and state.checked_uid is not None:
             memory.set_state(chat_id, checked_uid=None)
             state = memory.state(chat_id)

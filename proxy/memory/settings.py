@@ -196,6 +196,13 @@ class MemorySettings(Section):
         "scene detection and scene recaps, as in ST-Auto-Recap. They never come back into "
         "a request either way.",
     )
+    import_extensions: bool = Field(
+        True,
+        description="Take over what ST-Auto-Recap, qvink's MessageSummarize and ST's "
+        "Summarize stored in a chat file (scene breaks and recaps, running recap versions, "
+        "message memories, exclusions) when the chat's memory starts, and what they write "
+        "later. The proxy's own work always wins over imported data.",
+    )
     auto_hide_scene_count: int = Field(
         1,
         ge=-1,

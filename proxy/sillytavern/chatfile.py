@@ -22,6 +22,8 @@ from typing import Any, NamedTuple
 import orjson
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
+from proxy.sillytavern.extensions import message_extension
+
 log = logging.getLogger(__name__)
 
 _OLD_DATE_FORMATS = ("%B %d, %Y %I:%M%p", "%B %d, %Y %I:%M %p", "%b %d, %Y %I:%M%p")
@@ -61,6 +63,8 @@ class STMessage(BaseModel):
     original_avatar: str | None = None
     narrator: bool = False
     extra_type: str | None = None  # `extra.type`: narrator, thoughts, ...
+    # What memory extensions stored on it (`proxy.sillytavern.extensions`), compact JSON.
+    extension: str | None = None
 
     @field_validator("send_date", mode="before")
     @classmethod
@@ -99,6 +103,7 @@ class STMessage(BaseModel):
                 "extra_type": kind,
                 "mes": mes if isinstance(mes, str) else "",
                 "swipe_hashes": hashes,
+                "extension": message_extension(data),
             }
         )
 

@@ -17,6 +17,7 @@ import orjson
 
 from proxy.sillytavern.chatfile import STMessage
 from proxy.sillytavern.reconcile import Event, OldMessage
+from proxy.store.extensions import ExtensionTable
 from proxy.store.jobs import JobTable
 from proxy.store.memory import MemoryTable
 from proxy.store.records import (
@@ -32,6 +33,8 @@ from proxy.store.records import (
 from proxy.store.schema import DELETED_CHAT_TTL, MIGRATIONS, PENDING_SNAPSHOT_TTL
 
 Clock = Callable[[], float]
+
+_ASSIGNMENTS = ", ".join(f"{c.strip()}=?" for c in WRITE_COLUMNS.split(","))
 
 
 class Database:
@@ -53,6 +56,7 @@ class Database:
         self._tx = _Transaction(self.db)
         self.jobs = JobTable(self.db, self.transaction)
         self.memory = MemoryTable(self.db, self.transaction)
+        self.extensions = ExtensionTable(self.db, self.transaction)
 
     def close(self) -> None:
         self.db.close()
@@ -218,18 +222,22 @@ class Database:
                     if current[uid][0] != position:
                         moves.append((position, uid))
                     continue
-                values = message_values(position, digest, load(position))
+                message = load(position)
+                values = message_values(position, digest, message)
                 if uid is None:
                     cursor = self.db.execute(
-                        f"INSERT INTO messages (chat_id, {WRITE_COLUMNS}) "
-                        f"VALUES (?,{','.join('?' * len(values))})",
-                        (chat.id, *values),
+                        f"INSERT INTO messages (chat_id, {WRITE_COLUMNS}, extension_new) "
+                        f"VALUES (?,{','.join('?' * len(values))},?)",
+                        (chat.id, *values, int(message.extension is not None)),
                     )
                     final_uids.append(int(cursor.lastrowid or 0))
                 else:
-                    assignments = ", ".join(f"{c.strip()}=?" for c in WRITE_COLUMNS.split(","))
+                    # SET reads the old row: extension data that changed (or went) is
+                    # flagged for import.
                     self.db.execute(
-                        f"UPDATE messages SET {assignments} WHERE uid=?", (*values, uid)
+                        f"UPDATE messages SET {_ASSIGNMENTS}, extension_new = CASE WHEN "
+                        "extension IS ? THEN extension_new ELSE 1 END WHERE uid=?",
+                        (*values, message.extension, uid),
                     )
                     final_uids.append(uid)
             self.db.executemany("UPDATE messages SET position=? WHERE uid=?", moves)

@@ -146,13 +146,13 @@ class MemoryTable:
 
     def message_recaps(self, chat_id: str) -> dict[tuple[int, int], MessageRecap]:
         rows = self.db.execute(
-            "SELECT message_uid, swipe, source_hash, recap, reasoning, edited, created "
-            "FROM message_recaps WHERE chat_id=?",
+            "SELECT message_uid, swipe, source_hash, recap, reasoning, edited, created, "
+            "source FROM message_recaps WHERE chat_id=?",
             (chat_id,),
         ).fetchall()
         return {
             (row[0], row[1]): MessageRecap(
-                row[0], row[1], row[2], row[3], row[4], bool(row[5]), row[6]
+                row[0], row[1], row[2], row[3], row[4], bool(row[5]), row[6], row[7]
             )
             for row in rows
         }
@@ -168,14 +168,22 @@ class MemoryTable:
         *,
         reasoning: str | None = None,
         edited: bool = False,
+        source: str | None = None,
     ) -> None:
+        """`source`: llm, edit, inherited or imported (default: edit when `edited`)."""
+        source = source or ("edit" if edited else "llm")
         self.db.execute(
             "INSERT INTO message_recaps (message_uid, swipe, chat_id, source_hash, recap, "
-            "reasoning, edited, created) VALUES (?,?,?,?,?,?,?,?) "
+            "reasoning, edited, created, source) VALUES (?,?,?,?,?,?,?,?,?) "
             "ON CONFLICT(message_uid, swipe) DO UPDATE SET source_hash=excluded.source_hash, "
             "recap=excluded.recap, reasoning=excluded.reasoning, edited=excluded.edited, "
-            "created=excluded.created",
-            (uid, swipe, chat_id, source_hash, recap, reasoning, int(edited), now),
+            "created=excluded.created, source=excluded.source",
+            (uid, swipe, chat_id, source_hash, recap, reasoning, int(edited), now, source),
+        )
+
+    def drop_message_recap(self, uid: int, swipe: int) -> None:
+        self.db.execute(
+            "DELETE FROM message_recaps WHERE message_uid=? AND swipe=?", (uid, swipe)
         )
 
     def excluded(self, chat_id: str) -> set[int]:

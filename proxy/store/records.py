@@ -69,7 +69,7 @@ MESSAGE_COLUMNS = (
 )
 WRITE_COLUMNS = (
     "position, digest, name, is_user, is_system, narrator, send_date, text, text_hash, "
-    "swipe_id, swipe_count, swipe_hashes, extra_type"
+    "swipe_id, swipe_count, swipe_hashes, extra_type, extension"
 )
 
 
@@ -95,6 +95,7 @@ def message_values(position: int, digest: bytes, message: STMessage) -> tuple[ob
         message.swipe_count,
         orjson.dumps(list(message.swipe_hashes)).decode(),
         message.extra_type,
+        message.extension,
     )
 
 
@@ -179,3 +180,4 @@ class MessageRecap:
     reasoning: str | None
     edited: bool
     created: float
+    source: str = "llm"  # llm | edit | inherited | imported

@@ -207,5 +207,19 @@ MIGRATIONS: tuple[str, ...] = (
         FROM scene_breaks b JOIN scene_recaps r
             ON r.break_uid = b.message_uid AND r.version = b.current
         WHERE b.visible = 1;
+    """,    # v7: memory extensions' work in the chat files (`proxy.sillytavern.extensions`): each
+    # message's extension data, flagged when it changes until it is imported, imported
+    # message recaps marked as such, and the running recap versions last imported. The
+    # mirrors are read once more to fill it in: a digest that no longer matches makes
+    # every row be written again (identity is kept by alignment, as after an edit).
+    """
+    ALTER TABLE messages ADD COLUMN extension TEXT;
+    ALTER TABLE messages ADD COLUMN extension_new INTEGER NOT NULL DEFAULT 0;
+    CREATE INDEX messages_extension_new ON messages(chat_id) WHERE extension_new = 1;
+    ALTER TABLE message_recaps ADD COLUMN source TEXT NOT NULL DEFAULT 'llm';
+    UPDATE message_recaps SET source = 'edit' WHERE edited = 1;
+    ALTER TABLE memory_state ADD COLUMN imported_running TEXT;
+    UPDATE messages SET digest = CAST(X'00' || digest AS BLOB);
+    UPDATE chats SET file_hash = NULL, size = -1;
     """,
 )

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from proxy.sillytavern.chatfile import STMessage
 from proxy.sillytavern.reconcile import Event
+from proxy.store.schema import MIGRATIONS
 from proxy.store import Database
 from proxy.store.search import SceneSearch
 from tests.test_store import clock, record
@@ -98,11 +99,18 @@ def test_a_store_from_before_the_index_gets_its_scenes_indexed(tmp_path: Path) -
         "DROP TRIGGER scene_search_break_delete; DROP TRIGGER scene_search_recap_insert; "
         "DROP TABLE scene_search; PRAGMA user_version=5;"
     )
-    db.db.execute("ALTER TABLE memory_state DROP COLUMN condense_version")
+    db.db.executescript(
+        "ALTER TABLE memory_state DROP COLUMN condense_version; "
+        # and without what schema 7 added
+        "DROP INDEX messages_extension_new; ALTER TABLE messages DROP COLUMN extension; "
+        "ALTER TABLE messages DROP COLUMN extension_new; "
+        "ALTER TABLE message_recaps DROP COLUMN source; "
+        "ALTER TABLE memory_state DROP COLUMN imported_running;"
+    )
     db.close()
     upgraded = Database(path, clock)
     try:
-        assert upgraded.schema_version == 6
+        assert upgraded.schema_version == len(MIGRATIONS)
         assert indexed(upgraded) == dict(zip(uids, RECAPS, strict=True))
     finally:
         upgraded.close()
