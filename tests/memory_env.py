@@ -71,11 +71,19 @@ def memory_proxy(
     aiohttp_client: Callable[..., Any], fake_llm: FakeLLM, tmp_path: Path
 ) -> MemoryFactory:
     async def make(
-        messages: int, ends: set[int], folder: str | None = None, **dotted: Any
+        messages: int,
+        ends: set[int],
+        folder: str | None = None,
+        build: Callable[[Story], object] | None = None,
+        **dotted: Any,
     ) -> Memory:
+        """`build(story)`: writes the chat instead of `messages` plain ones."""
         data = tmp_path / "st" / "data"
         story = Story(data, ends, folder=folder)
-        story.grow(messages)
+        if build is None:
+            story.grow(messages)
+        else:
+            build(story)
         settings = make_settings(
             **{
                 "upstream.base_url": fake_llm.base_url,

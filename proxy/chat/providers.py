@@ -7,6 +7,7 @@ runs without an ST data folder; tests fill the seam with `StaticMemory`.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Mapping, Sequence
 from typing import Protocol
 
@@ -28,11 +29,17 @@ class RequestMemory(Protocol):
     def drop(self) -> tuple[int, ...]: ...
 
 
+FIRST_REQUEST_WAIT = 0.5  # seconds; a chat's memory starts once per store
+
+
 class MemorySource(Protocol):
     """The memory engine, as the chat path uses it."""
 
-    def touch(self, ident: Identification, headers: Mapping[str, str], model: str | None) -> None:
-        """A request of this chat went through: keep its key and model, start its upkeep."""
+    def touch(
+        self, ident: Identification, headers: Mapping[str, str], model: str | None
+    ) -> asyncio.Task[None] | None:
+        """A request of this chat went through: keep its key and model, start its upkeep.
+        Returns the start of the upkeep when this request began it."""
         ...
 
     def request_memory(
@@ -109,7 +116,12 @@ class ChatMemory:
         drop: tuple[int, ...] = ()
         if self.engine is not None:
             if not preview:
-                self.engine.touch(ident, headers, parsed.model)
+                started = self.engine.touch(ident, headers, parsed.model)
+                if started is not None:
+                    # The chat's first request: starting its memory is planning only (and
+                    # importing what an extension left), no LLM call; waiting a moment
+                    # lets this request already carry what exists.
+                    await asyncio.wait({started}, timeout=FIRST_REQUEST_WAIT)
             # Every history message of the request, not only the matched newest ones:
             # trimming reaches back to the oldest covered message ST sent.
             got = self.engine.request_memory(ident, parsed.messages, found.history, parsed.model)

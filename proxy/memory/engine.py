@@ -148,9 +148,12 @@ class MemoryEngine:
         elif result.chat_id in self.active and result.saved:
             self.schedule(result.chat_id)  # a save without message changes: metadata
 
-    def touch(self, ident: Identification, headers: Mapping[str, str], model: str | None) -> None:
+    def touch(
+        self, ident: Identification, headers: Mapping[str, str], model: str | None
+    ) -> asyncio.Task[None] | None:
         """The chat path saw a request of this chat: keep its key and model (memory only)
-        for the proxy's own calls, and start upkeep for the chat if it had none."""
+        for the proxy's own calls, and start upkeep for the chat if it had none (returned:
+        the start of its upkeep)."""
         if ident.confidence < 0.5 or ident.generation == "quiet":
             why = "a quiet generation" if ident.generation == "quiet" else "ambiguous"
             log.debug(
@@ -159,12 +162,13 @@ class MemoryEngine:
                 ident.confidence,
                 why,
             )
-            return
+            return None
         if self.llm.remember(ident.chat_id, headers, model):
             self._tasks.spawn(self.queue.hurry(ident.chat_id), f"hurry {ident.chat_id}")
         if ident.chat_id not in self.active and self.settings.enabled:
             self.active.add(ident.chat_id)
-            self._tasks.spawn(self._activate(ident.chat_id), f"activate {ident.chat_id}")
+            return self._tasks.spawn(self._activate(ident.chat_id), f"activate {ident.chat_id}")
+        return None
 
     async def activate(self, chat_id: str, *, backfill: bool = False) -> int:
         """Start upkeep for a chat and plan it now; returns the jobs queued."""

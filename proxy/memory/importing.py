@@ -252,7 +252,9 @@ class _Importer:
         if found_break is None or found_break.source != IMPORTED:
             return
         versions = self.memory.running_recaps(self.chat_id)
-        if any(r.source == IMPORTED and (r.content, r.new_scene_uid) == (text, uid) for r in versions):
+        if any(
+            r.source == IMPORTED and (r.content, r.new_scene_uid) == (text, uid) for r in versions
+        ):
             return
         state = self.memory.state(self.chat_id)
         scenes = sum(1 for b in self.breaks.values() if b.visible and b.position <= position)
@@ -271,8 +273,11 @@ class _Importer:
         keep = before
         if target is not None:
             mine = self.memory.running_version(self.chat_id, before) if before else None
-            if mine is None or mine.source == IMPORTED or self._reach(mine) < self._reach(
-                self.memory.running_version(self.chat_id, target)
+            if (
+                mine is None
+                or mine.source == IMPORTED
+                or self._reach(mine)
+                < self._reach(self.memory.running_version(self.chat_id, target))
             ):
                 keep = target
         self.memory.set_state(self.chat_id, current_recap=keep)
@@ -282,4 +287,3 @@ class _Importer:
             return -1
         position = self.memory.position_of(version.new_scene_uid)
         return -1 if position is None else position
-

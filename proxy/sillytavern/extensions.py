@@ -45,13 +45,21 @@ def _lines(title: str, items: object) -> list[str]:
 
 
 def _sections(parts: Mapping[str, object], titles: Mapping[str, str]) -> str | None:
-    blocks = ["\n".join(lines) for key, title in titles.items() if (lines := _lines(title, parts.get(key)))]
+    blocks = [
+        "\n".join(lines)
+        for key, title in titles.items()
+        if (lines := _lines(title, parts.get(key)))
+    ]
     return "\n\n".join(blocks) or None
 
 
 _STAGE3 = {"developments": "Developments", "open": "Open", "state": "State", "resolved": "Resolved"}
 _STAGE2 = {"outcomes": "Outcomes", "threads": "Threads", "state": "State"}
 _RUNNING = {"developments": "DEVELOPMENTS", "open": "OPEN", "state": "STATE"}
+
+
+def _object(value: object) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
 
 
 def recap_text(value: object) -> tuple[str | None, str | None]:
@@ -74,8 +82,8 @@ def recap_text(value: object) -> tuple[str | None, str | None]:
             return text, None  # a recap that merely starts with a brace
     if not isinstance(data, dict):
         return None, None
-    stage1 = data.get("stage1") if isinstance(data.get("stage1"), dict) else {}
-    stage2 = data.get("stage2") if isinstance(data.get("stage2"), dict) else {}
+    stage1 = _object(data.get("stage1"))
+    stage2 = _object(data.get("stage2"))
     name = _text(data.get("scene_name")) or _text(stage1.get("sn")) or _text(stage2.get("sn"))
     stage3 = data.get("stage3")
     found = _sections(stage3, _STAGE3) if isinstance(stage3, dict) else None
@@ -225,7 +233,10 @@ class ImportedMessage:
             edited=bool(data.get("edited")),
             excluded=bool(data.get("exclude")),
             summary=data.get("summary"),
-            swipes={int(k): (v["recap"], bool(v.get("edited"))) for k, v in data.get("swipes", {}).items()},
+            swipes={
+                int(k): (v["recap"], bool(v.get("edited")))
+                for k, v in data.get("swipes", {}).items()
+            },
         )
 
 

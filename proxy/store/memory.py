@@ -182,9 +182,7 @@ class MemoryTable:
         )
 
     def drop_message_recap(self, uid: int, swipe: int) -> None:
-        self.db.execute(
-            "DELETE FROM message_recaps WHERE message_uid=? AND swipe=?", (uid, swipe)
-        )
+        self.db.execute("DELETE FROM message_recaps WHERE message_uid=? AND swipe=?", (uid, swipe))
 
     def excluded(self, chat_id: str) -> set[int]:
         rows = self.db.execute(

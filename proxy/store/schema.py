@@ -207,7 +207,7 @@ MIGRATIONS: tuple[str, ...] = (
         FROM scene_breaks b JOIN scene_recaps r
             ON r.break_uid = b.message_uid AND r.version = b.current
         WHERE b.visible = 1;
-    """,    # v7: memory extensions' work in the chat files (`proxy.sillytavern.extensions`): each
+    """,  # v7: memory extensions' work in the chat files (`proxy.sillytavern.extensions`): each
     # message's extension data, flagged when it changes until it is imported, imported
     # message recaps marked as such, and the running recap versions last imported. The
     # mirrors are read once more to fill it in: a digest that no longer matches makes

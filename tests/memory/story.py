@@ -58,6 +58,7 @@ class Story:
         self.path = data_dir / f"{self.chat_id}.jsonl"
         self.ends = ends
         self.messages: list[dict[str, Any]] = []
+        self.metadata: dict[str, Any] = {}  # more of the header's chat_metadata
 
     def grow(self, count: int) -> None:
         start = len(self.messages)
@@ -74,7 +75,10 @@ class Story:
             "user_name": USER,
             "character_name": self.char,
             "create_date": "2026-11-22@10h00m00s",
-            "chat_metadata": {"integrity": f"{self.char}-2222-3333-4444-555555555555"},
+            "chat_metadata": {
+                "integrity": f"{self.char}-2222-3333-4444-555555555555",
+                **self.metadata,
+            },
         }
         rows = [header, *self.messages]
         save_like_st(self.path, "\n".join(json.dumps(r) for r in rows).encode() + b"\n")

@@ -7,8 +7,8 @@ from pathlib import Path
 
 from proxy.sillytavern.chatfile import STMessage
 from proxy.sillytavern.reconcile import Event
-from proxy.store.schema import MIGRATIONS
 from proxy.store import Database
+from proxy.store.schema import MIGRATIONS
 from proxy.store.search import SceneSearch
 from tests.test_store import clock, record
 
