@@ -25,7 +25,7 @@ def message(text: str, memory: str | None = None) -> STMessage:
 
 def save(db: Database, messages: list[STMessage], digests: list[bytes]) -> None:
     layout = db.layout(CHAT)
-    uids: list[int | None] = [uid for uid, _ in layout][: len(messages)]
+    uids: list[int | None] = [uid for uid, _ in layout[: len(messages)]]
     uids += [None] * (len(messages) - len(uids))
     events = [Event("added", i) for i in range(len(layout), len(messages))]
     db.save_chat(record(CHAT), uids, digests, messages.__getitem__, events)
