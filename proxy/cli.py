@@ -20,6 +20,7 @@ from aiohttp import web
 from adapters import ADAPTERS
 from proxy.chat.injection import Injector, load_injection_template, policy_from
 from proxy.chat.providers import StaticMemory
+from proxy.cli_import import add_import_command, run_import_settings
 from proxy.cli_memory import add_memory_commands, run_memory_command
 from proxy.core.guard import is_loopback
 from proxy.core.headers import safe_url
@@ -92,6 +93,7 @@ def build_parser() -> argparse.ArgumentParser:
         "request", nargs="?", type=Path, metavar="REQUEST_JSON", help="request body; default stdin"
     )
     add_memory_commands(sub, config_arg)
+    add_import_command(sub, config_arg)
     return parser
 
 
@@ -106,6 +108,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return asyncio.run(_identify(args))
         if args.command == "inject":
             return _inject(args)
+        if args.command == "import-settings":
+            return run_import_settings(args)
         return asyncio.run(run_memory_command(args))
     except ConfigError as exc:
         print(f"recap-proxy: {exc}", file=sys.stderr)
