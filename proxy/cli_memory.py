@@ -299,10 +299,12 @@ async def _memory(server: Server, base: str, args: argparse.Namespace) -> int:
     print(f"recaps:  {overview['message_recaps']} message recap(s)")
     for scene in scenes:
         hidden = "" if scene["visible"] else " (hidden)"
-        print(f"scene    #{scene['first']}-{scene['index']} {scene['name'] or ''}{hidden}")
+        origin = f" ({scene['source']})" if scene["source"] in ("imported", "inherited") else ""
+        print(f"scene    #{scene['first']}-{scene['index']} {scene['name'] or ''}{hidden}{origin}")
     running = overview["running_recap"]
     if running:
-        print(f"\nrunning recap v{running['version']} ({running['scene_count']} scene(s)):")
+        made = f"{running['scene_count']} scene(s), {running['source']}"
+        print(f"\nrunning recap v{running['version']} ({made}):")
         print(running["content"])
     return 0
 

@@ -30,7 +30,7 @@ async def test_backfill_builds_a_whole_chat_with_progress(
     assert await cli(memory, "memory", "Ava") == 0
     out = capsys.readouterr().out
     assert "scene    #0-12" in out and "scene    #13-30" in out and "scene    #31-45" in out
-    assert "running recap v3 (3 scene(s))" in out
+    assert "running recap v3 (3 scene(s), llm)" in out
     assert CHAT_ID in out
 
 

@@ -8,6 +8,8 @@ import json
 from typing import Any
 from urllib.parse import quote
 
+import pytest
+
 from proxy.store import Database
 from tests.memory.extension_chats import (
     AR_BREAKS,
@@ -25,6 +27,7 @@ from tests.memory.extension_chats import (
 from tests.memory.story import CHAT_ID
 from tests.memory.test_loop import chat_requests
 from tests.memory_env import Memory, MemoryFactory
+from tests.test_cli_memory import cli
 
 API = f"/recap/api/chats/{quote(CHAT_ID, safe='')}"
 QUIET = {"memory.message_recaps": False, "memory.auto_scene_break": False}
@@ -231,4 +234,18 @@ async def test_a_summarize_chat_brings_its_newest_summary(memory_proxy: MemoryFa
     assert sent_texts(first) == [m["mes"] for m in story.messages[40:]]
     breaks = await memory.run(lambda db: db.memory.breaks(CHAT_ID))
     assert [(b.position, b.source, b.name) for b in breaks] == [(39, "imported", "Summary")]
+    assert operations(memory) == []
+
+
+async def test_the_cli_shows_what_was_imported(
+    memory_proxy: MemoryFactory, capsys: pytest.CaptureFixture[str]
+) -> None:
+    memory = await memory_proxy(0, set(), build=auto_recap_chat, **QUIET)
+    assert await cli(memory, "backfill", "Ava") == 0
+    capsys.readouterr()
+    assert await cli(memory, "memory", "Ava") == 0
+    out = capsys.readouterr().out
+    assert "scene    #0-29 Lantern 29 0-29 (imported)" in out
+    assert "running recap v3 (6 scene(s), imported):" in out
+    assert running_content(179) in out
     assert operations(memory) == []
