@@ -91,7 +91,7 @@ def run_import_settings(args: argparse.Namespace) -> int:
     _write_checked(target, after)
     print(f"wrote {target}; restart `recap-proxy serve` to use it", file=sys.stderr)
     for note in found.notes:
-        print(f"  not imported: {note}", file=sys.stderr)
+        print(f"  note: {note}", file=sys.stderr)
     return 0
 
 
@@ -144,7 +144,9 @@ def render(found: SettingsImport) -> str:
     """The settings as config.toml sections, what has no equivalent as comments."""
     text = tomlkit.dumps(_document(found, tomlkit.document()))
     if found.notes:
-        text += "\n# Not imported:\n" + "".join(f"# - {note}\n" for note in found.notes)
+        text += "\n# Not imported, or worth a look:\n" + "".join(
+            f"# - {note}\n" for note in found.notes
+        )
     return text
 
 

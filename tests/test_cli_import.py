@@ -31,7 +31,7 @@ def test_prints_the_sections_and_what_has_no_equivalent(
     out = capsys.readouterr()
     assert "[injection]" in out.out and 'position = "in_chat"' in out.out
     assert f'"{CHAT_ID}" = true' in out.out
-    assert "# Not imported:" in out.out and "running_scene_recap_scan" in out.out
+    assert "# Not imported, or worth a look:" in out.out and "running_scene_recap_scan" in out.out
     assert "auto_recap_memory, qvink_memory" in out.err
     assert not config.exists()
 
@@ -58,7 +58,7 @@ def test_writes_into_the_config_keeping_what_is_there(
     assert settings.injection.role == Role.USER
     assert settings.injection.chats_enabled == {CHAT_ID: True}
     assert settings.memory.minimum_scene_length == 8
-    assert "not imported:" in capsys.readouterr().err
+    assert "note:" in capsys.readouterr().err
     assert main(args) == 0  # again: the same file
     assert load_settings(config, env={}) == settings
 

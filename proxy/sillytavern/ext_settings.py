@@ -21,6 +21,7 @@ _POSITIONS = {-1: "none", 0: "in_prompt", 1: "in_chat", 2: "before_prompt"}
 _ROLES = {0: "system", 1: "user", 2: "assistant"}
 _TYPES = ("both", "user", "character")
 _EXTENSION_DEFAULT_TEMPLATE_MARK = "<ROLEPLAY_RECAP>"
+_PROXY_MACROS = ("{{relevant_scenes}}", "{{recent_recaps}}")  # what the extension lacks
 
 # extension key -> (section, key) with the same meaning and values
 _SAME = {
@@ -78,7 +79,7 @@ _NO_EQUIVALENT = {
         "profiles": "one settings file; the profile in use was imported",
     },
     QVINK: {
-        "short_template": "message recaps go into the injection template as `{{message_recaps}}`",
+        "short_template": "message recaps go into the injection template as `{{recent_recaps}}`",
         "long_template": "no long-term memory: the running recap holds the story",
         "summary_injection_threshold": "message recaps are used for messages the request left out",
         "prompt": "the proxy's prompts are its own templates",
@@ -177,6 +178,12 @@ def _auto_recap(values: Mapping[str, Any], out: SettingsImport) -> None:
                 out.notes.append(
                     f"{AUTO_RECAP}.running_scene_recap_template has no {{{{running_recap}}}}: "
                     "the memory would never show"
+                )
+            missing = [m for m in _PROXY_MACROS if m not in template]
+            if missing:
+                out.notes.append(
+                    f"your template has no {' or '.join(missing)}: add them for recalled "
+                    "older scenes and the recaps of recent messages ST left out"
                 )
         else:
             out.notes.append(

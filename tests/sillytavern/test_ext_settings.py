@@ -51,6 +51,7 @@ def test_auto_recap_and_qvink_settings_map_to_the_proxys() -> None:
     }
     assert any("Seraphina" in note and "no such chat" in note for note in found.notes)
     assert any("running_scene_recap_scan" in note for note in found.notes)
+    assert any("{{relevant_scenes}} or {{recent_recaps}}" in note for note in found.notes)
     # Everything it produces is a valid proxy setting.
     Settings.model_validate({**found.sections})
 
