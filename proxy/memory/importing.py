@@ -57,10 +57,13 @@ def import_chat(db: Database, chat: ChatRecord, now: float) -> Imported:
     """Import a chat's changed extension data, in one transaction."""
     done = Imported()
     pending = db.extensions.pending(chat.id)
-    metadata = chat.chat_metadata.get(RUNNING_KEY)
-    mark = _mark(metadata) if metadata is not None else None
+    # The metadata as stored, hashed unparsed: planning runs after every job, and a long
+    # story's metadata holds hundreds of running versions. Any change to it re-reads the
+    # running versions (importing them is idempotent).
+    mark = _mark(chat.metadata or "")
     if not pending and mark == db.extensions.running_mark(chat.id):
         return done
+    metadata = chat.chat_metadata.get(RUNNING_KEY)
     with db.transaction():
         importer = _Importer(db, chat.id, now, done)
         summary = False
@@ -73,11 +76,11 @@ def import_chat(db: Database, chat: ChatRecord, now: float) -> Imported:
             importer.message(row, data)
             summary = summary or data.summary is not None
         db.extensions.imported(row.uid for row in pending)
-        if mark is not None and mark != db.extensions.running_mark(chat.id):
+        if metadata is not None and mark != db.extensions.running_mark(chat.id):
             importer.running(metadata)
-            db.extensions.set_running_mark(chat.id, mark)
         elif summary and metadata is None:
             importer.summary()
+        db.extensions.set_running_mark(chat.id, mark)
         importer.checked()
     if done.anything:
         log.info(
@@ -88,8 +91,8 @@ def import_chat(db: Database, chat: ChatRecord, now: float) -> Imported:
     return done
 
 
-def _mark(metadata: object) -> str:
-    return hashlib.blake2b(orjson.dumps(metadata), digest_size=12).hexdigest()
+def _mark(metadata: str) -> str:
+    return hashlib.blake2b(metadata.encode(), digest_size=12).hexdigest()
 
 
 class _Importer:

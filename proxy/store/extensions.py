@@ -30,9 +30,12 @@ class ExtensionTable:
 
     def pending(self, chat_id: str) -> list[PendingExtension]:
         """The messages whose extension data changed since the last import, in order."""
+        # Without statistics SQLite would take (chat_id, position) for the ORDER BY and
+        # read every message of the chat: 2 ms per planning of a 10,000-message chat.
         rows = self.db.execute(
             "SELECT uid, position, COALESCE(swipe_id, 0), text_hash, swipe_hashes, extension "
-            "FROM messages WHERE chat_id=? AND extension_new=1 ORDER BY position",
+            "FROM messages INDEXED BY messages_extension_new "
+            "WHERE chat_id=? AND extension_new=1 ORDER BY position",
             (chat_id,),
         ).fetchall()
         return [PendingExtension(*row) for row in rows]
