@@ -5,6 +5,8 @@
 - a generated 10,000-message chat (every other message with three swipes, ~20 MB):
   full index time, and the time from ST's save (rename) of one more message until the
   store and index are updated, through the real watcher;
+- a 10,000-message chat carrying ST-Auto-Recap's and MessageSummarize's data: the import
+  at its first planning, and what importing costs each later planning;
 - 2,000 indexed chats: identification latency of a request (p50/p99, in-process,
   including the freshness stat);
 - the process's RSS.
@@ -31,8 +33,10 @@ sys.path.insert(0, str(ROOT))
 from adapters.openai_chat import OpenAIChatAdapter  # noqa: E402
 from bench.words import CHAT_WORDS as WORDS  # noqa: E402
 from proxy.library import ChatLibrary  # noqa: E402
-from proxy.store import Store  # noqa: E402
+from proxy.memory.importing import Imported, import_chat  # noqa: E402
+from proxy.store import Database, Store  # noqa: E402
 from proxy.watcher import Watcher  # noqa: E402
+from tests.memory.extension_chats import four_stage  # noqa: E402
 
 MARKERS = ("[Start a new Chat]",)
 
@@ -175,10 +179,74 @@ async def many_chats(root: Path) -> None:
     await library.store.close()
 
 
+def extension_lines(n: int) -> Iterator[bytes]:
+    """A chat as ST-Auto-Recap and MessageSummarize leave it: a memory on every message,
+    a scene every 30 messages with its four-stage recap, a running version per scene."""
+    rng = random.Random(3)
+    scenes = range(29, n, 30)
+    running = {
+        "current_version": len(scenes) - 1,
+        "versions": [
+            {"version": v, "content": text(rng, 300), "scene_count": v + 1,
+             "prev_scene_index": None, "new_scene_index": at}
+            for v, at in enumerate(scenes)
+        ],
+    }  # fmt: skip
+    header = {"chat_metadata": {"auto_recap_running_scene_recaps": running}}
+    yield json.dumps(header).encode()
+    for i in range(n):
+        line = message(i, rng, 120)
+        extra: dict[str, object] = {"qvink_memory": {"memory": text(rng, 20), "include": "short"}}
+        if i % 30 == 29:
+            extra["auto_recap_memory"] = {
+                "scene_break": True,
+                "scene_recap_versions": [four_stage(i)],
+                "scene_recap_current_index": 0,
+                "auto_scene_break_checked": True,
+            }
+        line["extra"] = {**line["extra"], **extra}  # type: ignore[dict-item]
+        yield json.dumps(line).encode()
+
+
+async def extension_chat(root: Path) -> None:
+    data = root / "ext" / "data"
+    folder = data / "default-user" / "chats" / "Seraphina"
+    folder.mkdir(parents=True)
+    save_like_st(folder / "Seraphina - 2026-05-01@12h00m00s000ms.jsonl", extension_lines(10_000))
+    store = Store(root / "ext.sqlite3")
+    library = ChatLibrary(data, store)
+    started = time.perf_counter()
+    await library.index_all()
+    indexed = time.perf_counter() - started
+    chat_id = next(iter(library.index.entries))
+
+    def first(db: Database) -> tuple[Imported, float, float]:
+        db.memory.activate(chat_id)
+        chat = db.chat(chat_id)
+        assert chat is not None
+        began = time.perf_counter()
+        done = import_chat(db, chat, time.time())
+        took = time.perf_counter() - began
+        began = time.perf_counter()
+        for _ in range(100):
+            import_chat(db, chat, time.time())
+        return done, took, (time.perf_counter() - began) / 100
+
+    done, took, again = await store.call(first)
+    print(
+        f"10,000-message chat with extension data (a memory on each, {done.breaks} scenes, "
+        f"{done.running} running versions): indexed in {indexed * 1000:.0f} ms; imported "
+        f"in {took * 1000:.0f} ms at its first planning, then {again * 1000:.2f} ms per "
+        "planning with nothing new"
+    )
+    await store.close()
+
+
 async def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         await big_chat(root)
+        await extension_chat(root)
         await many_chats(root)
     print(f"RSS of this process: {rss_mb('VmRSS'):.0f} MB now, peak {rss_mb():.0f} MB")
 
