@@ -112,6 +112,7 @@ class MemoryEngine:
         # chat -> (earliest changed position, whether messages were deleted)
         self._pending: dict[str, tuple[int | None, bool]] = {}
         self._tasks = TaskSet()
+        self._import_failed: set[str] = set()  # logged once per chat
 
     async def __aenter__(self) -> MemoryEngine:
         await self.queue.__aenter__()
@@ -283,7 +284,12 @@ class MemoryEngine:
         if chat.main_chat and not state.inherited:
             inherit(db, chat, self.clock())
         if self.settings.import_extensions:
-            import_chat(db, chat, self.clock())
+            try:
+                import_chat(db, chat, self.clock())
+            except Exception:  # the chat's own memory goes on without the import
+                if chat_id not in self._import_failed:
+                    self._import_failed.add(chat_id)
+                    log.exception("importing the memory extension data of %s failed", chat_id)
         if rescan and state.checked_uid is not None:
             memory.set_state(chat_id, checked_uid=None)
             state = memory.state(chat_id)

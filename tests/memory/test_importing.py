@@ -249,3 +249,19 @@ async def test_the_cli_shows_what_was_imported(
     assert "running recap v3 (6 scene(s), imported):" in out
     assert running_content(179) in out
     assert operations(memory) == []
+
+
+async def test_a_failing_import_leaves_the_chats_own_memory_going(
+    memory_proxy: MemoryFactory,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    def broken(*args: object) -> None:
+        raise ValueError("unexpected extension data")
+
+    monkeypatch.setattr("proxy.memory.engine.import_chat", broken)
+    memory = await memory_proxy(16, {8}, **{"memory.message_recaps": False})
+    await memory.client.post("/v1/chat/completions", json=memory.story.request())
+    await memory.until(lambda db: len(db.memory.running_recaps(CHAT_ID)) == 1)
+    failures = [r for r in caplog.records if "importing the memory extension data" in r.message]
+    assert len(failures) == 1 and "unexpected extension data" in (failures[0].exc_text or "")
