@@ -9,7 +9,8 @@ A cassette is one JSON file:
                           "chunks": [{"t": seconds, "text": "..."} | {"t": ..., "b64": "..."}]}}
 
 `request` is what the client (ST) sent us, `upstream_request` what we sent on (its `path`
-is relative to `upstream.base_url`), and `response.chunks` the upstream's bytes in the
+is relative to the base URL it went to, or absolute when outside it: `/completion` beside
+a `.../v1` base), and `response.chunks` the upstream's bytes in the
 pieces and at the times they arrived. A body is stored as `"body"` (decoded JSON) when
 re-encoding it gives back the exact bytes, else as `"body_text"` or `"body_b64"`.
 Secrets are redacted before anything is written: auth headers, key-like query parameters

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from types import TracebackType
 
 import aiohttp
+from pydantic import SecretStr
 from yarl import URL
 
 from proxy.core.headers import Headers
@@ -63,14 +64,56 @@ class UpstreamResponse:
         self.on_close()
 
 
+@dataclass(frozen=True, slots=True)
+class Target:
+    """An API the proxy forwards to: its base URL, and the key that replaces the client's.
+
+    `url_for` maps a proxied path: `/v1/<rest>` to `<base_url>/<rest>` (ST's URL for an
+    OpenAI-compatible API ends in `/v1`), any other path to the same path on `base_url`
+    without its trailing `/v1` (llama.cpp's `/completion`, Ollama's `/api/generate`,
+    KoboldCpp's `/api/extra/...` next to its `/v1`)."""
+
+    base_url: URL
+    api_key: str | None = None
+    prefix: str = ""  # the route's path prefix on the proxy; "" for `upstream.base_url`
+
+    def url_for(self, path: str, query: str = "") -> URL:
+        base = self.base_url.path.rstrip("/")
+        if path == "/v1" or path.startswith("/v1/"):
+            full = base + path[3:]
+        else:
+            full = (base[:-3] if base.endswith("/v1") else base) + path
+        url = self.base_url.with_path(full or "/", encoded=True)
+        return url.with_query(None) if not query else URL(f"{url}?{query}", encoded=True)
+
+
+def _key(secret: SecretStr | None) -> str | None:
+    return secret.get_secret_value() if secret is not None else None
+
+
 class Upstream:
-    """Sends requests to `base_url`; an async context manager that owns its session."""
+    """Sends requests to `base_url` (and the named routes' APIs); an async context manager
+    that owns the one session they share."""
 
     def __init__(self, settings: UpstreamSettings) -> None:
         self.settings = settings
         self.base_url = URL(settings.base_url)
-        self.api_key = settings.api_key.get_secret_value() if settings.api_key is not None else None
+        self.api_key = _key(settings.api_key)
+        self.default = Target(self.base_url, self.api_key)
+        # Longest prefix first: `/claude/test` wins over `/claude` for its own paths.
+        self.routes = sorted(
+            (Target(URL(r.base_url), _key(r.api_key), r.prefix) for r in settings.routes),
+            key=lambda t: len(t.prefix),
+            reverse=True,
+        )
         self._session: aiohttp.ClientSession | None = None
+
+    def resolve(self, path: str) -> tuple[Target, str]:
+        """The API a proxied path goes to, and the path with its route prefix taken off."""
+        for target in self.routes:
+            if path == target.prefix or path.startswith(target.prefix + "/"):
+                return target, path[len(target.prefix) :] or "/"
+        return self.default, path
 
     async def __aenter__(self) -> Upstream:
         self._session = aiohttp.ClientSession(
@@ -114,9 +157,18 @@ class Upstream:
 
         Raises `UpstreamUnreachable` or `UpstreamTimeout` when no response arrives.
         """
+        return await self.send_to(method, self.url_for(tail, query), headers, body)
+
+    async def send_to(
+        self,
+        method: str,
+        url: URL,
+        headers: Iterable[tuple[str, str]],
+        body: bytes | None,
+    ) -> UpstreamResponse:
+        """`send` to a whole URL (`Target.url_for`)."""
         if self._session is None:
             raise RuntimeError("Upstream used outside its `async with`")
-        url = self.url_for(tail, query)
         try:
             response = await self._session.request(
                 method,
@@ -163,4 +215,4 @@ def _mapped(exc: Exception, url: URL, *, started: bool) -> UpstreamError:
     )
 
 
-__all__ = ["Upstream", "UpstreamError", "UpstreamResponse"]
+__all__ = ["Target", "Upstream", "UpstreamError", "UpstreamResponse"]

@@ -9,10 +9,12 @@ from collections.abc import Awaitable, Callable
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
+from pydantic import ValidationError
+from yarl import URL
 
 from proxy.errors import UpstreamTimeout, UpstreamUnreachable
-from proxy.settings import UpstreamSettings
-from proxy.upstream import Upstream
+from proxy.settings import UpstreamRoute, UpstreamSettings
+from proxy.upstream import Target, Upstream
 
 ServerFactory = Callable[..., Awaitable[TestServer]]
 
@@ -78,3 +80,58 @@ def test_urls_keep_the_query_as_it_came() -> None:
     upstream = Upstream(UpstreamSettings(base_url="http://api.example/v1/"))
     assert str(upstream.url_for("chat/completions")) == "http://api.example/v1/chat/completions"
     assert str(upstream.url_for("/models", "a=1&b=%2F")) == "http://api.example/v1/models?a=1&b=%2F"
+
+
+def test_every_path_has_its_place_on_the_upstream() -> None:
+    kobold = Target(URL("http://127.0.0.1:5001/v1"))
+    assert (
+        str(kobold.url_for("/v1/chat/completions")) == "http://127.0.0.1:5001/v1/chat/completions"
+    )
+    assert (
+        str(kobold.url_for("/api/extra/tokencount")) == "http://127.0.0.1:5001/api/extra/tokencount"
+    )
+    assert str(kobold.url_for("/v1")) == "http://127.0.0.1:5001/v1"
+    llama = Target(URL("http://127.0.0.1:8080"))
+    assert str(llama.url_for("/completion", "x=1")) == "http://127.0.0.1:8080/completion?x=1"
+    assert str(llama.url_for("/v1/models")) == "http://127.0.0.1:8080/models"
+    ollama = Target(URL("http://127.0.0.1:11434"))
+    assert str(ollama.url_for("/api/generate")) == "http://127.0.0.1:11434/api/generate"
+    router = Target(URL("https://openrouter.ai/api/v1"))
+    assert (
+        str(router.url_for("/v1/chat/completions"))
+        == "https://openrouter.ai/api/v1/chat/completions"
+    )
+
+
+def test_named_routes_take_their_prefix() -> None:
+    upstream = Upstream(
+        UpstreamSettings(
+            base_url="http://127.0.0.1:5001/v1",
+            routes=[
+                UpstreamRoute(prefix="claude/", base_url="https://api.anthropic.com/v1/"),
+                UpstreamRoute(prefix="/claude/test", base_url="http://127.0.0.1:9/v1"),
+            ],
+        )
+    )
+    target, path = upstream.resolve("/claude/v1/messages")
+    assert (target.prefix, path) == ("/claude", "/v1/messages")
+    assert str(target.url_for(path)) == "https://api.anthropic.com/v1/messages"
+    assert upstream.resolve("/claude/test/v1/x")[0].prefix == "/claude/test"
+    assert upstream.resolve("/claude")[1] == "/"
+    assert upstream.resolve("/claudeish/v1/x") == (upstream.default, "/claudeish/v1/x")
+
+
+@pytest.mark.parametrize("prefix", ["/", "/v1", "v1/x", "/recap", "/a/../b"])
+def test_a_route_prefix_may_not_shadow_the_proxys_own_paths(prefix: str) -> None:
+    with pytest.raises(ValidationError, match="route prefix"):
+        UpstreamRoute(prefix=prefix, base_url="http://x")
+
+
+def test_a_route_prefix_is_given_once() -> None:
+    with pytest.raises(ValidationError, match="given twice"):
+        UpstreamSettings(
+            routes=[
+                UpstreamRoute(prefix="/a", base_url="http://x"),
+                UpstreamRoute(prefix="a/", base_url="http://y"),
+            ]
+        )

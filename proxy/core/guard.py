@@ -122,6 +122,9 @@ def origin_allowed(origin: str | None, host: str | None, policy: GuardPolicy) ->
     return is_loopback(name) and port in ST_PORTS
 
 
+API_KEY_HEADER = "x-api-key"
+
+
 def _bearer(headers: Mapping[str, str]) -> str | None:
     scheme, _, token = headers.get("Authorization", "").partition(" ")
     return (token.strip() or None) if scheme.lower() == "bearer" else None
@@ -133,17 +136,31 @@ def _is_key(presented: str | None, policy: GuardPolicy) -> bool:
     return hmac.compare_digest(presented.encode(), policy.access_key.encode())
 
 
+def _api_key_header(headers: Mapping[str, str]) -> str | None:
+    return headers.get(API_KEY_HEADER, "").strip() or None
+
+
 def access_allowed(path: str, headers: Mapping[str, str], policy: GuardPolicy) -> bool:
-    """With an access key set, the request carries it: `X-Recap-Key`, or on `/v1` as a
-    bearer token (ST's API key field)."""
+    """With an access key set, the request carries it: `X-Recap-Key`, or on a path that
+    goes upstream in the key field ST has for that API: a bearer token (the Custom
+    endpoint's key, Text Completion keys, OpenAI's reverse-proxy password) or `x-api-key`
+    (Claude's reverse-proxy password)."""
     if policy.access_key is None:
         return True
-    on_api = path == "/v1" or path.startswith("/v1/")
-    presented = headers.get(KEY_HEADER, "").strip() or (_bearer(headers) if on_api else None)
-    return _is_key(presented, policy)
+    if _is_key(headers.get(KEY_HEADER, "").strip() or None, policy):
+        return True
+    on_api = not (path == "/recap" or path.startswith("/recap/"))
+    return on_api and (
+        _is_key(_bearer(headers), policy) or _is_key(_api_key_header(headers), policy)
+    )
 
 
-def carries_access_key(headers: Mapping[str, str], policy: GuardPolicy) -> bool:
-    """Whether the `Authorization` header is the access key (then it is ours, not the
-    upstream's: it is neither forwarded nor kept for the proxy's own calls)."""
-    return _is_key(_bearer(headers), policy)
+def carries_access_key(headers: Mapping[str, str], policy: GuardPolicy) -> tuple[str, ...]:
+    """The headers (`Authorization`, `x-api-key`) that hold the access key: they are ours,
+    not the upstream's, so they are neither forwarded nor kept for the proxy's own calls."""
+    found = []
+    if _is_key(_bearer(headers), policy):
+        found.append("authorization")
+    if _is_key(_api_key_header(headers), policy):
+        found.append(API_KEY_HEADER)
+    return tuple(found)

@@ -65,13 +65,19 @@ def _connection_tokens(headers: Iterable[tuple[str, str]]) -> set[str]:
 
 
 def request_headers(headers: Iterable[tuple[str, str]], api_key: str | None) -> Headers:
-    """Headers to send upstream: end-to-end ones, with `api_key` replacing the client's."""
+    """Headers to send upstream: end-to-end ones, with `api_key` replacing the client's,
+    in the header the client's API takes it in: `x-api-key` for Anthropic's (the client sent
+    `x-api-key` or `anthropic-version`, and no `Authorization`), else `Authorization: Bearer`."""
     pairs = list(headers)
     dropped = HOP_BY_HOP | REQUEST_FRAMING | NOT_FORWARDED | _connection_tokens(pairs)
     out = [(k, v) for k, v in pairs if k.lower() not in dropped]
     if api_key is not None:
+        names = {k.lower() for k, _ in out}
+        anthropic = (
+            bool(names & {"x-api-key", "anthropic-version"}) and "authorization" not in names
+        )
         out = [(k, v) for k, v in out if k.lower() not in ("authorization", "x-api-key")]
-        out.append(("Authorization", f"Bearer {api_key}"))
+        out.append(("x-api-key", api_key) if anthropic else ("Authorization", f"Bearer {api_key}"))
     return out
 
 

@@ -79,11 +79,59 @@ class ServerSettings(Section):
     )
 
 
+def _http_url(value: str) -> str:
+    if not value.startswith(("http://", "https://")):
+        raise ValueError("expected an http:// or https:// URL")
+    return value.rstrip("/")
+
+
+class UpstreamRoute(Section):
+    prefix: str = Field(
+        description="A path prefix on the proxy, e.g. `/claude`: `<prefix>/<path>` goes to "
+        "this route's `base_url` as other paths go to `upstream.base_url`.",
+        examples=["/claude"],
+    )
+    base_url: str = Field(
+        description="The API this prefix leads to, `/v1` included where it has one.",
+        examples=["https://api.anthropic.com/v1"],
+    )
+    api_key: SecretStr | None = Field(
+        None,
+        description="When set, replaces the key the client sends on this route (in the "
+        "header the client put it in: `x-api-key` or `Authorization: Bearer`).",
+    )
+
+    @field_validator("prefix")
+    @classmethod
+    def _prefix(cls, value: str) -> str:
+        prefix = "/" + value.strip().strip("/")
+        first = prefix.split("/")[1]
+        if (
+            prefix == "/"
+            or first in ("v1", "recap")
+            or any(p in (".", "..") for p in prefix.split("/"))
+        ):
+            raise ValueError("a route prefix is a path like `/claude`, not `/`, `/v1` or `/recap`")
+        return prefix
+
+    @field_validator("base_url")
+    @classmethod
+    def _base(cls, value: str) -> str:
+        return _http_url(value)
+
+
 class UpstreamSettings(Section):
     base_url: str = Field(
         "http://127.0.0.1:5001/v1",
-        description="The real OpenAI-compatible API. `/v1/<rest>` on the proxy maps to "
-        "`<base_url>/<rest>`, so include the API's own `/v1` here.",
+        description="The real API. `/v1/<rest>` on the proxy maps to `<base_url>/<rest>`, so "
+        "include the API's own `/v1` here; any other path maps to the same path on "
+        "`base_url` without its `/v1` (`/completion`, `/api/generate`, `/api/extra/...`).",
+    )
+    routes: list[UpstreamRoute] = Field(
+        default_factory=list,
+        description="More APIs at once, each under its own path prefix on the proxy: "
+        '`[[upstream.routes]]` `prefix = "/claude"`, `base_url = "https://api.anthropic.com/v1"` '
+        "makes `/claude/v1/messages` go to `https://api.anthropic.com/v1/messages`.",
     )
     api_key: SecretStr | None = Field(
         None,
@@ -106,10 +154,17 @@ class UpstreamSettings(Section):
 
     @field_validator("base_url")
     @classmethod
-    def _http_url(cls, value: str) -> str:
-        if not value.startswith(("http://", "https://")):
-            raise ValueError("expected an http:// or https:// URL")
-        return value.rstrip("/")
+    def _base(cls, value: str) -> str:
+        return _http_url(value)
+
+    @field_validator("routes")
+    @classmethod
+    def _distinct(cls, routes: list[UpstreamRoute]) -> list[UpstreamRoute]:
+        prefixes = [r.prefix for r in routes]
+        doubled = sorted({p for p in prefixes if prefixes.count(p) > 1})
+        if doubled:
+            raise ValueError(f"route prefix {doubled[0]} is given twice")
+        return routes
 
 
 class InjectionSettings(Section):

@@ -95,13 +95,15 @@ def _cors_origin(request: web.Request) -> str | None:
 
 
 def api_headers(request: web.Request) -> CIMultiDictProxy[str]:
-    """The request's headers meant for the API: an `Authorization` that is the proxy's
-    access key is left out, so that it is neither forwarded nor kept as the chat's key for
-    the proxy's own calls. (`X-Recap-Key` never crosses: `request_headers` drops it.)
+    """The request's headers meant for the API: an `Authorization` or `x-api-key` that is
+    the proxy's access key is left out, so that it is neither forwarded nor kept as the
+    chat's key for the proxy's own calls. (`X-Recap-Key` never crosses: `request_headers`
+    drops it.)
     Copied only in that case: most requests pass as they came."""
-    if not carries_access_key(request.headers, request.app[POLICY]):
+    ours = carries_access_key(request.headers, request.app[POLICY])
+    if not ours:
         return request.headers
-    kept = CIMultiDict((k, v) for k, v in request.headers.items() if k.lower() != "authorization")
+    kept = CIMultiDict((k, v) for k, v in request.headers.items() if k.lower() not in ours)
     return CIMultiDictProxy(kept)
 
 

@@ -16,12 +16,13 @@ import time
 from collections.abc import Iterable, Mapping
 
 from aiohttp import web
+from yarl import URL
 
 from proxy.cassette import Exchange, Recorder
 from proxy.core.headers import Headers, request_headers, response_headers
 from proxy.errors import UpstreamError
 from proxy.tasks import TaskSet
-from proxy.upstream import Upstream
+from proxy.upstream import Target, Upstream
 from proxy.web.errors import error_json
 
 log = logging.getLogger(__name__)
@@ -50,22 +51,26 @@ class Relay:
     async def forward(
         self,
         request: web.Request,
-        tail: str,
+        target: Target,
+        path: str,
         body: bytes | None,
         client_headers: Mapping[str, str],
         *,
         extra: Iterable[tuple[str, str]] = (),
         exchange: Exchange | None = None,
     ) -> web.StreamResponse:
+        """Send `path` (the request's, its route prefix taken off) to `target`."""
         extra = list(extra)
-        headers = request_headers(client_headers.items(), self.upstream.api_key)
-        query = request.rel_url.raw_query_string
+        headers = request_headers(client_headers.items(), target.api_key)
+        url = target.url_for(path, request.rel_url.raw_query_string)
         if exchange is not None:
-            exchange.upstream_path = "/" + tail
+            base = target.base_url.raw_path.rstrip("/")
+            under = url.raw_path.startswith(base + "/")
+            exchange.upstream_path = url.raw_path[len(base) :] if under else url.raw_path
             exchange.upstream_headers = headers
             exchange.upstream_body = body
         try:
-            return await self._forward(request, tail, query, headers, body, extra, exchange)
+            return await self._forward(request, url, headers, body, extra, exchange)
         except asyncio.CancelledError:
             log.info(
                 "%s %s: client disconnected; upstream request cancelled",
@@ -80,8 +85,7 @@ class Relay:
     async def _forward(
         self,
         request: web.Request,
-        tail: str,
-        query: str,
+        url: URL,
         headers: Headers,
         body: bytes | None,
         extra: Headers,
@@ -89,7 +93,7 @@ class Relay:
     ) -> web.StreamResponse:
         started = time.monotonic()
         try:
-            upstream = await self.upstream.send(request.method, tail, query, headers, body)
+            upstream = await self.upstream.send_to(request.method, url, headers, body)
         except UpstreamError as exc:
             log.warning("%s %s: %s", request.method, request.rel_url.raw_path, exc)
             if exchange is not None:

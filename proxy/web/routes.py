@@ -24,30 +24,35 @@ TRIMMED_HEADER = "X-Recap-Trimmed"
 _SLASHES = re.compile(r"/{2,}")
 
 
-def upstream_tail(raw_path: str) -> str:
-    """`/v1//chat/completions` -> `chat/completions`: the path after `/v1`, slashes folded.
+def proxied_path(raw_path: str) -> str:
+    """`/v1//chat/completions` -> `/v1/chat/completions`: the path to forward, slashes folded.
 
     ST builds its URL as `<custom_url>/chat/completions`, so a URL typed with a trailing
     slash arrives with a doubled one.
     """
-    rest = raw_path[len(API_PREFIX) :] if raw_path.startswith(API_PREFIX) else raw_path
-    tail = _SLASHES.sub("/", rest).lstrip("/")
-    # `.` and `..`, written or percent-encoded, would climb out of `upstream.base_url`
+    path = "/" + _SLASHES.sub("/", raw_path).lstrip("/")
+    # `.` and `..`, written or percent-encoded, would climb out of the upstream's base URL
     # once the upstream decodes them: they never go there.
-    if any(unquote(segment) in (".", "..") for segment in tail.split("/")):
+    if any(unquote(segment) in (".", "..") for segment in path.split("/")):
         raise RequestError("a path segment `.` or `..` (encoded or not) is not forwarded")
-    return tail
+    return path
+
+
+def api_tail(path: str) -> str | None:
+    """The part after `/v1/` that names an OpenAI-style endpoint (`chat/completions`)."""
+    return path[len(API_PREFIX) + 1 :] if path.startswith(API_PREFIX + "/") else None
 
 
 async def handle_api(request: web.Request) -> web.StreamResponse:
-    tail = upstream_tail(request.rel_url.raw_path)
-    adapter = ADAPTERS.get(tail) if request.method == "POST" else None
     relay = request.app[RELAY]
+    target, path = relay.upstream.resolve(proxied_path(request.rel_url.raw_path))
+    tail = api_tail(path)
+    adapter = ADAPTERS.get(tail) if request.method == "POST" and tail is not None else None
     headers = api_headers(request)
     if adapter is None:
         body = await request.read() if request.body_exists else None
         exchange = relay.start_exchange(request, body or b"")
-        return await relay.forward(request, tail, body, headers, exchange=exchange)
+        return await relay.forward(request, target, path, body, headers, exchange=exchange)
 
     raw = await request.read()
     exchange = relay.start_exchange(request, raw)
@@ -70,7 +75,9 @@ async def handle_api(request: web.Request) -> web.StreamResponse:
             "role": outcome.insertion.role.value,
             "tokens": outcome.insertion.tokens,
         }
-    return await relay.forward(request, tail, outcome.body, headers, extra=extra, exchange=exchange)
+    return await relay.forward(
+        request, target, path, outcome.body, headers, extra=extra, exchange=exchange
+    )
 
 
 async def handle_root(request: web.Request) -> web.Response:
@@ -85,14 +92,12 @@ async def handle_root(request: web.Request) -> web.Response:
 
 
 async def handle_unknown(request: web.Request) -> web.Response:
-    raise NotFound(
-        f"recap-proxy serves {API_PREFIX}/... (and /recap/...); {request.rel_url.raw_path} "
-        f"is neither. Point SillyTavern at {request.url.origin()}{API_PREFIX}"
-    )
+    raise NotFound(f"no such page of recap-proxy: {request.rel_url.raw_path}")
 
 
 def add_routes(app: web.Application) -> None:
+    """`/` and `/recap/...` are the proxy's own; every other path goes upstream."""
     app.router.add_get("/", handle_root)
-    app.router.add_route("*", API_PREFIX, handle_api)
-    app.router.add_route("*", API_PREFIX + "/{tail:.*}", handle_api)
-    app.router.add_route("*", "/{tail:.*}", handle_unknown)
+    app.router.add_route("*", "/recap", handle_unknown)
+    app.router.add_route("*", "/recap/{tail:.*}", handle_unknown)
+    app.router.add_route("*", "/{tail:.*}", handle_api)

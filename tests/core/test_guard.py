@@ -82,6 +82,11 @@ def test_the_access_key() -> None:
     assert not access_allowed("/recap/api/chats", {"Authorization": "Bearer s3cret"}, policy)
     assert not access_allowed("/v1/models", {"Authorization": "Bearer sk-real"}, policy)
     assert not access_allowed("/v1/models", {}, policy)
-    assert carries_access_key({"Authorization": "Bearer s3cret"}, policy)
+    # every path that goes upstream takes it in the key field ST has for that API
+    assert access_allowed("/completion", {"Authorization": "Bearer s3cret"}, policy)
+    assert access_allowed("/claude/v1/messages", {"x-api-key": "s3cret"}, policy)
+    assert not access_allowed("/recap/api/chats", {"x-api-key": "s3cret"}, policy)
+    assert carries_access_key({"Authorization": "Bearer s3cret"}, policy) == ("authorization",)
+    assert carries_access_key({"x-api-key": "s3cret"}, policy) == ("x-api-key",)
     assert not carries_access_key({"Authorization": "Bearer sk-real"}, policy)
     assert access_allowed("/v1/models", {}, LOCAL)  # no key set: nothing asked

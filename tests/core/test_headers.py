@@ -63,3 +63,17 @@ def test_known_and_key_like_secrets_are_redacted() -> None:
         "api_key": REDACTED,
         "note": f"echo {REDACTED}",
     }
+
+
+def test_the_configured_key_goes_where_the_clients_api_takes_it() -> None:
+    openai = request_headers([("Authorization", "Bearer sk-client")], api_key="sk-mine")
+    assert openai == [("Authorization", "Bearer sk-mine")]
+    claude = request_headers(
+        [("anthropic-version", "2023-06-01"), ("x-api-key", "proxy-password")], api_key="sk-ant"
+    )
+    assert claude == [("anthropic-version", "2023-06-01"), ("x-api-key", "sk-ant")]
+    # The access key in x-api-key was taken off already: anthropic-version still tells.
+    stripped = request_headers([("anthropic-version", "2023-06-01")], api_key="sk-ant")
+    assert stripped[-1] == ("x-api-key", "sk-ant")
+    bare = request_headers([], api_key="sk-mine")
+    assert bare == [("Authorization", "Bearer sk-mine")]

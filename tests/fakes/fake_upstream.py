@@ -1,4 +1,4 @@
-"""An upstream faked at the seam the relay and the LLM client use (`Upstream.send`): no
+"""An upstream faked at the seam the relay and the LLM client use (`Upstream.send_to`): no
 socket, answers scripted chunk by chunk, failures injected where a test wants them."""
 
 from __future__ import annotations
@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass, field
+
+from yarl import URL
 
 from proxy.core.headers import Headers
 from proxy.errors import UpstreamError
@@ -29,7 +31,7 @@ class Script:
 @dataclass
 class Sent:
     method: str
-    tail: str
+    tail: str  # the path after the base URL's, else the whole path
     headers: Headers
     body: bytes | None
     released: bool = False
@@ -48,16 +50,19 @@ class FakeUpstream(Upstream):
     async def __aexit__(self, *exc: object) -> None:
         return None
 
-    async def send(
+    async def send_to(
         self,
         method: str,
-        tail: str,
-        query: str,
+        url: URL,
         headers: Iterable[tuple[str, str]],
         body: bytes | None,
     ) -> UpstreamResponse:
         script = self.scripts.pop(0)
-        sent = Sent(method, tail, list(headers), body)
+        base = self.base_url.raw_path.rstrip("/") + "/"
+        path = url.raw_path
+        sent = Sent(
+            method, path[len(base) :] if path.startswith(base) else path, list(headers), body
+        )
         self.sent.append(sent)
         if script.failure is not None and script.fail_after is None:
             raise script.failure

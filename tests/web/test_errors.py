@@ -38,7 +38,7 @@ async def test_raised_errors_become_their_answer(
 
 async def test_the_proxys_own_routes_answer_through_it(proxy: ProxyFactory) -> None:
     client = await proxy()
-    missing = await client.get("/nowhere")
+    missing = await client.get("/recap/nowhere")
     assert missing.status == 404
     assert (await missing.json())["error"]["code"] == "not_found"
     no_folder = await client.get("/recap/api/chats")

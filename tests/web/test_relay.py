@@ -238,13 +238,13 @@ async def test_other_methods_and_paths_pass_through(proxy: ProxyFactory, fake_ll
     assert "X-Recap-Injected" not in get_chat.headers
 
 
-async def test_paths_outside_v1_get_a_helpful_404(proxy: ProxyFactory) -> None:
+async def test_the_root_and_recap_pages_are_the_proxys_own(proxy: ProxyFactory) -> None:
     client = await proxy()
-    response = await client.post("/chat/completions", data=body())
-    assert response.status == 404
-    assert "/v1" in (await response.json())["error"]["message"]
     root = await client.get("/")
     assert (await root.json())["service"] == "recap-proxy"
+    response = await client.get("/recap/chat/completions")
+    assert response.status == 404
+    assert "no such page of recap-proxy" in (await response.json())["error"]["message"]
 
 
 # -- the relay over a fake upstream at its seam (`Upstream.send`), no socket upstream --------
@@ -283,3 +283,46 @@ async def test_no_answer_at_the_seam_is_our_json_error(aiohttp_client: Any) -> N
     assert response.status == 504
     assert (await response.json())["error"]["type"] == "upstream_timeout"
     assert response.headers["X-Recap-Chat"] == ""
+
+
+# -- every path goes upstream; named routes ---------------------------------------------------
+
+
+async def test_paths_outside_v1_go_to_the_upstreams_root(
+    proxy: ProxyFactory, fake_llm: FakeLLM
+) -> None:
+    client = await proxy()  # upstream.base_url is the fake's `/v1`
+    for method, path in [
+        ("POST", "/api/extra/tokencount"),  # KoboldCpp beside its /v1
+        ("POST", "/completion"),  # llama.cpp
+        ("POST", "/api/generate"),  # Ollama
+        ("GET", "/api/v1/info/version?x=1"),  # KoboldAI Classic's probe
+    ]:
+        response = await client.request(method, path, data=b'{"prompt": "Hi"}')
+        assert response.status == 200, path
+        echoed = await response.json()
+        assert (echoed["path"], echoed["query"]) == tuple(path.partition("?")[::2])
+        assert fake_llm.state.seen[-1].body == b'{"prompt": "Hi"}'
+
+
+async def test_a_named_route_leads_to_its_own_api(proxy: ProxyFactory, fake_llm: FakeLLM) -> None:
+    root = str(fake_llm.server.make_url(""))
+    client = await proxy(
+        **{
+            "upstream.routes": [
+                {"prefix": "/claude", "base_url": f"{root}/anthropic/v1", "api_key": "sk-ant"}
+            ],
+            "server.access_key": "s3cret",
+        }
+    )
+    headers = {"x-api-key": "s3cret", "anthropic-version": "2023-06-01"}
+    response = await client.post("/claude/v1/messages", data=b"{}", headers=headers)
+    assert response.status == 200
+    assert (await response.json())["path"] == "/anthropic/v1/messages"
+    seen = fake_llm.state.seen[-1].headers
+    # The access key came as Claude's password; the route's own key went on in its place.
+    assert seen["x-api-key"] == "sk-ant" and "Authorization" not in seen
+    other = await client.get("/v1/models", headers={"Authorization": "Bearer s3cret"})
+    assert other.status == 200
+    refused = await client.post("/claude/v1/messages", data=b"{}")
+    assert refused.status == 401
