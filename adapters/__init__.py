@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping
 from typing import Protocol
 
+from adapters.anthropic_messages import AnthropicMessagesAdapter
 from adapters.base import ParsedRequest
 from adapters.openai_chat import OpenAIChatAdapter
 from proxy.core.models import Insertion
@@ -37,6 +38,7 @@ class Adapter(Protocol):
 
 ADAPTERS: dict[str, Adapter] = {
     "chat/completions": OpenAIChatAdapter(),
+    "messages": AnthropicMessagesAdapter(),
 }
 
 __all__ = ["ADAPTERS", "Adapter", "ParsedRequest"]

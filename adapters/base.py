@@ -17,3 +17,6 @@ class ParsedRequest:
     messages: list[ChatMessage]
     stream: bool
     model: str | None
+    # For formats whose canonical messages are not one per wire message: where each one
+    # is in the body (the adapter's own reading; empty when they are one to one).
+    wire_index: tuple[int, ...] = ()

@@ -1,0 +1,171 @@
+"""Anthropic `POST /v1/messages`: what ST sends to Claude through its reverse proxy.
+
+ST builds the same OpenAI-style list as for any chat completion, then converts it: with
+"use system prompt" off (its default) every system message becomes `user` and same-role
+neighbours are merged with a blank line, so the main prompt, the card and ST's
+`[Start a new Chat]` arrive as one `user` message at the head; with it on, the leading
+system messages are joined into `system`. The canonical list the core sees undoes that
+merge where it matters: `system` and the head message are split at their blank lines
+into system messages (so the history-start marker is found as in an OpenAI request), the
+chat turns follow one per message, and ST's continue nudge is a system message again.
+
+Memory goes in with ST's semantics for this format: `before_prompt` and `in_prompt` into
+`system` (made when absent; a string stays a string, a block list gets a text block and
+its other blocks, `cache_control` included, stay as they were), `in_chat` between the
+turns, merged into a same-role neighbour with a blank line as ST would merge it, so that
+user and assistant keep alternating. Left-out turns are merged the same way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping
+from typing import Any
+
+from adapters.base import ParsedRequest
+from adapters.openai_chat import content_text, decode_json, encode_json, reencode
+from proxy.core.models import ChatMessage, Insertion, Role
+from proxy.errors import AdapterError
+
+IN_SYSTEM = -1  # a canonical message that is a part of `system`
+IN_HEAD = -2  # a part of the first message (ST's merged prompt)
+SEPARATOR = "\n\n"  # what ST merges same-role messages with
+CONTINUE_NUDGE = "[Continue the following message"
+
+
+def _parts(text: str) -> list[str]:
+    return [part for part in text.split(SEPARATOR) if part.strip()] or [text]
+
+
+def _append(message: dict[str, Any], text: str, *, before: bool) -> dict[str, Any]:
+    """`message` with `text` merged in (before or after its content), as ST merges."""
+    content = message.get("content")
+    if isinstance(content, list):
+        block = {"type": "text", "text": text}
+        blocks = [block, *content] if before else [*content, block]
+        return {**message, "content": blocks}
+    old = content if isinstance(content, str) else ""
+    return {**message, "content": text + SEPARATOR + old if before else old + SEPARATOR + text}
+
+
+def _merge_neighbours(wire: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Same-role neighbours merged into one message, as ST sends them to Claude."""
+    out: list[dict[str, Any]] = []
+    for message in wire:
+        if out and out[-1].get("role") == message.get("role"):
+            content = message.get("content")
+            if isinstance(content, str):
+                out[-1] = _append(out[-1], content, before=False)
+                continue
+            previous = out[-1].get("content")
+            blocks = (
+                previous
+                if isinstance(previous, list)
+                else [{"type": "text", "text": previous or ""}]
+            )
+            out[-1] = {**out[-1], "content": [*blocks, *(content or [])]}
+            continue
+        out.append(message)
+    return out
+
+
+class AnthropicMessagesAdapter:
+    name = "anthropic_messages"
+
+    def parse(self, raw: bytes) -> ParsedRequest:
+        body = decode_json(raw)
+        if not isinstance(body, dict):
+            raise AdapterError("body is not a JSON object")
+        wire = body.get("messages")
+        if not isinstance(wire, list) or not wire:
+            raise AdapterError("body has no `messages` list")
+        messages: list[ChatMessage] = []
+        where: list[int] = []
+        system = body.get("system")
+        if system is not None:
+            for part in _parts(content_text(system)):
+                messages.append(ChatMessage("system", part, None))
+                where.append(IN_SYSTEM)
+        for i, msg in enumerate(wire):
+            role = msg.get("role") if type(msg) is dict else None
+            if role not in ("user", "assistant"):
+                raise AdapterError(f"messages[{i}] is not a user or assistant message")
+            text = content_text(msg.get("content"))
+            if i == 0 and role == "user" and len(wire) > 1 and SEPARATOR in text:
+                for part in _parts(text):
+                    messages.append(ChatMessage("system", part, None))
+                    where.append(IN_HEAD)
+                continue
+            last = i == len(wire) - 1
+            nudge = last and role == "user" and text.lstrip().startswith(CONTINUE_NUDGE)
+            messages.append(ChatMessage("system" if nudge else role, text, None))
+            where.append(i)
+        model = body.get("model")
+        return ParsedRequest(
+            raw=raw,
+            body=body,
+            messages=messages,
+            stream=body.get("stream") is True,
+            model=model if isinstance(model, str) else None,
+            wire_index=tuple(where),
+        )
+
+    def apply(
+        self,
+        parsed: ParsedRequest,
+        insertion: Insertion | None,
+        replacements: Mapping[int, str] | None = None,
+        drop: Collection[int] = (),
+    ) -> bytes:
+        source, fast = reencode(parsed.raw, parsed.body)
+        body = dict(source)
+        wire: list[dict[str, Any] | None] = list(source["messages"])
+        where = parsed.wire_index
+        for index, text in (replacements or {}).items():
+            at = where[index]
+            if at >= 0 and isinstance(wire[at], dict):
+                message = wire[at]
+                assert message is not None
+                if isinstance(message.get("content"), str):
+                    wire[at] = {**message, "content": text}
+        # Where the memory goes: into `system` when its place is at the top or inside
+        # the prompt, else before the turn at its place in the canonical list.
+        gap: int | None = None
+        if insertion is not None and insertion.index > 0:
+            rest = where[insertion.index :]
+            if not rest:
+                gap = len(wire)
+            elif rest[0] >= 0:
+                gap = rest[0]
+        gone = {where[i] for i in drop if 0 <= i < len(where) and where[i] >= 0}
+        if insertion is not None and gap is None:
+            body["system"] = self._system(body.get("system"), insertion)
+        kept: list[dict[str, Any]] = []
+        for i, message in enumerate(wire):
+            if insertion is not None and gap == i:
+                kept.append(self._turn(insertion))
+            if i not in gone and message is not None:
+                kept.append(message)
+        if insertion is not None and gap == len(wire):
+            kept.append(self._turn(insertion))
+        if insertion is not None or gone:
+            kept = _merge_neighbours(kept)
+        body["messages"] = kept
+        return encode_json(body, fast=fast)
+
+    @staticmethod
+    def _turn(insertion: Insertion) -> dict[str, Any]:
+        # Claude has no system turns: ST sends an in-chat system prompt as the user's.
+        role = "assistant" if insertion.role is Role.ASSISTANT else "user"
+        return {"role": role, "content": insertion.text}
+
+    @staticmethod
+    def _system(system: Any, insertion: Insertion) -> Any:
+        """`system` with the memory: first for `before_prompt` (index 0), else last."""
+        first = insertion.index == 0
+        if system is None or system == "":
+            return insertion.text
+        if isinstance(system, list):
+            block = {"type": "text", "text": insertion.text}
+            return [block, *system] if first else [*system, block]
+        text = str(system)
+        return insertion.text + SEPARATOR + text if first else text + SEPARATOR + insertion.text

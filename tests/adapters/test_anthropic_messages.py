@@ -1,0 +1,162 @@
+"""Anthropic Messages bodies as ST 1.12.6 sends them to Claude through its reverse proxy
+(`tests/data/sources/claude/`): read into the canonical list, identified, and given
+memory where each position says, with ST's merging."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from adapters.anthropic_messages import AnthropicMessagesAdapter
+from proxy.core.models import Generation, Insertion, Role
+from proxy.core.placement import find_history
+from proxy.library import ChatLibrary
+from proxy.store import Store
+
+SOURCES = Path(__file__).parents[1] / "data" / "sources"
+CLAUDE = SOURCES / "claude"
+MARKERS = ("[Start a new Chat]",)
+ADAPTER = AnthropicMessagesAdapter()
+STEPS = ("03_send_01", "04_send_02", "05_send_03", "06_swipe", "07_continue")
+
+
+def generations(variant: str) -> dict[str, bytes]:
+    """The body of each step's generation request, as ST sent it."""
+    found = {}
+    for line in (CLAUDE / variant / "requests.jsonl").read_text(encoding="utf-8").splitlines():
+        record = json.loads(line)
+        if record["kind"] == "generation":
+            found[record["step"]] = record["body_text"].encode()
+    return found
+
+
+def body_of(raw: bytes) -> dict[str, Any]:
+    result: dict[str, Any] = json.loads(raw)
+    return result
+
+
+def roles(body: dict[str, Any]) -> list[str]:
+    return [m["role"] for m in body["messages"]]
+
+
+def insert(raw: bytes, index: int, role: Role = Role.SYSTEM, text: str = "MEMORY") -> bytes:
+    parsed = ADAPTER.parse(raw)
+    return ADAPTER.apply(parsed, Insertion(index, role, text, 1))
+
+
+@pytest.mark.parametrize(
+    "variant", ["stream", "nonstream", "stream_sysprompt", "stream_authorsnote"]
+)
+def test_the_canonical_list_finds_the_history_as_for_an_openai_request(variant: str) -> None:
+    for step, raw in generations(variant).items():
+        parsed = ADAPTER.parse(raw)
+        span = find_history(parsed.messages, MARKERS)
+        history = [parsed.messages[i] for i in span.indices]
+        greeting = [m for m in history if m.text.startswith("*You wake with a start")]
+        assert len(greeting) == 1 and greeting[0].role == "assistant", step
+        assert parsed.messages[span.start - 1].text.startswith("[Start a new Chat]")
+        if step == "07_continue":
+            assert parsed.messages[-1].role == "system"  # ST's nudge, a system message again
+        else:
+            assert history[-1].role == "user"
+        assert parsed.stream is (variant != "nonstream")
+        assert parsed.model is not None
+
+
+def test_before_and_in_prompt_go_into_system() -> None:
+    raw = generations("stream")["05_send_03"]
+    before = body_of(insert(raw, 0))
+    assert before["system"] == "MEMORY"
+    assert before["messages"] == body_of(raw)["messages"]  # the turns as they were
+    parsed = ADAPTER.parse(raw)
+    in_prompt = body_of(insert(raw, 1))
+    assert in_prompt["system"] == "MEMORY" and len(in_prompt["messages"]) == len(
+        parsed.body["messages"]
+    )
+    sysprompt = generations("stream_sysprompt")["05_send_03"]
+    original = body_of(sysprompt)["system"]
+    assert body_of(insert(sysprompt, 0))["system"] == "MEMORY\n\n" + original
+    assert body_of(insert(sysprompt, 1))["system"] == original + "\n\nMEMORY"
+    # A block list stays one, its cached blocks untouched.
+    blocks = body_of(sysprompt)
+    blocks["system"] = [{"type": "text", "text": original, "cache_control": {"type": "ephemeral"}}]
+    raw_blocks = json.dumps(blocks).encode()
+    placed = body_of(insert(raw_blocks, 0))["system"]
+    assert placed[0] == {"type": "text", "text": "MEMORY"} and placed[1] == blocks["system"][0]
+
+
+@pytest.mark.parametrize("depth", [0, 1, 2, 3])
+@pytest.mark.parametrize("role", [Role.SYSTEM, Role.USER, Role.ASSISTANT])
+def test_in_chat_merges_into_a_neighbour_and_keeps_the_turns_alternating(
+    depth: int, role: Role
+) -> None:
+    raw = generations("stream")["05_send_03"]
+    parsed = ADAPTER.parse(raw)
+    span = find_history(parsed.messages, MARKERS)
+    index = span.indices[-depth] if depth else span.end
+    placed = body_of(insert(raw, index, role))
+    turns = placed["messages"]
+    assert all(a["role"] != b["role"] for a, b in itertools.pairwise(turns))
+    assert turns[0]["role"] == "user"
+    texts = [m["content"] for m in turns]
+    holder = next(i for i, t in enumerate(texts) if "MEMORY" in t)
+    original = [m["content"] for m in body_of(raw)["messages"]]
+    # The memory sits so that exactly `depth` of the original turns follow it.
+    wanted_role = "assistant" if role is Role.ASSISTANT else "user"
+    if texts[holder] == "MEMORY":
+        assert turns[holder]["role"] == wanted_role
+        assert texts[holder + 1 :] == original[len(original) - depth :]
+    elif texts[holder].startswith("MEMORY\n\n"):
+        assert texts[holder] == "MEMORY\n\n" + original[len(original) - depth]
+    else:
+        assert texts[holder] == original[len(original) - depth - 1] + "\n\nMEMORY"
+    assert turns[holder]["role"] == wanted_role
+
+
+def test_left_out_turns_keep_the_rest_alternating() -> None:
+    raw = generations("stream")["05_send_03"]
+    parsed = ADAPTER.parse(raw)
+    span = find_history(parsed.messages, MARKERS)
+    # Three turns out (greeting, user, assistant): two user turns meet and merge.
+    drop = span.indices[:3]
+    out = body_of(ADAPTER.apply(parsed, None, None, drop))
+    assert roles(out) == ["user", "assistant", "user"]
+    original = body_of(raw)["messages"]
+    assert out["messages"][0]["content"] == original[0]["content"] + "\n\n" + original[4]["content"]
+
+
+def test_the_head_and_the_replacements_stay_whole() -> None:
+    raw = generations("stream")["05_send_03"]
+    parsed = ADAPTER.parse(raw)
+    head = [i for i, m in enumerate(parsed.messages) if parsed.wire_index[i] < 0]
+    out = body_of(ADAPTER.apply(parsed, None, {head[0]: "changed"}, head))
+    assert out["messages"] == body_of(raw)["messages"]
+
+
+async def test_every_captured_request_is_identified(tmp_path: Path) -> None:
+    for variant in ("stream", "stream_sysprompt", "stream_authorsnote"):
+        kinds: list[Generation] = []
+        for step, raw in generations(variant).items():
+            data = tmp_path / variant / step / "data"
+            chats = CLAUDE / variant / "chats"
+            # The chat file as ST had saved it when it sent the request: for a send, the
+            # step's file without the reply; for a swipe or continue, the step before's.
+            before = STEPS[STEPS.index(step) - 1] if step in ("06_swipe", "07_continue") else step
+            shutil.copytree(chats / before / "chats", data / "default-user" / "chats")
+            if before == step:
+                for path in (data / "default-user" / "chats").rglob("*.jsonl"):
+                    lines = path.read_bytes().rstrip(b"\n").split(b"\n")
+                    path.write_bytes(b"\n".join(lines[:-1]) + b"\n")
+            library = ChatLibrary(data, Store(tmp_path / variant / step / "s.sqlite3"))
+            await library.index_all()
+            parsed = ADAPTER.parse(raw)
+            found = await library.identify_request(parsed.messages, MARKERS)
+            await library.store.close()
+            assert found.identification is not None, (variant, step)
+            kinds.append(found.identification.generation)
+        assert kinds == ["normal"] * 3 + ["swipe", "continue"], variant

@@ -1,0 +1,86 @@
+"""Claude through ST's reverse proxy, end to end in-process: ST's captured requests reach
+the upstream unchanged without memory and with it where the setting says, and the
+captured answers (Anthropic SSE and JSON) reach ST byte for byte, chunk for chunk."""
+
+from __future__ import annotations
+
+import itertools
+import json
+from typing import Any
+
+import pytest
+
+from proxy.chat.providers import NoMemory, StaticMemory
+from proxy.core.models import Memory
+from proxy.web import make_app
+from tests.adapters.test_anthropic_messages import CLAUDE, generations
+from tests.conftest import ProxyFactory, make_settings
+from tests.fakes.fake_upstream import FakeUpstream, Script
+
+HEADERS = {"anthropic-version": "2023-06-01", "x-api-key": "proxy-password"}
+
+
+def answers(variant: str) -> dict[str, dict[str, Any]]:
+    found = {}
+    for line in (CLAUDE / variant / "responses.jsonl").read_text(encoding="utf-8").splitlines():
+        record = json.loads(line)
+        found[record["step"]] = record
+    return found
+
+
+@pytest.mark.parametrize("variant", ["stream", "nonstream"])
+async def test_captured_exchanges_pass_unchanged(aiohttp_client: Any, variant: str) -> None:
+    for step, raw in generations(variant).items():
+        answer = answers(variant)[step]
+        chunks = [c.encode() for c in answer.get("chunks") or [answer["body_text"]]]
+        headers = [(k, v) for k, v in answer["headers"].items() if k.lower() == "content-type"]
+        upstream = FakeUpstream(Script(status=answer["status"], headers=headers, chunks=chunks))
+        app = make_app(make_settings(), upstream=upstream, provider=NoMemory())
+        client = await aiohttp_client(app)
+        response = await client.post("/v1/messages", data=raw, headers=HEADERS)
+        assert response.status == 200
+        received = [chunk async for chunk, _ in response.content.iter_chunks()]
+        assert b"".join(received) == b"".join(chunks)
+        [sent] = upstream.sent
+        assert sent.tail == "messages" and sent.body == raw
+        assert dict(sent.headers)["x-api-key"] == "proxy-password"
+
+
+@pytest.mark.parametrize(
+    ("position", "where"),
+    [("before_prompt", "system"), ("in_prompt", "system"), ("in_chat", "turns")],
+)
+async def test_memory_goes_where_the_setting_says(
+    proxy: ProxyFactory, position: str, where: str
+) -> None:
+    memory = Memory(values={"running_recap": "Arden fought wolves."})
+    client = await proxy(memory=memory, **{"injection.position": position})
+    raw = generations("stream")["05_send_03"]
+    response = await client.post("/v1/messages", data=raw, headers=HEADERS)
+    assert int(response.headers["X-Recap-Injected"]) > 0
+    echoed = await response.json()
+    assert echoed["path"] == "/v1/messages"
+
+
+async def test_what_the_upstream_gets_with_memory(aiohttp_client: Any) -> None:
+    raw = generations("stream_sysprompt")["05_send_03"]
+    for position, depth in (("before_prompt", 2), ("in_chat", 2)):
+        upstream = FakeUpstream(Script(chunks=[b"event: message_stop\ndata: {}\n\n"]))
+        settings = make_settings(**{"injection.position": position, "injection.depth": depth})
+        memory = Memory(values={"running_recap": "Arden fought wolves."})
+        app = make_app(settings, upstream=upstream, provider=StaticMemory(memory))
+        client = await aiohttp_client(app)
+        await (await client.post("/v1/messages", data=raw, headers=HEADERS)).read()
+        sent = json.loads(upstream.sent[0].body or b"{}")
+        original = json.loads(raw)
+        turns = sent["messages"]
+        assert all(a["role"] != b["role"] for a, b in itertools.pairwise(turns))
+        if position == "before_prompt":
+            assert sent["system"].endswith("\n\n" + original["system"])
+            assert "Arden fought wolves." in sent["system"][: -len(original["system"])]
+            assert turns == original["messages"]
+        else:
+            assert sent["system"] == original["system"]
+            holder = [m for m in turns if "Arden fought wolves." in m["content"]]
+            assert len(holder) == 1 and holder[0]["role"] == "user"
+            assert len(turns) == len(original["messages"])  # merged, not added
