@@ -107,6 +107,7 @@ class AnthropicMessagesAdapter:
             stream=body.get("stream") is True,
             model=model if isinstance(model, str) else None,
             wire_index=tuple(where),
+            api=self.name,
         )
 
     def apply(

@@ -20,3 +20,5 @@ class ParsedRequest:
     # For formats whose canonical messages are not one per wire message: where each one
     # is in the body (the adapter's own reading; empty when they are one to one).
     wire_index: tuple[int, ...] = ()
+    api: str = "openai_chat"  # the adapter's name: the wire format
+    route: str = ""  # the `[[upstream.routes]]` prefix it came under (set by the shell)

@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Protocol
 
 from adapters.base import ParsedRequest
-from proxy.core.models import ChatMessage, Identification, Memory
+from proxy.core.models import Caller, ChatMessage, Identification, Memory
 from proxy.library import ChatLibrary
 
 CHAT_ID_HEADER = "X-ST-Chat-Id"
@@ -36,7 +36,7 @@ class MemorySource(Protocol):
     """The memory engine, as the chat path uses it."""
 
     def touch(
-        self, ident: Identification, headers: Mapping[str, str], model: str | None
+        self, ident: Identification, headers: Mapping[str, str], caller: Caller
     ) -> asyncio.Task[None] | None:
         """A request of this chat went through: keep its key and model, start its upkeep.
         Returns the start of the upkeep when this request began it."""
@@ -116,7 +116,8 @@ class ChatMemory:
         drop: tuple[int, ...] = ()
         if self.engine is not None:
             if not preview:
-                started = self.engine.touch(ident, headers, parsed.model)
+                caller = Caller(parsed.model, parsed.api, parsed.route)
+                started = self.engine.touch(ident, headers, caller)
                 if started is not None:
                     # The chat's first request: starting its memory is planning only (and
                     # importing what an extension left), no LLM call; waiting a moment

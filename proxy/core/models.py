@@ -75,6 +75,16 @@ class Placement:
             raise ValueError("depth must be between 0 and 10000 (ST's MAX_INJECTION_DEPTH)")
 
 
+class Caller(NamedTuple):
+    """How a chat's latest request reached its API: the proxy's own calls for that chat
+    go the same way (`api`: the adapter's wire format; `route`: the `[[upstream.routes]]`
+    prefix it came under, "" for `upstream.base_url`)."""
+
+    model: str | None
+    api: str = "openai_chat"
+    route: str = ""
+
+
 class ChatMessage(NamedTuple):
     """One message of a request, reduced to what the core decides on.
 

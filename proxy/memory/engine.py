@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import NamedTuple
 
-from proxy.core.models import ChatMessage, Identification
+from proxy.core.models import Caller, ChatMessage, Identification
 from proxy.core.plan import InjectionPolicy, chat_enabled
 from proxy.core.tokens import TokenCounter
 from proxy.library import ChatLibrary, Refreshed
@@ -150,7 +150,7 @@ class MemoryEngine:
             self.schedule(result.chat_id)  # a save without message changes: metadata
 
     def touch(
-        self, ident: Identification, headers: Mapping[str, str], model: str | None
+        self, ident: Identification, headers: Mapping[str, str], caller: Caller
     ) -> asyncio.Task[None] | None:
         """The chat path saw a request of this chat: keep its key and model (memory only)
         for the proxy's own calls, and start upkeep for the chat if it had none (returned:
@@ -164,7 +164,7 @@ class MemoryEngine:
                 why,
             )
             return None
-        if self.llm.remember(ident.chat_id, headers, model):
+        if self.llm.remember(ident.chat_id, headers, caller):
             self._tasks.spawn(self.queue.hurry(ident.chat_id), f"hurry {ident.chat_id}")
         if ident.chat_id not in self.active and self.settings.enabled:
             self.active.add(ident.chat_id)

@@ -18,7 +18,9 @@ from typing import Any
 
 import orjson
 from pydantic import SecretStr
+from yarl import URL
 
+from proxy.core.models import Caller
 from proxy.errors import JobFailure, NoCredentials, Refused, Unauthorized, UpstreamError
 from proxy.memory.operations import Operation
 from proxy.memory.settings import LLMSettings
@@ -29,12 +31,31 @@ log = logging.getLogger(__name__)
 OPERATION_HEADER = "X-Recap-Proxy-Operation"
 
 
+ANTHROPIC = "anthropic_messages"
+ANTHROPIC_VERSION = "2023-06-01"
+_DIRECT = Caller(None)  # a chat seen through `upstream.base_url` as OpenAI chat
+
+
 @dataclass(frozen=True, slots=True)
 class Credentials:
     """What a chat's latest request used: kept in memory only."""
 
     authorization: str | None
     model: str | None
+    api_key: str | None = None  # `x-api-key` (Anthropic's)
+    version: str | None = None  # `anthropic-version`
+    caller: Caller = _DIRECT
+
+
+@dataclass(frozen=True, slots=True)
+class Endpoint:
+    """Where one call goes and how it is spoken."""
+
+    upstream: Upstream
+    url: URL
+    headers: dict[str, str]
+    model: str
+    anthropic: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,17 +89,25 @@ class LLMClient:
         """Which API the proxy's own calls go to (the queue limits calls per API)."""
         return str((self.own_upstream or self.chat_upstream).base_url)
 
-    def remember(self, chat_id: str, headers: Mapping[str, str], model: str | None) -> bool:
-        """Keep the key and model of a chat's latest request (the chat path calls this);
-        True when the chat had none before."""
+    def remember(self, chat_id: str, headers: Mapping[str, str], caller: Caller) -> bool:
+        """Keep the key, model and way of a chat's latest request (the chat path calls
+        this); True when the chat had none before."""
         new = chat_id not in self._credentials
-        self._credentials[chat_id] = Credentials(headers.get("Authorization"), model)
+        self._credentials[chat_id] = Credentials(
+            headers.get("Authorization"),
+            caller.model,
+            headers.get("x-api-key"),
+            headers.get("anthropic-version"),
+            caller,
+        )
         return new
 
     def secrets(self) -> set[str]:
         """Every key this client may send: redacted from whatever it reports."""
         found = {c.authorization.partition(" ")[2] or c.authorization
                  for c in self._credentials.values() if c.authorization}  # fmt: skip
+        found |= {c.api_key for c in self._credentials.values() if c.api_key}
+        found |= {t.api_key for t in self.chat_upstream.routes if t.api_key}
         for key in (self.chat_upstream.api_key, self.settings.api_key):
             if isinstance(key, SecretStr):
                 key = key.get_secret_value()
@@ -105,9 +134,11 @@ class LLMClient:
         """The largest answer limit a cut-off answer may be retried with."""
         return self.settings.max_tokens_cap
 
-    def endpoint(self, operation: Operation, chat_id: str) -> tuple[Upstream, dict[str, str], str]:
-        """(upstream, headers, model) for a call; raises `NoCredentials` when nothing says
-        which model or key to use yet (no request of this chat seen since start-up)."""
+    def endpoint(self, operation: Operation, chat_id: str) -> Endpoint:
+        """Where a call goes, with which headers and model; raises `NoCredentials` when
+        nothing says which model or key to use yet (no request of this chat seen since
+        start-up). A chat's own API is spoken in its own format: a Claude chat's memory is
+        written through the Messages API of the route it came by."""
         operation = Operation(operation)
         known = self._credentials.get(chat_id, Credentials(None, None))
         override = self.settings.operations.get(operation.value)
@@ -122,12 +153,27 @@ class LLMClient:
             key = self.settings.api_key
             if key is not None:
                 headers["Authorization"] = f"Bearer {key.get_secret_value()}"
-            return self.own_upstream, headers, model
-        if self.chat_upstream.api_key is None and known.authorization:
+            url = self.own_upstream.url_for("chat/completions")
+            return Endpoint(self.own_upstream, url, headers, model)
+        target = next(
+            (t for t in self.chat_upstream.routes if t.prefix == known.caller.route),
+            self.chat_upstream.default,
+        )
+        if known.caller.api == ANTHROPIC:
+            headers["anthropic-version"] = known.version or ANTHROPIC_VERSION
+            api_key = target.api_key or known.api_key
+            if api_key:
+                headers["x-api-key"] = api_key
+            if known.authorization and target.api_key is None:
+                headers["Authorization"] = known.authorization
+            url = target.url_for("/v1/messages")
+            return Endpoint(self.chat_upstream, url, headers, model, anthropic=True)
+        if target.api_key is not None:
+            headers["Authorization"] = f"Bearer {target.api_key}"
+        elif known.authorization:
             headers["Authorization"] = known.authorization
-        elif self.chat_upstream.api_key is not None:
-            headers["Authorization"] = f"Bearer {self.chat_upstream.api_key}"
-        return self.chat_upstream, headers, model
+        url = target.url_for("/v1/chat/completions")
+        return Endpoint(self.chat_upstream, url, headers, model)
 
     async def complete(
         self,
@@ -141,7 +187,8 @@ class LLMClient:
         `max_tokens` overrides the configured answer limit (a retry after a cut-off).
         Failures raise `JobFailure` (retryable or not)."""
         operation = Operation(operation)
-        upstream, headers, model = self.endpoint(operation, chat_id)
+        end = self.endpoint(operation, chat_id)
+        model = end.model
         override = self.settings.operations.get(operation.value)
         limit = max_tokens if max_tokens is not None else self.answer_limit(operation)
         body: dict[str, Any] = {
@@ -155,10 +202,15 @@ class LLMClient:
             "max_tokens": limit,
             "stream": False,
         }
+        if end.anthropic:
+            system, turns = anthropic_messages(messages)
+            body["messages"] = turns
+            if system:
+                body["system"] = system
         try:
             async with asyncio.timeout(self.settings.timeout_seconds):
-                response = await upstream.send(
-                    "POST", "chat/completions", "", headers.items(), orjson.dumps(body)
+                response = await end.upstream.send_to(
+                    "POST", end.url, end.headers.items(), orjson.dumps(body)
                 )
                 try:
                     raw = await response.read()
@@ -178,7 +230,74 @@ class LLMClient:
             raise Refused(
                 f"{operation}: the API refused the call ({response.status}): {_short(raw)}"
             )
+        if end.anthropic:
+            return read_anthropic(raw, model, operation)
         return read_answer(raw, model, operation)
+
+
+def anthropic_messages(
+    messages: Sequence[Mapping[str, str]],
+) -> tuple[str, list[dict[str, str]]]:
+    """An OpenAI-style prompt as Claude takes it, converted as ST converts: the leading
+    system messages become `system`, later ones the user's, and same-role neighbours
+    are merged with a blank line; the turns start with the user's."""
+    system: list[str] = []
+    turns: list[dict[str, str]] = []
+    for message in messages:
+        role, content = message.get("role", "user"), message.get("content", "")
+        if role == "system" and not turns:
+            system.append(content)
+            continue
+        role = "assistant" if role == "assistant" else "user"
+        if turns and turns[-1]["role"] == role:
+            turns[-1] = {"role": role, "content": turns[-1]["content"] + "\n\n" + content}
+        else:
+            turns.append({"role": role, "content": content})
+    if not turns or turns[0]["role"] != "user":
+        turns.insert(0, {"role": "user", "content": "Continue."})
+    return "\n\n".join(system), turns
+
+
+def read_anthropic(raw: bytes, model: str, operation: str) -> Answer:
+    """A Messages API answer (or its SSE stream), with its `stop_reason`."""
+    if raw.lstrip()[:6] in (b"event:", b"data: "):
+        return _anthropic_streamed(raw, model, operation)
+    try:
+        data = orjson.loads(raw)
+        blocks = data["content"]
+        text = "".join(b.get("text", "") for b in blocks if b.get("type") == "text")
+        thinking = "".join(b.get("thinking", "") for b in blocks if b.get("type") == "thinking")
+    except (orjson.JSONDecodeError, KeyError, TypeError, AttributeError):
+        raise JobFailure(f"{operation}: not a Messages API answer: {_short(raw)}") from None
+    stop = data.get("stop_reason")
+    return Answer(text, thinking, str(data.get("model") or model), str(stop) if stop else None)
+
+
+def _anthropic_streamed(raw: bytes, model: str, operation: str) -> Answer:
+    text: list[str] = []
+    thinking: list[str] = []
+    stop: str | None = None
+    for line in raw.splitlines():
+        line = line.strip()
+        if not line.startswith(b"data:"):
+            continue
+        try:
+            event = orjson.loads(line[5:])
+        except orjson.JSONDecodeError:
+            continue
+        if not isinstance(event, dict):
+            continue
+        delta = event.get("delta") or {}
+        if event.get("type") == "content_block_delta" and isinstance(delta, dict):
+            text.append(str(delta.get("text") or ""))
+            thinking.append(str(delta.get("thinking") or ""))
+        elif event.get("type") == "message_delta" and isinstance(delta, dict):
+            stop = delta.get("stop_reason") or stop
+        elif event.get("type") == "message_start":
+            model = str((event.get("message") or {}).get("model") or model)
+    if not text:
+        raise JobFailure(f"{operation}: not a Messages API stream: {_short(raw)}")
+    return Answer("".join(text), "".join(thinking), model, stop)
 
 
 def read_answer(raw: bytes, model: str, operation: str) -> Answer:

@@ -58,7 +58,11 @@ async def handle_api(request: web.Request) -> web.StreamResponse:
     exchange = relay.start_exchange(request, raw)
     injector: Injector = request.app[INJECTOR]
     outcome = await injector.prepare(
-        adapter, raw, headers, where=f"{request.method} {request.rel_url.raw_path}"
+        adapter,
+        raw,
+        headers,
+        where=f"{request.method} {request.rel_url.raw_path}",
+        route=target.prefix,
     )
     extra = [
         (CHAT_HEADER, quote(outcome.chat_id or "", safe="")),

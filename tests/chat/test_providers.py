@@ -10,7 +10,7 @@ from pathlib import Path
 
 from adapters import ADAPTERS
 from proxy.chat.providers import ChatMemory, NoMemory, StaticMemory
-from proxy.core.models import ChatMessage, Identification, Memory
+from proxy.core.models import Caller, ChatMessage, Identification, Memory
 from proxy.library import ChatLibrary
 from proxy.store import Store
 from tests.st_data import MARKERS, SOLO_ID, final_state
@@ -28,7 +28,7 @@ class Got:
 class Engine:
     touched: list[str] = field(default_factory=list)
 
-    def touch(self, ident: Identification, headers: Mapping[str, str], model: str | None) -> None:
+    def touch(self, ident: Identification, headers: Mapping[str, str], caller: Caller) -> None:
         self.touched.append(ident.chat_id)
 
     def request_memory(

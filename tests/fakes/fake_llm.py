@@ -290,6 +290,73 @@ async def chat(request: web.Request) -> web.StreamResponse:
     return response
 
 
+def anthropic_message(text: str, *, model: str, stop: str = "end_turn") -> dict[str, Any]:
+    return {
+        "id": "msg_fake",
+        "type": "message",
+        "role": "assistant",
+        "model": model,
+        "content": [{"type": "text", "text": text}],
+        "stop_reason": stop,
+        "usage": {"input_tokens": 1, "output_tokens": 1},
+    }
+
+
+def anthropic_events(text: str, *, model: str, stop: str = "end_turn") -> list[bytes]:
+    """Anthropic's SSE sequence, as the Messages API streams an answer."""
+    start = {**anthropic_message("", model=model), "content": []}
+    block = {"type": "text", "text": ""}
+    events: list[tuple[str, dict[str, Any]]] = [
+        ("message_start", {"type": "message_start", "message": start}),
+        (
+            "content_block_start",
+            {"type": "content_block_start", "index": 0, "content_block": block},
+        ),
+        ("ping", {"type": "ping"}),
+    ]
+    for word in text.split(" "):
+        delta = {"type": "text_delta", "text": word + " "}
+        events.append(
+            ("content_block_delta", {"type": "content_block_delta", "index": 0, "delta": delta})
+        )
+    events += [
+        ("content_block_stop", {"type": "content_block_stop", "index": 0}),
+        ("message_delta", {"type": "message_delta", "delta": {"stop_reason": stop}}),
+        ("message_stop", {"type": "message_stop"}),
+    ]
+    return [f"event: {name}\ndata: {json.dumps(data)}\n\n".encode() for name, data in events]
+
+
+async def messages(request: web.Request) -> web.StreamResponse:
+    """Anthropic's `POST /v1/messages`: ST's Claude requests and the proxy's own calls for
+    Claude chats (the prompt is the first user turn; `system` holds the rest)."""
+    state = request.app[STATE]
+    seen = await _seen(request)
+    state.seen.append(seen)
+    payload = json.loads(seen.body)
+    model = str(payload.get("model", "claude-fake"))
+    limit = payload.get("max_tokens")
+    operation = request.headers.get("X-Recap-Proxy-Operation")
+    if operation is not None:
+        state.operations.append(operation)
+        prompt = str(payload["messages"][0]["content"])
+        answer, finish = limited(memory_answer(operation, prompt), limit)
+        counted = state.usage.setdefault(operation, [0, 0, 0])
+        counted[0] += 1
+        stop = "max_tokens" if finish == "length" else "end_turn"
+        return web.json_response(anthropic_message(answer, model=model, stop=stop))
+    reply, finish = limited(REPLY, limit)
+    stop = "max_tokens" if finish == "length" else "end_turn"
+    if not payload.get("stream"):
+        return web.json_response(anthropic_message(reply, model=model, stop=stop))
+    response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+    await response.prepare(request)
+    for chunk in anthropic_events(reply, model=model, stop=stop):
+        await response.write(chunk)
+    await response.write_eof()
+    return response
+
+
 async def stats(request: web.Request) -> web.Response:
     """`GET /_fake/stats`: the proxy's own calls so far, per operation (benchmarks)."""
     usage = request.app[STATE].usage
@@ -327,6 +394,7 @@ def make_fake_llm(state: FakeState | None = None) -> web.Application:
     app[STATE] = state or FakeState()
     app.router.add_get("/v1/models", models)
     app.router.add_post("/v1/chat/completions", chat)
+    app.router.add_post("/v1/messages", messages)
     app.router.add_get("/_fake/stats", stats)
     app.router.add_route("*", "/{tail:.*}", echo)
     return app

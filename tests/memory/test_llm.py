@@ -9,14 +9,21 @@ from typing import Any
 
 import pytest
 
+from proxy.core.models import Caller
 from proxy.errors import JobFailure, NoCredentials, Refused, Unauthorized
-from proxy.memory.llm import OPERATION_HEADER, LLMClient, read_answer
+from proxy.memory.llm import (
+    OPERATION_HEADER,
+    LLMClient,
+    anthropic_messages,
+    read_answer,
+    read_anthropic,
+)
 from proxy.memory.operations import Operation
 from proxy.memory.settings import LLMSettings
 from proxy.settings import UpstreamSettings
 from proxy.upstream import Upstream
 from tests.conftest import FakeLLM
-from tests.fakes.fake_llm import sse_chunks
+from tests.fakes.fake_llm import anthropic_events, anthropic_message, sse_chunks
 
 PROMPT = [
     {"role": "system", "content": "Recap the scene as JSON."},
@@ -39,7 +46,7 @@ async def test_uses_the_chats_own_key_and_model(
     fake_llm: FakeLLM, chat_upstream: Upstream, caplog: pytest.LogCaptureFixture
 ) -> None:
     client = LLMClient(LLMSettings(), chat_upstream, None)
-    client.remember("c", {"Authorization": "Bearer sk-chat-secret"}, "fake-model")
+    client.remember("c", {"Authorization": "Bearer sk-chat-secret"}, Caller("fake-model"))
     with caplog.at_level(logging.DEBUG):
         answer = await client.complete(Operation.SCENE_RECAP, "c", PROMPT)
     assert answer.text.startswith('{"scene_name"') and answer.model == "fake-model"
@@ -79,7 +86,7 @@ async def test_a_separate_api_with_its_own_key(fake_llm: FakeLLM, chat_upstream:
     )
     async with Upstream(UpstreamSettings(base_url=fake_llm.base_url)) as own:
         client = LLMClient(settings, chat_upstream, own)
-        client.remember("c", {"Authorization": "Bearer sk-chat"}, "fake-model")
+        client.remember("c", {"Authorization": "Bearer sk-chat"}, Caller("fake-model"))
         await client.complete(Operation.DETECT_SCENE_BREAK, "c", PROMPT)
     headers, body = last(fake_llm)
     assert headers["Authorization"] == "Bearer sk-own" and body["model"] == "m"
@@ -91,7 +98,7 @@ async def test_the_chats_key_never_goes_to_another_api(
     settings = LLMSettings.model_validate({"base_url": fake_llm.base_url, "model": "m"})
     async with Upstream(UpstreamSettings(base_url=fake_llm.base_url)) as own:
         client = LLMClient(settings, chat_upstream, own)
-        client.remember("c", {"Authorization": "Bearer sk-chat"}, "fake-model")
+        client.remember("c", {"Authorization": "Bearer sk-chat"}, Caller("fake-model"))
         await client.complete(Operation.SCENE_RECAP, "c", PROMPT)
     headers, _ = last(fake_llm)
     assert "Authorization" not in headers  # no [memory.llm] api_key: no key at all
@@ -135,3 +142,50 @@ def test_a_streamed_answer_is_read_with_its_finish_reason() -> None:
     assert answer.model == "m"
     whole = read_answer(b"".join(sse_chunks("done", model="m")), "m", "scene_recap")
     assert whole.text == "done" and whole.finish_reason == "stop" and not whole.cut_off
+
+
+def test_a_prompt_as_claude_takes_it() -> None:
+    system, turns = anthropic_messages(
+        [
+            {"role": "system", "content": "A"},
+            {"role": "system", "content": "B"},
+            {"role": "user", "content": "C"},
+            {"role": "system", "content": "D"},
+            {"role": "assistant", "content": "E"},
+        ]
+    )
+    assert system == "A\n\nB"
+    assert turns == [{"role": "user", "content": "C\n\nD"}, {"role": "assistant", "content": "E"}]
+    assert anthropic_messages([{"role": "assistant", "content": "x"}])[1][0]["role"] == "user"
+
+
+def test_messages_api_answers_whole_and_streamed() -> None:
+    whole = json.dumps(anthropic_message("Done.", model="claude-x", stop="max_tokens")).encode()
+    answer = read_anthropic(whole, "m", "scene_recap")
+    assert (answer.text, answer.model, answer.cut_off) == ("Done.", "claude-x", True)
+    streamed = b"".join(anthropic_events("one two", model="claude-y"))
+    answer = read_anthropic(streamed, "m", "scene_recap")
+    assert (answer.text, answer.model, answer.cut_off) == ("one two ", "claude-y", False)
+    with pytest.raises(JobFailure, match="not a Messages API answer"):
+        read_anthropic(b'{"choices": []}', "m", "scene_recap")
+
+
+async def test_a_claude_chat_is_called_on_its_route_with_its_key(fake_llm: FakeLLM) -> None:
+    root = str(fake_llm.server.make_url(""))
+    settings = UpstreamSettings(
+        base_url=fake_llm.base_url,
+        routes=[{"prefix": "/claude", "base_url": f"{root}/v1", "api_key": "sk-ant-route"}],
+    )
+    async with Upstream(settings) as upstream:
+        client = LLMClient(LLMSettings(), upstream, None)
+        headers = {"x-api-key": "sk-ant-chat", "anthropic-version": "2023-06-01"}
+        client.remember("c", headers, Caller("claude-fake", "anthropic_messages", "/claude"))
+        answer = await client.complete(Operation.SCENE_RECAP, "c", PROMPT)
+        assert answer.text
+        sent_headers, body = last(fake_llm)
+        assert fake_llm.state.seen[-1].path == "/v1/messages"
+        assert sent_headers["x-api-key"] == "sk-ant-route" and "Authorization" not in sent_headers
+        assert (
+            body["system"] == "Recap the scene as JSON." and body["messages"][0]["role"] == "user"
+        )
+        assert "sk-ant-chat" in client.secrets() and "sk-ant-route" in client.secrets()

@@ -14,8 +14,10 @@ from proxy.chat.providers import NoMemory, StaticMemory
 from proxy.core.models import Memory
 from proxy.web import make_app
 from tests.adapters.test_anthropic_messages import CLAUDE, generations
-from tests.conftest import ProxyFactory, make_settings
+from tests.conftest import FakeLLM, ProxyFactory, make_settings
 from tests.fakes.fake_upstream import FakeUpstream, Script
+from tests.memory.story import CHAT_ID, Story
+from tests.memory_env import MemoryFactory
 
 HEADERS = {"anthropic-version": "2023-06-01", "x-api-key": "proxy-password"}
 
@@ -51,15 +53,18 @@ async def test_captured_exchanges_pass_unchanged(aiohttp_client: Any, variant: s
     [("before_prompt", "system"), ("in_prompt", "system"), ("in_chat", "turns")],
 )
 async def test_memory_goes_where_the_setting_says(
-    proxy: ProxyFactory, position: str, where: str
+    proxy: ProxyFactory, fake_llm: FakeLLM, position: str, where: str
 ) -> None:
     memory = Memory(values={"running_recap": "Arden fought wolves."})
     client = await proxy(memory=memory, **{"injection.position": position})
     raw = generations("stream")["05_send_03"]
     response = await client.post("/v1/messages", data=raw, headers=HEADERS)
     assert int(response.headers["X-Recap-Injected"]) > 0
-    echoed = await response.json()
-    assert echoed["path"] == "/v1/messages"
+    assert b"message_stop" in await response.read()
+    sent = json.loads(fake_llm.state.seen[-1].body)
+    in_system = "Arden fought wolves." in sent.get("system", "")
+    in_turns = any("Arden fought wolves." in m["content"] for m in sent["messages"])
+    assert (in_system, in_turns) == (where == "system", where == "turns")
 
 
 async def test_what_the_upstream_gets_with_memory(aiohttp_client: Any) -> None:
@@ -84,3 +89,43 @@ async def test_what_the_upstream_gets_with_memory(aiohttp_client: Any) -> None:
             holder = [m for m in turns if "Arden fought wolves." in m["content"]]
             assert len(holder) == 1 and holder[0]["role"] == "user"
             assert len(turns) == len(original["messages"])  # merged, not added
+
+
+def claude_request(story: Story, *, stream: bool = False) -> dict[str, Any]:
+    """The story's next request as ST sends it to Claude ("use system prompt" off): its
+    system messages become the user's, and same-role neighbours are merged."""
+    turns: list[dict[str, Any]] = []
+    for message in story.request()["messages"]:
+        role = "assistant" if message["role"] == "assistant" else "user"
+        if turns and turns[-1]["role"] == role:
+            turns[-1]["content"] += "\n\n" + message["content"]
+        else:
+            turns.append({"role": role, "content": message["content"]})
+    return {"messages": turns, "model": "claude-fake", "max_tokens": 300, "stream": stream}
+
+
+async def test_a_claude_chat_gets_its_memory_written_through_the_messages_api(
+    memory_proxy: MemoryFactory,
+) -> None:
+    memory = await memory_proxy(16, {8}, **{"memory.message_recaps": False})
+    first = await memory.client.post(
+        "/v1/messages", json=claude_request(memory.story), headers=HEADERS
+    )
+    assert first.status == 200 and first.headers["X-Recap-Chat"]
+    await memory.until(lambda db: db.memory.current_running(CHAT_ID) is not None)
+    own = [s for s in memory.fake.state.seen if "X-Recap-Proxy-Operation" in s.headers]
+    assert own and {s.path for s in own} == {"/v1/messages"}
+    assert all(s.headers["x-api-key"] == "proxy-password" for s in own)
+    assert {s.headers["X-Recap-Proxy-Operation"] for s in own} >= {
+        "scene_recap",
+        "running_recap",
+    }
+    running = await memory.run(lambda db: db.memory.current_running(CHAT_ID))
+    assert running is not None
+    await memory.client.post(
+        "/v1/messages", json=claude_request(memory.story, stream=True), headers=HEADERS
+    )
+    last = json.loads(memory.fake.state.seen[-1].body)
+    assert running.content in last["system"]
+    turns = last["messages"]
+    assert all(a["role"] != b["role"] for a, b in itertools.pairwise(turns))
