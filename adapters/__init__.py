@@ -14,6 +14,7 @@ from typing import Protocol
 from adapters.anthropic_messages import AnthropicMessagesAdapter
 from adapters.base import ParsedRequest
 from adapters.openai_chat import OpenAIChatAdapter
+from adapters.text_completions import TextCompletionAdapter
 from proxy.core.models import Insertion
 
 
@@ -39,6 +40,12 @@ class Adapter(Protocol):
 ADAPTERS: dict[str, Adapter] = {
     "chat/completions": OpenAIChatAdapter(),
     "messages": AnthropicMessagesAdapter(),
+    "completions": TextCompletionAdapter(),
+}
+# Text completion routes outside `/v1` (llama.cpp, Ollama, KoboldAI Classic).
+ROOT_ADAPTERS: dict[str, Adapter] = {
+    path: ADAPTERS["completions"]
+    for path in ("/completion", "/api/generate", "/api/v1/generate", "/api/extra/generate/stream")
 }
 
-__all__ = ["ADAPTERS", "Adapter", "ParsedRequest"]
+__all__ = ["ADAPTERS", "ROOT_ADAPTERS", "Adapter", "ParsedRequest"]

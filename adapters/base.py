@@ -21,4 +21,5 @@ class ParsedRequest:
     # is in the body (the adapter's own reading; empty when they are one to one).
     wire_index: tuple[int, ...] = ()
     api: str = "openai_chat"  # the adapter's name: the wire format
+    layout: Any = None  # what else the adapter read that `apply` needs (its own)
     route: str = ""  # the `[[upstream.routes]]` prefix it came under (set by the shell)

@@ -65,6 +65,10 @@ class AdapterError(RequestError):
     """The body does not match the wire format of its route."""
 
 
+class UnknownPromptFormat(AdapterError):
+    """A text prompt in no instruct template the proxy knows: it goes on unchanged."""
+
+
 class TemplateError(RecapProxyError):
     """A template is missing or unreadable."""
 

@@ -16,7 +16,7 @@ from proxy.core.models import ChatMessage, Insertion, Memory
 from proxy.core.plan import InjectionPolicy, plan_insertion
 from proxy.core.render import Template
 from proxy.core.tokens import TokenCounter
-from proxy.errors import TemplateError
+from proxy.errors import TemplateError, UnknownPromptFormat
 from proxy.settings import InjectionSettings
 from proxy.template_files import bundled_template
 
@@ -74,6 +74,7 @@ class Injector:
         self.template = template
         self.provider = provider
         self.counter = counter or TokenCounter()
+        self._unknown_logged: set[str] = set()  # once per format: it repeats every request
 
     async def prepare(
         self,
@@ -102,6 +103,11 @@ class Injector:
             if insertion is not None or replacements:
                 body = adapter.apply(parsed, insertion, replacements, drop)
             return Outcome(body, insertion, memory, parsed.messages, len(drop))
+        except UnknownPromptFormat as exc:
+            if adapter.name not in self._unknown_logged:
+                self._unknown_logged.add(adapter.name)
+                log.warning("%s: %s; forwarding such requests unchanged", where, exc)
+            return Outcome(body=raw)
         except Exception as exc:
             # Fail open: the user's chat goes on without memory, the cause is in the log.
             log.warning(

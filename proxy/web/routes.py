@@ -8,7 +8,7 @@ from urllib.parse import quote, unquote
 
 from aiohttp import web
 
-from adapters import ADAPTERS
+from adapters import ADAPTERS, ROOT_ADAPTERS
 from proxy.chat.injection import Injector
 from proxy.core.headers import safe_url
 from proxy.errors import NotFound, RequestError
@@ -47,7 +47,9 @@ async def handle_api(request: web.Request) -> web.StreamResponse:
     relay = request.app[RELAY]
     target, path = relay.upstream.resolve(proxied_path(request.rel_url.raw_path))
     tail = api_tail(path)
-    adapter = ADAPTERS.get(tail) if request.method == "POST" and tail is not None else None
+    adapter = None
+    if request.method == "POST":
+        adapter = ADAPTERS.get(tail) if tail is not None else ROOT_ADAPTERS.get(path)
     headers = api_headers(request)
     if adapter is None:
         body = await request.read() if request.body_exists else None

@@ -1,0 +1,272 @@
+"""Text completion: one `prompt` string that ST built from an instruct template.
+
+The same body key on every route ST uses for it: `/v1/completions` (text-generation-webui,
+KoboldCpp, LM Studio, vLLM, ...), llama.cpp's `/completion`, Ollama's `/api/generate`,
+KoboldAI Classic's `/api/v1/generate` and `/api/extra/generate/stream`.
+
+The prompt is split into its turns with the template it was written in, recognised from
+the prompt itself (ChatML, Llama 3, Gemma, Mistral, Alpaca, Vicuna, or instruct off:
+`Name: text` lines after the story string). Each turn is one canonical message; the
+story string before the first turn is the system prompt; the open turn at the end (`<|im_
+start|>assistant\\nSeraphina:`, or the partial reply of a continue) is a trailing assistant
+message, as a prefill is in a chat request. Memory goes in as a block in the template's
+own system format (its user format where it has none) at the place the core decides;
+left-out turns are cut from the string. A prompt in no known template is left as it is.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from adapters.base import ParsedRequest
+from adapters.openai_chat import decode_json, encode_json, reencode
+from proxy.core.models import ChatMessage, Insertion, Role
+from proxy.errors import AdapterError, UnknownPromptFormat
+
+NAME = "text_completions"
+PLACEHOLDER_MODEL = "local-model"  # local servers take any model name on their chat route
+
+
+@dataclass(frozen=True, slots=True)
+class Template:
+    """An instruct template, as far as splitting and writing a turn need it."""
+
+    name: str
+    user: str
+    assistant: str
+    system: str | None  # None: the template has no system turn (its user turn is used)
+    end: str  # what closes a turn (stripped from its text); "" when nothing does
+
+    def opener(self, role: str) -> str:
+        if role == "assistant":
+            return self.assistant
+        if role == "system" and self.system is not None:
+            return self.system
+        return self.user
+
+    def block(self, role: str, text: str) -> str:
+        return f"{self.opener(role)}{text}{self.end or chr(10)}"
+
+
+TEMPLATES = (
+    Template("chatml", "<|im_start|>user\n", "<|im_start|>assistant\n", "<|im_start|>system\n",
+             "<|im_end|>\n"),
+    Template("llama3", "<|start_header_id|>user<|end_header_id|>\n\n",
+             "<|start_header_id|>assistant<|end_header_id|>\n\n",
+             "<|start_header_id|>system<|end_header_id|>\n\n", "<|eot_id|>"),
+    Template("gemma", "<start_of_turn>user\n", "<start_of_turn>model\n", None,
+             "<end_of_turn>\n"),
+    Template("alpaca", "### Instruction:\n", "### Response:\n", None, "\n\n"),
+    Template("vicuna", "USER: ", "ASSISTANT: ", None, "\n"),
+)  # fmt: skip
+MISTRAL_OPEN, MISTRAL_CLOSE, MISTRAL_END = "[INST] ", " [/INST]", "</s>"
+SEPARATOR = "\n***\n"  # ST's chat start with instruct off (the "Default" context)
+
+
+@dataclass(frozen=True, slots=True)
+class Turn:
+    role: str
+    start: int  # where its block starts in the prompt (its opener included)
+    end: int  # where it ends (its closer included)
+    text: str
+    name: str | None = None
+
+
+def _turns_with(template: Template, prompt: str) -> list[Turn] | None:
+    openers = {template.user: "user", template.assistant: "assistant"}
+    if template.system is not None:
+        openers[template.system] = "system"
+    # An opener's trailing space may be missing where the prompt ends (`ASSISTANT:`).
+    alternatives = sorted(openers, key=len, reverse=True)
+    pattern = re.compile(
+        "|".join(
+            f"(?P<o{i}>{re.escape(o.rstrip(' '))}{' ?' if o.endswith(' ') else ''})"
+            for i, o in enumerate(alternatives)
+        )
+    )
+    found = list(pattern.finditer(prompt))
+    if len(found) < 2:
+        return None
+    turns: list[Turn] = []
+    head = prompt[: found[0].start()].strip()
+    if head and head not in ("<|begin_of_text|>", "<s>", "<bos>"):
+        turns.append(Turn("system", 0, found[0].start(), head))
+    for i, match in enumerate(found):
+        end = found[i + 1].start() if i + 1 < len(found) else len(prompt)
+        text = prompt[match.end() : end]
+        if template.end and text.endswith(template.end):
+            text = text[: -len(template.end)]
+        elif template.end.strip() and text.rstrip().endswith(template.end.strip()):
+            text = text.rstrip()[: -len(template.end.strip())]
+        role = openers[alternatives[int(str(match.lastgroup)[1:])]]
+        turns.append(Turn(role, match.start(), end, text.strip("\n")))
+    return turns
+
+
+def _mistral(prompt: str) -> list[Turn] | None:
+    if prompt.count(MISTRAL_OPEN.strip()) < 2:
+        return None
+    turns: list[Turn] = []
+    at = prompt.find(MISTRAL_OPEN.strip())
+    if prompt[:at].strip() not in ("", "<s>"):
+        turns.append(Turn("system", 0, at, prompt[:at].strip()))
+    while at >= 0:
+        close = prompt.find(MISTRAL_CLOSE.strip(), at)
+        if close < 0:
+            return None
+        after = close + len(MISTRAL_CLOSE.strip())
+        turns.append(
+            Turn("user", at, after, prompt[at + len(MISTRAL_OPEN.strip()) : close].strip())
+        )
+        following = prompt.find(MISTRAL_OPEN.strip(), after)
+        end = len(prompt) if following < 0 else following
+        reply = prompt[after:end]
+        turns.append(Turn("assistant", after, end, reply.replace(MISTRAL_END, "").strip()))
+        at = following
+    return turns
+
+
+def _plain(prompt: str, names: tuple[str, ...]) -> list[Turn] | None:
+    """Instruct off: the story string, `***`, then one `Name: text` line (or more) per
+    message, ending with the character's name and a colon."""
+    split = prompt.find(SEPARATOR)
+    if split < 0 or len(names) < 2:
+        return None
+    turns = [Turn("system", 0, split + len(SEPARATOR), prompt[:split])]
+    body = split + len(SEPARATOR)
+    pattern = re.compile("^(" + "|".join(re.escape(n) for n in names) + "):", re.M)
+    found = [m for m in pattern.finditer(prompt, body)]
+    for i, match in enumerate(found):
+        end = found[i + 1].start() if i + 1 < len(found) else len(prompt)
+        name = match.group(1)
+        role = "user" if name == names[0] else "assistant"
+        turns.append(Turn(role, match.start(), end, prompt[match.start() : end].strip()))
+    return turns if found else None
+
+
+_SPEAKER = re.compile(r"^(?:<[^>\n]{1,40}>)*([^\n:*\"\[\]<>]{1,40}):", re.M)
+
+
+def _names(body: Mapping[str, Any], prompt: str) -> tuple[str, ...]:
+    """The speakers' names, the user's first: from the stop strings (`\nUser:`), the
+    prompt's open turn (`Seraphina:`), and any name that starts two lines or more."""
+    stops = body.get("stop") or body.get("stopping_strings") or body.get("stop_sequence") or []
+    if isinstance(body.get("options"), dict):
+        stops = body["options"].get("stop") or stops
+    user = next(
+        (s.strip()[:-1] for s in stops if isinstance(s, str) and s.startswith("\n")
+         and s.strip().endswith(":") and "<" not in s),
+        None,
+    )  # fmt: skip
+    last = prompt.rstrip().rsplit("\n", 1)[-1]
+    tail = last[:-1].strip() if last.endswith(":") and len(last) < 80 else None
+    counted: dict[str, int] = {}
+    for match in _SPEAKER.finditer(prompt):
+        counted[match.group(1)] = counted.get(match.group(1), 0) + 1
+    others = [n for n, c in counted.items() if c >= 2 and n not in (user, tail)]
+    return tuple(n for n in (user, tail, *others) if n)
+
+
+def split_prompt(body: Mapping[str, Any], prompt: str) -> tuple[str, list[Turn]] | None:
+    """The template a prompt was written in and its turns, or None when it is in none.
+    A turn that starts with a known speaker's `Name:` (ST's names in the prompt) has it
+    as its name, and its text without it: as the chat file has the message."""
+    names = _names(body, prompt)
+    found = _split(prompt, names)
+    if found is None:
+        return None
+    template, turns = found
+    named = []
+    for turn in turns:
+        speaker = next((n for n in names if turn.text.startswith(n + ":")), None)
+        if speaker is not None and turn.role != "system":
+            text = turn.text[len(speaker) + 1 :].strip()
+            turn = Turn(turn.role, turn.start, turn.end, text, speaker)
+        named.append(turn)
+    return template, named
+
+
+def _split(prompt: str, names: tuple[str, ...]) -> tuple[str, list[Turn]] | None:
+    for template in TEMPLATES:
+        if template.user.strip() in prompt and template.assistant.strip() in prompt:
+            turns = _turns_with(template, prompt)
+            if turns:
+                return template.name, turns
+    if MISTRAL_CLOSE.strip() in prompt:
+        turns = _mistral(prompt)
+        if turns:
+            return "mistral", turns
+    plain = _plain(prompt, names)
+    return ("plain", plain) if plain else None
+
+
+class TextCompletionAdapter:
+    name = NAME
+
+    def parse(self, raw: bytes) -> ParsedRequest:
+        body = decode_json(raw)
+        if not isinstance(body, dict) or not isinstance(body.get("prompt"), str):
+            raise AdapterError("body has no `prompt` string")
+        found = split_prompt(body, body["prompt"])
+        if found is None:
+            raise UnknownPromptFormat(
+                "the prompt is in no instruct template the proxy knows (ChatML, Llama 3, "
+                "Gemma, Mistral, Alpaca, Vicuna, or instruct off)"
+            )
+        template, turns = found
+        model = body.get("model")
+        return ParsedRequest(
+            raw=raw,
+            body=body,
+            messages=[ChatMessage(t.role, t.text, t.name) for t in turns],
+            stream=body.get("stream") is True,
+            model=model if isinstance(model, str) else None,
+            api=self.name,
+            layout=(template, tuple(turns)),
+        )
+
+    def apply(
+        self,
+        parsed: ParsedRequest,
+        insertion: Insertion | None,
+        replacements: Mapping[int, str] | None = None,
+        drop: Collection[int] = (),
+    ) -> bytes:
+        source, fast = reencode(parsed.raw, parsed.body)
+        template_name, turns = parsed.layout
+        prompt: str = source["prompt"]
+        cuts = sorted((turns[i].start, turns[i].end) for i in drop if 0 <= i < len(turns))
+        pieces: list[str] = []
+        at = 0
+        place = None
+        if insertion is not None:
+            place = turns[insertion.index].start if insertion.index < len(turns) else len(prompt)
+            if insertion.index == 0 and turns and turns[0].role != "system":
+                place = turns[0].start
+        for start, end in [*cuts, (len(prompt), len(prompt))]:
+            if place is not None and at <= place <= start:
+                pieces.append(prompt[at:place])
+                pieces.append(_memory_block(template_name, insertion))
+                at = place
+                place = None
+            pieces.append(prompt[at:start])
+            at = end
+        body = dict(source)
+        body["prompt"] = "".join(pieces)
+        return encode_json(body, fast=fast)
+
+
+def _memory_block(template_name: str, insertion: Insertion | None) -> str:
+    assert insertion is not None
+    role = insertion.role.value if insertion.role is not Role.SYSTEM else "system"
+    if template_name == "plain":
+        return insertion.text + "\n"
+    if template_name == "mistral":
+        if role == "assistant":
+            return insertion.text + MISTRAL_END
+        return f"{MISTRAL_OPEN}{insertion.text}{MISTRAL_CLOSE}"
+    template = next(t for t in TEMPLATES if t.name == template_name)
+    return template.block(role, insertion.text)

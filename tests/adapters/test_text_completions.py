@@ -1,0 +1,162 @@
+"""Text completion prompts as ST 1.12.6 sends them (`tests/data/sources/`: generic,
+KoboldCpp, llama.cpp, Ollama, KoboldAI Classic; ChatML and instruct off), split into turns,
+identified, and given memory as a block of their own template."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from adapters.text_completions import TextCompletionAdapter, split_prompt
+from proxy.core.models import Generation, Insertion, Role
+from proxy.core.placement import find_history
+from proxy.errors import UnknownPromptFormat
+from proxy.library import ChatLibrary
+from proxy.store import Store
+
+SOURCES = Path(__file__).parents[1] / "data" / "sources"
+ADAPTER = TextCompletionAdapter()
+STEPS = ("03_send_01", "04_send_02", "05_send_03", "06_swipe", "07_continue")
+RUNS = {
+    "textgen-generic/chatml_stream": "chatml",
+    "textgen-generic/chatml_nonstream": "chatml",
+    "textgen-generic/noinstruct_stream": "plain",
+    "textgen-generic/chatml_authorsnote_stream": "chatml",
+    "textgen-generic/chatml_apikey_stream": "chatml",
+    "textgen-koboldcpp/chatml_stream": "chatml",
+    "textgen-llamacpp/chatml_stream": "chatml",
+    "textgen-ollama/chatml_stream": "chatml",
+    "textgen-ollama/chatml_nonstream": "chatml",
+    "kobold-classic/chatml_stream": "chatml",
+    "kobold-classic/chatml_nonstream": "chatml",
+}
+
+
+def generations(run: str) -> dict[str, tuple[str, bytes]]:
+    """(path, body) of each step's generation request, as ST sent it."""
+    found = {}
+    for line in (SOURCES / run / "requests.jsonl").read_text(encoding="utf-8").splitlines():
+        record = json.loads(line)
+        if record["kind"] == "generation":
+            found[record["step"]] = (record["path"], record["body_text"].encode())
+    return found
+
+
+def prompt_of(raw: bytes) -> str:
+    value: str = json.loads(raw)["prompt"]
+    return value
+
+
+def insert(raw: bytes, index: int, role: Role = Role.SYSTEM) -> str:
+    parsed = ADAPTER.parse(raw)
+    return prompt_of(ADAPTER.apply(parsed, Insertion(index, role, "MEMORY", 1)))
+
+
+@pytest.mark.parametrize(("run", "template"), RUNS.items())
+def test_every_captured_prompt_splits_into_its_turns(run: str, template: str) -> None:
+    for step, (_, raw) in generations(run).items():
+        parsed = ADAPTER.parse(raw)
+        assert parsed.layout[0] == template, step
+        messages = parsed.messages
+        assert messages[0].role == "system" and "Write Seraphina's next reply" in messages[0].text
+        greeting = [m for m in messages if m.role == "assistant" and "You wake" in m.text]
+        assert len(greeting) == 1, step
+        last = messages[-1]
+        assert last.role == "assistant" and last.name == "Seraphina", step
+        users = [m for m in messages if m.role == "user"]
+        assert users and all(m.name == "User" for m in users), step
+        span = find_history(messages, ("[Start a new Chat]",))
+        assert messages[span.indices[-1]].role == "user" or step == "07_continue"
+        # Nothing to do: the prompt comes back as it was.
+        assert prompt_of(ADAPTER.apply(parsed, None)) == prompt_of(raw)
+
+
+def test_memory_as_a_block_of_the_template() -> None:
+    _, raw = generations("textgen-generic/chatml_stream")["05_send_03"]
+    prompt = prompt_of(raw)
+    before = insert(raw, 0)
+    assert before == "<|im_start|>system\nMEMORY<|im_end|>\n" + prompt
+    parsed = ADAPTER.parse(raw)
+    span = find_history(parsed.messages, ())
+    at_end = insert(raw, span.end)  # in_chat depth 0, a system memory
+    head, _, tail = prompt.rpartition("<|im_start|>assistant\nSeraphina:")
+    assert (
+        at_end == head + "<|im_start|>system\nMEMORY<|im_end|>\n<|im_start|>assistant\nSeraphina:"
+    )
+    assert tail == ""
+    as_user = insert(raw, span.indices[-2], Role.USER)
+    assert "<|im_start|>user\nMEMORY<|im_end|>\n<|im_start|>assistant\nSeraphina: [fake" in as_user
+    _, plain_raw = generations("textgen-generic/noinstruct_stream")["05_send_03"]
+    plain = ADAPTER.parse(plain_raw)
+    plain_span = find_history(plain.messages, ())
+    placed = insert(plain_raw, plain_span.end)
+    assert placed.endswith("\nMEMORY\nSeraphina:")
+
+
+def test_left_out_turns_are_cut_from_the_prompt() -> None:
+    _, raw = generations("textgen-generic/chatml_stream")["05_send_03"]
+    parsed = ADAPTER.parse(raw)
+    span = find_history(parsed.messages, ())
+    drop = span.indices[:3]
+    out = prompt_of(ADAPTER.apply(parsed, Insertion(1, Role.SYSTEM, "MEMORY", 1), None, drop))
+    assert "You wake with a start" not in out and "Hello Seraphina, where am I" not in out
+    assert out.count("<|im_start|>") == prompt_of(raw).count("<|im_start|>") - 3 + 1
+    again = ADAPTER.parse(json.dumps({"prompt": out}).encode())
+    assert [m.role for m in again.messages][:3] == ["system", "system", "user"]
+    assert again.messages[1].text == "MEMORY"
+
+
+@pytest.mark.parametrize(
+    ("template", "prompt", "roles"),
+    [
+        ("llama3", "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nStory<|eot_id|>"
+         "<|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>"
+         "<|start_header_id|>assistant<|end_header_id|>\n\nAva:", ["system", "user", "assistant"]),
+        ("gemma", "<start_of_turn>user\nStory\n\nHi<end_of_turn>\n<start_of_turn>model\nHello"
+         "<end_of_turn>\n<start_of_turn>model\n", ["user", "assistant", "assistant"]),
+        ("mistral", "<s>[INST] Story\n\nHi [/INST]Hello</s>[INST] How are you? [/INST]",
+         ["user", "assistant", "user", "assistant"]),
+        ("alpaca", "Story\n\n### Instruction:\nHi\n\n### Response:\nHello\n\n### Instruction:\n"
+         "Bye\n\n### Response:\n", ["system", "user", "assistant", "user", "assistant"]),
+        ("vicuna", "Story\nUSER: Hi\nASSISTANT: Hello\nUSER: Bye\nASSISTANT:",
+         ["system", "user", "assistant", "user", "assistant"]),
+    ],
+)  # fmt: skip
+def test_other_templates(template: str, prompt: str, roles: list[str]) -> None:
+    found = split_prompt({}, prompt)
+    assert found is not None and found[0] == template
+    assert [t.role for t in found[1]] == roles
+    raw = json.dumps({"prompt": prompt}).encode()
+    assert prompt_of(ADAPTER.apply(ADAPTER.parse(raw), None)) == prompt
+    with_memory = insert(raw, len(roles) - 1)
+    assert "MEMORY" in with_memory and with_memory.endswith(prompt[found[1][-1].start :])
+
+
+def test_a_prompt_in_no_known_template_is_refused() -> None:
+    with pytest.raises(UnknownPromptFormat):
+        ADAPTER.parse(b'{"prompt": "Once upon a time"}')
+
+
+async def test_every_captured_request_is_identified(tmp_path: Path) -> None:
+    for run in RUNS:
+        kinds: list[Generation] = []
+        for step, (_, raw) in generations(run).items():
+            data = tmp_path / run / step / "data"
+            chats = SOURCES / run / "chats"
+            before = STEPS[STEPS.index(step) - 1] if step in ("06_swipe", "07_continue") else step
+            shutil.copytree(chats / before / "chats", data / "default-user" / "chats")
+            if before == step:
+                for path in (data / "default-user" / "chats").rglob("*.jsonl"):
+                    lines = path.read_bytes().rstrip(b"\n").split(b"\n")
+                    path.write_bytes(b"\n".join(lines[:-1]) + b"\n")
+            library = ChatLibrary(data, Store(tmp_path / run / step / "s.sqlite3"))
+            await library.index_all()
+            parsed = ADAPTER.parse(raw)
+            found = await library.identify_request(parsed.messages, ("[Start a new Chat]",))
+            await library.store.close()
+            assert found.identification is not None, (run, step)
+            kinds.append(found.identification.generation)
+        assert kinds == ["normal"] * 3 + ["swipe", "continue"], run
