@@ -217,7 +217,9 @@ class TextCompletionAdapter:
                 "Gemma, Mistral, Alpaca, Vicuna, or instruct off)"
             )
         template, turns = found
-        model = body.get("model")
+        # KoboldCpp, llama.cpp and text-generation-webui are not told a model: the proxy's
+        # own calls name a placeholder, which they ignore (Ollama's body names its model).
+        model = body.get("model") or PLACEHOLDER_MODEL
         return ParsedRequest(
             raw=raw,
             body=body,

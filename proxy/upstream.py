@@ -86,6 +86,13 @@ class Target:
         url = self.base_url.with_path(full or "/", encoded=True)
         return url.with_query(None) if not query else URL(f"{url}?{query}", encoded=True)
 
+    def root_url(self, path: str) -> URL:
+        """`path` on the server itself: under `base_url` without its trailing `/v1`
+        (`/v1/chat/completions` of a local server whose base URL has no `/v1`)."""
+        base = self.base_url.path.rstrip("/")
+        root = base[:-3] if base.endswith("/v1") else base
+        return self.base_url.with_path(root + path, encoded=True).with_query(None)
+
 
 def _key(secret: SecretStr | None) -> str | None:
     return secret.get_secret_value() if secret is not None else None

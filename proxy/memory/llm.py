@@ -32,6 +32,7 @@ OPERATION_HEADER = "X-Recap-Proxy-Operation"
 
 
 ANTHROPIC = "anthropic_messages"
+TEXT = "text_completions"
 ANTHROPIC_VERSION = "2023-06-01"
 _DIRECT = Caller(None)  # a chat seen through `upstream.base_url` as OpenAI chat
 
@@ -172,7 +173,12 @@ class LLMClient:
             headers["Authorization"] = f"Bearer {target.api_key}"
         elif known.authorization:
             headers["Authorization"] = known.authorization
-        url = target.url_for("/v1/chat/completions")
+        if known.caller.api == TEXT:
+            # A text completion server (KoboldCpp, llama.cpp, Ollama, text-generation-
+            # webui) also answers OpenAI chat completions, at `/v1` on the server itself.
+            url = target.root_url("/v1/chat/completions")
+        else:
+            url = target.url_for("/v1/chat/completions")
         return Endpoint(self.chat_upstream, url, headers, model)
 
     async def complete(

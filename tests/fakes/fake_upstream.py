@@ -36,6 +36,7 @@ class Sent:
     body: bytes | None
     released: bool = False
     closed: bool = False
+    path: str = ""  # the whole path it went to
 
 
 class FakeUpstream(Upstream):
@@ -60,9 +61,8 @@ class FakeUpstream(Upstream):
         script = self.scripts.pop(0)
         base = self.base_url.raw_path.rstrip("/") + "/"
         path = url.raw_path
-        sent = Sent(
-            method, path[len(base) :] if path.startswith(base) else path, list(headers), body
-        )
+        tail = path[len(base) :] if path.startswith(base) else path
+        sent = Sent(method, tail, list(headers), body, path=path)
         self.sent.append(sent)
         if script.failure is not None and script.fail_after is None:
             raise script.failure
