@@ -91,8 +91,9 @@ async def handle_root(request: web.Request) -> web.Response:
         {
             "service": "recap-proxy",
             "upstream": safe_url(str(request.app[RELAY].upstream.base_url)),
-            "hint": "set SillyTavern's Custom (OpenAI-compatible) URL to "
-            f"{request.url.origin()}{API_PREFIX}",
+            "hint": "in SillyTavern, set the Custom (OpenAI-compatible) endpoint or the "
+            f"Claude/OpenAI reverse proxy to {request.url.origin()}{API_PREFIX}, or a Text "
+            f"Completion server URL to {request.url.origin()}",
         }
     )
 
