@@ -79,6 +79,12 @@ def test_memory_as_a_block_of_the_template() -> None:
     prompt = prompt_of(raw)
     before = insert(raw, 0)
     assert before == "<|im_start|>system\nMEMORY<|im_end|>\n" + prompt
+    in_prompt = insert(raw, 1)  # after the story string: the first turn after it
+    story_end = prompt.index("<|im_start|>assistant\n")
+    assert (
+        in_prompt
+        == prompt[:story_end] + "<|im_start|>system\nMEMORY<|im_end|>\n" + prompt[story_end:]
+    )
     parsed = ADAPTER.parse(raw)
     span = find_history(parsed.messages, ())
     at_end = insert(raw, span.end)  # in_chat depth 0, a system memory

@@ -32,7 +32,7 @@ def requests(run: str) -> list[dict[str, Any]]:
     return [json.loads(line) for line in lines]
 
 
-@pytest.mark.parametrize("run", list(RUNS))
+@pytest.mark.parametrize("run", [*RUNS, "openai-reverse-proxy/stream"])
 async def test_captured_exchanges_pass_unchanged(aiohttp_client: Any, run: str) -> None:
     """Every request of the run (probes, tokenization, generations) reaches the upstream
     as ST sent it, on the same path, and its answer reaches ST as the upstream wrote it."""
