@@ -6,23 +6,18 @@ from __future__ import annotations
 
 import itertools
 import json
-import shutil
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from adapters.anthropic_messages import AnthropicMessagesAdapter
-from proxy.core.models import Generation, Insertion, Role
+from proxy.core.models import Insertion, Role
 from proxy.core.placement import find_history
-from proxy.library import ChatLibrary
-from proxy.store import Store
+from tests.adapters.captures import MARKERS, SOURCES, identify_at
 
-SOURCES = Path(__file__).parents[1] / "data" / "sources"
 CLAUDE = SOURCES / "claude"
-MARKERS = ("[Start a new Chat]",)
 ADAPTER = AnthropicMessagesAdapter()
-STEPS = ("03_send_01", "04_send_02", "05_send_03", "06_swipe", "07_continue")
 
 
 def generations(variant: str) -> dict[str, bytes]:
@@ -140,23 +135,10 @@ def test_the_head_and_the_replacements_stay_whole() -> None:
 
 async def test_every_captured_request_is_identified(tmp_path: Path) -> None:
     for variant in ("stream", "stream_sysprompt", "stream_authorsnote"):
-        kinds: list[Generation] = []
-        for step, raw in generations(variant).items():
-            data = tmp_path / variant / step / "data"
-            chats = CLAUDE / variant / "chats"
-            # The chat file as ST had saved it when it sent the request: for a send, the
-            # step's file without the reply; for a swipe or continue, the step before's.
-            before = STEPS[STEPS.index(step) - 1] if step in ("06_swipe", "07_continue") else step
-            shutil.copytree(chats / before / "chats", data / "default-user" / "chats")
-            if before == step:
-                for path in (data / "default-user" / "chats").rglob("*.jsonl"):
-                    lines = path.read_bytes().rstrip(b"\n").split(b"\n")
-                    path.write_bytes(b"\n".join(lines[:-1]) + b"\n")
-            library = ChatLibrary(data, Store(tmp_path / variant / step / "s.sqlite3"))
-            await library.index_all()
-            parsed = ADAPTER.parse(raw)
-            found = await library.identify_request(parsed.messages, MARKERS)
-            await library.store.close()
-            assert found.identification is not None, (variant, step)
-            kinds.append(found.identification.generation)
+        kinds = [
+            await identify_at(
+                CLAUDE / variant, step, ADAPTER.parse(raw).messages, tmp_path / variant / step
+            )
+            for step, raw in generations(variant).items()
+        ]
         assert kinds == ["normal"] * 3 + ["swipe", "continue"], variant

@@ -5,21 +5,17 @@ identified, and given memory as a block of their own template."""
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest
 
 from adapters.text_completions import TextCompletionAdapter, split_prompt
-from proxy.core.models import Generation, Insertion, Role
+from proxy.core.models import Insertion, Role
 from proxy.core.placement import find_history
 from proxy.errors import UnknownPromptFormat
-from proxy.library import ChatLibrary
-from proxy.store import Store
+from tests.adapters.captures import SOURCES, identify_at
 
-SOURCES = Path(__file__).parents[1] / "data" / "sources"
 ADAPTER = TextCompletionAdapter()
-STEPS = ("03_send_01", "04_send_02", "05_send_03", "06_swipe", "07_continue")
 RUNS = {
     "textgen-generic/chatml_stream": "chatml",
     "textgen-generic/chatml_nonstream": "chatml",
@@ -148,21 +144,10 @@ def test_a_prompt_in_no_known_template_is_refused() -> None:
 
 async def test_every_captured_request_is_identified(tmp_path: Path) -> None:
     for run in RUNS:
-        kinds: list[Generation] = []
-        for step, (_, raw) in generations(run).items():
-            data = tmp_path / run / step / "data"
-            chats = SOURCES / run / "chats"
-            before = STEPS[STEPS.index(step) - 1] if step in ("06_swipe", "07_continue") else step
-            shutil.copytree(chats / before / "chats", data / "default-user" / "chats")
-            if before == step:
-                for path in (data / "default-user" / "chats").rglob("*.jsonl"):
-                    lines = path.read_bytes().rstrip(b"\n").split(b"\n")
-                    path.write_bytes(b"\n".join(lines[:-1]) + b"\n")
-            library = ChatLibrary(data, Store(tmp_path / run / step / "s.sqlite3"))
-            await library.index_all()
-            parsed = ADAPTER.parse(raw)
-            found = await library.identify_request(parsed.messages, ("[Start a new Chat]",))
-            await library.store.close()
-            assert found.identification is not None, (run, step)
-            kinds.append(found.identification.generation)
+        kinds = [
+            await identify_at(
+                SOURCES / run, step, ADAPTER.parse(raw).messages, tmp_path / run / step
+            )
+            for step, (_, raw) in generations(run).items()
+        ]
         assert kinds == ["normal"] * 3 + ["swipe", "continue"], run

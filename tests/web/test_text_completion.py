@@ -12,7 +12,8 @@ import pytest
 from proxy.chat.providers import NoMemory, StaticMemory
 from proxy.core.models import Memory
 from proxy.web import make_app
-from tests.adapters.test_text_completions import RUNS, SOURCES, generations
+from tests.adapters.captures import SOURCES
+from tests.adapters.test_text_completions import RUNS, generations
 from tests.conftest import make_settings
 from tests.fakes.fake_upstream import FakeUpstream, Script
 from tests.memory.story import CHAT_ID, SYSTEM, USER, Story
