@@ -8,8 +8,9 @@ module plus its test file, and one line here.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
-from typing import Protocol
+from collections.abc import Callable, Collection, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
 
 from adapters.anthropic_messages import AnthropicMessagesAdapter
 from adapters.base import ParsedRequest
@@ -43,9 +44,29 @@ ADAPTERS: dict[str, Adapter] = {
     "completions": TextCompletionAdapter(),
 }
 # Text completion routes outside `/v1` (llama.cpp, Ollama, KoboldAI Classic).
-ROOT_ADAPTERS: dict[str, Adapter] = {
-    path: ADAPTERS["completions"]
-    for path in ("/completion", "/api/generate", "/api/v1/generate", "/api/extra/generate/stream")
-}
+TEXT_ROUTES = ("/completion", "/api/generate", "/api/v1/generate", "/api/extra/generate/stream")
+ROOT_ADAPTERS: dict[str, Adapter] = {path: ADAPTERS["completions"] for path in TEXT_ROUTES}
 
-__all__ = ["ADAPTERS", "ROOT_ADAPTERS", "Adapter", "ParsedRequest"]
+
+@dataclass(frozen=True, slots=True)
+class Formats:
+    """The adapters of one running proxy: by the path after `/v1/`, and by whole path."""
+
+    api: Mapping[str, Adapter]
+    root: Mapping[str, Adapter]
+
+    def for_path(self, path: str) -> Adapter | None:
+        if path.startswith("/v1/"):
+            return self.api.get(path[4:])
+        return self.root.get(path)
+
+
+def formats(instruct: Callable[[], Iterable[Mapping[str, Any]]] | None = None) -> Formats:
+    """The adapters, the text one told the instruct templates active in ST."""
+    if instruct is None:
+        return Formats(ADAPTERS, ROOT_ADAPTERS)
+    text = TextCompletionAdapter(instruct)
+    return Formats({**ADAPTERS, "completions": text}, dict.fromkeys(TEXT_ROUTES, text))
+
+
+__all__ = ["ADAPTERS", "ROOT_ADAPTERS", "Adapter", "Formats", "ParsedRequest", "formats"]

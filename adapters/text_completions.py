@@ -17,7 +17,7 @@ left-out turns are cut from the string. A prompt in no known template is left as
 from __future__ import annotations
 
 import re
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -49,6 +49,32 @@ class Template:
 
     def block(self, role: str, text: str) -> str:
         return f"{self.opener(role)}{text}{self.end or chr(10)}"
+
+    @classmethod
+    def from_st(cls, instruct: Mapping[str, Any]) -> Template | None:
+        """The instruct template active in ST (`power_user.instruct` of its settings.json),
+        or None when instruct mode is off or the template has no sequences to split by."""
+        if instruct.get("enabled") is not True:
+            return None
+        wrap = "\n" if instruct.get("wrap") is not False else ""
+
+        def sequence(key: str) -> str:
+            value = instruct.get(key)
+            return f"{value}{wrap}" if isinstance(value, str) and value.strip() else ""
+
+        user, assistant = sequence("input_sequence"), sequence("output_sequence")
+        system = sequence("system_sequence")
+        if not user.strip() or not assistant.strip() or user == assistant:
+            return None
+        same = instruct.get("system_same_as_user") is True or not system.strip()
+        suffix = next(
+            (v for k in ("input_suffix", "output_suffix", "stop_sequence")
+             if isinstance(v := instruct.get(k), str) and v),
+            "",
+        )  # fmt: skip
+        name = instruct.get("preset")
+        return cls(f"st:{name}" if isinstance(name, str) else "st", user, assistant,
+                   None if same else system, suffix)  # fmt: skip
 
 
 TEMPLATES = (
@@ -170,12 +196,15 @@ def _names(body: Mapping[str, Any], prompt: str) -> tuple[str, ...]:
     return tuple(n for n in (user, tail, *others) if n)
 
 
-def split_prompt(body: Mapping[str, Any], prompt: str) -> tuple[str, list[Turn]] | None:
-    """The template a prompt was written in and its turns, or None when it is in none.
-    A turn that starts with a known speaker's `Name:` (ST's names in the prompt) has it
-    as its name, and its text without it: as the chat file has the message."""
+def split_prompt(
+    body: Mapping[str, Any], prompt: str, first: Sequence[Template] = ()
+) -> tuple[Template | str, list[Turn]] | None:
+    """The template a prompt was written in and its turns, or None when it is in none;
+    the templates in `first` (ST's own) are tried before the known ones. A turn that
+    starts with a known speaker's `Name:` (ST's names in the prompt) has it as its name,
+    and its text without it: as the chat file has the message."""
     names = _names(body, prompt)
-    found = _split(prompt, names)
+    found = _split(prompt, names, first)
     if found is None:
         return None
     template, turns = found
@@ -189,12 +218,14 @@ def split_prompt(body: Mapping[str, Any], prompt: str) -> tuple[str, list[Turn]]
     return template, named
 
 
-def _split(prompt: str, names: tuple[str, ...]) -> tuple[str, list[Turn]] | None:
-    for template in TEMPLATES:
+def _split(
+    prompt: str, names: tuple[str, ...], first: Sequence[Template]
+) -> tuple[Template | str, list[Turn]] | None:
+    for template in (*first, *TEMPLATES):
         if template.user.strip() in prompt and template.assistant.strip() in prompt:
             turns = _turns_with(template, prompt)
             if turns:
-                return template.name, turns
+                return template, turns
     if MISTRAL_CLOSE.strip() in prompt:
         turns = _mistral(prompt)
         if turns:
@@ -206,11 +237,19 @@ def _split(prompt: str, names: tuple[str, ...]) -> tuple[str, list[Turn]] | None
 class TextCompletionAdapter:
     name = NAME
 
+    def __init__(self, instruct: Callable[[], Iterable[Mapping[str, Any]]] | None = None) -> None:
+        """`instruct`: the instruct templates active in ST (its users' settings), read by
+        whoever watches ST's data folder; they are tried first."""
+        self.instruct = instruct
+
     def parse(self, raw: bytes) -> ParsedRequest:
         body = decode_json(raw)
         if not isinstance(body, dict) or not isinstance(body.get("prompt"), str):
             raise AdapterError("body has no `prompt` string")
-        found = split_prompt(body, body["prompt"])
+        active = [
+            t for i in (self.instruct() if self.instruct else ()) if (t := Template.from_st(i))
+        ]
+        found = split_prompt(body, body["prompt"], active)
         if found is None:
             raise UnknownPromptFormat(
                 "the prompt is in no instruct template the proxy knows (ChatML, Llama 3, "
@@ -238,7 +277,7 @@ class TextCompletionAdapter:
         drop: Collection[int] = (),
     ) -> bytes:
         source, fast = reencode(parsed.raw, parsed.body)
-        template_name, turns = parsed.layout
+        template, turns = parsed.layout
         prompt: str = source["prompt"]
         cuts = sorted((turns[i].start, turns[i].end) for i in drop if 0 <= i < len(turns))
         pieces: list[str] = []
@@ -251,7 +290,7 @@ class TextCompletionAdapter:
         for start, end in [*cuts, (len(prompt), len(prompt))]:
             if place is not None and at <= place <= start:
                 pieces.append(prompt[at:place])
-                pieces.append(_memory_block(template_name, insertion))
+                pieces.append(_memory_block(template, insertion))
                 at = place
                 place = None
             pieces.append(prompt[at:start])
@@ -261,14 +300,14 @@ class TextCompletionAdapter:
         return encode_json(body, fast=fast)
 
 
-def _memory_block(template_name: str, insertion: Insertion | None) -> str:
+def _memory_block(template: Template | str, insertion: Insertion | None) -> str:
     assert insertion is not None
     role = insertion.role.value if insertion.role is not Role.SYSTEM else "system"
-    if template_name == "plain":
+    if template == "plain":
         return insertion.text + "\n"
-    if template_name == "mistral":
+    if template == "mistral":
         if role == "assistant":
             return insertion.text + MISTRAL_END
         return f"{MISTRAL_OPEN}{insertion.text}{MISTRAL_CLOSE}"
-    template = next(t for t in TEMPLATES if t.name == template_name)
+    assert isinstance(template, Template)
     return template.block(role, insertion.text)

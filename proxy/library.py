@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path, PurePosixPath
+from typing import Any
 from urllib.parse import unquote
 
 import orjson
@@ -38,6 +39,7 @@ from proxy.sillytavern.layout import (
     inside,
     locate,
     read_groups,
+    read_instruct,
     read_persona_name,
     scan,
 )
@@ -76,6 +78,7 @@ class ChatLibrary:
         self.index = ChatIndex()
         self._groups: dict[str, dict[str, GroupInfo]] = {}
         self._personas: dict[str, str | None] = {}
+        self._instruct: dict[str, dict[str, Any]] = {}  # user -> power_user.instruct
         self.listeners: list[Callable[[Refreshed], None]] = []
         # Set once the first full indexing has ended (however it ended): tests and tools
         # await it instead of polling the index.
@@ -237,6 +240,24 @@ class ChatLibrary:
     def _reset_caches(self) -> None:
         self._groups.clear()
         self._personas.clear()
+        self._instruct.clear()
+        if self.data_dir is not None:
+            for settings in sorted(self.data_dir.glob("*/settings.json")):
+                self._read_instruct(settings.parent.name)
+
+    def _read_instruct(self, user: str) -> None:
+        if self.data_dir is None:
+            return
+        found = read_instruct(self.data_dir / user)
+        if found is None:
+            self._instruct.pop(user, None)
+        else:
+            self._instruct[user] = found
+
+    def instruct_templates(self) -> list[dict[str, Any]]:
+        """The instruct templates active in ST, one per user who has instruct mode on
+        (read at indexing and when a settings.json changes, never per request)."""
+        return list(self._instruct.values())
 
     def _forget_missing(self, db: Database, seen: set[str]) -> list[Refreshed]:
         results = []
@@ -388,6 +409,7 @@ class ChatLibrary:
             self._groups.pop(parts[0], None)
         elif len(parts) == 2 and parts[1] == "settings.json":
             self._personas.pop(parts[0], None)
+            self._read_instruct(parts[0])
 
     def _entry(self, db: Database, record: ChatRecord) -> ChatEntry:
         total, visible = db.tail(record.id, TAIL)

@@ -124,14 +124,27 @@ def read_groups(user_dir: Path) -> dict[str, GroupInfo]:
     return found
 
 
-def read_persona_name(user_dir: Path) -> str | None:
-    """The user's current persona name (`username` in settings.json), if readable."""
+def _user_settings(user_dir: Path) -> dict[str, Any]:
     try:
         data = orjson.loads((user_dir / "settings.json").read_bytes())
     except (OSError, orjson.JSONDecodeError):
-        return None
-    name = data.get("username") if isinstance(data, dict) else None
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def read_persona_name(user_dir: Path) -> str | None:
+    """The user's current persona name (`username` in settings.json), if readable."""
+    name = _user_settings(user_dir).get("username")
     return name if isinstance(name, str) and name else None
+
+
+def read_instruct(user_dir: Path) -> dict[str, Any] | None:
+    """The instruct template active in the user's ST (`power_user.instruct`), if on."""
+    power = _user_settings(user_dir).get("power_user")
+    instruct = power.get("instruct") if isinstance(power, dict) else None
+    if isinstance(instruct, dict) and instruct.get("enabled") is True:
+        return instruct
+    return None
 
 
 def _strings(value: Any) -> tuple[str, ...]:

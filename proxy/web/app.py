@@ -12,6 +12,7 @@ from pathlib import Path
 
 from aiohttp import web
 
+from adapters import formats
 from proxy.cassette import Recorder
 from proxy.chat.injection import Injector, load_injection_template, policy_from
 from proxy.chat.lore import LoreService
@@ -35,6 +36,7 @@ from proxy.web.guard import POLICY, add_cors_headers, guard_middleware
 from proxy.web.keys import (
     ACTIONS,
     ENGINE,
+    FORMATS,
     INJECTOR,
     LIBRARY,
     LORE,
@@ -116,6 +118,7 @@ def make_app(
         app[STORE] = store
     injector = Injector(policy, template, provider or NoMemory(), counter)
     app[SETTINGS] = settings
+    app[FORMATS] = formats(library.instruct_templates if library is not None else None)
     app[RELAY] = relay
     app[INJECTOR] = injector
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from aiohttp import web
 
+from adapters import Formats
 from proxy.chat.injection import Injector
 from proxy.chat.lore import LoreService
 from proxy.library import ChatLibrary
@@ -15,6 +16,7 @@ from proxy.store import Store
 from proxy.web.relay import Relay
 
 SETTINGS = web.AppKey("settings", Settings)
+FORMATS = web.AppKey("formats", Formats)
 RELAY = web.AppKey("relay", Relay)
 INJECTOR = web.AppKey("injector", Injector)
 STORE = web.AppKey("store", Store)

@@ -8,12 +8,11 @@ from urllib.parse import quote, unquote
 
 from aiohttp import web
 
-from adapters import ADAPTERS, ROOT_ADAPTERS
 from proxy.chat.injection import Injector
 from proxy.core.headers import safe_url
 from proxy.errors import NotFound, RequestError
 from proxy.web.guard import api_headers
-from proxy.web.keys import INJECTOR, LORE, RELAY
+from proxy.web.keys import FORMATS, INJECTOR, LORE, RELAY
 
 log = logging.getLogger(__name__)
 
@@ -38,18 +37,10 @@ def proxied_path(raw_path: str) -> str:
     return path
 
 
-def api_tail(path: str) -> str | None:
-    """The part after `/v1/` that names an OpenAI-style endpoint (`chat/completions`)."""
-    return path[len(API_PREFIX) + 1 :] if path.startswith(API_PREFIX + "/") else None
-
-
 async def handle_api(request: web.Request) -> web.StreamResponse:
     relay = request.app[RELAY]
     target, path = relay.upstream.resolve(proxied_path(request.rel_url.raw_path))
-    tail = api_tail(path)
-    adapter = None
-    if request.method == "POST":
-        adapter = ADAPTERS.get(tail) if tail is not None else ROOT_ADAPTERS.get(path)
+    adapter = request.app[FORMATS].for_path(path) if request.method == "POST" else None
     headers = api_headers(request)
     if adapter is None:
         body = await request.read() if request.body_exists else None

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from adapters.text_completions import TextCompletionAdapter, split_prompt
+from adapters.text_completions import Template, TextCompletionAdapter, split_prompt
 from proxy.core.models import Insertion, Role
 from proxy.core.placement import find_history
 from proxy.errors import UnknownPromptFormat
@@ -55,7 +55,8 @@ def insert(raw: bytes, index: int, role: Role = Role.SYSTEM) -> str:
 def test_every_captured_prompt_splits_into_its_turns(run: str, template: str) -> None:
     for step, (_, raw) in generations(run).items():
         parsed = ADAPTER.parse(raw)
-        assert parsed.layout[0] == template, step
+        kind = parsed.layout[0]
+        assert (kind if isinstance(kind, str) else kind.name) == template, step
         messages = parsed.messages
         assert messages[0].role == "system" and "Write Seraphina's next reply" in messages[0].text
         greeting = [m for m in messages if m.role == "assistant" and "You wake" in m.text]
@@ -129,7 +130,8 @@ def test_left_out_turns_are_cut_from_the_prompt() -> None:
 )  # fmt: skip
 def test_other_templates(template: str, prompt: str, roles: list[str]) -> None:
     found = split_prompt({}, prompt)
-    assert found is not None and found[0] == template
+    assert found is not None
+    assert (found[0] if isinstance(found[0], str) else found[0].name) == template
     assert [t.role for t in found[1]] == roles
     raw = json.dumps({"prompt": prompt}).encode()
     assert prompt_of(ADAPTER.apply(ADAPTER.parse(raw), None)) == prompt
@@ -151,3 +153,38 @@ async def test_every_captured_request_is_identified(tmp_path: Path) -> None:
             for step, (_, raw) in generations(run).items()
         ]
         assert kinds == ["normal"] * 3 + ["swipe", "continue"], run
+
+
+CUSTOM = {
+    "enabled": True,
+    "preset": "My RP",
+    "input_sequence": "<<H>>",
+    "output_sequence": "<<A>>",
+    "system_sequence": "<<S>>",
+    "input_suffix": "<<END>>\n",
+    "output_suffix": "<<END>>\n",
+    "wrap": True,
+    "system_same_as_user": False,
+}
+
+
+def test_the_template_active_in_st_comes_first() -> None:
+    template = Template.from_st(CUSTOM)
+    assert template is not None and template.name == "st:My RP"
+    assert (template.user, template.system, template.end) == ("<<H>>\n", "<<S>>\n", "<<END>>\n")
+    prompt = "<<S>>\nStory<<END>>\n<<H>>\nTom: Hi<<END>>\n<<A>>\nAva: Hello<<END>>\n<<A>>\nAva:"
+    raw = json.dumps({"prompt": prompt, "stop": ["\nTom:"]}).encode()
+    with pytest.raises(UnknownPromptFormat):
+        ADAPTER.parse(raw)
+    adapter = TextCompletionAdapter(lambda: [CUSTOM])
+    parsed = adapter.parse(raw)
+    assert [(m.role, m.name, m.text) for m in parsed.messages] == [
+        ("system", None, "Story"), ("user", "Tom", "Hi"), ("assistant", "Ava", "Hello"),
+        ("assistant", "Ava", ""),
+    ]  # fmt: skip
+    placed = json.loads(adapter.apply(parsed, Insertion(3, Role.SYSTEM, "MEMORY", 1)))["prompt"]
+    head = prompt.rpartition("<<A>>\nAva:")[0]
+    assert placed == head + "<<S>>\nMEMORY<<END>>\n<<A>>\nAva:"
+    assert Template.from_st({**CUSTOM, "enabled": False}) is None
+    assert Template.from_st({**CUSTOM, "system_same_as_user": True}).system is None  # type: ignore[union-attr]
+    assert Template.from_st({"enabled": True, "input_sequence": "", "output_sequence": "x"}) is None

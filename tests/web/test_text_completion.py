@@ -13,7 +13,7 @@ from proxy.chat.providers import NoMemory, StaticMemory
 from proxy.core.models import Memory
 from proxy.web import make_app
 from tests.adapters.captures import SOURCES
-from tests.adapters.test_text_completions import RUNS, generations
+from tests.adapters.test_text_completions import CUSTOM, RUNS, generations
 from tests.conftest import make_settings
 from tests.fakes.fake_upstream import FakeUpstream, Script
 from tests.memory.story import CHAT_ID, SYSTEM, USER, Story
@@ -116,3 +116,22 @@ async def test_a_text_completion_chat_gets_its_memory(memory_proxy: MemoryFactor
     prompt = json.loads(memory.fake.state.seen[-1].body)["prompt"]
     assert prompt.startswith("<|im_start|>system\n<ROLEPLAY_RECAP>")
     assert running.content.split("\n")[0] in prompt
+
+
+async def test_the_instruct_template_st_uses_is_read_from_its_settings(
+    memory_proxy: MemoryFactory,
+) -> None:
+    def build(story: Story) -> None:
+        story.grow(6)
+        settings = story.path.parents[2] / "settings.json"  # default-user/settings.json
+        settings.write_text(json.dumps({"power_user": {"instruct": CUSTOM}}), encoding="utf-8")
+
+    memory = await memory_proxy(0, set(), build=build)
+    blocks = [f"<<S>>\n{SYSTEM}<<END>>\n"]
+    for m in memory.story.messages:
+        blocks.append(f"{'<<H>>' if m['is_user'] else '<<A>>'}\n{m['name']}: {m['mes']}<<END>>\n")
+    prompt = "".join(blocks) + f"<<A>>\n{memory.story.char}:"
+    response = await memory.client.post(
+        "/v1/completions", json={"prompt": prompt, "stop": [f"\n{USER}:"]}
+    )
+    assert response.headers["X-Recap-Chat"]  # split by ST's own template, then identified
