@@ -22,7 +22,7 @@ from collections.abc import Collection, Mapping
 from typing import Any
 
 from adapters.base import ParsedRequest
-from adapters.openai_chat import content_text, decode_json, encode_json, reencode
+from adapters.openai_chat import content_text, decode_object, encode_json, reencode
 from proxy.core.models import ChatMessage, Insertion, Role
 from proxy.errors import AdapterError
 
@@ -68,16 +68,25 @@ def _merge_neighbours(wire: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
+def _gap(where: tuple[int, ...], insertion: Insertion | None, turns: int) -> int | None:
+    """The turn the memory goes before (`turns`: after the last), or None for `system`:
+    its place is at the top or inside the prompt."""
+    if insertion is None or insertion.index == 0:
+        return None
+    rest = where[insertion.index :]
+    if not rest:
+        return turns
+    return rest[0] if rest[0] >= 0 else None
+
+
 class AnthropicMessagesAdapter:
     name = "anthropic_messages"
 
     def parse(self, raw: bytes) -> ParsedRequest:
-        body = decode_json(raw)
-        if not isinstance(body, dict):
-            raise AdapterError("body is not a JSON object")
-        wire = body.get("messages")
-        if not isinstance(wire, list) or not wire:
-            raise AdapterError("body has no `messages` list")
+        body = decode_object(raw, "messages", list)
+        wire = body["messages"]
+        if not wire:
+            raise AdapterError("body has an empty `messages` list")
         messages: list[ChatMessage] = []
         where: list[int] = []
         system = body.get("system")
@@ -106,7 +115,7 @@ class AnthropicMessagesAdapter:
             messages=messages,
             stream=body.get("stream") is True,
             model=model if isinstance(model, str) else None,
-            wire_index=tuple(where),
+            layout=tuple(where),
             api=self.name,
         )
 
@@ -119,38 +128,23 @@ class AnthropicMessagesAdapter:
     ) -> bytes:
         source, fast = reencode(parsed.raw, parsed.body)
         body = dict(source)
-        wire: list[dict[str, Any] | None] = list(source["messages"])
-        where = parsed.wire_index
+        turns: list[dict[str, Any]] = list(source["messages"])
+        where: tuple[int, ...] = parsed.layout
         for index, text in (replacements or {}).items():
             at = where[index]
-            if at >= 0 and isinstance(wire[at], dict):
-                message = wire[at]
-                assert message is not None
-                if isinstance(message.get("content"), str):
-                    wire[at] = {**message, "content": text}
-        # Where the memory goes: into `system` when its place is at the top or inside
-        # the prompt, else before the turn at its place in the canonical list.
-        gap: int | None = None
-        if insertion is not None and insertion.index > 0:
-            rest = where[insertion.index :]
-            if not rest:
-                gap = len(wire)
-            elif rest[0] >= 0:
-                gap = rest[0]
-        gone = {where[i] for i in drop if 0 <= i < len(where) and where[i] >= 0}
+            if at >= 0 and isinstance(turns[at].get("content"), str):
+                turns[at] = {**turns[at], "content": text}
+        gap = _gap(where, insertion, len(turns))
         if insertion is not None and gap is None:
             body["system"] = self._system(body.get("system"), insertion)
+        gone = {where[i] for i in drop if 0 <= i < len(where) and where[i] >= 0}
         kept: list[dict[str, Any]] = []
-        for i, message in enumerate(wire):
+        for i in range(len(turns) + 1):
             if insertion is not None and gap == i:
                 kept.append(self._turn(insertion))
-            if i not in gone and message is not None:
-                kept.append(message)
-        if insertion is not None and gap == len(wire):
-            kept.append(self._turn(insertion))
-        if insertion is not None or gone:
-            kept = _merge_neighbours(kept)
-        body["messages"] = kept
+            if i < len(turns) and i not in gone:
+                kept.append(turns[i])
+        body["messages"] = _merge_neighbours(kept) if insertion or gone else kept
         return encode_json(body, fast=fast)
 
     @staticmethod

@@ -17,9 +17,8 @@ class ParsedRequest:
     messages: list[ChatMessage]
     stream: bool
     model: str | None
-    # For formats whose canonical messages are not one per wire message: where each one
-    # is in the body (the adapter's own reading; empty when they are one to one).
-    wire_index: tuple[int, ...] = ()
     api: str = "openai_chat"  # the adapter's name: the wire format
-    layout: Any = None  # what else the adapter read that `apply` needs (its own)
+    # What else the adapter read that its `apply` needs, e.g. where each canonical
+    # message is in the body when they are not one per wire message (its own business).
+    layout: Any = None
     route: str = ""  # the `[[upstream.routes]]` prefix it came under (set by the shell)

@@ -34,6 +34,16 @@ def decode_json(raw: bytes) -> Any:
             raise AdapterError(f"body is not valid JSON: {exc}") from None
 
 
+def decode_object(raw: bytes, key: str, kind: type) -> dict[str, Any]:
+    """A request body: a JSON object whose `key` holds a `kind` (its format's core)."""
+    body = decode_json(raw)
+    if not isinstance(body, dict):
+        raise AdapterError("body is not a JSON object")
+    if not isinstance(body.get(key), kind):
+        raise AdapterError(f"body has no `{key}` {kind.__name__}")
+    return body
+
+
 def _has_huge_number(value: Any) -> bool:
     # Plain loops and exact type checks, strings skipped first: this walks every request
     # that gets memory, and generator expressions cost ten times more here.
@@ -85,12 +95,8 @@ class OpenAIChatAdapter:
     name = "openai_chat"
 
     def parse(self, raw: bytes) -> ParsedRequest:
-        body = decode_json(raw)
-        if not isinstance(body, dict):
-            raise AdapterError("body is not a JSON object")
-        wire = body.get("messages")
-        if not isinstance(wire, list):
-            raise AdapterError("body has no `messages` list")
+        body = decode_object(raw, "messages", list)
+        wire = body["messages"]
         messages: list[ChatMessage] = []
         for i, msg in enumerate(wire):
             role = msg.get("role") if type(msg) is dict else None

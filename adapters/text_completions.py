@@ -22,9 +22,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from adapters.base import ParsedRequest
-from adapters.openai_chat import decode_json, encode_json, reencode
+from adapters.openai_chat import decode_object, encode_json, reencode
 from proxy.core.models import ChatMessage, Insertion, Role
-from proxy.errors import AdapterError, UnknownPromptFormat
+from proxy.errors import UnknownPromptFormat
 
 NAME = "text_completions"
 PLACEHOLDER_MODEL = "local-model"  # local servers take any model name on their chat route
@@ -243,9 +243,7 @@ class TextCompletionAdapter:
         self.instruct = instruct
 
     def parse(self, raw: bytes) -> ParsedRequest:
-        body = decode_json(raw)
-        if not isinstance(body, dict) or not isinstance(body.get("prompt"), str):
-            raise AdapterError("body has no `prompt` string")
+        body = decode_object(raw, "prompt", str)
         active = [
             t for i in (self.instruct() if self.instruct else ()) if (t := Template.from_st(i))
         ]

@@ -128,7 +128,7 @@ def test_left_out_turns_keep_the_rest_alternating() -> None:
 def test_the_head_and_the_replacements_stay_whole() -> None:
     raw = generations("stream")["05_send_03"]
     parsed = ADAPTER.parse(raw)
-    head = [i for i, m in enumerate(parsed.messages) if parsed.wire_index[i] < 0]
+    head = [i for i, m in enumerate(parsed.messages) if parsed.layout[i] < 0]
     out = body_of(ADAPTER.apply(parsed, None, {head[0]: "changed"}, head))
     assert out["messages"] == body_of(raw)["messages"]
 
