@@ -78,20 +78,19 @@ class Target:
     prefix: str = ""  # the route's path prefix on the proxy; "" for `upstream.base_url`
 
     def url_for(self, path: str, query: str = "") -> URL:
-        base = self.base_url.path.rstrip("/")
         if path == "/v1" or path.startswith("/v1/"):
-            full = base + path[3:]
-        else:
-            full = (base[:-3] if base.endswith("/v1") else base) + path
-        url = self.base_url.with_path(full or "/", encoded=True)
-        return url.with_query(None) if not query else URL(f"{url}?{query}", encoded=True)
+            return self._url(self.base_url.path.rstrip("/") + path[3:], query)
+        return self.root_url(path, query)
 
-    def root_url(self, path: str) -> URL:
+    def root_url(self, path: str, query: str = "") -> URL:
         """`path` on the server itself: under `base_url` without its trailing `/v1`
         (`/v1/chat/completions` of a local server whose base URL has no `/v1`)."""
         base = self.base_url.path.rstrip("/")
-        root = base[:-3] if base.endswith("/v1") else base
-        return self.base_url.with_path(root + path, encoded=True).with_query(None)
+        return self._url((base[:-3] if base.endswith("/v1") else base) + path, query)
+
+    def _url(self, path: str, query: str) -> URL:
+        url = self.base_url.with_path(path or "/", encoded=True)
+        return url.with_query(None) if not query else URL(f"{url}?{query}", encoded=True)
 
 
 def _key(secret: SecretStr | None) -> str | None:
@@ -114,6 +113,10 @@ class Upstream:
             reverse=True,
         )
         self._session: aiohttp.ClientSession | None = None
+
+    def route(self, prefix: str) -> Target:
+        """The API of a route prefix ("" or one no longer configured: `base_url`'s)."""
+        return next((t for t in self.routes if t.prefix == prefix), self.default)
 
     def resolve(self, path: str) -> tuple[Target, str]:
         """The API a proxied path goes to, and the path with its route prefix taken off."""
@@ -148,9 +151,7 @@ class Upstream:
 
     def url_for(self, tail: str, query: str = "") -> URL:
         """`<base_url>/<tail>?<query>`, with the query string kept as it came."""
-        path = self.base_url.path.rstrip("/") + "/" + tail.lstrip("/")
-        url = self.base_url.with_path(path, encoded=True)
-        return url.with_query(None) if not query else URL(f"{url}?{query}", encoded=True)
+        return self.default.url_for("/v1/" + tail.lstrip("/"), query)
 
     async def send(
         self,

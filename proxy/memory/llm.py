@@ -156,10 +156,7 @@ class LLMClient:
                 headers["Authorization"] = f"Bearer {key.get_secret_value()}"
             url = self.own_upstream.url_for("chat/completions")
             return Endpoint(self.own_upstream, url, headers, model)
-        target = next(
-            (t for t in self.chat_upstream.routes if t.prefix == known.caller.route),
-            self.chat_upstream.default,
-        )
+        target = self.chat_upstream.route(known.caller.route)
         if known.caller.api == ANTHROPIC:
             headers["anthropic-version"] = known.version or ANTHROPIC_VERSION
             api_key = target.api_key or known.api_key
