@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,10 +42,9 @@ class Credentials:
     """What a chat's latest request used: kept in memory only."""
 
     authorization: str | None
-    model: str | None
+    caller: Caller = _DIRECT  # its model, wire format and route
     api_key: str | None = None  # `x-api-key` (Anthropic's)
     version: str | None = None  # `anthropic-version`
-    caller: Caller = _DIRECT
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,10 +95,9 @@ class LLMClient:
         new = chat_id not in self._credentials
         self._credentials[chat_id] = Credentials(
             headers.get("Authorization"),
-            caller.model,
+            caller,
             headers.get("x-api-key"),
             headers.get("anthropic-version"),
-            caller,
         )
         return new
 
@@ -121,7 +119,7 @@ class LLMClient:
         if self.settings.model is not None:
             return True
         known = self._credentials.get(chat_id)
-        return known is not None and known.model is not None
+        return known is not None and known.caller.model is not None
 
     def answer_limit(self, operation: Operation) -> int:
         """The `max_tokens` an operation's first call asks for."""
@@ -141,9 +139,9 @@ class LLMClient:
         start-up). A chat's own API is spoken in its own format: a Claude chat's memory is
         written through the Messages API of the route it came by."""
         operation = Operation(operation)
-        known = self._credentials.get(chat_id, Credentials(None, None))
+        known = self._credentials.get(chat_id, Credentials(None))
         override = self.settings.operations.get(operation.value)
-        model = (override.model if override else None) or self.settings.model or known.model
+        model = (override.model if override else None) or self.settings.model or known.caller.model
         if model is None:
             raise NoCredentials(
                 "no model for the proxy's own calls yet: set [memory.llm] model, or chat "
@@ -280,16 +278,7 @@ def _anthropic_streamed(raw: bytes, model: str, operation: str) -> Answer:
     text: list[str] = []
     thinking: list[str] = []
     stop: str | None = None
-    for line in raw.splitlines():
-        line = line.strip()
-        if not line.startswith(b"data:"):
-            continue
-        try:
-            event = orjson.loads(line[5:])
-        except orjson.JSONDecodeError:
-            continue
-        if not isinstance(event, dict):
-            continue
+    for event in _sse_events(raw):
         delta = event.get("delta") or {}
         if event.get("type") == "content_block_delta" and isinstance(delta, dict):
             text.append(str(delta.get("text") or ""))
@@ -301,6 +290,24 @@ def _anthropic_streamed(raw: bytes, model: str, operation: str) -> Answer:
     if not text:
         raise JobFailure(f"{operation}: not a Messages API stream: {_short(raw)}")
     return Answer("".join(text), "".join(thinking), model, stop)
+
+
+def _sse_events(raw: bytes) -> Iterator[dict[str, Any]]:
+    """The JSON objects of an SSE body's `data:` lines, up to `[DONE]` (comments, `event:`
+    lines, keep-alives and anything not an object are skipped)."""
+    for line in raw.splitlines():
+        line = line.strip()
+        if not line.startswith(b"data:"):
+            continue
+        data = line[5:].strip()
+        if data == b"[DONE]":
+            return
+        try:
+            event = orjson.loads(data)
+        except orjson.JSONDecodeError:
+            continue
+        if isinstance(event, dict):
+            yield event
 
 
 def read_answer(raw: bytes, model: str, operation: str) -> Answer:
@@ -329,18 +336,11 @@ def _streamed(raw: bytes, model: str, operation: str) -> Answer:
     text: list[str] = []
     reasoning: list[str] = []
     finish: str | None = None
-    for line in raw.splitlines():
-        line = line.strip()
-        if not line.startswith(b"data:"):
-            continue  # comments, `event:` lines, blank separators
-        data = line[5:].strip()
-        if data == b"[DONE]":
-            break
+    for event in _sse_events(raw):
         try:
-            event = orjson.loads(data)
             choice = event["choices"][0]
-        except (orjson.JSONDecodeError, KeyError, IndexError, TypeError):
-            continue  # keep-alives and usage-only events carry no choice
+        except (KeyError, IndexError, TypeError):
+            continue  # usage-only events carry no choice
         if not isinstance(choice, dict):
             continue
         delta = choice.get("delta") or {}
