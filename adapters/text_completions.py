@@ -241,13 +241,23 @@ class TextCompletionAdapter:
         """`instruct`: the instruct templates active in ST (its users' settings), read by
         whoever watches ST's data folder; they are tried first."""
         self.instruct = instruct
+        self._read: list[Mapping[str, Any]] = []
+        self._active: list[Template] = []
+
+    def active(self) -> list[Template]:
+        """ST's templates, converted again only when its settings were read anew (the
+        reader hands out the same objects until then)."""
+        current = list(self.instruct()) if self.instruct else []
+        if len(current) != len(self._read) or any(
+            a is not b for a, b in zip(current, self._read, strict=True)
+        ):
+            self._read = current
+            self._active = [t for i in current if (t := Template.from_st(i))]
+        return self._active
 
     def parse(self, raw: bytes) -> ParsedRequest:
         body = decode_object(raw, "prompt", str)
-        active = [
-            t for i in (self.instruct() if self.instruct else ()) if (t := Template.from_st(i))
-        ]
-        found = split_prompt(body, body["prompt"], active)
+        found = split_prompt(body, body["prompt"], self.active())
         if found is None:
             raise UnknownPromptFormat(
                 "the prompt is in no instruct template the proxy knows (ChatML, Llama 3, "

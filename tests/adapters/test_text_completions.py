@@ -178,6 +178,7 @@ def test_the_template_active_in_st_comes_first() -> None:
         ADAPTER.parse(raw)
     adapter = TextCompletionAdapter(lambda: [CUSTOM])
     parsed = adapter.parse(raw)
+    assert adapter.active()[0] is adapter.active()[0]  # converted once, not per request
     assert [(m.role, m.name, m.text) for m in parsed.messages] == [
         ("system", None, "Story"), ("user", "Tom", "Hi"), ("assistant", "Ava", "Hello"),
         ("assistant", "Ava", ""),
