@@ -113,37 +113,38 @@ class _Importer:
     # -- messages ------------------------------------------------------------------------
 
     def message(self, row: PendingExtension, data: ImportedMessage) -> None:
-        self.scene(row, data.scene)
+        self.scene(row.uid, row.position, data.scene)
         self.message_recaps(row, data)
         if data.excluded:
             self.memory.set_excluded(self.chat_id, row.uid, True)
         if data.checked:
             self.newest_checked = row
 
-    def scene(self, row: PendingExtension, scene: ImportedScene | None) -> None:
-        existing = self.breaks.get(row.uid)
+    def scene(self, uid: int, position: int, scene: ImportedScene | None) -> None:
+        """The extension's break on message `uid` (at `position`), or its absence."""
+        existing = self.breaks.get(uid)
         if existing is not None and existing.source != IMPORTED:
             if scene is not None:
                 self.done.skipped += 1
             return
         if scene is None:
             if existing is not None and all(
-                r.source == IMPORTED for r in self.memory.scene_recaps(row.uid)
+                r.source == IMPORTED for r in self.memory.scene_recaps(uid)
             ):
-                self.memory.remove_break(row.uid)  # removed in ST: it goes here too
-                del self.breaks[row.uid]
+                self.memory.remove_break(uid)  # removed in ST: it goes here too
+                del self.breaks[uid]
             return
         if existing is None:
-            if row.position <= self.own_last:
+            if position <= self.own_last:
                 self.done.skipped += 1
                 return
-            self.memory.set_break(self.chat_id, row.uid, IMPORTED, self.now)
+            self.memory.set_break(self.chat_id, uid, IMPORTED, self.now)
             self.done.breaks += 1
-        versions = self.memory.scene_recaps(row.uid)
+        versions = self.memory.scene_recaps(uid)
         fields: dict[str, object] = {"visible": int(scene.visible)}
         if existing is None or not existing.name_edited:
             fields["name"] = scene.name or next((n for _, n in reversed(scene.versions) if n), None)
-        self.memory.update_break(row.uid, **fields)
+        self.memory.update_break(uid, **fields)
         selected = existing.current if existing is not None else None
         ours = any(r.version == selected and r.source != IMPORTED for r in versions)
         known = {r.recap: r.version for r in versions if r.source == IMPORTED}
@@ -151,17 +152,17 @@ class _Importer:
         for i, (recap, name) in enumerate(scene.versions):
             if recap not in known:
                 known[recap] = self.memory.add_scene_recap(
-                    self.chat_id, row.uid, recap, self.now,
+                    self.chat_id, uid, recap, self.now,
                     scene_name=name or scene.name, source=IMPORTED,
                 )  # fmt: skip
                 self.done.scene_recaps += 1
             numbers[i] = known[recap]
         target = numbers.get(scene.current) if scene.current is not None else None
         current = selected if ours or target is None else target
-        self.memory.update_break(row.uid, current=current)
-        found = self.memory.scene_break(row.uid)
+        self.memory.update_break(uid, current=current)
+        found = self.memory.scene_break(uid)
         if found is not None:
-            self.breaks[row.uid] = found
+            self.breaks[uid] = found
 
     def message_recaps(self, row: PendingExtension, data: ImportedMessage) -> None:
         hashes: list[str] = orjson.loads(row.swipe_hashes)
@@ -249,8 +250,7 @@ class _Importer:
             self.done.skipped += 1
             return
         scene = ImportedScene(True, SUMMARY_SCENE, ((text, SUMMARY_SCENE),), 0)
-        row = PendingExtension(uid, position, 0, "", "[]", None)
-        self.scene(row, scene)
+        self.scene(uid, position, scene)
         found_break = self.breaks.get(uid)
         if found_break is None or found_break.source != IMPORTED:
             return
