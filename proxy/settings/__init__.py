@@ -57,10 +57,11 @@ class ServerSettings(Section):
     )
     access_key: SecretStr | None = Field(
         None,
-        description="When set, every request must carry it: on `/v1/...` as `Authorization: "
-        'Bearer <access_key>` (ST\'s "Custom API key" field; the real key then comes from '
-        "`upstream.api_key`) or `X-Recap-Key`, on `/recap/...` as `X-Recap-Key` (the CLI sends "
-        "it). Required to listen on anything but loopback.",
+        description="When set, every request must carry it: on a path that goes upstream "
+        "as `Authorization: Bearer <access_key>` (ST's Custom API key, Text Completion key or "
+        "OpenAI proxy password) or `x-api-key` (Claude's proxy password), the real key then "
+        "coming from `upstream.api_key` or the route's; or as `X-Recap-Key`; on `/recap/...` "
+        "as `X-Recap-Key` (the CLI sends it). Required to listen on anything but loopback.",
         examples=["a-long-random-string"],
     )
     allowed_origins: list[str] = Field(
