@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
+from typing import Any
 
 from proxy.core.models import ChatMessage, Generation
 from proxy.library import ChatLibrary
@@ -12,6 +14,27 @@ from proxy.store import Store
 SOURCES = Path(__file__).parents[1] / "data" / "sources"
 STEPS = ("03_send_01", "04_send_02", "05_send_03", "06_swipe", "07_continue")
 MARKERS = ("[Start a new Chat]",)
+
+
+def records(run: str, name: str) -> list[dict[str, Any]]:
+    """The lines of a run's `requests.jsonl` or `responses.jsonl`."""
+    lines = (SOURCES / run / f"{name}.jsonl").read_text(encoding="utf-8").splitlines()
+    return [json.loads(line) for line in lines]
+
+
+def exchanges(run: str) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    """Every (request, response) of a run, in the order ST sent them."""
+    answers = {r["seq"]: r for r in records(run, "responses")}
+    return [(r, answers[r["seq"]]) for r in records(run, "requests")]
+
+
+def generations(run: str) -> dict[str, bytes]:
+    """The body of each step's generation request, as ST sent it."""
+    return {
+        r["step"]: r["body_text"].encode()
+        for r in records(run, "requests")
+        if r["kind"] == "generation"
+    }
 
 
 async def identify_at(

@@ -15,19 +15,14 @@ from adapters.anthropic_messages import AnthropicMessagesAdapter
 from proxy.core.models import Insertion, Role
 from proxy.core.placement import find_history
 from tests.adapters.captures import MARKERS, SOURCES, identify_at
+from tests.adapters.captures import generations as captured
 
 CLAUDE = SOURCES / "claude"
 ADAPTER = AnthropicMessagesAdapter()
 
 
 def generations(variant: str) -> dict[str, bytes]:
-    """The body of each step's generation request, as ST sent it."""
-    found = {}
-    for line in (CLAUDE / variant / "requests.jsonl").read_text(encoding="utf-8").splitlines():
-        record = json.loads(line)
-        if record["kind"] == "generation":
-            found[record["step"]] = record["body_text"].encode()
-    return found
+    return captured("claude/" + variant)
 
 
 def body_of(raw: bytes) -> dict[str, Any]:

@@ -13,7 +13,7 @@ from adapters.text_completions import Template, TextCompletionAdapter, split_pro
 from proxy.core.models import Insertion, Role
 from proxy.core.placement import find_history
 from proxy.errors import UnknownPromptFormat
-from tests.adapters.captures import SOURCES, identify_at
+from tests.adapters.captures import SOURCES, generations, identify_at
 
 ADAPTER = TextCompletionAdapter()
 RUNS = {
@@ -31,16 +31,6 @@ RUNS = {
 }
 
 
-def generations(run: str) -> dict[str, tuple[str, bytes]]:
-    """(path, body) of each step's generation request, as ST sent it."""
-    found = {}
-    for line in (SOURCES / run / "requests.jsonl").read_text(encoding="utf-8").splitlines():
-        record = json.loads(line)
-        if record["kind"] == "generation":
-            found[record["step"]] = (record["path"], record["body_text"].encode())
-    return found
-
-
 def prompt_of(raw: bytes) -> str:
     value: str = json.loads(raw)["prompt"]
     return value
@@ -53,7 +43,7 @@ def insert(raw: bytes, index: int, role: Role = Role.SYSTEM) -> str:
 
 @pytest.mark.parametrize(("run", "template"), RUNS.items())
 def test_every_captured_prompt_splits_into_its_turns(run: str, template: str) -> None:
-    for step, (_, raw) in generations(run).items():
+    for step, raw in generations(run).items():
         parsed = ADAPTER.parse(raw)
         kind = parsed.layout[0]
         assert (kind if isinstance(kind, str) else kind.name) == template, step
@@ -72,7 +62,7 @@ def test_every_captured_prompt_splits_into_its_turns(run: str, template: str) ->
 
 
 def test_memory_as_a_block_of_the_template() -> None:
-    _, raw = generations("textgen-generic/chatml_stream")["05_send_03"]
+    raw = generations("textgen-generic/chatml_stream")["05_send_03"]
     prompt = prompt_of(raw)
     before = insert(raw, 0)
     assert before == "<|im_start|>system\nMEMORY<|im_end|>\n" + prompt
@@ -92,7 +82,7 @@ def test_memory_as_a_block_of_the_template() -> None:
     assert tail == ""
     as_user = insert(raw, span.indices[-2], Role.USER)
     assert "<|im_start|>user\nMEMORY<|im_end|>\n<|im_start|>assistant\nSeraphina: [fake" in as_user
-    _, plain_raw = generations("textgen-generic/noinstruct_stream")["05_send_03"]
+    plain_raw = generations("textgen-generic/noinstruct_stream")["05_send_03"]
     plain = ADAPTER.parse(plain_raw)
     plain_span = find_history(plain.messages, ())
     placed = insert(plain_raw, plain_span.end)
@@ -100,7 +90,7 @@ def test_memory_as_a_block_of_the_template() -> None:
 
 
 def test_left_out_turns_are_cut_from_the_prompt() -> None:
-    _, raw = generations("textgen-generic/chatml_stream")["05_send_03"]
+    raw = generations("textgen-generic/chatml_stream")["05_send_03"]
     parsed = ADAPTER.parse(raw)
     span = find_history(parsed.messages, ())
     drop = span.indices[:3]
@@ -150,7 +140,7 @@ async def test_every_captured_request_is_identified(tmp_path: Path) -> None:
             await identify_at(
                 SOURCES / run, step, ADAPTER.parse(raw).messages, tmp_path / run / step
             )
-            for step, (_, raw) in generations(run).items()
+            for step, raw in generations(run).items()
         ]
         assert kinds == ["normal"] * 3 + ["swipe", "continue"], run
 

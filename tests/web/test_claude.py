@@ -1,6 +1,6 @@
-"""Claude through ST's reverse proxy, end to end in-process: ST's captured requests reach
-the upstream unchanged without memory and with it where the setting says, and the
-captured answers (Anthropic SSE and JSON) reach ST byte for byte, chunk for chunk."""
+"""Claude through ST's reverse proxy, end to end in-process: memory where the setting
+says, and a Claude chat's own memory calls through the Messages API (the captured
+exchanges replay in `tests/web/test_sources.py`)."""
 
 from __future__ import annotations
 
@@ -10,42 +10,16 @@ from typing import Any
 
 import pytest
 
-from proxy.chat.providers import NoMemory, StaticMemory
+from proxy.chat.providers import StaticMemory
 from proxy.core.models import Memory
 from proxy.web import make_app
-from tests.adapters.test_anthropic_messages import CLAUDE, generations
+from tests.adapters.test_anthropic_messages import generations
 from tests.conftest import FakeLLM, ProxyFactory, make_settings
 from tests.fakes.fake_upstream import FakeUpstream, Script
 from tests.memory.story import CHAT_ID, Story
 from tests.memory_env import MemoryFactory
 
 HEADERS = {"anthropic-version": "2023-06-01", "x-api-key": "proxy-password"}
-
-
-def answers(variant: str) -> dict[str, dict[str, Any]]:
-    found = {}
-    for line in (CLAUDE / variant / "responses.jsonl").read_text(encoding="utf-8").splitlines():
-        record = json.loads(line)
-        found[record["step"]] = record
-    return found
-
-
-@pytest.mark.parametrize("variant", ["stream", "nonstream"])
-async def test_captured_exchanges_pass_unchanged(aiohttp_client: Any, variant: str) -> None:
-    for step, raw in generations(variant).items():
-        answer = answers(variant)[step]
-        chunks = [c.encode() for c in answer.get("chunks") or [answer["body_text"]]]
-        headers = [(k, v) for k, v in answer["headers"].items() if k.lower() == "content-type"]
-        upstream = FakeUpstream(Script(status=answer["status"], headers=headers, chunks=chunks))
-        app = make_app(make_settings(), upstream=upstream, provider=NoMemory())
-        client = await aiohttp_client(app)
-        response = await client.post("/v1/messages", data=raw, headers=HEADERS)
-        assert response.status == 200
-        received = [chunk async for chunk, _ in response.content.iter_chunks()]
-        assert b"".join(received) == b"".join(chunks)
-        [sent] = upstream.sent
-        assert sent.tail == "messages" and sent.body == raw
-        assert dict(sent.headers)["x-api-key"] == "proxy-password"
 
 
 @pytest.mark.parametrize(

@@ -1,6 +1,6 @@
-"""Text Completion through the proxy: ST's captured requests pass unchanged on every
-backend's route, answers come back chunk for chunk (Ollama's NDJSON included), and a
-ChatML chat gets its memory written and inserted."""
+"""Text Completion through the proxy: Ollama's NDJSON comes back chunk for chunk, memory
+goes into the prompt on every backend's route, and a ChatML chat gets its memory written
+and inserted (the captured exchanges replay in `tests/web/test_sources.py`)."""
 
 from __future__ import annotations
 
@@ -12,52 +12,12 @@ import pytest
 from proxy.chat.providers import NoMemory, StaticMemory
 from proxy.core.models import Memory
 from proxy.web import make_app
-from tests.adapters.captures import SOURCES
-from tests.adapters.test_text_completions import CUSTOM, RUNS, generations
+from tests.adapters.captures import generations
+from tests.adapters.test_text_completions import CUSTOM
 from tests.conftest import make_settings
 from tests.fakes.fake_upstream import FakeUpstream, Script
 from tests.memory.story import CHAT_ID, SYSTEM, USER, Story
 from tests.memory_env import MemoryFactory
-
-
-def answers(run: str) -> dict[str, dict[str, Any]]:
-    found = {}
-    for line in (SOURCES / run / "responses.jsonl").read_text(encoding="utf-8").splitlines():
-        record = json.loads(line)
-        found[record["seq"]] = record
-    return found
-
-
-def requests(run: str) -> list[dict[str, Any]]:
-    lines = (SOURCES / run / "requests.jsonl").read_text(encoding="utf-8").splitlines()
-    return [json.loads(line) for line in lines]
-
-
-@pytest.mark.parametrize("run", [*RUNS, "openai-reverse-proxy/stream"])
-async def test_captured_exchanges_pass_unchanged(aiohttp_client: Any, run: str) -> None:
-    """Every request of the run (probes, tokenization, generations) reaches the upstream
-    as ST sent it, on the same path, and its answer reaches ST as the upstream wrote it."""
-    replies = answers(run)
-    for record in requests(run):
-        answer = replies[record["seq"]]
-        chunks = [c.encode() for c in answer.get("chunks") or [answer.get("body_text") or ""]]
-        kept = [(k, v) for k, v in answer["headers"].items() if k.lower() == "content-type"]
-        upstream = FakeUpstream(Script(status=answer["status"], headers=kept, chunks=chunks))
-        app = make_app(
-            make_settings(**{"upstream.base_url": "http://upstream.invalid"}),
-            upstream=upstream,
-            provider=NoMemory(),
-        )
-        client = await aiohttp_client(app)
-        body = record["body_text"].encode() if record.get("body_text") else None
-        query = f"?{record['query']}" if record.get("query") else ""
-        response = await client.request(record["method"], record["path"] + query, data=body)
-        received = [chunk async for chunk, _ in response.content.iter_chunks()]
-        assert response.status == answer["status"]
-        assert b"".join(received) == b"".join(chunks), (run, record["path"])
-        [sent] = upstream.sent
-        assert sent.path == record["path"] and (sent.body or None) == body
-        await client.close()
 
 
 async def test_ollama_lines_arrive_one_per_chunk(aiohttp_client: Any) -> None:
@@ -68,7 +28,7 @@ async def test_ollama_lines_arrive_one_per_chunk(aiohttp_client: Any) -> None:
     )
     app = make_app(make_settings(), upstream=upstream, provider=NoMemory())
     client = await aiohttp_client(app)
-    _, raw = generations("textgen-ollama/chatml_stream")["05_send_03"]
+    raw = generations("textgen-ollama/chatml_stream")["05_send_03"]
     response = await client.post("/api/generate", data=raw)
     received = []
     async for chunk, _ in response.content.iter_chunks():
@@ -83,7 +43,7 @@ async def test_memory_goes_into_the_prompt_on_every_route(aiohttp_client: Any, p
     memory = Memory(values={"running_recap": "Arden fought wolves."})
     app = make_app(make_settings(), upstream=upstream, provider=StaticMemory(memory))
     client = await aiohttp_client(app)
-    _, raw = generations("textgen-generic/chatml_stream")["05_send_03"]
+    raw = generations("textgen-generic/chatml_stream")["05_send_03"]
     response = await client.post(path, data=raw)
     assert int(response.headers["X-Recap-Injected"]) > 0
     prompt = json.loads(upstream.sent[0].body or b"{}")["prompt"]
