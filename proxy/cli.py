@@ -37,7 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="recap-proxy",
         description="Long-term memory for SillyTavern, as a reverse proxy in front of your "
-        "OpenAI-compatible LLM API.",
+        "LLM API (OpenAI-compatible, Claude, or a Text Completion server).",
     )
     sub = parser.add_subparsers(dest="command", required=True)
 
