@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from proxy.core.models import ChatMessage
+from proxy.core.models import ChatMessage, PromptWriter
 
 
 @dataclass(slots=True)
@@ -22,3 +22,6 @@ class ParsedRequest:
     # message is in the body when they are not one per wire message (its own business).
     layout: Any = None
     route: str = ""  # the `[[upstream.routes]]` prefix it came under (set by the shell)
+    path: str = ""  # the path it came to, under that prefix (set by the shell)
+    # Text formats: how the proxy's own prompts are written in this request's template.
+    writer: PromptWriter | None = None

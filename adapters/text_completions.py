@@ -19,6 +19,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from adapters.base import ParsedRequest
@@ -306,6 +307,7 @@ class TextCompletionAdapter:
             model=model if isinstance(model, str) else None,
             api=self.name,
             layout=(template, tuple(turns)),
+            writer=partial(write_prompt, template),
         )
 
     def apply(
@@ -350,3 +352,24 @@ def _memory_block(template: Template | str, insertion: Insertion | None) -> str:
         return f"{MISTRAL_OPEN}{insertion.text}{MISTRAL_CLOSE}"
     assert isinstance(template, Template)
     return template.block(role, insertion.text)
+
+
+def write_prompt(
+    template: Template | str, messages: Sequence[Mapping[str, str]]
+) -> tuple[str, list[str]]:
+    """OpenAI-style messages as one prompt in `template`, open for the assistant's turn,
+    with the stop strings that end that turn: the proxy's own prompts for a server that
+    only completes text."""
+    if template == "mistral":
+        parts = [
+            m.get("content", "") + MISTRAL_END
+            if m.get("role") == "assistant"
+            else f"{MISTRAL_OPEN}{m.get('content', '')}{MISTRAL_CLOSE}"
+            for m in messages
+        ]
+        return "".join(parts), [MISTRAL_OPEN.strip(), MISTRAL_END]
+    if not isinstance(template, Template):  # instruct off: no turn markers to write
+        return "\n\n".join(m.get("content", "") for m in messages) + "\n\n", []
+    prompt = "".join(template.block(m.get("role", "user"), m.get("content", "")) for m in messages)
+    stops = [s for s in (template.end.strip(), template.user.strip()) if s]
+    return prompt + template.assistant, list(dict.fromkeys(stops))

@@ -85,13 +85,15 @@ class Injector:
         where: str = "",
         preview: bool = False,
         route: str = "",
+        path: str = "",
     ) -> Outcome:
         """The body for upstream. `preview`: the API shows what would be sent; the chat's
-        upkeep is not started by it. `route`: the upstream route prefix it came under."""
+        upkeep is not started by it. `route`, `path`: the upstream route prefix it came
+        under and its path there."""
         memory: Memory | None = None
         try:
             parsed = adapter.parse(raw)
-            parsed.route = route
+            parsed.route, parsed.path = route, path
             memory = await self.provider.memory_for(parsed, headers, preview=preview)
             insertion = plan_insertion(
                 parsed.messages, memory, self.policy, self.template, self.counter.count

@@ -116,7 +116,7 @@ class ChatMemory:
         drop: tuple[int, ...] = ()
         if self.engine is not None:
             if not preview:
-                caller = Caller(parsed.model, parsed.api, parsed.route)
+                caller = Caller(parsed.model, parsed.api, parsed.route, parsed.path, parsed.writer)
                 started = self.engine.touch(ident, headers, caller)
                 if started is not None:
                     # The chat's first request: starting its memory is planning only (and

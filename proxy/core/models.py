@@ -6,7 +6,7 @@ request, from data an adapter already validated, and must cost next to nothing.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Literal, NamedTuple, Self
@@ -75,14 +75,22 @@ class Placement:
             raise ValueError("depth must be between 0 and 10000 (ST's MAX_INJECTION_DEPTH)")
 
 
+# Writes OpenAI-style messages as one prompt in a chat's own instruct template, with the
+# stop strings that end the answer's turn (a text completion server without a chat route).
+PromptWriter = Callable[[Sequence[Mapping[str, str]]], tuple[str, list[str]]]
+
+
 class Caller(NamedTuple):
     """How a chat's latest request reached its API: the proxy's own calls for that chat
     go the same way (`api`: the adapter's wire format; `route`: the `[[upstream.routes]]`
-    prefix it came under, "" for `upstream.base_url`)."""
+    prefix it came under, "" for `upstream.base_url`; `path`: the request's path under
+    it; `writer`: how a prompt in the chat's template is written, for text chats)."""
 
     model: str | None
     api: str = "openai_chat"
     route: str = ""
+    path: str = ""
+    writer: PromptWriter | None = None
 
 
 class ChatMessage(NamedTuple):

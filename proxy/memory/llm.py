@@ -20,10 +20,11 @@ import orjson
 from pydantic import SecretStr
 from yarl import URL
 
-from proxy.core.models import Caller
+from proxy.core.models import Caller, PromptWriter
 from proxy.errors import JobFailure, NoCredentials, Refused, Unauthorized, UpstreamError
 from proxy.memory.operations import Operation
 from proxy.memory.settings import LLMSettings
+from proxy.memory.textcalls import NO_ROUTE, completion_body, completion_path, read_completion
 from proxy.upstream import Upstream
 
 log = logging.getLogger(__name__)
@@ -56,6 +57,11 @@ class Endpoint:
     headers: dict[str, str]
     model: str
     anthropic: bool = False
+    # A text completion server's endpoint (its path, e.g. `/api/v1/generate`) and how
+    # to write the prompt for it; "" for chat completions.
+    completion: str = ""
+    writer: PromptWriter | None = None
+    server: str = ""  # a text completion server's root URL
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,6 +89,8 @@ class LLMClient:
         # Only when `[memory.llm] base_url` names another API; entered by the app.
         self.own_upstream = own_upstream
         self._credentials: dict[str, Credentials] = {}
+        # Text completion servers (their root URL) found to have no chat route.
+        self._no_chat: set[str] = set()
 
     @property
     def upstream_name(self) -> str:
@@ -168,13 +176,21 @@ class LLMClient:
             headers["Authorization"] = f"Bearer {target.api_key}"
         elif known.authorization:
             headers["Authorization"] = known.authorization
-        if known.caller.api == TEXT:
-            # A text completion server (KoboldCpp, llama.cpp, Ollama, text-generation-
-            # webui) also answers OpenAI chat completions, at `/v1` on the server itself.
-            url = target.root_url("/v1/chat/completions")
-        else:
+        if known.caller.api != TEXT:
             url = target.url_for("/v1/chat/completions")
-        return Endpoint(self.chat_upstream, url, headers, model)
+            return Endpoint(self.chat_upstream, url, headers, model)
+        # A text completion server (KoboldCpp, llama.cpp, Ollama, text-generation-webui)
+        # also answers OpenAI chat completions, at `/v1` on the server itself; one that
+        # does not gets the chat's own completion endpoint and template.
+        writer = known.caller.writer if known.caller.path else None
+        server = str(target.root_url("/"))
+        if server in self._no_chat and writer is not None:
+            path = completion_path(known.caller.path)
+            url = target.url_for(path)
+            return Endpoint(self.chat_upstream, url, headers, model, completion=path,
+                            writer=writer, server=server)  # fmt: skip
+        url = target.root_url("/v1/chat/completions")
+        return Endpoint(self.chat_upstream, url, headers, model, writer=writer, server=server)
 
     async def complete(
         self,
@@ -189,17 +205,49 @@ class LLMClient:
         Failures raise `JobFailure` (retryable or not)."""
         operation = Operation(operation)
         end = self.endpoint(operation, chat_id)
-        model = end.model
         override = self.settings.operations.get(operation.value)
         limit = max_tokens if max_tokens is not None else self.answer_limit(operation)
+        temperature = (
+            override.temperature
+            if override and override.temperature is not None
+            else self.settings.temperature
+        )
+        status, raw = await self._send(end, messages, limit, temperature, operation)
+        if status in NO_ROUTE and end.writer is not None and not end.completion:
+            # The server completes text only: from now on its chats' calls go there.
+            log.info("%s has no chat completions route: the proxy's own calls for its "
+                     "chats go to its completion endpoint", end.server)  # fmt: skip
+            self._no_chat.add(end.server)
+            end = self.endpoint(operation, chat_id)
+            status, raw = await self._send(end, messages, limit, temperature, operation)
+        if status in (401, 403):
+            raise Unauthorized(f"{operation}: the API answered {status}: {_short(raw)}")
+        if status == 429 or status >= 500:
+            raise JobFailure(f"{operation}: the API answered {status}: {_short(raw)}")
+        if status >= 400:
+            # The same request would be refused again.
+            raise Refused(f"{operation}: the API refused the call ({status}): {_short(raw)}")
+        if end.anthropic:
+            return read_anthropic(raw, end.model, operation)
+        if end.completion:
+            done = read_completion(end.completion, raw)
+            if done is None:
+                raise JobFailure(f"{operation}: not a completion: {_short(raw)}")
+            return Answer(done.text, "", end.model, done.finish_reason)
+        return read_answer(raw, end.model, operation)
+
+    async def _send(
+        self,
+        end: Endpoint,
+        messages: Sequence[Mapping[str, str]],
+        limit: int,
+        temperature: float,
+        operation: Operation,
+    ) -> tuple[int, bytes]:
         body: dict[str, Any] = {
-            "model": model,
+            "model": end.model,
             "messages": list(messages),
-            "temperature": (
-                override.temperature
-                if override and override.temperature is not None
-                else self.settings.temperature
-            ),
+            "temperature": temperature,
             "max_tokens": limit,
             "stream": False,
         }
@@ -208,13 +256,16 @@ class LLMClient:
             body["messages"] = turns
             if system:
                 body["system"] = system
+        elif end.completion and end.writer is not None:
+            prompt, stops = end.writer(messages)
+            body = completion_body(end.completion, prompt, stops, end.model, limit, temperature)
         try:
             async with asyncio.timeout(self.settings.timeout_seconds):
                 response = await end.upstream.send_to(
                     "POST", end.url, end.headers.items(), orjson.dumps(body)
                 )
                 try:
-                    raw = await response.read()
+                    return response.status, await response.read()
                 finally:
                     response.release()
         except TimeoutError:
@@ -222,18 +273,6 @@ class LLMClient:
             raise JobFailure(f"{operation}: no answer in {seconds:.0f} s") from None
         except UpstreamError as exc:
             raise JobFailure(f"{operation}: {exc}") from None
-        if response.status in (401, 403):
-            raise Unauthorized(f"{operation}: the API answered {response.status}: {_short(raw)}")
-        if response.status == 429 or response.status >= 500:
-            raise JobFailure(f"{operation}: the API answered {response.status}: {_short(raw)}")
-        if response.status >= 400:
-            # The same request would be refused again.
-            raise Refused(
-                f"{operation}: the API refused the call ({response.status}): {_short(raw)}"
-            )
-        if end.anthropic:
-            return read_anthropic(raw, model, operation)
-        return read_answer(raw, model, operation)
 
 
 def anthropic_messages(

@@ -56,6 +56,7 @@ async def handle_api(request: web.Request) -> web.StreamResponse:
         headers,
         where=f"{request.method} {request.rel_url.raw_path}",
         route=target.prefix,
+        path=path,
     )
     extra = [
         (CHAT_HEADER, quote(outcome.chat_id or "", safe="")),

@@ -11,6 +11,9 @@ process (`python -m tests.fakes.fake_llm --port N`). Its behaviour is steered by
     break       stream two chunks, then drop the connection
     reasoning   stream reasoning and tool-call deltas too
 
+Claude's `/v1/messages` and the text completion routes (`tests.fakes.fake_text`) answer
+in their own wire formats.
+
 The proxy's own calls (`X-Recap-Proxy-Operation`) get answers made from their prompt, as
 a well-behaved model would give them (see `memory_answer`): recaps naming each message
 asked about, a scene break on the first eligible message that holds `[END SCENE]`, scene
@@ -64,6 +67,7 @@ class FakeState:
     operations: list[str] = field(default_factory=list)  # the proxy's own calls, in order
     # operation -> [calls, prompt tokens, answer tokens] (cl100k), for benchmarks
     usage: dict[str, list[int]] = field(default_factory=dict)
+    chat_route: bool = True  # False: `/v1/chat/completions` is a 404 (text-only server)
 
 
 STATE = web.AppKey("state", FakeState)
@@ -212,6 +216,8 @@ async def chat(request: web.Request) -> web.StreamResponse:
     state = request.app[STATE]
     seen = await _seen(request)
     state.seen.append(seen)
+    if not state.chat_route:
+        raise web.HTTPNotFound(text="Not Found")
     state.started.set()
     # The steering word comes from the X-Fake header, or from the model name for callers
     # that cannot add headers (the proxy's own LLM client).
@@ -395,6 +401,9 @@ def make_fake_llm(state: FakeState | None = None) -> web.Application:
     app.router.add_get("/v1/models", models)
     app.router.add_post("/v1/chat/completions", chat)
     app.router.add_post("/v1/messages", messages)
+    from tests.fakes.fake_text import add_routes  # its handlers use this module's
+
+    add_routes(app)
     app.router.add_get("/_fake/stats", stats)
     app.router.add_route("*", "/{tail:.*}", echo)
     return app

@@ -15,6 +15,7 @@ from proxy.core.models import Memory
 from proxy.web import make_app
 from tests.adapters.test_anthropic_messages import generations
 from tests.conftest import FakeLLM, ProxyFactory, make_settings
+from tests.fakes.fake_llm import REPLY, anthropic_events
 from tests.fakes.fake_upstream import FakeUpstream, Script
 from tests.memory.story import CHAT_ID, Story
 from tests.memory_env import MemoryFactory
@@ -96,9 +97,10 @@ async def test_a_claude_chat_gets_its_memory_written_through_the_messages_api(
     }
     running = await memory.run(lambda db: db.memory.current_running(CHAT_ID))
     assert running is not None
-    await memory.client.post(
+    streamed = await memory.client.post(
         "/v1/messages", json=claude_request(memory.story, stream=True), headers=HEADERS
     )
+    assert await streamed.read() == b"".join(anthropic_events(REPLY, model="claude-fake"))
     last = json.loads(memory.fake.state.seen[-1].body)
     assert running.content in last["system"]
     turns = last["messages"]

@@ -294,8 +294,8 @@ async def test_paths_outside_v1_go_to_the_upstreams_root(
     client = await proxy()  # upstream.base_url is the fake's `/v1`
     for method, path in [
         ("POST", "/api/extra/tokencount"),  # KoboldCpp beside its /v1
-        ("POST", "/completion"),  # llama.cpp
-        ("POST", "/api/generate"),  # Ollama
+        ("POST", "/tokenize"),  # llama.cpp
+        ("POST", "/api/show"),  # Ollama
         ("GET", "/api/v1/info/version?x=1"),  # KoboldAI Classic's probe
     ]:
         response = await client.request(method, path, data=b'{"prompt": "Hi"}')

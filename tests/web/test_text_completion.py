@@ -15,6 +15,8 @@ from proxy.web import make_app
 from tests.adapters.captures import generations
 from tests.adapters.test_text_completions import CUSTOM
 from tests.conftest import make_settings
+from tests.fakes.fake_llm import REPLY
+from tests.fakes.fake_text import ROUTES
 from tests.fakes.fake_upstream import FakeUpstream, Script
 from tests.memory.story import CHAT_ID, SYSTEM, USER, Story
 from tests.memory_env import MemoryFactory
@@ -51,7 +53,7 @@ async def test_memory_goes_into_the_prompt_on_every_route(aiohttp_client: Any, p
     assert "Arden fought wolves." in prompt and prompt.endswith(json.loads(raw)["prompt"])
 
 
-def chatml_request(story: Story) -> dict[str, Any]:
+def chatml_request(story: Story, *, stream: bool = False) -> dict[str, Any]:
     """The story's next request as ST's Text Completion sends it in ChatML."""
     blocks = [f"<|im_start|>system\n{SYSTEM}<|im_end|>\n"]
     for m in story.messages:
@@ -59,20 +61,37 @@ def chatml_request(story: Story) -> dict[str, Any]:
         blocks.append(f"<|im_start|>{role}\n{m['name']}: {m['mes']}<|im_end|>\n")
     blocks.append(f"<|im_start|>assistant\n{story.char}:")
     stop = [f"\n{USER}:", "\n<|im_end|>"]
-    return {"prompt": "".join(blocks), "max_tokens": 300, "stream": False, "stop": stop}
+    return {"prompt": "".join(blocks), "max_tokens": 300, "stream": stream, "stop": stop}
 
 
-async def test_a_text_completion_chat_gets_its_memory(memory_proxy: MemoryFactory) -> None:
+@pytest.mark.parametrize(
+    ("path", "chat_route"),
+    [("/v1/completions", True), ("/completion", True), ("/api/generate", True),
+     ("/api/extra/generate/stream", False), ("/api/v1/generate", False)],
+)  # fmt: skip
+async def test_a_text_completion_chat_gets_its_memory(
+    memory_proxy: MemoryFactory, path: str, chat_route: bool
+) -> None:
+    """Streamed on each backend's route, answers byte for byte; the memory is written
+    through the server's chat route, or its completion endpoint where it has none."""
     memory = await memory_proxy(16, {8}, **{"memory.message_recaps": False})
-    first = await memory.client.post("/v1/completions", json=chatml_request(memory.story))
+    memory.fake.state.chat_route = chat_route
+    first = await memory.client.post(path, json=chatml_request(memory.story, stream=True))
     assert first.status == 200 and first.headers["X-Recap-Chat"]
+    _, frames, _ = ROUTES[path]
+    assert await first.read() == b"".join(frames([w + " " for w in REPLY.split(" ")], "stop"))
     await memory.until(lambda db: db.memory.current_running(CHAT_ID) is not None)
     own = [s for s in memory.fake.state.seen if "X-Recap-Proxy-Operation" in s.headers]
-    assert own and {s.path for s in own} == {"/v1/chat/completions"}
-    assert {json.loads(s.body)["model"] for s in own} == {"local-model"}
+    if chat_route:
+        assert own and {s.path for s in own} == {"/v1/chat/completions"}
+        assert {json.loads(s.body)["model"] for s in own} == {"local-model"}
+    else:  # the 404 is met once; then the chat's own completion endpoint, in ChatML
+        assert [s.path for s in own].count("/v1/chat/completions") == 1
+        assert {s.path for s in own[1:]} == {"/api/v1/generate"}
+        assert json.loads(own[-1].body)["prompt"].endswith("<|im_start|>assistant\n")
     running = await memory.run(lambda db: db.memory.current_running(CHAT_ID))
     assert running is not None
-    await memory.client.post("/v1/completions", json=chatml_request(memory.story))
+    await memory.client.post(path, json=chatml_request(memory.story))
     prompt = json.loads(memory.fake.state.seen[-1].body)["prompt"]
     assert prompt.startswith("<|im_start|>system\n<ROLEPLAY_RECAP>")
     assert running.content.split("\n")[0] in prompt
