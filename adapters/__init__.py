@@ -61,11 +61,12 @@ class Formats:
         return self.root.get(path)
 
 
-def formats(instruct: Callable[[], Iterable[Mapping[str, Any]]] | None = None) -> Formats:
-    """The adapters, the text one told the instruct templates active in ST."""
-    if instruct is None:
+def formats(settings: Callable[[], Iterable[Mapping[str, Any]]] | None = None) -> Formats:
+    """The adapters, the text one told how ST writes its prompts (`settings`: each user's
+    `{"instruct", "context"}` templates)."""
+    if settings is None:
         return Formats(ADAPTERS, ROOT_ADAPTERS)
-    text = TextCompletionAdapter(instruct)
+    text = TextCompletionAdapter(settings)
     return Formats({**ADAPTERS, "completions": text}, dict.fromkeys(TEXT_ROUTES, text))
 
 

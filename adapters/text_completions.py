@@ -93,6 +93,15 @@ MISTRAL_OPEN, MISTRAL_CLOSE, MISTRAL_END = "[INST] ", " [/INST]", "</s>"
 SEPARATOR = "\n***\n"  # ST's chat start with instruct off (the "Default" context)
 
 
+def chat_start(context: Mapping[str, Any]) -> str | None:
+    """The line ST writes between the story string and the chat with instruct off (its
+    context template's `chat_start`), as it stands in the prompt; None when it has none."""
+    start = context.get("chat_start")
+    if isinstance(start, str) and start.strip():
+        return f"\n{start.strip()}\n"
+    return None
+
+
 @dataclass(frozen=True, slots=True)
 class Turn:
     role: str
@@ -169,13 +178,18 @@ def _mistral(prompt: str) -> list[Turn] | None:
     return turns
 
 
-def _plain(prompt: str, known: tuple[str | None, str | None]) -> list[Turn] | None:
-    """Instruct off: the story string, `***`, then one `Name: text` line (or more) per
-    message, ending with the character's name and a colon."""
-    split = prompt.find(SEPARATOR)
+def _plain(
+    prompt: str, known: tuple[str | None, str | None], separators: Sequence[str]
+) -> list[Turn] | None:
+    """Instruct off: the story string, the chat start (`***`), then one `Name: text` line
+    (or more) per message, ending with the character's name and a colon."""
+    for separator in (*separators, SEPARATOR):
+        split = prompt.find(separator)
+        if split >= 0:
+            break
     if split < 0 or known[0] is None:
         return None
-    body = split + len(SEPARATOR)
+    body = split + len(separator)
     # Lines start with their speaker's name: the user, the character, and in a group
     # any other name that starts two lines or more.
     lines = prompt[body:].split("\n")
@@ -228,14 +242,18 @@ def _speakers(known: tuple[str | None, str | None], starts: Iterable[str]) -> tu
 
 
 def split_prompt(
-    body: Mapping[str, Any], prompt: str, first: Sequence[Template] = ()
+    body: Mapping[str, Any],
+    prompt: str,
+    first: Sequence[Template] = (),
+    separators: Sequence[str] = (),
 ) -> tuple[Template | str, list[Turn]] | None:
     """The template a prompt was written in and its turns, or None when it is in none;
-    the templates in `first` (ST's own) are tried before the known ones. A turn that
+    the templates in `first` (ST's own) are tried before the known ones, and ST's chat
+    starts in `separators` before `***` for a prompt with instruct off. A turn that
     starts with a known speaker's `Name:` (ST's names in the prompt) has it as its name,
     and its text without it: as the chat file has the message."""
     known = _names(body, prompt)
-    found = _split(prompt, known, first)
+    found = _split(prompt, known, first, separators)
     if found is None:
         return None
     template, turns = found
@@ -251,7 +269,10 @@ def split_prompt(
 
 
 def _split(
-    prompt: str, known: tuple[str | None, str | None], first: Sequence[Template]
+    prompt: str,
+    known: tuple[str | None, str | None],
+    first: Sequence[Template],
+    separators: Sequence[str],
 ) -> tuple[Template | str, list[Turn]] | None:
     for template in (*first, *TEMPLATES):
         if template.user.strip() in prompt and template.assistant.strip() in prompt:
@@ -262,34 +283,37 @@ def _split(
         turns = _mistral(prompt)
         if turns:
             return "mistral", turns
-    plain = _plain(prompt, known)
+    plain = _plain(prompt, known, separators)
     return ("plain", plain) if plain else None
 
 
 class TextCompletionAdapter:
     name = NAME
 
-    def __init__(self, instruct: Callable[[], Iterable[Mapping[str, Any]]] | None = None) -> None:
-        """`instruct`: the instruct templates active in ST (its users' settings), read by
-        whoever watches ST's data folder; they are tried first."""
-        self.instruct = instruct
+    def __init__(self, settings: Callable[[], Iterable[Mapping[str, Any]]] | None = None) -> None:
+        """`settings`: how ST writes prompts, per user (`{"instruct", "context"}`: its
+        `power_user` templates), read by whoever watches ST's data folder; its instruct
+        templates and chat starts are tried first."""
+        self.settings = settings
         self._read: list[Mapping[str, Any]] = []
-        self._active: list[Template] = []
+        self._active: tuple[list[Template], list[str]] = ([], [])
 
-    def active(self) -> list[Template]:
-        """ST's templates, converted again only when its settings were read anew (the
-        reader hands out the same objects until then)."""
-        current = list(self.instruct()) if self.instruct else []
+    def active(self) -> tuple[list[Template], list[str]]:
+        """ST's instruct templates and chat starts, converted again only when its
+        settings were read anew (the reader hands out the same objects until then)."""
+        current = list(self.settings()) if self.settings else []
         if len(current) != len(self._read) or any(
             a is not b for a, b in zip(current, self._read, strict=True)
         ):
             self._read = current
-            self._active = [t for i in current if (t := Template.from_st(i))]
+            templates = [t for f in current if (t := Template.from_st(f.get("instruct") or {}))]
+            starts = [s for f in current if (s := chat_start(f.get("context") or {}))]
+            self._active = (templates, list(dict.fromkeys(starts)))
         return self._active
 
     def parse(self, raw: bytes) -> ParsedRequest:
         body = decode_object(raw, "prompt", str)
-        found = split_prompt(body, body["prompt"], self.active())
+        found = split_prompt(body, body["prompt"], *self.active())
         if found is None:
             raise UnknownPromptFormat(
                 "the prompt is in no instruct template the proxy knows (ChatML, Llama 3, "

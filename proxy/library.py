@@ -39,8 +39,8 @@ from proxy.sillytavern.layout import (
     inside,
     locate,
     read_groups,
-    read_instruct,
     read_persona_name,
+    read_prompt_format,
     scan,
 )
 from proxy.sillytavern.reconcile import Event, reconcile
@@ -78,7 +78,8 @@ class ChatLibrary:
         self.index = ChatIndex()
         self._groups: dict[str, dict[str, GroupInfo]] = {}
         self._personas: dict[str, str | None] = {}
-        self._instruct: dict[str, dict[str, Any]] = {}  # user -> power_user.instruct
+        # user -> its ST's instruct and context templates (`read_prompt_format`)
+        self._formats: dict[str, dict[str, Any]] = {}
         self.listeners: list[Callable[[Refreshed], None]] = []
         # Set once the first full indexing has ended (however it ended): tests and tools
         # await it instead of polling the index.
@@ -240,24 +241,24 @@ class ChatLibrary:
     def _reset_caches(self) -> None:
         self._groups.clear()
         self._personas.clear()
-        self._instruct.clear()
+        self._formats.clear()
         if self.data_dir is not None:
             for settings in sorted(self.data_dir.glob("*/settings.json")):
-                self._read_instruct(settings.parent.name)
+                self._read_prompt_format(settings.parent.name)
 
-    def _read_instruct(self, user: str) -> None:
+    def _read_prompt_format(self, user: str) -> None:
         if self.data_dir is None:
             return
-        found = read_instruct(self.data_dir / user)
+        found = read_prompt_format(self.data_dir / user)
         if found is None:
-            self._instruct.pop(user, None)
+            self._formats.pop(user, None)
         else:
-            self._instruct[user] = found
+            self._formats[user] = found
 
-    def instruct_templates(self) -> list[dict[str, Any]]:
-        """The instruct templates active in ST, one per user who has instruct mode on
-        (read at indexing and when a settings.json changes, never per request)."""
-        return list(self._instruct.values())
+    def prompt_formats(self) -> list[dict[str, Any]]:
+        """How each user's ST writes text prompts: `{"instruct", "context"}` (read at
+        indexing and when a settings.json changes, never per request)."""
+        return list(self._formats.values())
 
     def _forget_missing(self, db: Database, seen: set[str]) -> list[Refreshed]:
         results = []
@@ -409,7 +410,7 @@ class ChatLibrary:
             self._groups.pop(parts[0], None)
         elif len(parts) == 2 and parts[1] == "settings.json":
             self._personas.pop(parts[0], None)
-            self._read_instruct(parts[0])
+            self._read_prompt_format(parts[0])
 
     def _entry(self, db: Database, record: ChatRecord) -> ChatEntry:
         total, visible = db.tail(record.id, TAIL)

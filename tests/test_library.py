@@ -188,6 +188,11 @@ async def test_persona_and_groups_are_reread_when_their_files_change(
     assert await library.store.call(lambda db: library.persona("default-user")) == "Alex"  # cached
     await library.refresh([settings])
     assert await library.store.call(lambda db: library.persona("default-user")) == "Arden"
+    assert library.prompt_formats() == []  # settings.json without `power_user`
+    power = {"instruct": {"enabled": False}, "context": {"chat_start": "<START>"}}
+    settings.write_text(json.dumps({"username": "Arden", "power_user": power}))
+    await library.refresh([settings])
+    assert library.prompt_formats() == [power]  # how ST writes text prompts, read anew
 
     group = user / "groups" / "1.json"
     group.parent.mkdir()

@@ -138,13 +138,21 @@ def read_persona_name(user_dir: Path) -> str | None:
     return name if isinstance(name, str) and name else None
 
 
-def read_instruct(user_dir: Path) -> dict[str, Any] | None:
-    """The instruct template active in the user's ST (`power_user.instruct`), if on."""
+def read_prompt_format(user_dir: Path) -> dict[str, Any] | None:
+    """How the user's ST writes a text prompt: `{"instruct": ..., "context": ...}`, its
+    instruct template (`power_user.instruct`, used when `enabled`) and context template
+    (`power_user.context`: the `chat_start` line before the chat with instruct off), or
+    None when settings.json has neither."""
     power = _user_settings(user_dir).get("power_user")
-    instruct = power.get("instruct") if isinstance(power, dict) else None
-    if isinstance(instruct, dict) and instruct.get("enabled") is True:
-        return instruct
-    return None
+    if not isinstance(power, dict):
+        return None
+    instruct, context = power.get("instruct"), power.get("context")
+    if not isinstance(instruct, dict) and not isinstance(context, dict):
+        return None
+    return {
+        "instruct": instruct if isinstance(instruct, dict) else {},
+        "context": context if isinstance(context, dict) else {},
+    }
 
 
 def _strings(value: Any) -> tuple[str, ...]:

@@ -118,7 +118,7 @@ def make_app(
         app[STORE] = store
     injector = Injector(policy, template, provider or NoMemory(), counter)
     app[SETTINGS] = settings
-    app[FORMATS] = formats(library.instruct_templates if library is not None else None)
+    app[FORMATS] = formats(library.prompt_formats if library is not None else None)
     app[RELAY] = relay
     app[INJECTOR] = injector
 

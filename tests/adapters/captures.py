@@ -37,19 +37,28 @@ def generations(run: str) -> dict[str, bytes]:
     }
 
 
+def chats_before(run: Path, step: str, data: Path) -> list[Path]:
+    """Lay out the chat files as ST had saved them when it sent `step`'s request, under
+    `data/default-user/chats`: for a send, the step's file without the reply; for a swipe
+    or a continue, the step before's. Returns the chat files."""
+    before = STEPS[STEPS.index(step) - 1] if step in ("06_swipe", "07_continue") else step
+    chats = data / "default-user" / "chats"
+    shutil.copytree(run / "chats" / before / "chats", chats)
+    paths = sorted(chats.rglob("*.jsonl"))
+    if before == step:
+        for path in paths:
+            lines = path.read_bytes().rstrip(b"\n").split(b"\n")
+            path.write_bytes(b"\n".join(lines[:-1]) + b"\n")
+    return paths
+
+
 async def identify_at(
     run: Path, step: str, messages: list[ChatMessage], tmp_path: Path
 ) -> Generation | None:
     """The generation kind a request of `step` is identified as, against the chat file as
-    ST had saved it when it sent the request: for a send, the step's file without the
-    reply; for a swipe or a continue, the step before's. None: not identified."""
+    ST had saved it when it sent the request (see `chats_before`). None: not identified."""
     data = tmp_path / "data"
-    before = STEPS[STEPS.index(step) - 1] if step in ("06_swipe", "07_continue") else step
-    shutil.copytree(run / "chats" / before / "chats", data / "default-user" / "chats")
-    if before == step:
-        for path in (data / "default-user" / "chats").rglob("*.jsonl"):
-            lines = path.read_bytes().rstrip(b"\n").split(b"\n")
-            path.write_bytes(b"\n".join(lines[:-1]) + b"\n")
+    chats_before(run, step, data)
     library = ChatLibrary(data, Store(tmp_path / "s.sqlite3"))
     await library.index_all()
     found = await library.identify_request(messages, MARKERS)

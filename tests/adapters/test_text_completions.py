@@ -166,7 +166,8 @@ def test_the_template_active_in_st_comes_first() -> None:
     raw = json.dumps({"prompt": prompt, "stop": ["\nTom:"]}).encode()
     with pytest.raises(UnknownPromptFormat):
         ADAPTER.parse(raw)
-    adapter = TextCompletionAdapter(lambda: [CUSTOM])
+    settings = [{"instruct": CUSTOM}]
+    adapter = TextCompletionAdapter(lambda: settings)
     parsed = adapter.parse(raw)
     assert adapter.active()[0] is adapter.active()[0]  # converted once, not per request
     assert [(m.role, m.name, m.text) for m in parsed.messages] == [
@@ -179,3 +180,20 @@ def test_the_template_active_in_st_comes_first() -> None:
     assert Template.from_st({**CUSTOM, "enabled": False}) is None
     assert Template.from_st({**CUSTOM, "system_same_as_user": True}).system is None  # type: ignore[union-attr]
     assert Template.from_st({"enabled": True, "input_sequence": "", "output_sequence": "x"}) is None
+
+
+def test_the_chat_start_of_sts_context_template_splits_a_prompt_with_instruct_off() -> None:
+    prompt = "Story of Ava.\n<START>\nTom: Hi there\nAva: Hello\nTom: How are you?\nAva:"
+    raw = json.dumps({"prompt": prompt, "stop": ["\nTom:"]}).encode()
+    with pytest.raises(UnknownPromptFormat):
+        ADAPTER.parse(raw)  # no `***`: ST's Default context is not what wrote it
+    settings = [{"instruct": {}, "context": {"chat_start": "<START>"}}]
+    adapter = TextCompletionAdapter(lambda: settings)
+    parsed = adapter.parse(raw)
+    assert [(m.role, m.name, m.text) for m in parsed.messages] == [
+        ("system", None, "Story of Ava."), ("user", "Tom", "Hi there"),
+        ("assistant", "Ava", "Hello"), ("user", "Tom", "How are you?"),
+        ("assistant", "Ava", ""),
+    ]  # fmt: skip
+    placed = json.loads(adapter.apply(parsed, Insertion(3, Role.SYSTEM, "MEMORY", 1)))["prompt"]
+    assert placed == prompt.replace("Tom: How", "MEMORY\nTom: How")

@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from adapters import formats
 from adapters.openai_chat import OpenAIChatAdapter
 from proxy.chat.lore import LoreService
+from proxy.core.identify import normalize
 from proxy.library import ChatLibrary
 from proxy.store import Store
+from tests.adapters.captures import SOURCES, chats_before, generations, records
 from tests.lore_data import entry, glade_content, write_card, write_settings, write_world
 from tests.st_data import CAPTURE, GROUP_ID, MARKERS, SOLO_ID, save_like_st, timeline
 
@@ -205,3 +209,71 @@ async def test_active_lore_of_a_scene(replayed) -> None:  # type: ignore[no-unty
     assert text.count("\n") == 0
     assert await service.active_lore(SOLO_ID, 0, 3) == ""
     assert await service.active_lore("no/such/chat", 0, 3) == ""
+
+
+# -- every connection type ST uses (the captures under tests/data/sources) ----------------
+
+LORE_RUNS = ["claude/stream", "claude/stream_sysprompt", "openai-reverse-proxy/stream",
+             "textgen-generic/chatml_stream", "textgen-generic/noinstruct_stream",
+             "textgen-ollama/chatml_stream", "kobold-classic/chatml_stream"]  # fmt: skip
+
+
+def eldoria() -> list[str]:
+    """What Seraphina's "Eldoria" book put into a prompt, one exchange an entry (ST joins
+    the entries it inserts with a line break, so each is found on its own)."""
+    prompt = json.loads(generations("textgen-generic/chatml_stream")["05_send_03"])["prompt"]
+    found = re.findall(r'User: "What[^\n]*\nSeraphina: [^\n]*', prompt)
+    assert len(found) == 5
+    return found
+
+
+def strings(value: object) -> list[str]:
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, dict):
+        return [s for v in value.values() for s in strings(v)]
+    if isinstance(value, list):
+        return [s for v in value for s in strings(v)]
+    return []
+
+
+@pytest.mark.parametrize("step", ["04_send_02", "05_send_03", "06_swipe", "07_continue"])
+@pytest.mark.parametrize("run", LORE_RUNS)
+async def test_every_connection_records_the_entries_its_prompt_had(
+    tmp_path: Path, run: str, step: str
+) -> None:
+    """Anthropic bodies and text prompts are read like chat messages: an entry is active
+    when its text is in what was sent, whatever the wire format cut it into."""
+    data = tmp_path / "data"
+    paths = chats_before(SOURCES / run, step, data)
+    user = data / "default-user"
+    entries = eldoria()
+    write_world(user, "Eldoria", {str(i): entry(i, t) for i, t in enumerate(entries)})
+    write_card(user, "default_Seraphina", "Seraphina", "Eldoria")
+    write_settings(user, global_books=[])
+    library = ChatLibrary(data, Store(tmp_path / "store.sqlite3"))
+    service = LoreService(library.store, library)
+    await library.index_all()
+    raw = generations(run)[step]
+    path = records(run, "requests")[0]["path"]
+    adapter = formats(None).for_path(path if run.startswith("claude") else "/v1/completions")
+    if run.startswith("openai"):
+        adapter = formats(None).for_path("/v1/chat/completions")
+    assert adapter is not None
+    parsed = adapter.parse(raw)
+    found = await library.identify_request(parsed.messages, MARKERS)
+    ident = found.identification
+    assert ident is not None and ident.target_message is not None
+    service.record_later(ident, parsed.messages)
+    await service.drain()
+    after = SOURCES / run / "chats" / step / "chats"
+    for chat in paths:
+        chat.write_bytes((after / chat.relative_to(user / "chats")).read_bytes())
+    await library.refresh(paths)
+    sent = normalize("\n".join(strings(json.loads(raw))))
+    expected = {("Eldoria", i) for i, text in enumerate(entries) if normalize(text) in sent}
+    assert bool(expected) == (step != "04_send_02")  # ST's own scan: none on the second
+    swipe = 1 if step in ("06_swipe", "07_continue") else 0  # the continue goes on the swipe
+    snap = await lore_of(library, ident.chat_id, ident.target_message, swipe)
+    await library.store.close()
+    assert snap is not None and keys(snap["active"]) == expected
