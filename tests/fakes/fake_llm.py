@@ -413,9 +413,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description="fake OpenAI-compatible LLM server")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=5001)
-    parser.add_argument(
-        "--no-chat-route", action="store_true", help="404 on /v1/chat/completions"
-    )
+    parser.add_argument("--no-chat-route", action="store_true", help="404 on /v1/chat/completions")
     args = parser.parse_args()
     # Run as `-m`, this file is `__main__`: the imported module is the one whose app key
     # the text routes (`fake_text`) read.
