@@ -23,6 +23,7 @@ from typing import NamedTuple
 from proxy.core.models import Caller, ChatMessage, Identification
 from proxy.core.plan import InjectionPolicy, chat_enabled
 from proxy.core.tokens import TokenCounter
+from proxy.events import EventBus
 from proxy.library import ChatLibrary, Refreshed
 from proxy.memory.branches import inherit
 from proxy.memory.folding import RunningPlanner
@@ -77,8 +78,11 @@ class MemoryEngine:
         prompts: Prompts | None = None,
         clock: Callable[[], float] = time.time,
         frame: Frame | None = None,
+        events: EventBus | None = None,
     ) -> None:
-        """`frame`: what the injection template takes itself (default: all the macros)."""
+        """`frame`: what the injection template takes itself (default: all the macros);
+        `events`: where what the memory does is announced (the dashboard's stream)."""
+        self.events = events
         self.store = store
         self.library = library
         self.llm = llm
@@ -95,6 +99,7 @@ class MemoryEngine:
             persona=library.persona,
             counter=self.counter,
             lore=lore,
+            events=events,
         )
         self.running = RunningPlanner(settings, self.counter.count)
         # A failed job stands (visible) this long, then planning makes it again.
@@ -103,7 +108,7 @@ class MemoryEngine:
         self.handlers = handlers(context)
         self.view_inputs = ViewInputs(settings, self.counter, library.persona, frame or Frame())
         self.queue = JobQueue(
-            store, self.handlers, queue_settings, clock=clock, secrets=llm.secrets
+            store, self.handlers, queue_settings, clock=clock, secrets=llm.secrets, events=events
         )
         self.queue.on_settled.append(lambda job: self.plan_now(job.chat_id))
         self.work = WorkPlanner(settings, self.counter)
@@ -217,6 +222,8 @@ class MemoryEngine:
             return 0
         if planned.queued:
             self.queue.wake()
+            if self.events is not None:
+                self.events.publish("job", chat=chat_id, state="queued", count=planned.queued)
         if planned.failed_at is not None:
             self._retry_when_cooled(chat_id, planned.failed_at)
         return planned.queued

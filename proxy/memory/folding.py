@@ -135,6 +135,7 @@ class RunningRecapHandler(_BudgetedHandler):
                 reasoning=reasoning or None,
             )
             log.info("%s: running recap version %d (%d scenes)", job.chat_id, version, count)
+            self.context.publish("running", chat=job.chat_id, version=version, source="llm")
 
         return apply
 
@@ -221,6 +222,7 @@ class CondenseHandler(_BudgetedHandler):
                 reasoning=reasoning or None,
             )
             memory.set_state(job.chat_id, condense_version=None)
+            self.context.publish("running", chat=job.chat_id, version=version, source="condensed")
             log.info(
                 "%s: running recap version %d condensed into version %d (%d -> %d tokens)",
                 job.chat_id,

@@ -175,6 +175,7 @@ class DetectHandler(OperationHandler):
                 memory.set_break(job.chat_id, chosen, "auto", now, rationale)
                 memory.set_state(job.chat_id, checked_uid=chosen)
                 log.info("%s: a scene ends at message %d", job.chat_id, position)
+                self.context.publish("scene", chat=job.chat_id, message=position)
             else:
                 memory.set_state(job.chat_id, checked_uid=last)
 
@@ -257,6 +258,7 @@ class SceneRecapHandler(OperationHandler):
                 input_hash=job.input_hash,
             )
             log.info("%s: scene %d-%d recapped (version %d)", job.chat_id, first, last, version)
+            self.context.publish("recap", chat=job.chat_id, scene=last, version=version)
             current = memory.scene_break(uid)
             if current is not None and not current.name_edited:
                 memory.update_break(uid, name=name)

@@ -16,6 +16,7 @@ from typing import Protocol
 
 from proxy.core.tokens import TokenCounter
 from proxy.errors import JobFailure, Refused
+from proxy.events import EventBus
 from proxy.memory.chatinfo import PersonaLookup, chat_names
 from proxy.memory.jobs import Apply, Handler
 from proxy.memory.llm import Answer
@@ -64,6 +65,11 @@ class HandlerContext:
     persona: PersonaLookup
     counter: TokenCounter
     lore: LoreSource | None = None
+    events: EventBus | None = None  # what a job wrote, for the dashboard
+
+    def publish(self, kind: str, **data: object) -> None:
+        if self.events is not None:
+            self.events.publish(kind, **data)
 
 
 class CutOff(JobFailure):

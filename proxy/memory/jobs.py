@@ -26,6 +26,7 @@ from typing import Protocol
 
 from proxy.core.headers import redact_secrets
 from proxy.errors import JobFailure, NoCredentials
+from proxy.events import EventBus
 from proxy.memory.operations import OPERATIONS, PRIORITIES, Operation
 from proxy.settings import QueueSettings
 from proxy.store import Database, Store
@@ -93,8 +94,10 @@ class JobQueue:
         *,
         clock: Callable[[], float] = time.time,
         secrets: Callable[[], Iterable[str]] = tuple,
+        events: EventBus | None = None,
     ) -> None:
         self.store = store
+        self.events = events
         # The keys a failure may echo (an API's error body often quotes the key it got):
         # they are redacted from the error kept on the job and from the log.
         self.secrets = secrets
@@ -142,6 +145,7 @@ class JobQueue:
             raise ValueError(f"unknown operation {operation!r}")
         job = JobSpec(chat_id, Operation(operation), dedup_key, payload, input_hash, upstream)
         job_id, _ = await self.store.call(lambda db: write_job(db, job, self.clock()))
+        self._announce(job_id, chat_id, operation, "queued")
         self._wake.set()
         return job_id
 
@@ -224,7 +228,15 @@ class JobQueue:
         job = db.jobs.claim_next(now, busy)
         return False, job, None if job is not None else db.jobs.next_due()
 
+    def _announce(
+        self, job_id: int, chat_id: str, operation: str, state: str, error: str | None = None
+    ) -> None:
+        if self.events is not None:
+            self.events.publish("job", job=job_id, chat=chat_id, operation=operation,
+                                state=state, error=error)  # fmt: skip
+
     def _start(self, job: Job) -> None:
+        self._announce(job.id, job.chat_id, job.operation, "running")
         self._running[job.upstream] = self._running.get(job.upstream, 0) + 1
         self._tasks.spawn(self._execute(job), f"job {job.id} {job.operation}")
 
@@ -246,10 +258,12 @@ class JobQueue:
                 )
             )
             log.debug("job %d %s: %s", job.id, job.operation, state)
+            self._announce(job.id, job.chat_id, job.operation, state)
         except asyncio.CancelledError:
             raise
         except Exception as exc:
-            await self.store.call(partial(self._failed, job=job, exc=exc))
+            state, error = await self.store.call(partial(self._failed, job=job, exc=exc))
+            self._announce(job.id, job.chat_id, job.operation, state, error)
         finally:
             # Before the next job is claimed: what follows from this one may come first.
             for callback in self.on_settled:
@@ -264,7 +278,9 @@ class JobQueue:
                 self._cooling[job.upstream] = self.clock() + self.settings.delay_seconds
             self._wake.set()
 
-    def _failed(self, db: Database, job: Job, exc: Exception) -> None:
+    def _failed(self, db: Database, job: Job, exc: Exception) -> tuple[str, str]:
+        """Fail the job or queue it again; returns its state (`failed`, `retrying`,
+        `waiting` for credentials) and the error kept on it."""
         jobs = db.jobs
         now = self.clock()
         error = redact_secrets(f"{type(exc).__name__}: {exc}", self.secrets())
@@ -272,15 +288,16 @@ class JobQueue:
             # Not the job's fault: it waits, without using up its attempts, until the
             # chat's next request brings a key and model (see `hurry`).
             jobs.park(job, now, now + self.settings.backoff_cap_seconds, error)
-            return
+            return "waiting", error
         retry = exc.retry if isinstance(exc, JobFailure) else True
         if not retry or job.attempts >= self.settings.max_attempts:
             log.warning("job %d %s for %s failed: %s", job.id, job.operation, job.chat_id, error)
             jobs.fail(job, now, error)
-            return
+            return "failed", error
         backoff = min(
             self.settings.backoff_seconds * 2 ** (job.attempts - 1),
             self.settings.backoff_cap_seconds,
         )
         log.info("job %d %s: %s; retrying in %.0f s", job.id, job.operation, error, backoff)
         jobs.retry_later(job, now, now + backoff, error)
+        return "retrying", error

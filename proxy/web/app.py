@@ -8,6 +8,7 @@ import logging
 import os
 import time
 from collections.abc import AsyncIterator, Callable
+from functools import partial
 from pathlib import Path
 
 from aiohttp import web
@@ -19,7 +20,8 @@ from proxy.chat.lore import LoreService
 from proxy.chat.providers import ChatMemory, MemoryProvider, NoMemory
 from proxy.core.guard import GuardPolicy
 from proxy.core.tokens import TokenCounter
-from proxy.library import ChatLibrary
+from proxy.events import EventBus
+from proxy.library import ChatLibrary, Refreshed
 from proxy.memory.actions import MemoryActions
 from proxy.memory.engine import MemoryEngine
 from proxy.memory.llm import LLMClient
@@ -32,10 +34,12 @@ from proxy.upstream import Upstream
 from proxy.watcher import Watcher
 from proxy.web.api import add_api_routes
 from proxy.web.errors import error_middleware
+from proxy.web.events_api import add_event_routes
 from proxy.web.guard import POLICY, add_cors_headers, guard_middleware
 from proxy.web.keys import (
     ACTIONS,
     ENGINE,
+    EVENTS,
     FORMATS,
     INJECTOR,
     LIBRARY,
@@ -64,6 +68,7 @@ def make_app(
     provider: MemoryProvider | None = None,
     recorder: Recorder | None = None,
     counter: TokenCounter | None = None,
+    events: EventBus | None = None,
 ) -> web.Application:
     """The proxy application. Every owner can be injected (tests pass fakes): `provider`
     replaces the memory of ST's chats with a fixed one (no data folder is read)."""
@@ -79,6 +84,7 @@ def make_app(
         recorder = Recorder(settings.server.record_dir)
     relay = Relay(upstream, recorder)
     counter = counter or TokenCounter()
+    bus = app[EVENTS] = events or EventBus()
     policy = policy_from(settings.injection)
     template = load_injection_template(settings.injection)
     data_dir = resolve_data_dir(settings) if provider is None else None
@@ -88,6 +94,7 @@ def make_app(
     if data_dir is not None:
         store = store or Store(settings.store.resolved_path(), clock=clock)
         library = app[LIBRARY] = ChatLibrary(data_dir, store)
+        library.listeners.append(partial(announce_save, bus))
         lore = app[LORE] = LoreService(store, library)
         llm_settings = settings.memory.llm
         if llm_settings.base_url is not None:
@@ -109,6 +116,7 @@ def make_app(
                 counter.count(template.render(dict.fromkeys(template.macros, "")).text),
                 template.macros,
             ),
+            events=bus,
         )
         app[QUEUE] = engine.queue
         app[ACTIONS] = MemoryActions(store, engine, library)
@@ -130,19 +138,32 @@ def make_app(
             yield
             await relay.drain()
 
+    async def events_ctx(app: web.Application) -> AsyncIterator[None]:
+        bus.bind(asyncio.get_running_loop())
+        yield
+
     async def tokenizer_ctx(app: web.Application) -> AsyncIterator[None]:
         # Off the loop, before the first request needs it.
         await asyncio.to_thread(injector.counter.warm_up)
         yield
 
+    app.cleanup_ctx.append(events_ctx)
     app.cleanup_ctx.append(upstream_ctx)
     app.cleanup_ctx.append(tokenizer_ctx)
     if store is not None:
         app.cleanup_ctx.append(_memory_ctx(store, library, settings, engine))
     add_routes(app)
+    add_event_routes(app)
     add_memory_routes(app)  # first: its routes are longer than the plain chat route
     add_api_routes(app)
     return app
+
+
+def announce_save(bus: EventBus, result: Refreshed) -> None:
+    """Library listener: a chat file was read anew (saved, renamed or deleted)."""
+    if result.saved or result.events or result.entry is None or result.renamed_from:
+        bus.publish("chat", chat=result.chat_id, deleted=result.entry is None,
+                    changes=len(result.events))  # fmt: skip
 
 
 def policy_of(settings: Settings) -> GuardPolicy:

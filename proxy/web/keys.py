@@ -7,6 +7,7 @@ from aiohttp import web
 from adapters import Formats
 from proxy.chat.injection import Injector
 from proxy.chat.lore import LoreService
+from proxy.events import EventBus
 from proxy.library import ChatLibrary
 from proxy.memory.actions import MemoryActions
 from proxy.memory.engine import MemoryEngine
@@ -25,3 +26,4 @@ LORE = web.AppKey("lore", LoreService)
 ENGINE = web.AppKey("engine", MemoryEngine)
 QUEUE = web.AppKey("queue", JobQueue)
 ACTIONS = web.AppKey("actions", MemoryActions)
+EVENTS = web.AppKey("events", EventBus)

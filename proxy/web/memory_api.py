@@ -20,7 +20,7 @@ from proxy.core.jsontypes import JSONAnswer
 from proxy.errors import Conflict, NotFound, RequestError, Unavailable
 from proxy.memory.actions import MemoryActions
 from proxy.memory.jobs import JobQueue
-from proxy.web.keys import ACTIONS, INJECTOR, QUEUE
+from proxy.web.keys import ACTIONS, EVENTS, INJECTOR, QUEUE
 from proxy.web.params import field, json_body, optional, path_number
 
 CHAT = "/recap/api/chats/{chat_id:.+}"
@@ -49,7 +49,18 @@ def _queue(request: web.Request) -> JobQueue:
 
 def _json(fn: Action) -> Handler:
     async def handler(request: web.Request) -> web.StreamResponse:
-        return web.json_response(await fn(request, _actions(request)))
+        answer = await fn(request, _actions(request))
+        if request.method != "GET":  # a change: every open dashboard shows it
+            route = request.match_info.route.resource
+            tail = route.canonical.partition("}")[2] if route is not None else ""
+            index = request.match_info.get("index")
+            request.app[EVENTS].publish(
+                "memory",
+                chat=_chat(request),
+                action=f"{request.method} {tail or '/'}",
+                index=int(index) if index is not None else None,
+            )
+        return web.json_response(answer)
 
     return handler
 

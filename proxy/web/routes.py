@@ -12,7 +12,7 @@ from proxy.chat.injection import Injector
 from proxy.core.headers import safe_url
 from proxy.errors import NotFound, RequestError
 from proxy.web.guard import api_headers
-from proxy.web.keys import FORMATS, INJECTOR, LORE, RELAY
+from proxy.web.keys import EVENTS, FORMATS, INJECTOR, LORE, RELAY
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +67,15 @@ async def handle_api(request: web.Request) -> web.StreamResponse:
     identity = outcome.memory.identity if outcome.memory is not None else None
     if lore is not None and identity is not None:
         lore.record_later(identity, outcome.messages)
+    if identity is not None:
+        request.app[EVENTS].publish(
+            "request",
+            chat=identity.chat_id,
+            generation=identity.generation,
+            target=identity.target_message,
+            injected=outcome.insertion.tokens if outcome.insertion else 0,
+            left_out=outcome.dropped,
+        )
     if exchange is not None and outcome.insertion is not None:
         exchange.meta["insertion"] = {
             "index": outcome.insertion.index,

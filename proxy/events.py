@@ -1,0 +1,115 @@
+"""What the proxy is doing, as numbered events for the dashboard's live stream.
+
+One `EventBus` per running proxy, owned by the app. Anything may publish, from the event
+loop or from the store's worker thread; each event gets the next number. The bus keeps
+the recent events (`keep_seconds`, at most `keep_count`) so that a page that lost its
+connection and comes back with `Last-Event-ID` gets what it missed, in order; a page
+that was away longer is told to reload (`reset`).
+
+Kinds: `job` (queued, running, done, dropped, failed, retrying), `scene` (a break found),
+`recap` (a scene recap written), `running` (a running recap version written), `memory`
+(a change made through the API), `chat` (a chat file saved), `request` (a chat request
+identified), and `reset` (sent, never kept).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+import time
+from collections import deque
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from proxy.core.jsontypes import JSONObject
+
+KINDS = ("job", "scene", "recap", "running", "memory", "chat", "request")
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    id: int
+    kind: str
+    data: JSONObject
+    at: float
+
+
+class EventBus:
+    """Numbers, keeps and hands out events; subscribers are asyncio queues."""
+
+    def __init__(
+        self,
+        *,
+        keep_seconds: float = 120.0,
+        keep_count: int = 5000,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.keep_seconds = keep_seconds
+        self.clock = clock
+        self._kept: deque[Event] = deque(maxlen=keep_count)
+        self._next = 1
+        self._lock = threading.Lock()  # numbering and keeping: any thread
+        self._subscribers: set[asyncio.Queue[Event]] = set()
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def bind(self, loop: asyncio.AbstractEventLoop) -> None:
+        """The loop subscribers live on (the app's, at start-up)."""
+        self._loop = loop
+
+    @property
+    def last_id(self) -> int:
+        return self._next - 1
+
+    def publish(self, kind: str, **data: Any) -> Event:
+        """Number and keep an event, and hand it to every subscriber (thread-safe)."""
+        if kind not in KINDS:
+            raise ValueError(f"unknown event kind {kind!r}")
+        with self._lock:
+            event = Event(self._next, kind, data, self.clock())
+            self._next += 1
+            self._kept.append(event)
+            self._expire(event.at)
+        loop = self._loop
+        if loop is None or loop.is_closed():
+            return event
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is loop:
+            self._deliver(event)
+        else:
+            with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
+                loop.call_soon_threadsafe(self._deliver, event)
+        return event
+
+    def since(self, last_id: int) -> list[Event] | None:
+        """The kept events after `last_id`, or None when some of them are gone already."""
+        with self._lock:
+            self._expire(self.clock())
+            if last_id >= self._next - 1:
+                return []
+            first = self._kept[0].id if self._kept else self._next
+            if last_id + 1 < first:
+                return None
+            return [e for e in self._kept if e.id > last_id]
+
+    @contextlib.asynccontextmanager
+    async def subscribe(self) -> AsyncIterator[asyncio.Queue[Event]]:
+        """A queue that receives every event published from now on."""
+        queue: asyncio.Queue[Event] = asyncio.Queue()
+        self._subscribers.add(queue)
+        try:
+            yield queue
+        finally:
+            self._subscribers.discard(queue)
+
+    def _deliver(self, event: Event) -> None:
+        for queue in self._subscribers:
+            queue.put_nowait(event)
+
+    def _expire(self, now: float) -> None:
+        while self._kept and now - self._kept[0].at > self.keep_seconds:
+            self._kept.popleft()
