@@ -182,6 +182,7 @@ async def serve(settings: Settings, *, ready: asyncio.Event | None = None) -> No
             safe_url(settings.upstream.base_url),
             f" (recording into {settings.server.record_dir})" if settings.server.record_dir else "",
         )
+        log.info("the memory dashboard: http://%s:%d/recap/", host, port)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):

@@ -51,7 +51,7 @@ class EventBus:
         self._kept: deque[Event] = deque(maxlen=keep_count)
         self._next = 1
         self._lock = threading.Lock()  # numbering and keeping: any thread
-        self._subscribers: set[asyncio.Queue[Event]] = set()
+        self._subscribers: set[asyncio.Queue[Event | None]] = set()
         self._loop: asyncio.AbstractEventLoop | None = None
 
     def bind(self, loop: asyncio.AbstractEventLoop) -> None:
@@ -97,14 +97,19 @@ class EventBus:
             return [e for e in self._kept if e.id > last_id]
 
     @contextlib.asynccontextmanager
-    async def subscribe(self) -> AsyncIterator[asyncio.Queue[Event]]:
-        """A queue that receives every event published from now on."""
-        queue: asyncio.Queue[Event] = asyncio.Queue()
+    async def subscribe(self) -> AsyncIterator[asyncio.Queue[Event | None]]:
+        """A queue that receives every event published from now on (`None`: the end)."""
+        queue: asyncio.Queue[Event | None] = asyncio.Queue()
         self._subscribers.add(queue)
         try:
             yield queue
         finally:
             self._subscribers.discard(queue)
+
+    def close(self) -> None:
+        """End every subscription (the server is stopping): each queue gets `None`."""
+        for queue in self._subscribers:
+            queue.put_nowait(None)
 
     def _deliver(self, event: Event) -> None:
         for queue in self._subscribers:

@@ -17,8 +17,8 @@ async def test_subscribers_get_events_in_order_and_late_ones_get_what_they_misse
         first = bus.publish("job", chat="c", state="queued")
         second = bus.publish("scene", chat="c", message=8)
         got = [await queue.get(), await queue.get()]
-    assert [e.id for e in got] == [first.id, second.id] == [1, 2]
-    assert got[1].data == {"chat": "c", "message": 8}
+    assert [e.id if e else None for e in got] == [first.id, second.id] == [1, 2]
+    assert got[1] is not None and got[1].data == {"chat": "c", "message": 8}
     assert [e.id for e in bus.since(0) or []] == [1, 2]
     assert bus.since(2) == [] and bus.since(5) == []
 
@@ -31,7 +31,7 @@ async def test_events_from_another_thread_reach_the_loop() -> None:
         worker.start()
         worker.join()
         event = await asyncio.wait_for(queue.get(), 2)
-    assert event.kind == "recap" and event.data["scene"] == 3
+    assert event is not None and event.kind == "recap" and event.data["scene"] == 3
 
 
 def test_old_events_go_and_a_gap_is_told() -> None:
@@ -51,3 +51,11 @@ def test_old_events_go_and_a_gap_is_told() -> None:
 def test_an_unknown_kind_is_a_programming_error() -> None:
     with pytest.raises(ValueError, match="unknown event kind"):
         EventBus().publish("jobs")
+
+
+async def test_closing_ends_every_subscription() -> None:
+    bus = EventBus()
+    bus.bind(asyncio.get_running_loop())
+    async with bus.subscribe() as queue:
+        bus.close()
+        assert await queue.get() is None

@@ -116,6 +116,18 @@ class OperationHandler(Handler):
         messages = self.context.prompts.messages(self.operation, values)
         return await self.complete(job, messages)
 
+    async def count(self, job: Job, messages: Sequence[Mapping[str, str]], answer: Answer) -> None:
+        """Keep what a call cost: the API's own figures, else the prompt and answer counted."""
+        count = self.context.counter.count
+        prompt = answer.prompt_tokens
+        if prompt is None:
+            prompt = sum(count(m.get("content", "")) for m in messages)
+        spent = answer.answer_tokens if answer.answer_tokens is not None else count(answer.text)
+        now = self.context.clock()
+        await self.context.store.call(
+            lambda db: db.usage.add(job.chat_id, self.operation.value, now, prompt, spent)
+        )
+
     async def complete(
         self, job: Job, messages: Sequence[Mapping[str, str]], *, grow: bool = True
     ) -> Answer:
@@ -125,6 +137,7 @@ class OperationHandler(Handler):
         limit = self.first_limit()
         while True:
             answer = await llm.complete(self.operation, job.chat_id, messages, max_tokens=limit)
+            await self.count(job, messages, answer)
             if not answer.cut_off:
                 return answer
             cap = max(llm.limit_cap, self.first_limit())

@@ -70,6 +70,9 @@ class Answer:
     reasoning: str
     model: str
     finish_reason: str | None = None
+    # What the API said the call cost (None: it did not say; the caller counts).
+    prompt_tokens: int | None = None
+    answer_tokens: int | None = None
 
     @property
     def cut_off(self) -> bool:
@@ -310,7 +313,9 @@ def read_anthropic(raw: bytes, model: str, operation: str) -> Answer:
     except (orjson.JSONDecodeError, KeyError, TypeError, AttributeError):
         raise JobFailure(f"{operation}: not a Messages API answer: {_short(raw)}") from None
     stop = data.get("stop_reason")
-    return Answer(text, thinking, str(data.get("model") or model), str(stop) if stop else None)
+    usage = data.get("usage") if isinstance(data.get("usage"), dict) else {}
+    return Answer(text, thinking, str(data.get("model") or model), str(stop) if stop else None,
+                  _count(usage, "input_tokens"), _count(usage, "output_tokens"))  # fmt: skip
 
 
 def _anthropic_streamed(raw: bytes, model: str, operation: str) -> Answer:
@@ -363,12 +368,20 @@ def read_answer(raw: bytes, model: str, operation: str) -> Answer:
     text = message.get("content") or ""
     reasoning = message.get("reasoning_content") or message.get("reasoning") or ""
     finish = choice.get("finish_reason")
+    usage = data.get("usage") if isinstance(data.get("usage"), dict) else {}
     return Answer(
         str(text),
         str(reasoning),
         str(data.get("model") or model),
         str(finish) if finish is not None else None,
+        _count(usage, "prompt_tokens"),
+        _count(usage, "completion_tokens"),
     )
+
+
+def _count(usage: dict[str, Any], key: str) -> int | None:
+    value = usage.get(key)
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
 
 
 def _streamed(raw: bytes, model: str, operation: str) -> Answer:

@@ -31,6 +31,7 @@ from proxy.store.records import (
     message_values,
 )
 from proxy.store.schema import DELETED_CHAT_TTL, MIGRATIONS, PENDING_SNAPSHOT_TTL
+from proxy.store.usage import UsageTable
 
 Clock = Callable[[], float]
 
@@ -57,6 +58,7 @@ class Database:
         self.jobs = JobTable(self.db, self.transaction)
         self.memory = MemoryTable(self.db, self.transaction)
         self.extensions = ExtensionTable(self.db, self.transaction)
+        self.usage = UsageTable(self.db, self.transaction)
 
     def close(self) -> None:
         self.db.close()

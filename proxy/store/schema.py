@@ -222,4 +222,17 @@ MIGRATIONS: tuple[str, ...] = (
     UPDATE messages SET digest = CAST(X'00' || digest AS BLOB);
     UPDATE chats SET file_hash = NULL, size = -1;
     """,
+    # v8: what the proxy's own calls cost, per chat, UTC day and operation (the tokens the
+    # API reported, else counted with cl100k).
+    """
+    CREATE TABLE usage (
+        chat_id       TEXT NOT NULL REFERENCES chats(id) ON DELETE CASCADE ON UPDATE CASCADE,
+        day           TEXT NOT NULL,      -- YYYY-MM-DD, UTC
+        operation     TEXT NOT NULL,
+        calls         INTEGER NOT NULL DEFAULT 0,
+        prompt_tokens INTEGER NOT NULL DEFAULT 0,
+        answer_tokens INTEGER NOT NULL DEFAULT 0,
+        PRIMARY KEY (chat_id, day, operation)
+    );
+    """,
 )

@@ -5,6 +5,8 @@ Handlers raise from the error tree (`proxy.errors`); `proxy.web.errors` answers.
 
 from __future__ import annotations
 
+import time
+
 from aiohttp import web
 
 from adapters import ADAPTERS
@@ -13,6 +15,7 @@ from proxy.core.models import Identification
 from proxy.errors import NotFound, Unavailable
 from proxy.library import ChatLibrary
 from proxy.store import Database
+from proxy.store.overview import chat_summaries
 from proxy.store.records import ChatRecord
 from proxy.web.keys import LIBRARY, SETTINGS
 from proxy.web.params import path_number, query_number
@@ -45,8 +48,55 @@ def library_of(request: web.Request) -> ChatLibrary:
 
 
 async def list_chats(request: web.Request) -> web.Response:
-    records = await library_of(request).store.chats()
-    return web.json_response([chat_summary(r) for r in records])
+    """Every chat, with its memory at a glance (`enabled`: its own on/off, null for the
+    default; `memory`: scenes, running version, queue; `usage`: the proxy's calls)."""
+
+    def work(db: Database) -> list[JSONObject]:
+        memory = chat_summaries(db.db)
+        usage = db.usage.totals(time.time())
+        idle: JSONObject = {"active": False, "scenes": 0, "running_version": None,
+                            "queue": {"queued": 0, "running": 0, "failed": 0}}  # fmt: skip
+        return [
+            {
+                **chat_summary(r),
+                "enabled": r.enabled,
+                "memory": memory.get(r.id, idle),
+                "usage": {k: dict(v) for k, v in usage.get(r.id, {}).items()},
+            }
+            for r in db.chats()
+        ]
+
+    return web.json_response(await library_of(request).store.call(work))
+
+
+async def chat_messages(request: web.Request) -> web.Response:
+    """`GET /recap/api/chats/{id}/messages`: every message of the chat, hidden ones too
+    (`hidden`), whole (the dashboard's chat view)."""
+    store = library_of(request).store
+    chat_id = request.match_info["chat_id"]
+    record = await store.chat(chat_id)
+    if record is None or record.deleted:
+        raise NotFound(f"no chat {chat_id!r}")
+    messages = await store.messages(chat_id)
+    return web.json_response(
+        [
+            {
+                "index": m.position,
+                "role": _role(m.message.is_user, m.message.narrator),
+                "name": m.message.name,
+                "text": m.message.mes,
+                "hidden": m.message.is_system,
+                "swipe": m.message.swipe_id or 0,
+                "swipes": m.message.swipe_count,
+                "date": m.message.send_date,
+            }
+            for m in messages
+        ]
+    )
+
+
+def _role(is_user: bool, narrator: bool) -> str:
+    return "user" if is_user else "system" if narrator else "assistant"
 
 
 async def get_chat(request: web.Request) -> web.Response:
@@ -59,11 +109,7 @@ async def get_chat(request: web.Request) -> web.Response:
     visible = [
         {
             "index": m.position,
-            "role": "user"
-            if m.message.is_user
-            else "system"
-            if m.message.narrator
-            else "assistant",
+            "role": _role(m.message.is_user, m.message.narrator),
             "name": m.message.name,
             "text": m.message.mes[:SHORT_TEXT],
             "swipes": m.message.swipe_count,
@@ -119,6 +165,7 @@ async def message_lore(request: web.Request) -> web.Response:
 
 def add_api_routes(app: web.Application) -> None:
     app.router.add_get("/recap/api/chats", list_chats)
+    app.router.add_get("/recap/api/chats/{chat_id:.+}/messages", chat_messages)
     # Before the catch-all chat route: chat ids contain slashes.
     app.router.add_get(r"/recap/api/chats/{chat_id:.+}/messages/{index:\d+}/lore", message_lore)
     app.router.add_get("/recap/api/chats/{chat_id:.+}", get_chat)

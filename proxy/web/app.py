@@ -50,6 +50,7 @@ from proxy.web.keys import (
     STORE,
 )
 from proxy.web.memory_api import add_memory_routes
+from proxy.web.page import add_page_routes
 from proxy.web.relay import Relay
 from proxy.web.routes import add_routes
 
@@ -152,6 +153,7 @@ def make_app(
     app.cleanup_ctx.append(tokenizer_ctx)
     if store is not None:
         app.cleanup_ctx.append(_memory_ctx(store, library, settings, engine))
+    add_page_routes(app)  # before the `/recap/...` catch-all
     add_routes(app)
     add_event_routes(app)
     add_memory_routes(app)  # first: its routes are longer than the plain chat route

@@ -60,9 +60,9 @@ async def events(request: web.Request) -> web.StreamResponse:
                 await response.write(b"event: reset\ndata: %s\n\n" % orjson.dumps(reset))
                 sent = bus.last_id
             else:
-                for event in missed:
-                    await response.write(frame(event))
-                    sent = event.id
+                for old in missed:
+                    await response.write(frame(old))
+                    sent = old.id
         with contextlib.suppress(ConnectionResetError):
             while True:
                 try:
@@ -70,11 +70,18 @@ async def events(request: web.Request) -> web.StreamResponse:
                 except TimeoutError:
                     await response.write(b": alive\n\n")
                     continue
+                if event is None:
+                    break  # the server is stopping
                 if event.id <= sent:
                     continue  # replayed already (or from before this stream began)
                 await response.write(frame(event))
     return response
 
 
+async def _close_streams(app: web.Application) -> None:
+    app[EVENTS].close()
+
+
 def add_event_routes(app: web.Application) -> None:
     app.router.add_get("/recap/api/events", events)
+    app.on_shutdown.append(_close_streams)

@@ -25,6 +25,7 @@ from proxy.core.guard import (
     origin_allowed,
 )
 from proxy.errors import ForbiddenOrigin, MisdirectedHost, MissingAccessKey, UnsupportedMediaType
+from proxy.web.page import is_page
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +56,9 @@ async def guard_middleware(request: web.Request, handler: Handler) -> web.Stream
         )
     if request.method == "OPTIONS":
         return _preflight(request)
-    if not access_allowed(request.path, request.headers, policy):
+    if not is_page(request.method, request.path) and not access_allowed(
+        request.path, request.headers, policy
+    ):
         raise MissingAccessKey(
             "this proxy needs its access key (server.access_key): send it as "
             "`Authorization: Bearer <key>` (ST's API key field) or `X-Recap-Key: <key>`"

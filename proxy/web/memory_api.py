@@ -200,14 +200,28 @@ async def preview(request: web.Request, a: MemoryActions) -> JSONAnswer:
     )
     dropped = outcome.memory.drop if outcome.memory and outcome.insertion else ()
     insertion = outcome.insertion
+    injector = request.app[INJECTOR]
+    count = injector.counter.count
+    gone = set(dropped)
+    sizes = [count(m["content"]) for m in messages[1:]]
+    policy = injector.policy
     return {
         "chat": chat_id,
         "injected": None
         if insertion is None
         else {"role": insertion.role.value, "tokens": insertion.tokens, "text": insertion.text},
+        "placement": {"position": policy.placement.position.value,
+                      "depth": policy.placement.depth, "role": policy.placement.role.value},
         "left_out": [visible[i - 1].position for i in dropped],
         "values": dict(outcome.memory.values) if outcome.memory else {},
-    }
+        # The request's token budget: the memory, the chat messages sent with it, and the
+        # ones it covers that are left out.
+        "budget": {
+            "memory": insertion.tokens if insertion else 0,
+            "sent": sum(n for i, n in enumerate(sizes, 1) if i not in gone),
+            "left_out": sum(n for i, n in enumerate(sizes, 1) if i in gone),
+        },
+    }  # fmt: skip
 
 
 async def preview_request(request: web.Request) -> web.Response:

@@ -95,6 +95,7 @@ async def handle_root(request: web.Request) -> web.Response:
             "hint": "in SillyTavern, set the Custom (OpenAI-compatible) endpoint or the "
             f"Claude/OpenAI reverse proxy to {request.url.origin()}{API_PREFIX}, or a Text "
             f"Completion server URL to {request.url.origin()}",
+            "dashboard": f"{request.url.origin()}/recap/",
         }
     )
 

@@ -1,0 +1,46 @@
+"""Every chat's memory at a glance, in a few grouped queries (store thread): the chat
+list of the dashboard shows hundreds of chats, and one query per chat would be slow."""
+
+from __future__ import annotations
+
+import sqlite3
+
+from proxy.core.jsontypes import JSONObject
+
+STATES = ("queued", "running", "failed")
+
+
+def chat_summaries(db: sqlite3.Connection) -> dict[str, JSONObject]:
+    """chat -> `{active, scenes, running_version, queue: {queued, running, failed}}`, for
+    the chats that have any memory state or jobs."""
+    found: dict[str, JSONObject] = {}
+
+    def entry(chat: str) -> JSONObject:
+        return found.setdefault(
+            chat,
+            {"active": False, "scenes": 0, "running_version": None,
+             "queue": dict.fromkeys(STATES, 0)},
+        )  # fmt: skip
+
+    for chat, active, current in db.execute(
+        "SELECT chat_id, active, current_recap FROM memory_state"
+    ):
+        entry(chat).update(active=bool(active), running_version=current)
+    for chat, newest in db.execute(
+        "SELECT chat_id, MAX(version) FROM running_recaps GROUP BY chat_id"
+    ):
+        if entry(chat)["running_version"] is None:
+            entry(chat)["running_version"] = newest
+    for chat, count in db.execute(
+        "SELECT chat_id, COUNT(*) FROM scene_breaks WHERE visible = 1 GROUP BY chat_id"
+    ):
+        entry(chat)["scenes"] = count
+    for chat, state, count in db.execute(
+        "SELECT chat_id, state, COUNT(*) FROM jobs WHERE state IN (?, ?, ?) "
+        "GROUP BY chat_id, state",
+        STATES,
+    ):
+        queue = entry(chat)["queue"]
+        assert isinstance(queue, dict)
+        queue[state] = count
+    return found

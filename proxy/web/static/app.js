@@ -1,0 +1,578 @@
+"use strict";
+// recap-proxy's dashboard: a thin page over /recap/api, the routes the CLI uses too. It
+// changes nothing any other way. Hand-written, no build step, nothing fetched from outside.
+
+const KEY = "recap-proxy-key";
+const BLOCK = 40; // messages rendered together once their block scrolls into view
+const state = { view: null, chat: null, events: 0, backfill: null };
+
+// -- little helpers ----------------------------------------------------------------------
+
+function h(tag, attrs, ...children) {
+  const el = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (v == null || v === false) continue;
+    if (k.startsWith("on")) el.addEventListener(k.slice(2), v);
+    else if (k === "class") el.className = v;
+    else if (k === "text") el.textContent = v;
+    else el.setAttribute(k, v === true ? "" : v);
+  }
+  for (const c of children.flat()) {
+    if (c != null && c !== false) el.append(c instanceof Node ? c : String(c));
+  }
+  return el;
+}
+
+const main = () => document.getElementById("main");
+const chatPath = (id) => `/recap/api/chats/${encodeURIComponent(id)}`;
+const when = (seconds) => (seconds ? new Date(seconds * 1000).toLocaleString() : "—");
+const plural = (n, word) => `${n} ${word}${n === 1 ? "" : "s"}`;
+
+function toast(text, bad) {
+  const el = h("div", { class: "toast" + (bad ? " error" : ""), role: "status" }, text);
+  document.body.append(el);
+  setTimeout(() => el.remove(), bad ? 6000 : 2500);
+}
+
+function debounce(fn, ms) {
+  let timer = null;
+  return (...args) => {
+    clearTimeout(timer);
+    timer = setTimeout(() => fn(...args), ms);
+  };
+}
+
+// -- the API, with the access key asked once per browser session -------------------------
+
+function askKey() {
+  const dialog = document.getElementById("key-dialog");
+  return new Promise((resolve) => {
+    dialog.addEventListener("close", () => {
+      sessionStorage.setItem(KEY, document.getElementById("key-input").value.trim());
+      resolve();
+    }, { once: true });
+    dialog.showModal();
+  });
+}
+
+function keyHeaders() {
+  const key = sessionStorage.getItem(KEY);
+  return key ? { "X-Recap-Key": key } : {};
+}
+
+async function api(method, path, body) {
+  for (let attempt = 0; ; attempt++) {
+    const headers = keyHeaders();
+    if (body !== undefined) headers["Content-Type"] = "application/json";
+    const response = await fetch(path, {
+      method, headers, body: body === undefined ? undefined : JSON.stringify(body),
+    });
+    if (response.status === 401 && attempt < 3) {
+      await askKey();
+      continue;
+    }
+    const json = (response.headers.get("Content-Type") || "").includes("json");
+    const data = json ? await response.json() : await response.text();
+    if (!response.ok) throw new Error((data && data.error && data.error.message) || response.statusText);
+    return data;
+  }
+}
+
+async function act(method, path, body, done) {
+  try {
+    const answer = await api(method, path, body === undefined ? {} : body);
+    if (done) toast(done);
+    return answer;
+  } catch (error) {
+    toast(error.message, true);
+    return null;
+  }
+}
+
+function editText(title, text) {
+  const dialog = document.getElementById("edit-dialog");
+  document.getElementById("edit-title").textContent = title;
+  const area = document.getElementById("edit-text");
+  area.value = text || "";
+  return new Promise((resolve) => {
+    dialog.addEventListener("close", () => resolve(dialog.returnValue === "ok" ? area.value : null),
+      { once: true });
+    dialog.showModal();
+  });
+}
+
+// -- live: the proxy's event stream, read with fetch so the access key can go along -------
+
+async function listen() {
+  const live = document.getElementById("live");
+  let last = null;
+  for (;;) {
+    try {
+      const headers = keyHeaders();
+      if (last != null) headers["Last-Event-ID"] = String(last);
+      const response = await fetch("/recap/api/events", { headers });
+      if (response.status === 401) {
+        await askKey();
+        continue;
+      }
+      if (!response.ok || !response.body) throw new Error(String(response.status));
+      live.textContent = "live";
+      live.className = "live on";
+      const reader = response.body.pipeThrough(new TextDecoderStream()).getReader();
+      let buffer = "";
+      for (;;) {
+        const { value, done } = await reader.read();
+        if (done) break;
+        buffer += value;
+        let cut;
+        while ((cut = buffer.indexOf("\n\n")) >= 0) {
+          const block = buffer.slice(0, cut);
+          buffer = buffer.slice(cut + 2);
+          const fields = {};
+          for (const line of block.split("\n")) {
+            if (!line || line.startsWith(":")) continue;
+            const at = line.indexOf(":");
+            fields[line.slice(0, at)] = line.slice(at + 1).replace(/^ /, "");
+          }
+          if (fields.id) last = Number(fields.id);
+          if (fields.data) onEvent(JSON.parse(fields.data));
+        }
+      }
+    } catch (error) {
+      // reconnect below
+    }
+    live.textContent = "reconnecting…";
+    live.className = "live off";
+    await new Promise((r) => setTimeout(r, 2000));
+  }
+}
+
+const refreshChats = debounce(() => state.view === "chats" && renderChats(false), 400);
+const refreshQueue = debounce(() => state.view === "queue" && renderQueue(), 300);
+const refreshChat = debounce((what) => state.view === "chat" && updateChat(what), 250);
+
+function onEvent(event) {
+  state.events++;
+  document.body.dataset.events = String(state.events);
+  if (event.kind === "reset") {
+    route();
+    return;
+  }
+  refreshChats();
+  refreshQueue();
+  if (state.view === "chat" && event.chat === state.chat) {
+    refreshChat(event.kind === "chat" ? "messages" : "memory");
+  }
+  if (state.backfill && event.kind === "job" && event.chat === state.backfill.chat) {
+    trackBackfill();
+  }
+}
+
+// -- the chats --------------------------------------------------------------------------
+
+async function renderChats(fresh = true) {
+  const root = main();
+  const filter = fresh ? "" : (document.getElementById("filter") || {}).value || "";
+  const chats = await api("GET", "/recap/api/chats");
+  chats.sort((a, b) => (b.updated || 0) - (a.updated || 0));
+  const rows = chats.map((c) => {
+    const memory = c.memory || {};
+    const queue = memory.queue || {};
+    const toggle = h("select", {
+      "aria-label": "memory for " + c.name,
+      onchange: async (e) => {
+        const value = { on: true, off: false, default: null }[e.target.value];
+        await act("PUT", chatPath(c.id) + "/memory", { enabled: value }, "memory " + e.target.value);
+      },
+    }, ["default", "on", "off"].map((v) => h("option", { value: v }, v)));
+    toggle.value = c.enabled === true ? "on" : c.enabled === false ? "off" : "default";
+    return h("tr", { "data-chat": c.id, "data-name": (c.name + " " + (c.owner || "") + " " + c.user).toLowerCase() },
+      h("td", {}, h("a", { href: "#/chat/" + encodeURIComponent(c.id) }, c.name)),
+      h("td", {}, c.owner || ""), h("td", {}, c.user), h("td", {}, c.kind === "group" ? "group" : "solo"),
+      h("td", { class: "num" }, c.messages), h("td", {}, when(c.updated)), h("td", {}, toggle),
+      h("td", { class: "num" }, memory.scenes || 0),
+      h("td", { class: "num" }, memory.running_version != null ? "v" + memory.running_version : "—"),
+      h("td", { class: "queue-cell" }, `${queue.queued || 0} / ${queue.running || 0}`,
+        queue.failed ? h("span", { class: "badge bad" }, queue.failed + " failed") : ""));
+  });
+  const input = h("input", { id: "filter", type: "search", placeholder: "filter by name", value: filter,
+    oninput: (e) => applyFilter(e.target.value) });
+  root.replaceChildren(
+    h("h2", {}, "Chats"), h("div", { class: "bar-row" }, input, h("span", { class: "muted" }, plural(chats.length, "chat"))),
+    h("table", { id: "chats" }, h("thead", {}, h("tr", {}, ["Chat", "Character", "User", "Kind", "Messages",
+      "Last save", "Memory", "Scenes", "Running", "Queue (queued / running)"].map((t) => h("th", {}, t)))),
+    h("tbody", {}, rows)));
+  applyFilter(filter);
+  if (!fresh && document.activeElement !== input && filter) input.focus();
+}
+
+function applyFilter(text) {
+  const needle = text.trim().toLowerCase();
+  for (const row of document.querySelectorAll("#chats tbody tr")) {
+    row.hidden = needle !== "" && !row.dataset.name.includes(needle);
+  }
+}
+
+// -- a chat ---------------------------------------------------------------------------
+
+async function renderChat(id) {
+  state.chat = id;
+  const root = main();
+  root.replaceChildren(h("p", { class: "muted" }, "loading…"));
+  const [overview, messages] = await Promise.all([
+    api("GET", chatPath(id) + "/memory"), api("GET", chatPath(id) + "/messages"),
+  ]);
+  state.messages = messages;
+  const tab = state.tab || "story";
+  const tabs = h("div", { class: "tabs", role: "tablist" },
+    [["story", "Scenes & messages"], ["running", "Running recap"], ["model", "What the model gets"]].map(([name, label]) =>
+      h("button", { role: "tab", "data-tab": name, "aria-selected": String(name === tab), onclick: () => {
+        state.tab = name;
+        for (const b of tabs.children) b.setAttribute("aria-selected", String(b.dataset.tab === name));
+        showTab();
+      } }, label)));
+  root.replaceChildren(
+    h("h2", { id: "chat-title" }, id.split("/").pop()),
+    h("div", { id: "overview" }),
+    h("div", { class: "bar-row" },
+      h("button", { id: "backfill", onclick: () => startBackfill(id) }, "Backfill"),
+      h("div", { class: "progress", id: "backfill-progress", title: "backfill" }, h("div")),
+      h("span", { id: "backfill-label", class: "muted" }),
+      h("a", { href: chatPath(id) + "/export?format=markdown" }, "Export (Markdown)")),
+    tabs, h("section", { id: "tab" }));
+  renderOverview(overview);
+  await showTab();
+}
+
+function renderOverview(o) {
+  const queue = o.queue || {};
+  const box = document.getElementById("overview");
+  if (!box) return;
+  box.replaceChildren(h("div", { class: "bar-row muted" },
+    plural(o.messages, "message"), " · ", plural(o.scenes, "scene"), " · ",
+    h("span", { id: "running-version" }, o.running_recap ? "running recap v" + o.running_recap.version : "no running recap yet"),
+    " · ", `queue ${queue.queued || 0} queued, ${queue.running || 0} running`,
+    queue.failed ? h("span", { class: "badge bad" }, queue.failed + " failed") : "",
+    " · memory ", o.enabled === null ? "default" : o.enabled ? "on" : "off"));
+}
+
+async function showTab() {
+  const section = document.getElementById("tab");
+  if (!section) return;
+  const tab = state.tab || "story";
+  if (tab === "story") await renderStory(section);
+  else if (tab === "running") await renderRunning(section);
+  else await renderModel(section);
+}
+
+async function updateChat(what) {
+  if (what === "messages") {
+    state.messages = await api("GET", chatPath(state.chat) + "/messages");
+  }
+  renderOverview(await api("GET", chatPath(state.chat) + "/memory"));
+  await showTab();
+}
+
+// Scenes and their messages. Scenes are collapsible; a scene's messages are rendered in
+// blocks, each only once it scrolls into view, so a chat of thousands opens at once.
+async function renderStory(section) {
+  const id = state.chat;
+  const [scenes, recaps] = await Promise.all([
+    api("GET", chatPath(id) + "/scenes"), api("GET", chatPath(id) + "/recaps"),
+  ]);
+  state.recaps = new Map(recaps.map((r) => [r.index, r]));
+  const open = new Set([...section.querySelectorAll("details.scene[open]")].map((d) => d.dataset.scene));
+  const fresh = !section.querySelector("details.scene");
+  const breaks = new Map(scenes.map((s) => [s.index, s]));
+  const groups = [];
+  let first = 0;
+  for (const scene of scenes.filter((s) => s.visible)) {
+    groups.push({ scene, first, last: scene.index });
+    first = scene.index + 1;
+  }
+  const end = state.messages.length ? state.messages[state.messages.length - 1].index : -1;
+  if (first <= end || groups.length === 0) groups.push({ scene: null, first, last: end });
+  const observer = new IntersectionObserver((entries) => {
+    for (const entry of entries) {
+      if (entry.isIntersecting) {
+        observer.unobserve(entry.target);
+        fillBlock(entry.target, breaks);
+      }
+    }
+  }, { rootMargin: "600px" });
+  section.replaceChildren(...groups.map((g) => sceneElement(g, breaks, observer,
+    fresh ? g.scene === null : open.has(String(g.scene ? g.scene.index : "open")))));
+}
+
+function sceneElement(group, breaks, observer, isOpen) {
+  const { scene, first, last } = group;
+  const key = scene ? String(scene.index) : "open";
+  const title = scene ? (scene.name || "Scene") : "Open scene";
+  const count = Math.max(0, last - first + 1);
+  const summary = h("summary", {}, h("strong", { class: "scene-name" }, title),
+    h("span", { class: "muted" }, ` messages ${first}–${last} (${count})`),
+    scene && scene.versions ? h("span", { class: "badge" }, plural(scene.versions, "version")) : "",
+    scene && !scene.recap ? h("span", { class: "badge warn" }, "no recap yet") : "");
+  const body = h("div", { class: "scene-body" });
+  if (scene) {
+    body.append(h("div", { class: "recap", "data-recap": key }, scene.recap || "(not recapped yet)"),
+      h("div", { class: "bar-row" },
+        h("button", { onclick: () => renameScene(scene) }, "Rename"),
+        h("button", { onclick: () => editSceneRecap(scene) }, "Edit recap"),
+        h("button", { onclick: () => act("POST", chatPath(state.chat) + `/scenes/${scene.index}/regenerate`, {}, "regenerating") }, "Regenerate"),
+        h("button", { class: "versions", onclick: (e) => showVersions(scene, e.target.parentElement) }, "Versions")));
+  }
+  const messages = state.messages.filter((m) => m.index >= first && m.index <= last);
+  for (let i = 0; i < messages.length; i += BLOCK) {
+    const block = h("div", { class: "block", style: `min-height:${Math.min(BLOCK, messages.length - i) * 3}rem` });
+    block.messages = messages.slice(i, i + BLOCK);
+    body.append(block);
+  }
+  const details = h("details", { class: "scene" + (scene ? "" : " open-scene"), "data-scene": key }, summary, body);
+  const watch = () => body.querySelectorAll(".block").forEach((b) => b.messages && observer.observe(b));
+  details.addEventListener("toggle", () => details.open && watch());
+  if (isOpen) {
+    details.open = true;
+    requestAnimationFrame(watch);
+  }
+  return details;
+}
+
+function fillBlock(block, breaks) {
+  const items = [];
+  for (const m of block.messages) {
+    items.push(messageElement(m));
+    const mark = breaks.get(m.index);
+    if (mark) items.push(breakElement(mark));
+  }
+  block.messages = null;
+  block.style.minHeight = "";
+  block.replaceChildren(...items);
+}
+
+function messageElement(m) {
+  const recap = state.recaps.get(m.index);
+  const base = chatPath(state.chat) + `/messages/${m.index}`;
+  const lore = h("div", { class: "lore" });
+  const badges = [
+    m.hidden ? h("span", { class: "badge" }, "hidden") : "",
+    recap && recap.edited ? h("span", { class: "badge ok" }, "edited") : "",
+    recap && recap.stale ? h("span", { class: "badge warn" }, "stale") : "",
+    recap && recap.excluded ? h("span", { class: "badge" }, "excluded") : "",
+  ];
+  return h("div", { class: "msg" + (m.hidden ? " hidden-msg" : ""), "data-index": m.index },
+    h("div", {}, h("span", { class: "muted" }, `#${m.index} `), h("span", { class: "who" }, m.name || m.role), badges,
+      h("span", { class: "actions" },
+        h("button", { onclick: () => act("PUT", base + "/scene_break", {}, "scene ends here") }, "End a scene here"),
+        h("button", { onclick: async () => {
+          const text = await editText(`Recap of message ${m.index}`, recap && recap.recap);
+          if (text != null) act("PUT", base + "/recap", { recap: text }, "recap saved");
+        } }, "Edit recap"),
+        h("button", { onclick: () => act("PUT", base + "/excluded", { excluded: !(recap && recap.excluded) }, "saved") },
+          recap && recap.excluded ? "Include" : "Exclude"),
+        h("button", { onclick: () => act("POST", base + "/recap/regenerate", {}, "regenerating") }, "Regenerate recap"),
+        m.role === "assistant" ? h("button", { onclick: () => showLore(m, lore) }, "Lore") : "")),
+    h("div", { class: "text" }, m.text),
+    recap && recap.recap ? h("div", { class: "mrecap" }, "↳ " + recap.recap) : "", lore);
+}
+
+function breakElement(mark) {
+  const base = chatPath(state.chat) + `/messages/${mark.index}/scene_break`;
+  return h("div", { class: "break", "data-break": mark.index },
+    (mark.visible ? "scene break" : "hidden break") + (mark.source === "manual" ? " (yours)" : ""),
+    h("button", { onclick: () => act("PUT", base, { visible: !mark.visible }, "saved") }, mark.visible ? "Hide" : "Show"),
+    h("button", { onclick: () => act("DELETE", base, undefined, "break removed") }, "Remove"));
+}
+
+async function showLore(m, box) {
+  try {
+    const found = await api("GET", chatPath(state.chat) + `/messages/${m.index}/lore`);
+    const list = (title, entries) => h("div", {}, h("strong", {}, title + ": "),
+      entries.length ? entries.map((e) => h("span", { class: "badge" }, `${e.world}: ${e.comment || e.keys.join(", ") || e.uid}` + (e.strategy ? ` (${e.strategy})` : ""))) : "none");
+    box.replaceChildren(list("active", found.active || []), list("inactive", found.inactive || []));
+  } catch (error) {
+    box.replaceChildren(h("span", { class: "muted" }, error.message));
+  }
+}
+
+async function renameScene(scene) {
+  const name = await editText("Scene name", scene.name || "");
+  if (name != null) act("PATCH", chatPath(state.chat) + `/scenes/${scene.index}`, { name: name.trim() }, "renamed");
+}
+
+async function editSceneRecap(scene) {
+  const text = await editText(`Recap of the scene ending at message ${scene.index}`, scene.recap || "");
+  if (text != null) act("POST", chatPath(state.chat) + `/scenes/${scene.index}/recaps`, { recap: text }, "new version saved");
+}
+
+async function showVersions(scene, row) {
+  const found = await api("GET", chatPath(state.chat) + `/scenes/${scene.index}`);
+  const list = h("div", { class: "versions-list" }, found.versions.map((v) => h("div", { class: "bar-row" },
+    h("strong", {}, "v" + v.version), h("span", { class: "badge" }, v.source), v.current ? h("span", { class: "badge ok" }, "current") : "",
+    h("span", { class: "muted" }, when(v.created)),
+    v.current ? "" : h("button", { onclick: () => act("PATCH", chatPath(state.chat) + `/scenes/${scene.index}`, { current_version: v.version }, "picked") }, "Pick"),
+    h("div", { class: "recap" }, v.recap))));
+  const old = row.parentElement.querySelector(".versions-list");
+  if (old) old.remove();
+  row.after(list);
+}
+
+// The running recap: its versions, a diff between two, pick, edit, regenerate.
+async function renderRunning(section) {
+  const versions = await api("GET", chatPath(state.chat) + "/running");
+  if (!versions.length) {
+    section.replaceChildren(h("p", { class: "muted" }, "No running recap yet: it is written when a scene has its recap."));
+    return;
+  }
+  const current = versions.find((v) => v.current) || versions[versions.length - 1];
+  const picker = (id, chosen) => {
+    const select = h("select", { id, "aria-label": id }, versions.map((v) => h("option", { value: v.version }, "v" + v.version)));
+    select.value = String(chosen);
+    select.addEventListener("change", drawDiff);
+    return select;
+  };
+  const older = versions.length > 1 ? versions[versions.length - 2].version : current.version;
+  const diffBox = h("div", { class: "diff", id: "running-diff" });
+  function drawDiff() {
+    const a = versions.find((v) => String(v.version) === document.getElementById("diff-a").value);
+    const b = versions.find((v) => String(v.version) === document.getElementById("diff-b").value);
+    diffBox.replaceChildren(...lineDiff(a.content, b.content));
+  }
+  section.replaceChildren(
+    h("h3", {}, `Current: v${current.version}`), h("pre", { class: "text", id: "running-current" }, current.content),
+    h("div", { class: "bar-row" },
+      h("button", { onclick: async () => {
+        const text = await editText("Running recap", current.content);
+        if (text != null) act("POST", chatPath(state.chat) + "/running", { content: text }, "new version saved");
+      } }, "Edit"),
+      h("button", { onclick: () => act("POST", chatPath(state.chat) + "/running/regenerate", {}, "regenerating") }, "Regenerate")),
+    h("table", { id: "running-versions" }, h("thead", {}, h("tr", {}, ["Version", "Written", "From scene", "Scenes", "Source", ""].map((t) => h("th", {}, t)))),
+      h("tbody", {}, versions.slice().reverse().map((v) => h("tr", { "data-version": v.version },
+        h("td", {}, "v" + v.version, v.current ? h("span", { class: "badge ok" }, "current") : ""),
+        h("td", {}, when(v.created)), h("td", {}, v.new_scene_index != null ? "#" + v.new_scene_index : "—"),
+        h("td", { class: "num" }, v.scene_count), h("td", {}, v.source),
+        h("td", {}, v.current ? "" : h("button", { onclick: () => act("PUT", chatPath(state.chat) + "/running/current", { version: v.version }, `v${v.version} picked`) }, "Pick")))))),
+    h("h3", {}, "Difference"), h("div", { class: "bar-row" }, picker("diff-a", older), "→", picker("diff-b", current.version)), diffBox);
+  drawDiff();
+}
+
+// A line diff (longest common subsequence): recaps are a few dozen lines at most.
+function lineDiff(before, after) {
+  const a = before.split("\n"), b = after.split("\n");
+  const table = Array.from({ length: a.length + 1 }, () => new Uint16Array(b.length + 1));
+  for (let i = a.length - 1; i >= 0; i--) {
+    for (let j = b.length - 1; j >= 0; j--) {
+      table[i][j] = a[i] === b[j] ? table[i + 1][j + 1] + 1 : Math.max(table[i + 1][j], table[i][j + 1]);
+    }
+  }
+  const out = [];
+  let i = 0, j = 0;
+  while (i < a.length || j < b.length) {
+    if (i < a.length && j < b.length && a[i] === b[j]) { out.push(h("div", {}, "  " + a[i])); i++; j++; }
+    else if (j < b.length && (i >= a.length || table[i][j + 1] >= table[i + 1][j])) { out.push(h("div", { class: "add" }, "+ " + b[j])); j++; }
+    else { out.push(h("div", { class: "del" }, "- " + a[i])); i++; }
+  }
+  return out;
+}
+
+// What the next request of this chat would carry, and its token budget.
+async function renderModel(section) {
+  const preview = await api("GET", chatPath(state.chat) + "/preview");
+  const budget = preview.budget || { memory: 0, sent: 0, left_out: 0 };
+  const total = Math.max(1, budget.memory + budget.sent + budget.left_out);
+  const part = (cls, n, label) => h("div", { class: cls, style: `width:${(100 * n) / total}%`, title: `${label}: ${n} tokens` });
+  const placement = preview.placement || {};
+  section.replaceChildren(
+    h("p", {}, preview.injected ? `The memory goes in as a ${preview.injected.role} message, ${placement.position}` +
+      (placement.position === "in_chat" ? ` at depth ${placement.depth}` : "") + `: ${preview.injected.tokens} tokens.`
+      : "Nothing would be inserted now (no memory yet, or memory is off for this chat)."),
+    h("div", { class: "budget", id: "budget" }, part("memory", budget.memory, "memory"), part("sent", budget.sent, "chat messages sent"),
+      part("out", budget.left_out, "messages left out")),
+    h("div", { class: "legend", id: "budget-legend" },
+      h("span", {}, h("i", { style: "background:var(--memory)" }), `memory ${budget.memory}`),
+      h("span", {}, h("i", { style: "background:var(--sent)" }), `chat messages sent ${budget.sent}`),
+      h("span", {}, h("i", { style: "background:var(--out)" }), `left out ${budget.left_out}` +
+        (preview.left_out.length ? ` (messages ${preview.left_out[0]}–${preview.left_out[preview.left_out.length - 1]})` : ""))),
+    preview.injected ? h("pre", { class: "text", id: "injected" }, preview.injected.text) : "");
+}
+
+// Backfill: queue the chat's whole memory, and follow its jobs to the end.
+async function startBackfill(id) {
+  const answer = await act("POST", chatPath(id) + "/backfill", {}, "backfill started");
+  if (!answer) return;
+  state.backfill = { chat: id, most: 0, done: 0 };
+  if (answer.waiting_for_model) toast("waiting for a model: chat once through the proxy or set [memory.llm] model");
+  await trackBackfill();
+}
+
+async function trackBackfill() {
+  const run = state.backfill;
+  if (!run) return;
+  const found = await api("GET", "/recap/api/queue?chat=" + encodeURIComponent(run.chat));
+  const live = found.jobs.filter((j) => j.state === "queued" || j.state === "running").length;
+  const settled = found.jobs.filter((j) => j.state === "done" || j.state === "dropped" || j.state === "failed").length;
+  run.done = Math.max(run.done, settled);
+  run.most = Math.max(run.most, run.done + live);
+  const share = live === 0 ? 100 : Math.min(99, Math.round((100 * run.done) / Math.max(1, run.most)));
+  const bar = document.querySelector("#backfill-progress > div");
+  const label = document.getElementById("backfill-label");
+  if (bar && state.chat === run.chat) {
+    bar.style.width = share + "%";
+    label.textContent = `${share} %` + (live ? ` (${live} job${live === 1 ? "" : "s"} to go)` : " done");
+  }
+  if (live === 0) state.backfill = null;
+}
+
+// -- the queue ---------------------------------------------------------------------------
+
+async function renderQueue() {
+  const [queue, chats] = await Promise.all([api("GET", "/recap/api/queue"), api("GET", "/recap/api/chats")]);
+  const usage = chats.filter((c) => c.usage && c.usage.total);
+  const tokens = (u) => (u ? `${u.calls} calls, ${u.prompt_tokens + u.answer_tokens} tokens` : "—");
+  const control = (action, label) => h("button", { id: "queue-" + action, onclick: async () => {
+    await act("POST", `/recap/api/queue/${action}`, {}, label);
+    renderQueue();
+  } }, label);
+  const jobs = queue.jobs.slice().reverse();
+  main().replaceChildren(
+    h("h2", {}, "Queue"),
+    h("div", { class: "bar-row" }, h("span", { id: "queue-state" }, queue.paused ? "paused" : "running"),
+      queue.paused ? control("resume", "Resume") : control("pause", "Pause"), control("clear", "Clear")),
+    h("table", { id: "jobs" }, h("thead", {}, h("tr", {}, ["Job", "Chat", "Operation", "State", "Attempts", "Error", "Updated", ""].map((t) => h("th", {}, t)))),
+      h("tbody", {}, jobs.map((j) => h("tr", { "data-job": j.id },
+        h("td", {}, j.id), h("td", {}, h("a", { href: "#/chat/" + encodeURIComponent(j.chat) }, j.chat.split("/").pop())),
+        h("td", {}, j.operation), h("td", {}, j.state), h("td", { class: "num" }, j.attempts), h("td", { class: "error" }, j.error || ""),
+        h("td", {}, when(j.updated)),
+        h("td", {}, j.state === "failed" || j.state === "dropped" ? h("button", { onclick: () => act("POST", `/recap/api/queue/jobs/${j.id}/retry`, {}, "retrying") }, "Retry") : ""))))),
+    h("h3", {}, "The proxy's own calls"),
+    h("table", { id: "usage" }, h("thead", {}, h("tr", {}, ["Chat", "Today", "In all"].map((t) => h("th", {}, t)))),
+      h("tbody", {}, usage.map((c) => h("tr", {}, h("td", {}, c.name), h("td", {}, tokens(c.usage.today)), h("td", {}, tokens(c.usage.total)))))));
+}
+
+// -- routing -------------------------------------------------------------------------------
+
+async function route() {
+  const hash = location.hash.replace(/^#/, "") || "/";
+  for (const a of document.querySelectorAll("[data-nav]")) a.classList.toggle("here", hash.startsWith("/" + a.dataset.nav));
+  try {
+    if (hash.startsWith("/chat/")) {
+      state.view = "chat";
+      await renderChat(decodeURIComponent(hash.slice(6)));
+    } else if (hash === "/queue") {
+      state.view = "queue";
+      await renderQueue();
+    } else {
+      state.view = "chats";
+      await renderChats();
+    }
+  } catch (error) {
+    main().replaceChildren(h("p", { class: "error" }, error.message));
+  }
+  document.body.dataset.ready = "1";
+}
+
+window.addEventListener("hashchange", () => { state.tab = null; route(); });
+window.addEventListener("DOMContentLoaded", () => {
+  route();
+  listen();
+});
