@@ -24,9 +24,9 @@ def test_scenes_running_version_and_queue_per_chat(tmp_path: Path) -> None:
     db.memory.update_break(uids[0], visible=0)
     spec = JobSpec(CHAT, Operation.SCENE_RECAP, "k", {}, "h", "api")
     write_job(db, spec, 0.0)
-    summary = chat_summaries(db.db)[CHAT]
-    assert summary == {"active": True, "scenes": 3, "running_version": 2,
-                       "queue": {"queued": 1, "running": 0, "failed": 0}}  # fmt: skip
+    queue = {"queued": 1, "running": 0, "failed": 0}
+    expected = {"active": True, "scenes": 3, "running_version": 2, "queue": queue}
+    assert chat_summaries(db.db)[CHAT] == expected
     db.memory.set_state(CHAT, current_recap=1)  # a version the user picked
     assert chat_summaries(db.db)[CHAT]["running_version"] == 1
     db.close()
