@@ -469,8 +469,8 @@ function lineDiff(before, after) {
   let i = 0, j = 0;
   while (i < a.length || j < b.length) {
     if (i < a.length && j < b.length && a[i] === b[j]) { out.push(h("div", {}, "  " + a[i])); i++; j++; }
-    else if (j < b.length && (i >= a.length || table[i][j + 1] >= table[i + 1][j])) { out.push(h("div", { class: "add" }, "+ " + b[j])); j++; }
-    else { out.push(h("div", { class: "del" }, "- " + a[i])); i++; }
+    else if (i < a.length && (j >= b.length || table[i + 1][j] >= table[i][j + 1])) { out.push(h("div", { class: "del" }, "- " + a[i])); i++; }
+    else { out.push(h("div", { class: "add" }, "+ " + b[j])); j++; }
   }
   return out;
 }

@@ -1,0 +1,235 @@
+"""The dashboard in a real browser: Playwright driving Debian's chromium against
+`recap-proxy serve` in its own process, with a data folder and the fake model.
+
+The browser is Debian's (`/usr/bin/chromium`, which `.ci/run` installs when it is
+missing); nothing is downloaded. Without it these tests skip, except where
+`RECAP_BROWSER_TESTS=1` says they must run (CI): then they fail instead.
+Screenshots go to `RECAP_SCREENSHOTS` when set (the README's come from there).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import aiohttp
+import pytest
+
+from tests.conftest import FakeLLM
+from tests.memory.story import CHAT_ID, Story
+from tests.test_serve_e2e import ROOT, env, free_port, wait_for_port
+
+CHROMIUM = Path(os.environ.get("RECAP_CHROMIUM", "/usr/bin/chromium"))
+REQUIRED = os.environ.get("RECAP_BROWSER_TESTS") == "1"
+if not CHROMIUM.exists() and not REQUIRED:
+    pytest.skip(f"no browser at {CHROMIUM} (Debian's chromium package)", allow_module_level=True)
+
+from playwright.async_api import Browser, Page, async_playwright, expect  # noqa: E402
+
+# How the machine's closed network wants chromium started (no calls home).
+ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+        "--disable-background-networking", "--disable-component-update",
+        "--disable-sync"]  # fmt: skip
+KEY = "dash-key"
+
+
+@dataclass
+class Served:
+    url: str
+    fake: FakeLLM
+    data: Path
+    story: Story
+
+
+def write_config(tmp_path: Path, fake: FakeLLM, data: Path, port: int, **extra: str) -> Path:
+    lines = [
+        "[server]", f"port = {port}", f'access_key = "{KEY}"',
+        "[upstream]", f'base_url = "{fake.base_url}"',
+        "[sillytavern]", f'data_dir = "{data}"', "debounce_ms = 10",
+        "[store]", f'path = "{tmp_path / "store.sqlite3"}"',
+        "[memory]", "minimum_scene_length = 4", "scene_break_offset = 2",
+        "scene_break_every = 1", "message_recaps = false",
+        "[memory.llm]", 'model = "fake-model"',
+    ]  # fmt: skip
+    lines += [f"{k} = {v}" for k, v in extra.items()]
+    path = tmp_path / "config.toml"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+@pytest.fixture
+def served(tmp_path: Path, fake_llm: FakeLLM) -> Iterator[Served]:
+    data = tmp_path / "st" / "data"
+    story = Story(data, {8})
+    story.grow(16)
+    other = Story(data, {6, 14, 22}, char="Bea")
+    other.grow(30)
+    port = free_port()
+    config = write_config(tmp_path, fake_llm, data, port)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "proxy", "serve", "--config", str(config)],
+        cwd=ROOT,
+        env=env(tmp_path),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        wait_for_port(port, proc)
+        yield Served(f"http://127.0.0.1:{port}", fake_llm, data, story)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        log = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
+        if proc.stderr:
+            proc.stderr.close()
+        assert "Traceback" not in log, log
+
+
+@pytest.fixture
+async def browser() -> AsyncIterator[Browser]:
+    async with async_playwright() as playwright:
+        found = await playwright.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
+        yield found
+        await found.close()
+
+
+async def open_page(browser: Browser, url: str) -> Page:
+    page = await browser.new_page(viewport={"width": 1200, "height": 900})
+    page.set_default_timeout(15000)
+    errors: list[str] = []
+    page.on("pageerror", lambda error: errors.append(str(error)))
+    page.errors = errors  # type: ignore[attr-defined]
+    await page.goto(url)
+    return page
+
+
+async def screenshot(page: Page, name: str, tmp_path: Path) -> None:
+    folder = Path(os.environ.get("RECAP_SCREENSHOTS") or tmp_path).resolve()
+    folder.mkdir(parents=True, exist_ok=True)
+    await page.screenshot(path=str(folder / f"{name}.png"))
+
+
+async def chat_request(served: Served) -> None:
+    """The story's next request, as ST sends it through the proxy."""
+    async with aiohttp.ClientSession() as session:
+        url = f"{served.url}/v1/chat/completions"
+        headers = {"Authorization": f"Bearer {KEY}"}
+        async with session.post(url, json=served.story.request(), headers=headers) as response:
+            assert response.status == 200
+            await response.read()
+
+
+async def test_a_person_follows_and_fixes_the_memory(
+    served: Served, browser: Browser, tmp_path: Path
+) -> None:
+    page = await open_page(browser, served.url + "/recap/")
+    # The access key is asked once per browser session.
+    await page.fill("#key-input", KEY)
+    await page.click("#key-form button")
+    await page.fill("#filter", "ava")
+    chats = page.locator("#chats tbody tr:visible")
+    await expect(chats).to_have_count(1)
+    await expect(page.locator("#live")).to_have_text("live")
+    await chats.locator("a").click()
+    await expect(page.locator("#chat-title")).to_have_text(CHAT_ID.rsplit("/", 1)[1])
+
+    # The model works while the page watches: the scene shows first, then its recap.
+    served.fake.state.faults["scene_recap"] = ["hold"]
+    await chat_request(served)
+    scene = page.locator('details.scene[data-scene="8"]')
+    await expect(scene.locator("summary")).to_contain_text("no recap yet")
+    served.fake.state.release.set()
+    await expect(scene.locator("summary")).not_to_contain_text("no recap yet")
+    await expect(page.locator("#running-version")).to_have_text("running recap v1")
+
+    # Edit the scene's recap: a new version, and the running recap folded again.
+    await scene.locator("summary").click()
+    await scene.get_by_role("button", name="Edit recap").click()
+    await page.fill("#edit-text", "Ava and Tom reach the old mill. The lantern is lit.")
+    await page.click("#edit-save")
+    await expect(scene.locator(".recap")).to_have_text(
+        "Ava and Tom reach the old mill. The lantern is lit."
+    )
+    await expect(scene.locator("summary")).to_contain_text("2 versions")
+    await screenshot(page, "chat-view", tmp_path)
+
+    # The running recap was folded again from the edited scene (the version built on the
+    # old text went); edited by hand, it has two versions to compare and pick from.
+    await page.get_by_role("tab", name="Running recap").click()
+    await expect(page.locator("#running-current")).to_contain_text("The lantern is lit.")
+    await page.get_by_role("button", name="Edit", exact=True).click()
+    edited = await page.input_value("#edit-text")
+    await page.fill("#edit-text", edited.replace("The lantern is lit.", "Tom keeps the lantern."))
+    await page.click("#edit-save")
+    await expect(page.locator("#running-current")).to_contain_text("Tom keeps the lantern.")
+    await expect(page.locator("#running-version")).to_have_text("running recap v2")
+    await expect(page.locator("#running-diff .add")).to_contain_text("Tom keeps the lantern.")
+    await expect(page.locator("#running-diff .del")).to_contain_text("The lantern is lit.")
+    await screenshot(page, "running-diff", tmp_path)
+    await page.locator('tr[data-version="1"]').get_by_role("button", name="Pick").click()
+    await expect(page.locator('tr[data-version="1"] .badge')).to_have_text("current")
+    await expect(page.locator("#running-version")).to_have_text("running recap v1")
+
+    # A break set by hand, then removed.
+    await page.get_by_role("tab", name="Scenes & messages").click()
+    message = page.locator('.msg[data-index="12"]')
+    await message.hover()
+    await message.get_by_role("button", name="End a scene here").click()
+    await expect(page.locator('details.scene[data-scene="12"]')).to_have_count(1)
+    await page.locator('details.scene[data-scene="12"] summary').click()
+    await page.locator('.break[data-break="12"]').get_by_role("button", name="Remove").click()
+    await expect(page.locator('details.scene[data-scene="12"]')).to_have_count(0)
+
+    # What the model gets: the inserted memory and the request's budget.
+    await page.get_by_role("tab", name="What the model gets").click()
+    await expect(page.locator("#budget-legend")).to_contain_text("memory")
+    memory_part = page.locator("#budget .memory")
+    assert float((await memory_part.get_attribute("style") or "0").split(":")[1].rstrip("%")) > 0
+    await expect(page.locator("#injected")).to_contain_text("Ava")
+
+    # The queue: paused and resumed.
+    await page.click("a[href='#/queue']")
+    await page.click("#queue-pause")
+    await expect(page.locator("#queue-state")).to_have_text("paused")
+    await page.click("#queue-resume")
+    await expect(page.locator("#queue-state")).to_have_text("running")
+    await expect(page.locator("#usage")).to_contain_text("calls")
+
+    # Backfill another chat and follow its progress to the end.
+    await page.click("a[href='#/']")
+    await page.fill("#filter", "bea")
+    await page.locator("#chats tbody tr:visible a").click()
+    await page.click("#backfill")
+    await expect(page.locator("#backfill-label")).to_have_text("100 % done", timeout=30000)
+    await expect(page.locator("#backfill-progress > div")).to_have_attribute(
+        "style", "width: 100%;"
+    )
+    assert page.errors == []  # type: ignore[attr-defined]
+
+
+async def test_a_long_chat_renders_only_what_is_in_view(served: Served, browser: Browser) -> None:
+    long = Story(served.data, set(), char="Cyd")
+    long.grow(5000)
+    page = await open_page(browser, served.url + "/recap/")
+    await page.fill("#key-input", KEY)
+    await page.click("#key-form button")
+    await page.fill("#filter", "cyd")
+    await expect(page.locator("#chats tbody tr:visible")).to_have_count(1)
+    await page.locator("#chats tbody tr:visible a").click()
+    open_scene = page.locator('details.scene[data-scene="open"]')
+    await expect(open_scene).to_have_attribute("open", "")
+    await expect(page.locator(".msg").first).to_be_visible()
+    rendered = await page.locator(".msg").count()
+    assert 0 < rendered < 400, rendered  # a few blocks, not 5,000 messages
+    await page.locator('.msg[data-index="0"]').scroll_into_view_if_needed()
+    await page.mouse.wheel(0, 20000)
+    await expect(page.locator(".msg")).not_to_have_count(rendered)  # more as it scrolls
