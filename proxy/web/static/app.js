@@ -219,10 +219,13 @@ async function renderChat(id) {
   state.chat = id;
   const root = main();
   root.replaceChildren(h("p", { class: "muted" }, "loading…"));
-  const [overview, messages] = await Promise.all([
+  // One round of requests: the story tab's scenes and recaps come along.
+  const [overview, messages, scenes, recaps] = await Promise.all([
     api("GET", chatPath(id) + "/memory"), api("GET", chatPath(id) + "/messages"),
+    api("GET", chatPath(id) + "/scenes"), api("GET", chatPath(id) + "/recaps"),
   ]);
   state.messages = messages;
+  state.prefetched = { scenes, recaps };
   const tab = state.tab || "story";
   const tabs = h("div", { class: "tabs", role: "tablist" },
     [["story", "Scenes & messages"], ["running", "Running recap"], ["model", "What the model gets"]].map(([name, label]) =>
@@ -260,6 +263,7 @@ async function showTab() {
   const section = document.getElementById("tab");
   if (!section) return;
   const tab = state.tab || "story";
+  if (tab !== "story") state.prefetched = null;
   if (tab === "story") await renderStory(section);
   else if (tab === "running") await renderRunning(section);
   else await renderModel(section);
@@ -277,9 +281,9 @@ async function updateChat(what) {
 // blocks, each only once it scrolls into view, so a chat of thousands opens at once.
 async function renderStory(section) {
   const id = state.chat;
-  const [scenes, recaps] = await Promise.all([
-    api("GET", chatPath(id) + "/scenes"), api("GET", chatPath(id) + "/recaps"),
-  ]);
+  const [scenes, recaps] = state.prefetched ? [state.prefetched.scenes, state.prefetched.recaps]
+    : await Promise.all([api("GET", chatPath(id) + "/scenes"), api("GET", chatPath(id) + "/recaps")]);
+  state.prefetched = null;
   state.recaps = new Map(recaps.map((r) => [r.index, r]));
   const open = new Set([...section.querySelectorAll("details.scene[open]")].map((d) => d.dataset.scene));
   const fresh = !section.querySelector("details.scene");
@@ -302,6 +306,21 @@ async function renderStory(section) {
   }, { rootMargin: "600px" });
   section.replaceChildren(...groups.map((g) => sceneElement(g, breaks, observer,
     fresh ? g.scene === null : open.has(String(g.scene ? g.scene.index : "open")))));
+  if (fresh) {
+    // Opened anew: show where the story is now, the end of the open scene, and stay there
+    // while the blocks above fill in, until the person scrolls.
+    state.pinned = true;
+    requestAnimationFrame(pinEnd);
+  }
+}
+
+function pinEnd() {
+  const last = document.querySelector('details.scene[data-scene="open"] .block:last-child');
+  if (state.pinned && last) last.scrollIntoView({ block: "end" });
+}
+
+for (const name of ["wheel", "touchstart", "keydown", "mousedown"]) {
+  window.addEventListener(name, () => { state.pinned = false; }, { passive: true });
 }
 
 function sceneElement(group, breaks, observer, isOpen) {
@@ -348,6 +367,7 @@ function fillBlock(block, breaks) {
   block.messages = null;
   block.style.minHeight = "";
   block.replaceChildren(...items);
+  if (state.pinned) pinEnd();
 }
 
 function messageElement(m) {
