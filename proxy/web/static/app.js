@@ -186,9 +186,10 @@ async function renderChats(fresh = true) {
       },
     }, ["default", "on", "off"].map((v) => h("option", { value: v }, v)));
     toggle.value = c.enabled === true ? "on" : c.enabled === false ? "off" : "default";
-    return h("tr", { "data-chat": c.id, "data-name": (c.name + " " + (c.owner || "") + " " + c.user).toLowerCase() },
-      h("td", {}, h("a", { href: "#/chat/" + encodeURIComponent(c.id) }, c.name)),
-      h("td", {}, c.owner || ""), h("td", {}, c.user), h("td", {}, c.kind === "group" ? "group" : "solo"),
+    const title = c.file.split("/").pop().replace(/\.jsonl$/, "");
+    return h("tr", { "data-chat": c.id, "data-name": [title, c.name, c.owner, c.user].join(" ").toLowerCase() },
+      h("td", {}, h("a", { href: "#/chat/" + encodeURIComponent(c.id) }, title)),
+      h("td", {}, c.name), h("td", {}, c.user), h("td", {}, c.kind === "group" ? "group" : "solo"),
       h("td", { class: "num" }, c.messages), h("td", {}, when(c.updated)), h("td", {}, toggle),
       h("td", { class: "num" }, memory.scenes || 0),
       h("td", { class: "num" }, memory.running_version != null ? "v" + memory.running_version : "—"),
@@ -199,7 +200,7 @@ async function renderChats(fresh = true) {
     oninput: (e) => applyFilter(e.target.value) });
   root.replaceChildren(
     h("h2", {}, "Chats"), h("div", { class: "bar-row" }, input, h("span", { class: "muted" }, plural(chats.length, "chat"))),
-    h("table", { id: "chats" }, h("thead", {}, h("tr", {}, ["Chat", "Character", "User", "Kind", "Messages",
+    h("table", { id: "chats" }, h("thead", {}, h("tr", {}, ["Chat", "Character or group", "User", "Kind", "Messages",
       "Last save", "Memory", "Scenes", "Running", "Queue (queued / running)"].map((t) => h("th", {}, t)))),
     h("tbody", {}, rows)));
   applyFilter(filter);
@@ -553,7 +554,7 @@ async function renderQueue() {
     await act("POST", `/recap/api/queue/${action}`, {}, label);
     renderQueue();
   } }, label);
-  const jobs = queue.jobs.slice().reverse();
+  const jobs = queue.jobs.slice().sort((a, b) => b.id - a.id);
   main().replaceChildren(
     h("h2", {}, "Queue"),
     h("div", { class: "bar-row" }, h("span", { id: "queue-state" }, queue.paused ? "paused" : "running"),
