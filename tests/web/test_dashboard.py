@@ -36,6 +36,7 @@ ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
         "--disable-background-networking", "--disable-component-update",
         "--disable-sync"]  # fmt: skip
 KEY = "dash-key"
+expect.set_options(timeout=15_000)  # a loaded 2-core CI machine: patience, not sleeps
 
 
 @dataclass

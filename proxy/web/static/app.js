@@ -517,11 +517,16 @@ async function renderModel(section) {
     preview.injected ? h("pre", { class: "text", id: "injected" }, preview.injected.text) : "");
 }
 
-// Backfill: queue the chat's whole memory, and follow its jobs to the end.
+// Backfill: queue the chat's whole memory, and follow it to the end. Planning follows
+// each finished job, so the work is over only when two looks in a row, half a second
+// apart, find nothing queued or running (as `recap-proxy backfill` does); until then the
+// bar shows how far the running recap covers the chat.
 async function startBackfill(id) {
+  const queue = "/recap/api/queue?chat=" + encodeURIComponent(id);
+  const before = Math.max(0, ...(await api("GET", queue)).jobs.map((j) => j.id));
   const answer = await act("POST", chatPath(id) + "/backfill", {}, "backfill started");
   if (!answer) return;
-  state.backfill = { chat: id, most: 0, done: 0 };
+  state.backfill = { chat: id, before, quiet: 0, busy: false, again: false };
   if (answer.waiting_for_model) toast("waiting for a model: chat once through the proxy or set [memory.llm] model");
   await trackBackfill();
 }
@@ -529,19 +534,42 @@ async function startBackfill(id) {
 async function trackBackfill() {
   const run = state.backfill;
   if (!run) return;
-  const found = await api("GET", "/recap/api/queue?chat=" + encodeURIComponent(run.chat));
-  const live = found.jobs.filter((j) => j.state === "queued" || j.state === "running").length;
-  const settled = found.jobs.filter((j) => j.state === "done" || j.state === "dropped" || j.state === "failed").length;
-  run.done = Math.max(run.done, settled);
-  run.most = Math.max(run.most, run.done + live);
-  const share = live === 0 ? 100 : Math.min(99, Math.round((100 * run.done) / Math.max(1, run.most)));
+  if (run.busy) {
+    run.again = true; // one look at a time, in order
+    return;
+  }
+  run.busy = true;
+  try {
+    do {
+      run.again = false;
+      await lookAtBackfill(run);
+    } while (run.again && state.backfill === run);
+  } finally {
+    run.busy = false;
+  }
+}
+
+async function lookAtBackfill(run) {
+  const [found, overview] = await Promise.all([
+    api("GET", "/recap/api/queue?chat=" + encodeURIComponent(run.chat)),
+    api("GET", chatPath(run.chat) + "/memory"),
+  ]);
+  const ours = found.jobs.filter((j) => j.id > run.before);
+  const live = ours.filter((j) => j.state === "queued" || j.state === "running").length;
+  const failed = ours.filter((j) => j.state === "failed").length;
+  run.quiet = live ? 0 : run.quiet + 1;
+  const done = run.quiet >= 2;
+  const covered = (100 * (overview.covered_through + 1)) / Math.max(1, overview.messages);
+  const share = done ? 100 : Math.min(99, Math.floor(covered));
   const bar = document.querySelector("#backfill-progress > div");
   const label = document.getElementById("backfill-label");
   if (bar && state.chat === run.chat) {
     bar.style.width = share + "%";
-    label.textContent = `${share} %` + (live ? ` (${live} job${live === 1 ? "" : "s"} to go)` : " done");
+    label.textContent = `${share} %` + (done ? " done" : ` (${ours.length - live} jobs done, ${live} to go)`) +
+      (failed ? `, ${failed} failed` : "");
   }
-  if (live === 0) state.backfill = null;
+  if (done) state.backfill = null;
+  else if (!live) setTimeout(trackBackfill, 500);
 }
 
 // -- the queue ---------------------------------------------------------------------------
