@@ -84,15 +84,25 @@ def servers(tmp_path: Path) -> Iterator[tuple[int, int, subprocess.Popen[bytes]]
         yield llm_port, proxy_port, proxy
     finally:
         for proc in (proxy, llm):
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-                try:
-                    proc.wait(10)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait()
-            if proc.stderr:
-                proc.stderr.close()
+            stop(proc)
+
+
+def stop(proc: subprocess.Popen[bytes], timeout: float = 10) -> str:
+    """Stop a server as a service manager would (SIGTERM, then kill); its stderr."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    if proc.stderr is None:
+        return ""
+    if proc.stderr.closed:
+        return ""
+    text = proc.stderr.read().decode(errors="replace")
+    proc.stderr.close()
+    return text
 
 
 async def test_serve_proxies_like_the_upstream(

@@ -16,7 +16,7 @@ from proxy.errors import NotFound, Unavailable
 from proxy.library import ChatLibrary
 from proxy.store import Database
 from proxy.store.overview import chat_summaries
-from proxy.store.records import ChatRecord
+from proxy.store.records import ChatRecord, MessageRecord
 from proxy.web.keys import LIBRARY, SETTINGS
 from proxy.web.params import path_number, query_number
 
@@ -69,15 +69,19 @@ async def list_chats(request: web.Request) -> web.Response:
     return web.json_response(await library_of(request).store.call(work))
 
 
-async def chat_messages(request: web.Request) -> web.Response:
-    """`GET /recap/api/chats/{id}/messages`: every message of the chat, hidden ones too
-    (`hidden`), whole (the dashboard's chat view)."""
+async def _chat_and_messages(request: web.Request) -> tuple[ChatRecord, list[MessageRecord]]:
     store = library_of(request).store
     chat_id = request.match_info["chat_id"]
     record = await store.chat(chat_id)
     if record is None or record.deleted:
         raise NotFound(f"no chat {chat_id!r}")
-    messages = await store.messages(chat_id)
+    return record, await store.messages(chat_id)
+
+
+async def chat_messages(request: web.Request) -> web.Response:
+    """`GET /recap/api/chats/{id}/messages`: every message of the chat, hidden ones too
+    (`hidden`), whole (the dashboard's chat view)."""
+    _, messages = await _chat_and_messages(request)
     return web.json_response(
         [
             {
@@ -100,12 +104,7 @@ def _role(is_user: bool, narrator: bool) -> str:
 
 
 async def get_chat(request: web.Request) -> web.Response:
-    store = library_of(request).store
-    chat_id = request.match_info["chat_id"]
-    record = await store.chat(chat_id)
-    if record is None or record.deleted:
-        raise NotFound(f"no chat {chat_id!r}")
-    messages = await store.messages(chat_id)
+    record, messages = await _chat_and_messages(request)
     visible = [
         {
             "index": m.position,

@@ -10,7 +10,6 @@ Screenshots go to `RECAP_SCREENSHOTS` when set (the README's come from there).
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Iterator
@@ -22,7 +21,7 @@ import pytest
 
 from tests.conftest import FakeLLM
 from tests.memory.story import CHAT_ID, Story
-from tests.test_serve_e2e import ROOT, env, free_port, wait_for_port
+from tests.test_serve_e2e import ROOT, env, free_port, stop, wait_for_port
 
 CHROMIUM = Path(os.environ.get("RECAP_CHROMIUM", "/usr/bin/chromium"))
 REQUIRED = os.environ.get("RECAP_BROWSER_TESTS") == "1"
@@ -83,15 +82,7 @@ def served(tmp_path: Path, fake_llm: FakeLLM) -> Iterator[Served]:
         wait_for_port(port, proc)
         yield Served(f"http://127.0.0.1:{port}", fake_llm, data, story)
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        log = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
-        if proc.stderr:
-            proc.stderr.close()
+        log = stop(proc, 15)
         assert "Traceback" not in log, log
 
 
