@@ -7,11 +7,13 @@ The chat grows by ST-style atomic saves (a reply and the user's next message at 
 after each save a chat request goes through the proxy and the engine is left to finish
 its work against the fake LLM (its own process, answering each operation by its header;
 a scene ends on every message that carries `[END SCENE]`, every 16 to 30 messages).
-Printed, with and without message recaps:
+Printed, with and without message recaps (`--every N` sets `scene_break_every`):
 - the proxy's own LLM calls and prompt tokens per 100 messages, per operation, against
   ST-Auto-Recap's count (one detection per character message plus five calls per scene);
 - engine CPU time: planning per change, and per job (the proxy's thread, LLM wait excluded);
-- the size of the final outgoing request with memory and trimming against the raw history.
+- the size of the final outgoing request with memory and trimming against the raw history;
+- the scene breaks found, against those of a check after every message (target: 95 % at
+  the same message).
 """
 
 from __future__ import annotations
@@ -117,7 +119,8 @@ class Meter:
             handler.run = timed_run  # type: ignore[method-assign]
 
 
-async def replay(n: int, message_recaps: bool, llm_url: str) -> dict[str, Any]:
+async def replay(n: int, message_recaps: bool, llm_url: str, **memory: Any) -> dict[str, Any]:
+    """One replay; `memory`: more `[memory]` settings (the defaults otherwise)."""
     messages, scenes = story(n)
     counter = TokenCounter()
     with tempfile.TemporaryDirectory() as tmp:
@@ -129,7 +132,7 @@ async def replay(n: int, message_recaps: bool, llm_url: str) -> dict[str, Any]:
                 "upstream": {"base_url": llm_url},
                 "sillytavern": {"data_dir": str(data), "debounce_ms": 10},
                 "store": {"path": str(Path(tmp) / "store.sqlite3")},
-                "memory": {"message_recaps": message_recaps, "templates_dir": tmp},
+                "memory": {"message_recaps": message_recaps, "templates_dir": tmp, **memory},
             }
         )
         app = make_app(settings, counter=counter)
@@ -170,13 +173,16 @@ async def replay(n: int, message_recaps: bool, llm_url: str) -> dict[str, Any]:
             step.sort()
             raw_tokens = sum(counter.count(m["content"]) for m in final["messages"])
             sent_tokens = sum(counter.count(m["content"]) for m in preview["body"]["messages"])
-            made = await library.store.call(lambda db: len(db.memory.breaks(CHAT_ID)))
+            breaks = await library.store.call(
+                lambda db: [b.position for b in db.memory.breaks(CHAT_ID) if b.visible]
+            )
         finally:
             await runner.cleanup()
     return {
         "meter": meter,
         "scenes": scenes,
-        "detected": made,
+        "detected": len(breaks),
+        "breaks": breaks,
         "raw_tokens": raw_tokens,
         "step_ms": (1000 * step[len(step) // 2], 1000 * step[-1]),
         "sent_tokens": sent_tokens,
@@ -219,15 +225,29 @@ def report(label: str, n: int, result: dict[str, Any]) -> None:
 async def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--messages", type=int, default=1000)
-    n = parser.parse_args().messages
+    parser.add_argument("--every", type=int, help="scene_break_every (default: the default)")
+    args = parser.parse_args()
+    n = args.messages
+    extra = {} if args.every is None else {"scene_break_every": args.every}
     port = free_port()
     fake = start(["-m", "tests.fakes.fake_llm", "--port", str(port)], port)
     try:
         llm_url = f"http://127.0.0.1:{port}/v1"
+        found: list[int] = []
         for recaps in (True, False):
             label = "with message recaps" if recaps else "without message recaps"
             print(f"replaying {label}...", file=sys.stderr)
-            report(label, n, await replay(n, recaps, llm_url))
+            result = await replay(n, recaps, llm_url, **extra)
+            report(label, n, result)
+            found = result["breaks"]
+        # The same chat checked after every message (ST-Auto-Recap's pace): the breaks a
+        # slower pace must still find at the same messages (target: 95 % or more).
+        print("replaying with a check after every message...", file=sys.stderr)
+        reference = (await replay(n, False, llm_url, scene_break_every=1))["breaks"]
+        same = len(set(found) & set(reference))
+        print(f"\nscene breaks at the same message as with a check after every message: "
+              f"{same} of {len(reference)} ({100 * same / max(1, len(reference)):.0f} %, "
+              f"target 95 %); {len(found)} found")  # fmt: skip
     finally:
         fake.terminate()
 

@@ -3,8 +3,8 @@ a scene and its name are written for the recap prompts. Pure.
 
 ST-Auto-Recap's detection (its report §8), with its flaws fixed: the open scene is
 checked only when a break can be accepted (enough messages since the last break, past
-the offset zone) and only when enough new messages arrived since the last check found
-none (`scene_break_every`), the choice is limited to a window, and an invalid answer is
+the offset zone) and only once `scene_break_every` messages can be chosen that no earlier
+check looked at (the first check of a scene too), the choice is limited to a window, and an invalid answer is
 re-asked a bounded number of times by the caller.
 """
 
@@ -94,6 +94,11 @@ def detection_window(
             return None  # too few new messages since the last check found nothing
         start = max(start, unchecked[0])
     if start > last_choosable:
+        return None
+    if checked is None and last_choosable - start + 1 < min(every, size):
+        # The first check of a scene waits for a full stride of choosable messages too:
+        # most scenes run well past their minimum, and a check of one or two messages
+        # that finds nothing is a call spent for nothing.
         return None
     end = min(last_choosable, start + size - 1)
     first_shown = max(0, start - CONTEXT_BEFORE)

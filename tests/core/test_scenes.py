@@ -33,7 +33,17 @@ def test_the_report_example_window() -> None:
 def test_no_call_when_a_break_cannot_be_accepted() -> None:
     assert window(list(range(0, 8))) is None  # all in the offset zone
     assert window(list(range(0, 17))) is None  # 9 eligible: fewer than the minimum
-    assert window(list(range(0, 18))) is not None
+    assert window(list(range(0, 18)), every=1) is not None  # ST-Auto-Recap's pace
+
+
+def test_the_first_check_of_a_scene_waits_for_a_full_stride() -> None:
+    assert window(list(range(0, 19))) is None  # two choosable (9, 10): fewer than `every`
+    first = window(list(range(0, 20)))
+    assert first is not None and first.choosable == (9, 10, 11)
+    assert window(list(range(0, 30)), every=16) is None  # 13 choosable
+    wide = window(list(range(0, 33)), every=16)
+    assert wide is not None and wide.choosable == tuple(range(9, 25))
+    assert window(list(range(0, 30)), every=60, size=10) is not None  # at most a window
 
 
 def test_after_a_negative_check_wait_for_new_messages() -> None:
