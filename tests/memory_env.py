@@ -27,6 +27,8 @@ FAST = {
     "memory.scene_break_offset": 2,
     "memory.scene_break_every": 1,
     "memory.message_recap_batch_size": 3,
+    # Tests send a chat's whole history, which `needed` would never recap.
+    "memory.message_recaps": "always",
     "sillytavern.debounce_ms": 10,
 }
 

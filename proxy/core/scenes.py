@@ -4,8 +4,8 @@ a scene and its name are written for the recap prompts. Pure.
 ST-Auto-Recap's detection (its report §8), with its flaws fixed: the open scene is
 checked only when a break can be accepted (enough messages since the last break, past
 the offset zone) and only once `scene_break_every` messages can be chosen that no earlier
-check looked at (the first check of a scene too), the choice is limited to a window, and an invalid answer is
-re-asked a bounded number of times by the caller.
+check looked at (the first check of a scene too), the choice is limited to a window, and
+an invalid answer is re-asked a bounded number of times by the caller.
 """
 
 from __future__ import annotations

@@ -43,6 +43,7 @@ from proxy.memory.views import (
     RequestMemory,
     ViewInputs,
     build_view,
+    present_from,
     request_memory,
 )
 from proxy.settings import QueueSettings
@@ -118,6 +119,8 @@ class MemoryEngine:
         self._pending: dict[str, tuple[int | None, bool]] = {}
         self._tasks = TaskSet()
         self._import_failed: set[str] = set()  # logged once per chat
+        # chat -> the oldest chat position its latest request carried (ST's cut)
+        self.sent_from: dict[str, int] = {}
 
     async def __aenter__(self) -> MemoryEngine:
         await self.queue.__aenter__()
@@ -266,9 +269,23 @@ class MemoryEngine:
     ) -> RequestMemory:
         """The macro values and the request indices to leave out, for one request."""
         view = self.views.get(ident.chat_id)
+        self._note_cut(ident, history)
         return request_memory(
             view, self.settings, ident, messages, history, model, self.store.search
         )
+
+    def _note_cut(self, ident: Identification, history: Sequence[int]) -> None:
+        """Keep where ST cuts the chat (the oldest message its request still carries): with
+        `message_recaps = "needed"`, the messages before it are the ones to recap. A cut
+        that moved plans the chat again (in the background: the request does not wait)."""
+        if self.settings.message_recaps != "needed" or ident.generation == "quiet":
+            return
+        sent_from = present_from(ident, history)
+        if sent_from is None or self.sent_from.get(ident.chat_id) == sent_from:
+            return
+        self.sent_from[ident.chat_id] = sent_from
+        if sent_from > 0 and ident.chat_id in self.active:
+            self.schedule(ident.chat_id)
 
     # -- store thread ---------------------------------------------------------------------------
 
@@ -326,9 +343,17 @@ class MemoryEngine:
             if detect is not None:
                 key = job_key(Operation.DETECT_SCENE_BREAK, chat_id)
                 jobs.append((Operation.DETECT_SCENE_BREAK, key, detect))
-        if self.settings.message_recaps:
+        policy = self.settings.message_recaps
+        if policy != "off":
+            # `needed`: only what ST no longer sends (and a few ahead of its cut).
+            cut = self.sent_from.get(chat_id, 0)
+            until = (
+                None
+                if policy == "always"
+                else (cut + self.settings.message_recap_ahead if cut else 0)
+            )
             due = detect is not None
-            jobs.extend(self.work.message_batches(db, chat_id, backfill, last_break, due))
+            jobs.extend(self.work.message_batches(db, chat_id, backfill, last_break, due, until))
         queued = sum(self.stamp(db, chat_id, *job)[1] for job in jobs)
         before = self.views.get(chat_id)
         view = self.views[chat_id] = self.view(db, chat_id, since)

@@ -91,11 +91,19 @@ class WorkPlanner:
         return {"shown": shown_uids, "choosable": choosable, "minimum": window.minimum}
 
     def message_batches(
-        self, db: Database, chat_id: str, backfill: bool, last_break: int, detection_due: bool
+        self,
+        db: Database,
+        chat_id: str,
+        backfill: bool,
+        last_break: int,
+        detection_due: bool,
+        until: int | None = None,
     ) -> list[tuple[Operation, str, Payload]]:
         """Message recap jobs: the queued batches stamped again, and full batches of the
         open scene's messages that lack a current recap (a partial one too in a backfill).
-        `detection_due`: planning is about to queue a scene-break check."""
+        `detection_due`: planning is about to queue a scene-break check. `until`: only
+        messages before this position are wanted (`needed`: ST's cut and a few ahead);
+        those are recapped at once, a partial batch too."""
         memory = db.memory
         jobs = db.jobs.list(chat_id, ("queued", "running"))
         covered = covered_through(db, chat_id)
@@ -127,6 +135,8 @@ class WorkPlanner:
         excluded = memory.excluded(chat_id)
         pending: list[tuple[int, int, str]] = []
         for record in memory.messages_from(chat_id, start):
+            if until is not None and record.position >= until:
+                break
             if record.uid in in_flight:
                 continue
             swipe = swipe_of(record)
@@ -140,7 +150,7 @@ class WorkPlanner:
             pending.append((record.uid, swipe, source))
         size = self.settings.message_recap_batch_size
         batches = [pending[i : i + size] for i in range(0, len(pending), size)]
-        if batches and len(batches[-1]) < size and not backfill:
+        if batches and len(batches[-1]) < size and not backfill and until is None:
             batches.pop()  # a partial batch waits for more messages
         for batch in batches:
             items: list[JSONValue] = [[uid, swipe, source] for uid, swipe, source in batch]

@@ -88,8 +88,19 @@ class MemorySettings(Section):
         "`templates/` in the user's config dir, when it exists.",
         examples=["~/.config/recap-proxy/templates"],
     )
-    message_recaps: bool = Field(
-        True, description="Write a short recap of each eligible message (in batches)."
+    message_recaps: Literal["needed", "always", "off"] = Field(
+        "needed",
+        description="Short recaps of messages (in batches), which go into `{{recent_recaps}}` "
+        "for messages ST no longer sends and the running recap does not cover. `needed`: "
+        "only for those, once ST starts cutting the chat (and `message_recap_ahead` beyond "
+        "its cut); `always`: every eligible message of the open scene, as ST-Auto-Recap and "
+        "qvink do; `off`. `true`/`false` read as `always`/`off`.",
+    )
+    message_recap_ahead: int = Field(
+        6,
+        ge=0,
+        description="With `needed`: also recap this many messages after the oldest one ST "
+        "still sends, so that they are ready when ST cuts them (two go per exchange).",
     )
     message_recap_batch_size: int = Field(
         5, ge=1, le=50, description="Messages recapped per LLM call."
@@ -143,10 +154,12 @@ class MemorySettings(Section):
         "both", description="Messages shown to detection: `both`, `user` or `character`."
     )
     scene_break_every: int = Field(
-        3,
+        16,
         ge=1,
-        description="After a check found no break, check again once this many more "
-        "messages are eligible (1 = after every message, as ST-Auto-Recap does).",
+        description="Check for a scene break once this many messages can be chosen that no "
+        "check looked at yet (a scene's first check too): fewer, larger checks find the same "
+        "breaks for a third of the calls, a few exchanges later (1 = after every message, "
+        "as ST-Auto-Recap does).",
     )
     scene_break_window: int = Field(
         40, ge=5, description="Most messages one detection call may choose from."
@@ -212,6 +225,16 @@ class MemorySettings(Section):
     llm: LLMSettings = Field(
         default_factory=LLMSettings, description="The LLM that writes the memory."
     )
+
+    @field_validator("message_recaps", mode="before")
+    @classmethod
+    def _recap_policy(cls, value: object) -> object:
+        # Before the policies, this was a switch: on meant every message.
+        if value is True:
+            return "always"
+        if value is False:
+            return "off"
+        return value
 
     @model_validator(mode="after")
     def _budgets_fit(self) -> MemorySettings:

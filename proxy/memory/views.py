@@ -94,13 +94,13 @@ def request_memory(
     """The macro values and the request indices to leave out, for one request."""
     if view is None:
         return RequestMemory({}, ())
-    present_from = _present_from(ident, history)
+    sent_from = present_from(ident, history)
     drop: list[int] = []
     if view.cutoff is not None and view.running:
         keep = {i for i, p in zip(ident.history, ident.positions, strict=False) if p > view.cutoff}
         drop = droppable(messages, history, view.covered, keep)
     left = view.budget - view.running_tokens
-    candidates = [c for c in view.recaps if present_from is None or c.position < present_from]
+    candidates = [c for c in view.recaps if sent_from is None or c.position < sent_from]
     budget = budget_tokens(
         settings.message_recap_context_limit,
         settings.message_recap_context_type,
@@ -113,7 +113,7 @@ def request_memory(
     room = min(settings.relevant_scenes_max_tokens, left - FRAME_TOKENS)
     if search is not None and view.scenes and room > 0:
         # The oldest chat position still in the prompt once covered history is left out.
-        before = present_from
+        before = sent_from
         if drop and view.cutoff is not None:
             before = max(before or 0, view.cutoff + 1)
         ranked = rank_scenes(search, view, ident.chat_id, messages, history, settings)
@@ -290,7 +290,7 @@ def _covered(
     return before.extended(fps, texts) if before is not None else Covered.of(fps, texts)
 
 
-def _present_from(ident: Identification, history: Sequence[int]) -> int | None:
+def present_from(ident: Identification, history: Sequence[int]) -> int | None:
     """The oldest chat position the request (probably) carries: its oldest matched message,
     less the unmatched history messages before it."""
     if not ident.positions:

@@ -3,6 +3,8 @@ open scene (a backfill of thousands of messages) is the one reading the whole sc
 
 from __future__ import annotations
 
+import json
+
 from proxy.core.jsontypes import as_int, as_list
 from proxy.core.scenes import Window, detection_window
 from proxy.core.tokens import TokenCounter
@@ -13,6 +15,8 @@ from proxy.sillytavern.reconcile import Event
 from proxy.store import Database
 from proxy.store.jobs import Payload
 from proxy.store.records import MemoryState
+from tests.memory.story import CHAT_ID
+from tests.memory_env import MemoryFactory
 from tests.test_store import clock, record
 
 CHAT = "u/chats/S/c"
@@ -66,3 +70,37 @@ def test_a_long_open_scene_is_checked_as_if_read_whole() -> None:
     later = whole_window(2000)
     assert later is not None
     assert positions(db, payload, "choosable") == list(later.choosable)
+
+
+# -- message recaps: only what ST no longer sends ------------------------------------------
+
+
+async def test_needed_recaps_only_what_st_no_longer_sends(memory_proxy: MemoryFactory) -> None:
+    memory = await memory_proxy(
+        40, {8}, **{"memory.message_recaps": "needed", "memory.message_recap_ahead": 4}
+    )
+    whole = memory.story.request()
+    await memory.client.post("/v1/chat/completions", json=whole)
+    await memory.until(lambda db: db.memory.current_running(CHAT_ID) is not None)
+    assert await memory.run(lambda db: db.memory.message_recaps(CHAT_ID)) == {}  # all sent
+    # ST's context is full: it sends the chat from message 20 on.
+    cut = {**whole, "messages": whole["messages"][:2] + whole["messages"][2 + 20 :]}
+    await memory.client.post("/v1/chat/completions", json=cut)
+
+    def recapped(db: Database) -> set[int]:
+        found = db.memory.messages_by_uid([uid for uid, _ in db.memory.message_recaps(CHAT_ID)])
+        return {m.position for m in found.values()}
+
+    await memory.until(lambda db: recapped(db))
+    # The open scene (9 on: the running recap covers 0-8) up to the cut and 4 ahead; the
+    # character's messages (the user's are not recapped by default).
+    assert await memory.run(recapped) == {p for p in range(9, 24) if p % 2 == 0}
+    await memory.client.post("/v1/chat/completions", json=cut)
+    sent = json.loads(memory.fake.state.seen[-1].body)
+    assert "#10" in sent["messages"][0]["content"]  # the recaps go in
+
+
+def test_a_switch_from_before_reads_as_a_policy() -> None:
+    assert MemorySettings(message_recaps=True).message_recaps == "always"
+    assert MemorySettings(message_recaps=False).message_recaps == "off"
+    assert MemorySettings().message_recaps == "needed"
