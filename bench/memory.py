@@ -7,7 +7,9 @@ The chat grows by ST-style atomic saves (a reply and the user's next message at 
 after each save a chat request goes through the proxy and the engine is left to finish
 its work against the fake LLM (its own process, answering each operation by its header;
 a scene ends on every message that carries `[END SCENE]`, every 16 to 30 messages).
-Printed, with and without message recaps (`--every N` sets `scene_break_every`):
+Each request carries what fits ST's context (`--context`, 4,096 tokens by default), as ST
+cuts a long chat. Printed for each `message_recaps` policy (`needed`, `always`, `off`;
+`--every N` sets `scene_break_every`):
 - the proxy's own LLM calls and prompt tokens per 100 messages, per operation, against
   ST-Auto-Recap's count (one detection per character message plus five calls per scene);
 - engine CPU time: planning per change, and per job (the proxy's thread, LLM wait excluded);
@@ -70,9 +72,20 @@ def chat_file(messages: list[dict[str, Any]]) -> bytes:
     return "\n".join(json.dumps(m) for m in [header, *messages]).encode() + b"\n"
 
 
-def request(messages: list[dict[str, Any]]) -> dict[str, Any]:
+def request(
+    messages: list[dict[str, Any]], sizes: list[int] | None = None, context: int = 0
+) -> dict[str, Any]:
+    """ST's request: with a `context` size, only the newest messages that fit it (a
+    thousand tokens kept for the answer and the system prompt), as ST cuts a chat."""
+    first = 0
+    if context and sizes is not None:
+        room, first = context - 1024, len(messages)
+        while first > 0 and sizes[first - 1] <= room:
+            room -= sizes[first - 1]
+            first -= 1
     history = [
-        {"role": "user" if m["is_user"] else "assistant", "content": m["mes"]} for m in messages
+        {"role": "user" if m["is_user"] else "assistant", "content": m["mes"]}
+        for m in messages[first:]
     ]
     system = [
         {"role": "system", "content": "You are Ava, a ranger. Stay in character."},
@@ -119,10 +132,14 @@ class Meter:
             handler.run = timed_run  # type: ignore[method-assign]
 
 
-async def replay(n: int, message_recaps: bool, llm_url: str, **memory: Any) -> dict[str, Any]:
-    """One replay; `memory`: more `[memory]` settings (the defaults otherwise)."""
+async def replay(
+    n: int, message_recaps: str, llm_url: str, context: int = 0, **memory: Any
+) -> dict[str, Any]:
+    """One replay; `context`: ST's context size (0: it sends the whole chat); `memory`:
+    more `[memory]` settings (the defaults otherwise)."""
     messages, scenes = story(n)
     counter = TokenCounter()
+    sizes = [counter.count(m["mes"]) for m in messages]
     with tempfile.TemporaryDirectory() as tmp:
         data = Path(tmp) / "data"
         path = data / f"{CHAT_ID}.jsonl"
@@ -152,7 +169,7 @@ async def replay(n: int, message_recaps: bool, llm_url: str, **memory: Any) -> d
                     save_like_st(path, chat_file(messages[:end]))
                     while library.index.entries[CHAT_ID].total != end:
                         await asyncio.sleep(0.005)
-                    body = request(messages[:end])
+                    body = request(messages[:end], sizes, context)
                     async with session.post(f"{url}/v1/chat/completions", json=body) as r:
                         await r.read()
                     await engine.settle()
@@ -226,6 +243,12 @@ async def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--messages", type=int, default=1000)
     parser.add_argument("--every", type=int, help="scene_break_every (default: the default)")
+    parser.add_argument(
+        "--context",
+        type=int,
+        default=4096,
+        help="ST's context size in tokens: it sends what fits (default 4096)",
+    )
     args = parser.parse_args()
     n = args.messages
     extra = {} if args.every is None else {"scene_break_every": args.every}
@@ -234,16 +257,20 @@ async def main() -> None:
     try:
         llm_url = f"http://127.0.0.1:{port}/v1"
         found: list[int] = []
-        for recaps in (True, False):
-            label = "with message recaps" if recaps else "without message recaps"
-            print(f"replaying {label}...", file=sys.stderr)
-            result = await replay(n, recaps, llm_url, **extra)
+        calls = {}
+        for policy in ("needed", "always", "off"):
+            label = f'message_recaps = "{policy}", ST context {args.context} tokens'
+            print(f"replaying with {label}...", file=sys.stderr)
+            result = await replay(n, policy, llm_url, args.context, **extra)
             report(label, n, result)
+            calls[policy] = result["meter"].calls["message_recap"]
             found = result["breaks"]
+        print(f"\nmessage recap calls: {calls['needed']} needed against {calls['always']} "
+              f"always ({calls['always'] - calls['needed']} saved)")  # fmt: skip
         # The same chat checked after every message (ST-Auto-Recap's pace): the breaks a
         # slower pace must still find at the same messages (target: 95 % or more).
         print("replaying with a check after every message...", file=sys.stderr)
-        reference = (await replay(n, False, llm_url, scene_break_every=1))["breaks"]
+        reference = (await replay(n, "off", llm_url, scene_break_every=1))["breaks"]
         same = len(set(found) & set(reference))
         print(f"\nscene breaks at the same message as with a check after every message: "
               f"{same} of {len(reference)} ({100 * same / max(1, len(reference)):.0f} %, "
