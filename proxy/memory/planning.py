@@ -134,6 +134,7 @@ class WorkPlanner:
         recaps = memory.message_recaps(chat_id)
         excluded = memory.excluded(chat_id)
         pending: list[tuple[int, int, str]] = []
+        recorded: list[tuple[int, int]] = []  # (uid, position) of each pending message
         for record in memory.messages_from(chat_id, start):
             if until is not None and record.position >= until:
                 break
@@ -148,9 +149,17 @@ class WorkPlanner:
             if exclusion(record.message, tokens, self.rules, user_excluded=record.uid in excluded):
                 continue
             pending.append((record.uid, swipe, source))
+            recorded.append((record.uid, record.position))
         size = self.settings.message_recap_batch_size
+        cut = None if until is None else until - self.settings.message_recap_ahead
+        positions = {uid: position for uid, position in recorded}
+
+        def needed_now(batch: list[tuple[int, int, str]]) -> bool:
+            """A message of it is one ST no longer sends: it cannot wait for a full batch."""
+            return cut is not None and positions[batch[0][0]] < cut
+
         batches = [pending[i : i + size] for i in range(0, len(pending), size)]
-        if batches and len(batches[-1]) < size and not backfill and until is None:
+        if batches and len(batches[-1]) < size and not backfill and not needed_now(batches[-1]):
             batches.pop()  # a partial batch waits for more messages
         for batch in batches:
             items: list[JSONValue] = [[uid, swipe, source] for uid, swipe, source in batch]

@@ -92,9 +92,10 @@ async def test_needed_recaps_only_what_st_no_longer_sends(memory_proxy: MemoryFa
         return {m.position for m in found.values()}
 
     await memory.until(lambda db: recapped(db))
-    # The open scene (9 on: the running recap covers 0-8) up to the cut and 4 ahead; the
-    # character's messages (the user's are not recapped by default).
-    assert await memory.run(recapped) == {p for p in range(9, 24) if p % 2 == 0}
+    # The open scene (9 on: the running recap covers 0-8) up to the cut and 4 ahead, the
+    # character's messages (the user's are not recapped by default), in batches of three:
+    # 22, ahead of the cut, waits for a full batch; those already cut never wait.
+    assert await memory.run(recapped) == {10, 12, 14, 16, 18, 20}
     await memory.client.post("/v1/chat/completions", json=cut)
     sent = json.loads(memory.fake.state.seen[-1].body)
     assert "#10" in sent["messages"][0]["content"]  # the recaps go in
