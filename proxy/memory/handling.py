@@ -17,9 +17,9 @@ from typing import Protocol
 from proxy.core.tokens import TokenCounter
 from proxy.errors import JobFailure, Refused
 from proxy.events import EventBus
+from proxy.memory.answers import Answer
 from proxy.memory.chatinfo import PersonaLookup, chat_names
 from proxy.memory.jobs import Apply, Handler
-from proxy.memory.llm import Answer
 from proxy.memory.operations import Operation
 from proxy.memory.prompts import Prompts
 from proxy.memory.settings import MemorySettings

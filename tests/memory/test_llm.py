@@ -11,13 +11,8 @@ import pytest
 
 from proxy.core.models import Caller
 from proxy.errors import JobFailure, NoCredentials, Refused, Unauthorized
-from proxy.memory.llm import (
-    OPERATION_HEADER,
-    LLMClient,
-    anthropic_messages,
-    read_answer,
-    read_anthropic,
-)
+from proxy.memory.answers import read_answer, read_anthropic
+from proxy.memory.llm import OPERATION_HEADER, LLMClient, anthropic_messages
 from proxy.memory.operations import Operation
 from proxy.memory.settings import LLMSettings
 from proxy.settings import UpstreamSettings
