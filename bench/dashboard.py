@@ -5,7 +5,7 @@ a timed test.
 
 Runs the proxy in-process on a data folder with one chat of 5,000 messages (every 50th a
 scene break, each scene recapped), then drives Debian's chromium (Playwright) to it:
-- the bytes of the page's first load (index.html, app.js, app.css);
+- the bytes of the page's first load (index.html, app.js, chat.js, app.css);
 - the time from navigation to the chat list, and from a click on the chat to its newest
   message on screen (the view opens at the end of the open scene), median of five;
 - how many messages were rendered for that (the rest wait until scrolled to).
@@ -56,8 +56,8 @@ async def main() -> None:
         for end in range(49, MESSAGES - 100, 50):
             await actions.set_break(CHAT_ID, end)
             await actions.edit_scene_recap(CHAT_ID, end, f"Scene ending at {end}.", None)
-        size = sum((STATIC / n).stat().st_size for n in ("index.html", "app.js", "app.css"))
-        print(f"first load: {size / 1024:.1f} KiB (index.html + app.js + app.css)")
+        size = sum(f.stat().st_size for f in STATIC.iterdir())
+        print(f"first load: {size / 1024:.1f} KiB (index.html, app.js, chat.js, app.css)")
         lists, opens, rendered = [], [], 0
         async with async_playwright() as playwright:
             browser = await playwright.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
