@@ -344,22 +344,24 @@ class TextCompletionAdapter:
         source, fast = reencode(parsed.raw, parsed.body)
         template, turns = parsed.layout
         prompt: str = source["prompt"]
-        cuts = sorted((turns[i].start, turns[i].end) for i in drop if 0 <= i < len(turns))
-        pieces: list[str] = []
-        at = 0
-        place = None
+        # Every change as (start, end, new text) in the prompt; they never overlap, and a
+        # memory block (zero width) sorts before a turn left out at the same place.
+        gone = {i for i in drop if 0 <= i < len(turns)}
+        edits = [(turns[i].start, turns[i].end, "") for i in gone]
+        for index, text in (replacements or {}).items():
+            turn = turns[index]
+            at = prompt.find(turn.text, turn.start, turn.end) if turn.text else -1
+            if index not in gone and at >= 0:  # e.g. an `<ST_METADATA>` block taken out
+                edits.append((at, at + len(turn.text), text))
         if insertion is not None:
             place = turns[insertion.index].start if insertion.index < len(turns) else len(prompt)
-            if insertion.index == 0 and turns and turns[0].role != "system":
-                place = turns[0].start
-        for start, end in [*cuts, (len(prompt), len(prompt))]:
-            if place is not None and at <= place <= start:
-                pieces.append(prompt[at:place])
-                pieces.append(_memory_block(template, insertion))
-                at = place
-                place = None
-            pieces.append(prompt[at:start])
+            edits.append((place, place, _memory_block(template, insertion)))
+        pieces: list[str] = []
+        at = 0
+        for start, end, text in sorted(edits, key=lambda edit: edit[:2]):
+            pieces += (prompt[at:start], text)
             at = end
+        pieces.append(prompt[at:])
         body = dict(source)
         body["prompt"] = "".join(pieces)
         return encode_json(body, fast=fast)

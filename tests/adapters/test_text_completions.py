@@ -197,3 +197,19 @@ def test_the_chat_start_of_sts_context_template_splits_a_prompt_with_instruct_of
     ]  # fmt: skip
     placed = json.loads(adapter.apply(parsed, Insertion(3, Role.SYSTEM, "MEMORY", 1)))["prompt"]
     assert placed == prompt.replace("Tom: How", "MEMORY\nTom: How")
+
+
+def test_a_replaced_turn_text_changes_in_place_with_the_memory_and_a_cut() -> None:
+    block = '<ST_METADATA>{"chat": "c"}</ST_METADATA>\n'
+    prompt = (
+        f"<|im_start|>system\n{block}Story<|im_end|>\n<|im_start|>user\nTom: Hi<|im_end|>\n"
+        "<|im_start|>assistant\nAva: Hello<|im_end|>\n<|im_start|>assistant\nAva:"
+    )
+    raw = json.dumps({"prompt": prompt, "stop": ["\nTom:"]}).encode()
+    parsed = ADAPTER.parse(raw)
+    assert parsed.messages[0].text == block + "Story"
+    sent = ADAPTER.apply(parsed, Insertion(2, Role.SYSTEM, "MEMORY", 1), {0: "Story"}, drop={1})
+    assert prompt_of(sent) == (
+        "<|im_start|>system\nStory<|im_end|>\n<|im_start|>system\nMEMORY<|im_end|>\n"
+        "<|im_start|>assistant\nAva: Hello<|im_end|>\n<|im_start|>assistant\nAva:"
+    )
