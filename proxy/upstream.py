@@ -153,20 +153,6 @@ class Upstream:
         """`<base_url>/<tail>?<query>`, with the query string kept as it came."""
         return self.default.url_for("/v1/" + tail.lstrip("/"), query)
 
-    async def send(
-        self,
-        method: str,
-        tail: str,
-        query: str,
-        headers: Iterable[tuple[str, str]],
-        body: bytes | None,
-    ) -> UpstreamResponse:
-        """Send one request; the caller must release or close the response.
-
-        Raises `UpstreamUnreachable` or `UpstreamTimeout` when no response arrives.
-        """
-        return await self.send_to(method, self.url_for(tail, query), headers, body)
-
     async def send_to(
         self,
         method: str,
@@ -174,7 +160,9 @@ class Upstream:
         headers: Iterable[tuple[str, str]],
         body: bytes | None,
     ) -> UpstreamResponse:
-        """`send` to a whole URL (`Target.url_for`)."""
+        """Send one request to a whole URL (`Target.url_for`, `url_for`); the caller must
+        release or close the response. Raises `UpstreamUnreachable` or `UpstreamTimeout`
+        when no response arrives."""
         if self._session is None:
             raise RuntimeError("Upstream used outside its `async with`")
         try:

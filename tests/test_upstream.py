@@ -36,7 +36,7 @@ async def test_the_answer_arrives_as_it_is_sent(aiohttp_server: ServerFactory) -
     server = await aiohttp_server(app)
     settings = UpstreamSettings(base_url=str(server.make_url("/v1")))
     async with Upstream(settings) as upstream:
-        answer = await upstream.send("POST", "chat/completions", "", [], b"{}")
+        answer = await upstream.send_to("POST", upstream.url_for("chat/completions"), [], b"{}")
         assert answer.status == 200 and answer.header("x-up") == "1"
         assert answer.content_length is None  # chunked: no length to pass on
         first = await answer.chunks.__anext__()
@@ -50,7 +50,7 @@ async def test_no_answer_is_unreachable() -> None:
     settings = UpstreamSettings(base_url="http://127.0.0.1:9/v1", connect_timeout=2)
     async with Upstream(settings) as upstream:
         with pytest.raises(UpstreamUnreachable, match="cannot reach upstream") as caught:
-            await upstream.send("GET", "models", "", [], None)
+            await upstream.send_to("GET", upstream.url_for("models"), [], None)
     assert caught.value.code == "upstream_unreachable"
 
 
@@ -67,7 +67,7 @@ async def test_a_stalled_answer_times_out_mid_stream(aiohttp_server: ServerFacto
     server = await aiohttp_server(app)
     settings = UpstreamSettings(base_url=str(server.make_url("/v1")), read_timeout=0.2)
     async with Upstream(settings) as upstream:
-        answer = await upstream.send("GET", "slow", "", [], None)
+        answer = await upstream.send_to("GET", upstream.url_for("slow"), [], None)
         received = []
         with pytest.raises(UpstreamTimeout, match="stopped sending"):
             async for chunk in answer.chunks:
