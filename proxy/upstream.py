@@ -1,7 +1,7 @@
 """The only owner of the `aiohttp.ClientSession` towards LLM APIs, and the one place
 where the client library's errors become ours.
 
-`send` answers with an `UpstreamResponse`: status, headers and the body as an async
+`send_to` answers with an `UpstreamResponse`: status, headers and the body as an async
 iterator of the bytes as they arrive. Nothing else in the proxy sees aiohttp's client
 types, so the relay and the LLM client have one seam to fake in tests.
 

@@ -247,7 +247,7 @@ async def test_the_root_and_recap_pages_are_the_proxys_own(proxy: ProxyFactory) 
     assert "no such page of recap-proxy" in (await response.json())["error"]["message"]
 
 
-# -- the relay over a fake upstream at its seam (`Upstream.send`), no socket upstream --------
+# -- the relay over a fake upstream at its seam (`Upstream.send_to`), no socket upstream --------
 
 
 async def test_chunks_from_the_seam_reach_the_client_as_they_were(aiohttp_client: Any) -> None:
