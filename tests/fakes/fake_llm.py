@@ -260,11 +260,8 @@ async def chat(request: web.Request) -> web.StreamResponse:
         else:
             answer = memory_answer(operation, prompt)
         answer, finish = limited(answer, limit)
-        counted = state.usage.setdefault(operation, [0, 0, 0])
-        prompt_tokens = sum(COUNTER.count(str(m.get("content", ""))) for m in payload["messages"])
-        counted[0] += 1
-        counted[1] += prompt_tokens
-        counted[2] += COUNTER.count(answer)
+        count_call(state, operation, [str(m.get("content", "")) for m in payload["messages"]],
+                   answer)  # fmt: skip
         return web.json_response(completion(answer, model=model, finish=finish))
     reply, finish = limited(REPLY, limit)
     if not payload.get("stream"):
@@ -344,22 +341,53 @@ async def messages(request: web.Request) -> web.StreamResponse:
     limit = payload.get("max_tokens")
     operation = request.headers.get("X-Recap-Proxy-Operation")
     if operation is not None:
-        state.operations.append(operation)
-        prompt = str(payload["messages"][0]["content"])
-        answer, finish = limited(memory_answer(operation, prompt), limit)
-        counted = state.usage.setdefault(operation, [0, 0, 0])
-        counted[0] += 1
+        prompt = [str(payload.get("system", "")), str(payload["messages"][0]["content"])]
+        answer, finish = own_answer(state, operation, prompt, limit)
         stop = "max_tokens" if finish == "length" else "end_turn"
         return web.json_response(anthropic_message(answer, model=model, stop=stop))
     reply, finish = limited(REPLY, limit)
     stop = "max_tokens" if finish == "length" else "end_turn"
     if not payload.get("stream"):
         return web.json_response(anthropic_message(reply, model=model, stop=stop))
-    response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
-    await response.prepare(request)
-    for chunk in anthropic_events(reply, model=model, stop=stop):
-        await response.write(chunk)
-    await response.write_eof()
+    return await stream(request, anthropic_events(reply, model=model, stop=stop))
+
+
+def count_call(state: FakeState, operation: str, prompt: list[str], answer: str) -> None:
+    """One of the proxy's own calls, counted for `/_fake/stats` (cl100k tokens)."""
+    counted = state.usage.setdefault(operation, [0, 0, 0])
+    counted[0] += 1
+    counted[1] += sum(COUNTER.count(part) for part in prompt)
+    counted[2] += COUNTER.count(answer)
+
+
+def own_answer(
+    state: FakeState, operation: str, prompt: list[str], limit: object
+) -> tuple[str, str]:
+    """The answer to one of the proxy's own calls (its prompt's last part is the one the
+    operation wrote), cut at `limit` and counted."""
+    state.operations.append(operation)
+    answer, finish = limited(memory_answer(operation, prompt[-1]), limit)
+    count_call(state, operation, prompt, answer)
+    return answer, finish
+
+
+async def stream(
+    request: web.Request, chunks: list[bytes], kind: str = "text/event-stream"
+) -> web.StreamResponse:
+    """The chunks as they would come over the network, one write each (paced by the
+    state's `chunk_delay`); a client that goes away marks `cancelled`."""
+    state = request.app[STATE]
+    response = web.StreamResponse(headers={"Content-Type": kind})
+    try:
+        await response.prepare(request)
+        for chunk in chunks:
+            await response.write(chunk)
+            if state.chunk_delay:
+                await asyncio.sleep(state.chunk_delay)
+        await response.write_eof()
+    except asyncio.CancelledError:
+        state.cancelled.set()
+        raise
     return response
 
 

@@ -11,7 +11,6 @@ server that only completes text.
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import Callable
 from typing import Any
@@ -80,12 +79,7 @@ async def complete(request: web.Request) -> web.StreamResponse:
     limit = (options or {}).get(key)
     operation = request.headers.get("X-Recap-Proxy-Operation")
     if operation is not None:
-        state.operations.append(operation)
-        answer, finish = fake_llm.limited(
-            fake_llm.memory_answer(operation, str(payload["prompt"])), limit
-        )
-        counted = state.usage.setdefault(operation, [0, 0, 0])
-        counted[0] += 1
+        answer, finish = fake_llm.own_answer(state, operation, [str(payload["prompt"])], limit)
         return web.json_response(whole(answer, finish))
     reply, finish = fake_llm.limited(fake_llm.REPLY, limit)
     streamed = payload.get("stream") is not False if path == "/api/generate" else (
@@ -93,19 +87,8 @@ async def complete(request: web.Request) -> web.StreamResponse:
     if not streamed:
         return web.json_response(whole(reply, finish))
     kind = "application/x-ndjson" if path == "/api/generate" else "text/event-stream"
-    response = web.StreamResponse(headers={"Content-Type": kind})
-    await response.prepare(request)
     words = [w + " " for w in reply.split(" ")]
-    try:
-        for chunk in frames(words, finish):
-            await response.write(chunk)
-            if state.chunk_delay:
-                await asyncio.sleep(state.chunk_delay)
-        await response.write_eof()
-    except asyncio.CancelledError:
-        state.cancelled.set()
-        raise
-    return response
+    return await fake_llm.stream(request, frames(words, finish), kind)
 
 
 def add_routes(app: web.Application) -> None:
