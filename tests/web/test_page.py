@@ -3,7 +3,6 @@ key (they hold no data), small; the chat list, the messages and the budget it sh
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
@@ -73,7 +72,3 @@ async def test_what_the_page_reads(memory_proxy: MemoryFactory) -> None:
     assert budget["memory"] == preview["injected"]["tokens"] > 0
     assert budget["left_out"] > 0 and budget["sent"] > 0  # history through 8 is covered
     assert preview["placement"] == {"position": "before_prompt", "depth": 2, "role": "system"}
-
-
-def test_static_files_are_in_the_package() -> None:
-    assert Path(STATIC, "index.html").is_file()

@@ -14,7 +14,6 @@ async function renderChat(id) {
     api("GET", chatPath(id) + "/scenes"), api("GET", chatPath(id) + "/recaps"),
   ]);
   state.messages = messages;
-  state.prefetched = { scenes, recaps };
   const tab = state.tab || "story";
   const tabs = h("div", { class: "tabs", role: "tablist" },
     [["story", "Scenes & messages"], ["running", "Running recap"], ["model", "What the model gets"]].map(([name, label]) =>
@@ -33,7 +32,7 @@ async function renderChat(id) {
       h("a", { href: chatPath(id) + "/export?format=markdown" }, "Export (Markdown)")),
     tabs, h("section", { id: "tab" }));
   renderOverview(overview);
-  await showTab();
+  await showTab({ scenes, recaps });
 }
 
 function renderOverview(o) {
@@ -48,12 +47,12 @@ function renderOverview(o) {
     " · memory ", o.enabled === null ? "default" : o.enabled ? "on" : "off"));
 }
 
-async function showTab() {
+// `story`: the scenes and recaps when the caller has them already.
+async function showTab(story) {
   const section = document.getElementById("tab");
   if (!section) return;
   const tab = state.tab || "story";
-  if (tab !== "story") state.prefetched = null;
-  if (tab === "story") await renderStory(section);
+  if (tab === "story") await renderStory(section, story);
   else if (tab === "running") await renderRunning(section);
   else await renderModel(section);
 }
@@ -68,11 +67,10 @@ async function updateChat(what) {
 
 // Scenes and their messages. Scenes are collapsible; a scene's messages are rendered in
 // blocks, each only once it scrolls into view, so a chat of thousands opens at once.
-async function renderStory(section) {
+async function renderStory(section, story) {
   const id = state.chat;
-  const [scenes, recaps] = state.prefetched ? [state.prefetched.scenes, state.prefetched.recaps]
+  const [scenes, recaps] = story ? [story.scenes, story.recaps]
     : await Promise.all([api("GET", chatPath(id) + "/scenes"), api("GET", chatPath(id) + "/recaps")]);
-  state.prefetched = null;
   state.recaps = new Map(recaps.map((r) => [r.index, r]));
   const open = new Set([...section.querySelectorAll("details.scene[open]")].map((d) => d.dataset.scene));
   const fresh = !section.querySelector("details.scene");
