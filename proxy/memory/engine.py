@@ -346,14 +346,9 @@ class MemoryEngine:
         policy = self.settings.message_recaps
         if policy != "off":
             # `needed`: only what ST no longer sends (and a few ahead of its cut).
-            cut = self.sent_from.get(chat_id, 0)
-            until = (
-                None
-                if policy == "always"
-                else (cut + self.settings.message_recap_ahead if cut else 0)
-            )
+            cut = None if policy == "always" else self.sent_from.get(chat_id, 0)
             due = detect is not None
-            jobs.extend(self.work.message_batches(db, chat_id, backfill, last_break, due, until))
+            jobs.extend(self.work.message_batches(db, chat_id, backfill, last_break, due, cut))
         queued = sum(self.stamp(db, chat_id, *job)[1] for job in jobs)
         before = self.views.get(chat_id)
         view = self.views[chat_id] = self.view(db, chat_id, since)

@@ -97,13 +97,14 @@ class WorkPlanner:
         backfill: bool,
         last_break: int,
         detection_due: bool,
-        until: int | None = None,
+        cut: int | None = None,
     ) -> list[tuple[Operation, str, Payload]]:
         """Message recap jobs: the queued batches stamped again, and full batches of the
         open scene's messages that lack a current recap (a partial one too in a backfill).
-        `detection_due`: planning is about to queue a scene-break check. `until`: only
-        messages before this position are wanted (`needed`: ST's cut and a few ahead);
-        those are recapped at once, a partial batch too."""
+        `detection_due`: planning is about to queue a scene-break check. `cut` (policy
+        `needed`; None for `always`): the oldest position ST still sends (0: it sends the
+        whole chat); only messages before it and `message_recap_ahead` after it are
+        recapped, and a batch holding one already cut does not wait to be full."""
         memory = db.memory
         jobs = db.jobs.list(chat_id, ("queued", "running"))
         covered = covered_through(db, chat_id)
@@ -133,8 +134,8 @@ class WorkPlanner:
             return specs
         recaps = memory.message_recaps(chat_id)
         excluded = memory.excluded(chat_id)
-        pending: list[tuple[int, int, str]] = []
-        recorded: list[tuple[int, int]] = []  # (uid, position) of each pending message
+        until = None if cut is None else (cut + self.settings.message_recap_ahead if cut else 0)
+        pending: list[tuple[int, int, str, int]] = []  # uid, swipe, source hash, position
         for record in memory.messages_from(chat_id, start):
             if until is not None and record.position >= until:
                 break
@@ -148,21 +149,15 @@ class WorkPlanner:
             tokens = self.counter.count(record.message.mes)
             if exclusion(record.message, tokens, self.rules, user_excluded=record.uid in excluded):
                 continue
-            pending.append((record.uid, swipe, source))
-            recorded.append((record.uid, record.position))
+            pending.append((record.uid, swipe, source, record.position))
         size = self.settings.message_recap_batch_size
-        cut = None if until is None else until - self.settings.message_recap_ahead
-        positions = {uid: position for uid, position in recorded}
-
-        def needed_now(batch: list[tuple[int, int, str]]) -> bool:
-            """A message of it is one ST no longer sends: it cannot wait for a full batch."""
-            return cut is not None and positions[batch[0][0]] < cut
-
         batches = [pending[i : i + size] for i in range(0, len(pending), size)]
-        if batches and len(batches[-1]) < size and not backfill and not needed_now(batches[-1]):
-            batches.pop()  # a partial batch waits for more messages
+        if batches and len(batches[-1]) < size and not backfill:
+            cut_already = cut is not None and batches[-1][0][3] < cut
+            if not cut_already:
+                batches.pop()  # a partial batch waits for more messages
         for batch in batches:
-            items: list[JSONValue] = [[uid, swipe, source] for uid, swipe, source in batch]
+            items: list[JSONValue] = [[uid, swipe, source] for uid, swipe, source, _ in batch]
             key = job_key(Operation.MESSAGE_RECAP, chat_id, batch[0][0])
             specs.append((Operation.MESSAGE_RECAP, key, {"items": items}))
         return specs
