@@ -10,17 +10,19 @@ from proxy.core.jsontypes import JSONObject
 STATES = ("queued", "running", "failed")
 
 
+def idle() -> JSONObject:
+    """The summary of a chat whose memory never started."""
+    queue: JSONObject = dict.fromkeys(STATES, 0)
+    return {"active": False, "scenes": 0, "running_version": None, "queue": queue}
+
+
 def chat_summaries(db: sqlite3.Connection) -> dict[str, JSONObject]:
     """chat -> `{active, scenes, running_version, queue: {queued, running, failed}}`, for
     the chats that have any memory state or jobs."""
     found: dict[str, JSONObject] = {}
 
     def entry(chat: str) -> JSONObject:
-        return found.setdefault(
-            chat,
-            {"active": False, "scenes": 0, "running_version": None,
-             "queue": dict.fromkeys(STATES, 0)},
-        )  # fmt: skip
+        return found.setdefault(chat, idle())
 
     for chat, active, current in db.execute(
         "SELECT chat_id, active, current_recap FROM memory_state"

@@ -15,7 +15,7 @@ from proxy.core.models import Identification
 from proxy.errors import NotFound, Unavailable
 from proxy.library import ChatLibrary
 from proxy.store import Database
-from proxy.store.overview import chat_summaries
+from proxy.store.overview import chat_summaries, idle
 from proxy.store.records import ChatRecord, MessageRecord
 from proxy.web.keys import LIBRARY, SETTINGS
 from proxy.web.params import path_number, query_number
@@ -54,13 +54,11 @@ async def list_chats(request: web.Request) -> web.Response:
     def work(db: Database) -> list[JSONObject]:
         memory = chat_summaries(db.db)
         usage = db.usage.totals(time.time())
-        idle: JSONObject = {"active": False, "scenes": 0, "running_version": None,
-                            "queue": {"queued": 0, "running": 0, "failed": 0}}  # fmt: skip
         return [
             {
                 **chat_summary(r),
                 "enabled": r.enabled,
-                "memory": memory.get(r.id, idle),
+                "memory": memory.get(r.id) or idle(),
                 "usage": {k: dict(v) for k, v in usage.get(r.id, {}).items()},
             }
             for r in db.chats()
