@@ -3,6 +3,7 @@ and the events the proxy's own work and chat requests publish."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
@@ -21,7 +22,8 @@ async def read_events(response: ClientResponse, count: int) -> list[dict[str, An
     events: list[dict[str, Any]] = []
     fields: dict[str, str] = {}
     while len(events) < count:
-        line = (await response.content.readline()).decode().rstrip("\n")
+        # A missing event fails the test instead of hanging it.
+        line = (await asyncio.wait_for(response.content.readline(), 10)).decode().rstrip("\n")
         if line == "":
             if "data" in fields:
                 events.append({"sse_id": fields.get("id"), "event": fields.get("event"),
