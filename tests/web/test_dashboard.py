@@ -181,6 +181,22 @@ async def test_a_person_follows_and_fixes_the_memory(
     await page.locator('.break[data-break="12"]').get_by_role("button", name="Remove").click()
     await expect(page.locator('details.scene[data-scene="12"]')).to_have_count(0)
 
+    # The scene's recap versions: the first one picked again, then edited into a third.
+    if await scene.get_attribute("open") is None:
+        await scene.locator("summary").click()
+    await scene.get_by_role("button", name="Versions").click()
+    versions = scene.locator(".versions-list > div")
+    await expect(versions).to_have_count(2)
+    first = await versions.first.locator(".recap").inner_text()
+    await versions.first.get_by_role("button", name="Pick").click()
+    await expect(scene.locator(".recap").first).to_have_text(first)
+    await scene.get_by_role("button", name="Versions").click()
+    await versions.first.get_by_role("button", name="Edit into a new version").click()
+    assert await page.input_value("#edit-text") == first
+    await page.fill("#edit-text", first + " Fixed by hand.")
+    await page.click("#edit-save")
+    await expect(scene.locator("summary")).to_contain_text("3 versions")
+
     # What the model gets: the inserted memory and the request's budget.
     await page.get_by_role("tab", name="What the model gets").click()
     await expect(page.locator("#budget-legend")).to_contain_text("memory")

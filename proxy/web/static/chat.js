@@ -207,8 +207,9 @@ async function renameScene(scene) {
   if (name != null) act("PATCH", chatPath(state.chat) + `/scenes/${scene.index}`, { name: name.trim() }, "renamed");
 }
 
-async function editSceneRecap(scene) {
-  const text = await editText(`Recap of the scene ending at message ${scene.index}`, scene.recap || "");
+// Any version (the current one by default) edited into a new version.
+async function editSceneRecap(scene, from) {
+  const text = await editText(`Recap of the scene ending at message ${scene.index}`, from ?? scene.recap ?? "");
   if (text != null) act("POST", chatPath(state.chat) + `/scenes/${scene.index}/recaps`, { recap: text }, "new version saved");
 }
 
@@ -218,6 +219,7 @@ async function showVersions(scene, row) {
     h("strong", {}, "v" + v.version), h("span", { class: "badge" }, v.source), v.current ? h("span", { class: "badge ok" }, "current") : "",
     h("span", { class: "muted" }, when(v.created)),
     v.current ? "" : h("button", { onclick: () => act("PATCH", chatPath(state.chat) + `/scenes/${scene.index}`, { current_version: v.version }, "picked") }, "Pick"),
+    h("button", { onclick: () => editSceneRecap(scene, v.recap) }, "Edit into a new version"),
     h("div", { class: "recap" }, v.recap))));
   const old = row.parentElement.querySelector(".versions-list");
   if (old) old.remove();
