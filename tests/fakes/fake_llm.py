@@ -272,25 +272,8 @@ async def chat(request: web.Request) -> web.StreamResponse:
                 headers={"Content-Type": "application/json", "Content-Encoding": "gzip"},
             )
         return web.Response(body=raw, content_type="application/json")
-    response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
     chunks = sse_chunks(reply, model=model, reasoning=mode == "reasoning", finish=finish)
-    try:
-        await response.prepare(request)
-        for i, chunk in enumerate(chunks):
-            if mode == "break" and i == 2:
-                assert request.transport is not None
-                request.transport.close()
-                return response
-            await response.write(chunk)
-            if i == 0 and state.gate is not None:
-                await state.gate.wait()
-            if state.chunk_delay:
-                await asyncio.sleep(state.chunk_delay)
-        await response.write_eof()
-    except asyncio.CancelledError:
-        state.cancelled.set()
-        raise
-    return response
+    return await stream(request, chunks, drop_at=2 if mode == "break" else None)
 
 
 def anthropic_message(text: str, *, model: str, stop: str = "end_turn") -> dict[str, Any]:
@@ -372,16 +355,27 @@ def own_answer(
 
 
 async def stream(
-    request: web.Request, chunks: list[bytes], kind: str = "text/event-stream"
+    request: web.Request,
+    chunks: list[bytes],
+    kind: str = "text/event-stream",
+    *,
+    drop_at: int | None = None,
 ) -> web.StreamResponse:
-    """The chunks as they would come over the network, one write each (paced by the
-    state's `chunk_delay`); a client that goes away marks `cancelled`."""
+    """The chunks as they would come over the network, one write each (held after the
+    first by the state's `gate`, paced by its `chunk_delay`); `drop_at`: the connection
+    drops before that chunk. A client that goes away marks `cancelled`."""
     state = request.app[STATE]
     response = web.StreamResponse(headers={"Content-Type": kind})
     try:
         await response.prepare(request)
-        for chunk in chunks:
+        for i, chunk in enumerate(chunks):
+            if i == drop_at:
+                assert request.transport is not None
+                request.transport.close()
+                return response
             await response.write(chunk)
+            if i == 0 and state.gate is not None:
+                await state.gate.wait()
             if state.chunk_delay:
                 await asyncio.sleep(state.chunk_delay)
         await response.write_eof()
