@@ -1,16 +1,24 @@
 """What the proxy adds to a chat request. Prints figures; not a timed test.
 
-    python bench/overhead.py [--rounds N]
+    python bench/overhead.py [--rounds N] [--runs N]
 
-A fake upstream (tests/fakes/fake_llm.py) and the proxy (with a memory placed in chat at
-depth 4) each run in their own process on 127.0.0.1; this process is the client. The same
-requests go direct and through the proxy, interleaved, so both see the same machine load.
+Five targets, each in its own process on 127.0.0.1 (this process is the client):
+- direct: the fake model (tests/fakes/fake_llm.py) itself;
+- bare: a bare aiohttp pass-through (bench/bare_proxy.py), the yardstick;
+- plain: `recap-proxy serve` without a data folder (no memory);
+- memory: `recap-proxy serve` on an ST data folder whose chat matches the requests, its
+  memory built beforehand by the fake model (scenes, running recap): every request is
+  identified, the memory inserted and the covered history left out (the defaults);
+- memory, no trimming: the same with `auto_hide_scene_count = -1`, so that the upstream
+  gets every message and its answer time does not flatter the figure.
+Each round visits the targets in a shuffled order, so all see the same machine load.
 
-Bodies: small (2 messages) and large (300 messages, about 100k tokens). Figures: added
-non-stream latency p50/p99, added stream time-to-first-byte, requests/s at 32 concurrent
-clients, 64 concurrent streams without errors, and the proxy's resident memory.
-Targets (2-core machine): large body at most 1 ms p50 and 3 ms p99 added, at most 1 ms
-added to time-to-first-byte, no errors with 64 streams, RSS under 100 MB.
+Bodies: small (the chat's newest 10 messages, about 1k tokens) and large (all 300
+messages, about 100k tokens, as ST sends a chat that fits a large context). Figures:
+added latency p50/p99 and added stream time to first byte over direct, for each proxy;
+the ratio of the memory step's added p50 to the bare hop's (target at most 1.3); requests/s
+at 32 concurrent clients against the bare hop's (target at least 0.7 with memory); 64
+concurrent streams without errors; the proxy's resident memory (target under 100 MB).
 """
 
 from __future__ import annotations
@@ -19,18 +27,30 @@ import argparse
 import asyncio
 import json
 import os
+import random
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.words import CHAT_WORDS, st_message  # noqa: E402
 from proxy.core.tokens import TokenCounter  # noqa: E402
+from tests.fakes.fake_llm import END_SCENE  # noqa: E402
+
+CHAR, USER = "Seraphina", "Arden"
+CHAT_ID = f"default-user/chats/{CHAR}/{CHAR} - 2026-11-22@10h00m00s"
+SYSTEM = [
+    {"role": "system", "content": f"Write {CHAR}'s next reply in a fictional chat."},
+    {"role": "system", "content": "[Start a new Chat]"},
+]
 
 
 def free_port() -> int:
@@ -41,6 +61,7 @@ def free_port() -> int:
 
 def start(args: list[str], port: int) -> subprocess.Popen[bytes]:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = {k: v for k, v in env.items() if not k.startswith("RECAP_PROXY_")}
     proc = subprocess.Popen(
         [sys.executable, *args],
         cwd=ROOT,
@@ -48,7 +69,7 @@ def start(args: list[str], port: int) -> subprocess.Popen[bytes]:
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
-    deadline = time.monotonic() + 20
+    deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         try:
             socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
@@ -59,29 +80,114 @@ def start(args: list[str], port: int) -> subprocess.Popen[bytes]:
     raise SystemExit(f"{args} did not start")
 
 
-def body(n_messages: int, words_per_message: int, stream: bool) -> bytes:
-    messages = [
-        {"role": "system", "content": "Write Seraphina's next reply in a fictional chat."},
-        {"role": "system", "content": "[Start a new Chat]"},
+def vocabulary(rng: random.Random, size: int = 4000) -> list[str]:
+    """The chat's words: the bench's common ones and made-up ones, so that messages have
+    as many distinct words as prose does (the per-text work scales with them)."""
+    syllables = [
+        "ka",
+        "lo",
+        "mi",
+        "ren",
+        "tha",
+        "vel",
+        "dor",
+        "sa",
+        "ni",
+        "quo",
+        "fen",
+        "bri",
+        "ast",
+        "mur",
+        "eld",
+        "yon",
     ]
-    filler = (
-        "the river spirits whisper of old oaths beneath the silver moon "
-        * (words_per_message // 11 + 1)
-    ).split()[:words_per_message]
-    for i in range(n_messages):
-        role = "user" if i % 2 else "assistant"
-        messages.append({"role": role, "content": f"({i}) " + " ".join(filler)})
-    if n_messages <= 2:
-        messages = messages[2:]
+    made = {"".join(rng.choice(syllables) for _ in range(rng.randint(2, 4))) for _ in range(size)}
+    return [*CHAT_WORDS, *sorted(made)]
+
+
+def story(seed: int = 5) -> list[dict[str, Any]]:
+    """300 messages: long ones (about 330 tokens), the newest 10 short (about 90), a scene
+    ending every 20 to 30 messages."""
+    rng = random.Random(seed)
+    words_ = vocabulary(rng)
+    # Zipf-like: a few words often, most rarely, as in prose.
+    weights = [1 / (rank + 1) for rank in range(len(words_))]
+    messages: list[dict[str, Any]] = []
+    next_end = rng.randint(20, 30)
+    for i in range(300):
+        is_user = bool(i % 2)
+        words = rng.randint(30, 40) if i >= 290 else rng.randint(125, 150)
+        text = f"({i}) " + " ".join(rng.choices(words_, weights, k=words)) + "."
+        if not is_user and i >= next_end and i < 280:
+            text += f" They part ways at the gate. {END_SCENE}"
+            next_end = i + rng.randint(20, 30)
+        messages.append(st_message(i, USER if is_user else CHAR, is_user, text))
+    return messages
+
+
+def write_data(folder: Path, messages: list[dict[str, Any]]) -> None:
+    header = {"user_name": USER, "character_name": CHAR, "chat_metadata": {"integrity": "x"}}
+    path = folder / f"{CHAT_ID}.jsonl"
+    path.parent.mkdir(parents=True)
+    path.write_text("\n".join(json.dumps(m) for m in [header, *messages]) + "\n")
+
+
+def body(messages: list[dict[str, Any]], stream: bool) -> bytes:
+    history = [
+        {"role": "user" if m["is_user"] else "assistant", "content": m["mes"]} for m in messages
+    ]
     return json.dumps(
         {
-            "messages": messages,
+            "messages": [*SYSTEM, *history],
             "model": "fake-model",
             "temperature": 1,
             "max_tokens": 300,
             "stream": stream,
         }
     ).encode()
+
+
+def config(folder: Path, name: str, llm: str, data: Path | None, trim: bool) -> Path:
+    lines = [
+        "[upstream]",
+        f'base_url = "{llm}"',
+        "[store]",
+        f'path = "{folder / (name + ".sqlite3")}"',
+        "[memory]",
+        f'templates_dir = "{folder}"',  # the bundled prompts, not a user's overrides
+        f"auto_hide_scene_count = {1 if trim else -1}",
+        "[sillytavern]",
+    ]
+    if data is not None:
+        lines.append(f'data_dir = "{data}"')
+    else:
+        lines.append(f'data_dir = "{folder / "absent"}"')
+    path = folder / f"{name}.toml"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def serve(cfg: Path, port: int) -> subprocess.Popen[bytes]:
+    return start(["-m", "proxy", "serve", "--config", str(cfg), "--port", str(port)], port)
+
+
+async def build_memory(session: aiohttp.ClientSession, base: str, large: bytes) -> None:
+    """The first identified request starts the chat's upkeep; wait until it is done."""
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:  # the chat folder is indexed after start-up
+        async with session.post(f"{base}/v1/chat/completions", data=large) as r:
+            await r.read()
+            if r.headers.get("X-Recap-Chat"):
+                break
+        await asyncio.sleep(0.2)
+    while time.monotonic() < deadline:
+        async with session.get(f"{base}/recap/api/chats") as r:
+            chats = await r.json()
+        memory = next((c.get("memory") for c in chats if c["id"] == CHAT_ID), None)
+        if memory and memory["running_version"] and not any(memory["queue"].values()):
+            return
+        await asyncio.sleep(0.2)
+    raise SystemExit(f"{base}: the memory was not built in time: {memory}")
 
 
 def pct(values: list[float], q: float) -> float:
@@ -103,23 +209,34 @@ async def timed(session: aiohttp.ClientSession, url: str, data: bytes, *, ttfb: 
         return time.perf_counter() - started
 
 
-async def interleaved(
-    session: aiohttp.ClientSession,
-    direct: str,
-    proxied: str,
-    data: bytes,
-    rounds: int,
-    *,
-    ttfb: bool,
-) -> tuple[list[float], list[float]]:
-    d, p = [], []
+async def rounds_of(
+    session: aiohttp.ClientSession, urls: dict[str, str], data: bytes, rounds: int, ttfb: bool
+) -> dict[str, list[float]]:
+    got: dict[str, list[float]] = {name: [] for name in urls}
+    order = list(urls)
     for i in range(rounds + 10):
-        order = [(direct, d), (proxied, p)] if i % 2 else [(proxied, p), (direct, d)]
-        for url, sink in order:
-            value = await timed(session, url, data, ttfb=ttfb)
+        random.shuffle(order)
+        for name in order:
+            value = await timed(session, urls[name], data, ttfb=ttfb)
             if i >= 10:  # warm-up rounds are not counted
-                sink.append(value * 1000)
-    return d, p
+                got[name].append(value * 1000)
+    return got
+
+
+def report(label: str, got: dict[str, list[float]]) -> dict[str, float]:
+    direct = pct(got["direct"], 0.5)
+    added = {name: pct(v, 0.5) - direct for name, v in got.items() if name != "direct"}
+    print(f"  {label}: direct p50 {direct:.2f} ms, p99 {pct(got['direct'], 0.99):.2f} ms")
+    for name, values in got.items():
+        if name == "direct":
+            continue
+        p99 = pct(values, 0.99) - pct(got["direct"], 0.99)
+        ratio = added[name] / added["bare"] if added["bare"] > 0 else float("nan")
+        print(
+            f"    {name:<18} added p50 {added[name]:+6.2f} ms  p99 {p99:+6.2f} ms"
+            f"  ({ratio:4.2f}x bare)"
+        )
+    return added
 
 
 async def throughput(url: str, data: bytes, clients: int, total: int) -> tuple[float, int]:
@@ -152,95 +269,111 @@ def rss_mb(pid: int) -> tuple[float, float]:
     return int(fields["VmRSS"].split()[0]) / 1024, int(fields["VmHWM"].split()[0]) / 1024
 
 
-def line(label: str, d: list[float], p: list[float]) -> None:
-    d50, p50, d99, p99 = pct(d, 0.5), pct(p, 0.5), pct(d, 0.99), pct(p, 0.99)
+async def run(rounds: int, runs: int) -> None:
+    messages = story()
+    small, large = body(messages[-10:], False), body(messages, False)
+    small_s, large_s = body(messages[-10:], True), body(messages, True)
+    count = TokenCounter().count
     print(
-        f"  {label:<28} direct p50 {d50:7.2f} ms  p99 {d99:7.2f} | proxied p50 {p50:7.2f} ms"
-        f"  p99 {p99:7.2f} | added p50 {p50 - d50:+6.2f} ms  p99 {p99 - d99:+6.2f} ms"
-        f" | ratio p50 {p50 / d50:4.2f}"
+        f"bodies: small {len(small) / 1024:.1f} KiB, 10 messages, {count(small.decode())} "
+        f"tokens; large {len(large) / 1024:.0f} KiB, 300 messages, {count(large.decode())} "
+        "tokens (cl100k)"
     )
-
-
-async def run(rounds: int) -> None:
-    llm_port, proxy_port = free_port(), free_port()
-    llm = start(["-m", "tests.fakes.fake_llm", "--port", str(llm_port)], llm_port)
-    proxy = start(
-        [
-            "bench/serve_with_memory.py",
-            "--port",
-            str(proxy_port),
-            "--upstream",
-            f"http://127.0.0.1:{llm_port}/v1",
-        ],
-        proxy_port,
-    )
-    direct = f"http://127.0.0.1:{llm_port}/v1/chat/completions"
-    proxied = f"http://127.0.0.1:{proxy_port}/v1/chat/completions"
-    small, large = body(2, 20, False), body(300, 250, False)
-    large_tokens = TokenCounter().count(large.decode())
-    print(
-        f"bodies: small {len(small)} B; large {len(large) / 1024:.0f} KiB, 300 messages, "
-        f"{large_tokens} tokens (cl100k); memory in_chat depth 4"
-    )
-    try:
-        async with aiohttp.ClientSession() as session:
-            probe = await session.post(proxied, data=small)
-            assert probe.headers["X-Recap-Injected"] != "0", "the memory must be placed"
-            await probe.read()
-            print(
-                f"proxy memory after start-up and a first request: RSS "
-                f"{rss_mb(proxy.pid)[0]:.1f} MB (tokenizer loaded)"
+    procs: list[subprocess.Popen[bytes]] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp)
+        data = folder / "data"
+        write_data(data, messages)
+        ports = {name: free_port() for name in ("llm", "bare", "plain", "memory", "notrim")}
+        llm = f"http://127.0.0.1:{ports['llm']}/v1"
+        try:
+            procs.append(
+                start(["-m", "tests.fakes.fake_llm", "--port", str(ports["llm"])], ports["llm"])
             )
-            print(f"non-stream latency ({rounds} interleaved rounds each):")
-            line(
-                "small body",
-                *await interleaved(session, direct, proxied, small, rounds, ttfb=False),
+            procs.append(
+                start(
+                    [
+                        "bench/bare_proxy.py",
+                        "--port",
+                        str(ports["bare"]),
+                        "--upstream",
+                        f"http://127.0.0.1:{ports['llm']}",
+                    ],
+                    ports["bare"],
+                )
             )
-            line(
-                "large body",
-                *await interleaved(session, direct, proxied, large, rounds, ttfb=False),
-            )
-            print("stream time to first byte:")
-            line(
-                "small body",
-                *await interleaved(session, direct, proxied, body(2, 20, True), rounds, ttfb=True),
-            )
-            line(
-                "large body",
-                *await interleaved(
-                    session, direct, proxied, body(300, 250, True), rounds, ttfb=True
-                ),
-            )
-        print("throughput, 32 concurrent clients, small body, 2000 requests:")
-        d_rps, d_err = await throughput(direct, small, 32, 2000)
-        p_rps, p_err = await throughput(proxied, small, 32, 2000)
-        print(
-            f"  direct {d_rps:7.0f} req/s ({d_err} errors) | proxied {p_rps:7.0f} req/s "
-            f"({p_err} errors) | ratio {p_rps / d_rps:4.2f}"
-        )
-        print("64 concurrent streams, small body, 1024 requests:")
-        s_rps, s_err = await throughput(proxied, body(2, 20, True), 64, 1024)
-        print(
-            f"  proxied {s_rps:7.0f} streams/s, {s_err} errors; proxy RSS "
-            f"{rss_mb(proxy.pid)[0]:.1f} MB"
-        )
-        print("64 concurrent streams, large body, 256 requests:")
-        s_rps, s_err = await throughput(proxied, body(300, 250, True), 64, 256)
-        rss, peak = rss_mb(proxy.pid)
-        print(
-            f"  proxied {s_rps:7.0f} streams/s, {s_err} errors; proxy RSS {rss:.1f} MB, "
-            f"peak {peak:.1f} MB"
-        )
-    finally:
-        for proc in (proxy, llm):
-            proc.terminate()
-            proc.wait(10)
+            procs.append(serve(config(folder, "plain", llm, None, True), ports["plain"]))
+            memory = serve(config(folder, "memory", llm, data, True), ports["memory"])
+            procs.append(memory)
+            procs.append(serve(config(folder, "notrim", llm, data, False), ports["notrim"]))
+            base = {name: f"http://127.0.0.1:{port}" for name, port in ports.items()}
+            async with aiohttp.ClientSession() as session:
+                began = time.monotonic()
+                await asyncio.gather(
+                    build_memory(session, base["memory"], large),
+                    build_memory(session, base["notrim"], large),
+                )
+                async with session.post(f"{base['memory']}/v1/chat/completions", data=large) as r:
+                    await r.read()
+                    injected, left_out = (
+                        r.headers["X-Recap-Injected"],
+                        r.headers.get("X-Recap-Trimmed", "0"),
+                    )
+                async with session.post(f"{base['memory']}/v1/chat/completions", data=small) as r:
+                    await r.read()
+                    assert r.headers["X-Recap-Chat"], "the small body must be identified"
+                print(
+                    f"memory built in {time.monotonic() - began:.1f} s; the large request "
+                    f"carries {injected} memory tokens, {left_out} messages left out"
+                )
+                urls = {
+                    "direct": f"{base['llm']}/v1/chat/completions",
+                    "bare": f"{base['bare']}/v1/chat/completions",
+                    "plain": f"{base['plain']}/v1/chat/completions",
+                    "memory": f"{base['memory']}/v1/chat/completions",
+                    "memory, no trimming": f"{base['notrim']}/v1/chat/completions",
+                }
+                worst: dict[str, float] = {}
+                for run_no in range(runs):
+                    print(f"run {run_no + 1} of {runs}, {rounds} rounds per body:")
+                    for label, data_, ttfb in (
+                        ("small body", small, False),
+                        ("large body", large, False),
+                        ("small body, stream, first byte", small_s, True),
+                        ("large body, stream, first byte", large_s, True),
+                    ):
+                        added = report(label, await rounds_of(session, urls, data_, rounds, ttfb))
+                        ratio = added["memory"] / added["bare"]
+                        worst[label] = max(worst.get(label, 0.0), ratio)
+            print("throughput, 32 concurrent clients, small body, 2000 requests:")
+            bare_rps = 0.0
+            for name in ("bare", "plain", "memory"):
+                rps, errors = await throughput(urls[name], small, 32, 2000)
+                bare_rps = bare_rps or rps
+                print(
+                    f"  {name:<8} {rps:7.0f} req/s ({errors} errors), {rps / bare_rps:4.2f}x bare"
+                )
+            print("64 concurrent streams through the memory proxy:")
+            for label, data_, total in (("small", small_s, 1024), ("large", large_s, 256)):
+                rps, errors = await throughput(urls["memory"], data_, 64, total)
+                print(f"  {label} body: {rps:7.0f} streams/s, {errors} errors")
+            rss, peak = rss_mb(memory.pid)
+            print(f"memory proxy RSS {rss:.1f} MB, peak {peak:.1f} MB (target under 100 MB)")
+            print("the memory step against the bare hop, worst run (target at most 1.3x):")
+            for label, ratio in worst.items():
+                print(f"  {label:<32} {ratio:4.2f}x")
+        finally:
+            for proc in procs:
+                proc.terminate()
+                proc.wait(10)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=200)
-    asyncio.run(run(parser.parse_args().rounds))
+    parser.add_argument("--rounds", type=int, default=300)
+    parser.add_argument("--runs", type=int, default=1)
+    args = parser.parse_args()
+    asyncio.run(run(args.rounds, args.runs))
 
 
 if __name__ == "__main__":

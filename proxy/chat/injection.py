@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from adapters import Adapter
-from proxy.chat.providers import MemoryProvider
+from proxy.chat.providers import MemoryProvider, NoMemory
 from proxy.core.models import ChatMessage, Insertion, Memory
 from proxy.core.plan import InjectionPolicy, plan_insertion
 from proxy.core.render import Template
@@ -91,6 +91,9 @@ class Injector:
         upkeep is not started by it. `route`, `path`: the upstream route prefix it came
         under and its path there."""
         memory: Memory | None = None
+        if isinstance(self.provider, NoMemory) and not preview:
+            # Nothing could change the body: not even decoding it is worth its time.
+            return Outcome(body=raw)
         try:
             parsed = adapter.parse(raw)
             parsed.route, parsed.path = route, path

@@ -22,6 +22,7 @@ import json
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 from proxy.core.models import ChatMessage, Generation, Identification
 from proxy.core.placement import HistorySpan
@@ -37,6 +38,13 @@ def normalize(text: str) -> str:
 
 
 def fingerprint(text: str) -> int:
+    return hash(normalize(text))
+
+
+@lru_cache(maxsize=2048)
+def message_fingerprint(text: str) -> int:
+    """`fingerprint` of a request message, memoised: consecutive requests of a chat carry
+    mostly the same messages, and normalising them is most of identifying a request."""
     return hash(normalize(text))
 
 
@@ -137,7 +145,7 @@ def likely_chats(
     messages: Sequence[ChatMessage], span: HistorySpan, index: ChatIndex, limit: int = 3
 ) -> list[str]:
     """The chats that share the request's newest messages, most recently saved first."""
-    fps = [fingerprint(messages[i].text) for i in span.indices[-4:]]
+    fps = [message_fingerprint(messages[i].text) for i in span.indices[-4:]]
     found = index.candidates(fps)
     return sorted(found, key=lambda c: index.entries[c].updated, reverse=True)[:limit]
 
@@ -155,7 +163,7 @@ def identify(
     generation kind and the history are worked out, against that chat.
     """
     history = list(span.indices[-TAIL - MAX_SKIPPED :])
-    fps = {i: fingerprint(messages[i].text) for i in history}
+    fps = {i: message_fingerprint(messages[i].text) for i in history}
     trailing = messages[span.end :]
     if only is not None:
         entry = index.entries.get(only)
@@ -206,7 +214,7 @@ def unidentified_reason(
     if not span.indices:
         return "it carries no chat history (no messages after the start-of-chat marker)"
     history = list(span.indices[-TAIL - MAX_SKIPPED :])
-    candidates = index.candidates(fingerprint(messages[i].text) for i in history[-4:])
+    candidates = index.candidates(message_fingerprint(messages[i].text) for i in history[-4:])
     if not candidates:
         return f"no indexed chat ({len(index.entries)}) holds any of its newest messages"
     return (

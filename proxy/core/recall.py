@@ -96,10 +96,8 @@ def search_terms(
     found: dict[str, int] = {}
     seen: set[str] = set()  # singulars: "keys" and "key" are asked once
     for text in reversed(texts):
-        for word in WORD.findall(text.lower()):
-            word = word.replace("'", "")
-            single = word.removesuffix("s")
-            if (len(word) < 3 and not word.isdigit()) or word in skip or single in seen:
+        for word, single in _words(text):
+            if word in skip or single in seen:
                 continue
             seen.add(single)
             weight = vocabulary.weight(word)
@@ -107,6 +105,18 @@ def search_terms(
                 found[word] = weight
     terms = sorted(found, key=found.__getitem__) if rarest else list(found)
     return terms[:limit]
+
+
+@lru_cache(maxsize=512)
+def _words(text: str) -> tuple[tuple[str, str], ...]:
+    """The distinct words of a text that could be terms, with their plain singulars, in
+    order. Memoised: consecutive requests of a chat carry mostly the same messages."""
+    found: dict[str, str] = {}
+    for word in WORD.findall(text.lower()):
+        word = word.replace("'", "")
+        if word not in found and (len(word) >= 3 or word.isdigit()):
+            found[word] = word.removesuffix("s")
+    return tuple(found.items())
 
 
 @lru_cache(maxsize=256)

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 
-from proxy.core.identify import fingerprint
+from proxy.core.identify import message_fingerprint
 from proxy.core.models import ChatMessage
 
 MAX_SKIPPED = 12  # unmatched request messages (injections) tolerated inside the covered run
@@ -86,7 +86,7 @@ class _Request:
     def fp(self, k: int) -> int:
         found = self._fps.get(k)
         if found is None:
-            found = self._fps[k] = fingerprint(self.texts[k])
+            found = self._fps[k] = message_fingerprint(self.texts[k])
         return found
 
     def matches(self, k: int, covered: Covered, j: int) -> bool:

@@ -159,7 +159,9 @@ def condensed(recap: str, max_words: int) -> str:
     kept: list[str] = []
     used = 0
     for line in reversed([line for line in recap.splitlines() if line.strip()]):
-        size = len(line.split())
+        # Words, or a token's four characters for long made-up words: a model keeps to
+        # the prompt's "about N tokens" as well as to its words.
+        size = max(len(line.split()), len(line) // 4)
         if used + size > max_words:
             break
         kept.append(line)
