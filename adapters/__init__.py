@@ -1,14 +1,14 @@
 """One small adapter per wire format, behind one Protocol.
 
 An adapter turns a request body into the canonical message list the core decides on,
-and carries a decided `Insertion` back into a body, keeping everything else as it was.
+and carries the decided insertions back into a body, keeping everything else as it was.
 `ADAPTERS` maps a route (the path after `/v1/`) to its adapter: adding a format is one
 module plus its test file, and one line here.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -29,12 +29,13 @@ class Adapter(Protocol):
     def apply(
         self,
         parsed: ParsedRequest,
-        insertion: Insertion | None,
+        insertions: Sequence[Insertion] = (),
         replacements: Mapping[int, str] | None = None,
         drop: Collection[int] = (),
     ) -> bytes:
-        """The body to send upstream with `insertion` and `replacements` carried out, and
-        the messages at the indices in `drop` (of the parsed list) left out."""
+        """The body to send upstream with `insertions` (by index; at the same index in
+        their order) and `replacements` carried out, and the messages at the indices in
+        `drop` (of the parsed list) left out."""
         ...
 
 

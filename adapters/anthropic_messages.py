@@ -18,7 +18,7 @@ user and assistant keep alternating. Left-out turns are merged the same way.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 from adapters.base import ParsedRequest
@@ -68,10 +68,10 @@ def _merge_neighbours(wire: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def _gap(where: tuple[int, ...], insertion: Insertion | None, turns: int) -> int | None:
-    """The turn the memory goes before (`turns`: after the last), or None for `system`:
+def _gap(where: tuple[int, ...], insertion: Insertion, turns: int) -> int | None:
+    """The turn a memory part goes before (`turns`: after the last), or None for `system`:
     its place is at the top or inside the prompt."""
-    if insertion is None or insertion.index == 0:
+    if insertion.index == 0:
         return None
     rest = where[insertion.index :]
     if not rest:
@@ -122,7 +122,7 @@ class AnthropicMessagesAdapter:
     def apply(
         self,
         parsed: ParsedRequest,
-        insertion: Insertion | None,
+        insertions: Sequence[Insertion] = (),
         replacements: Mapping[int, str] | None = None,
         drop: Collection[int] = (),
     ) -> bytes:
@@ -134,17 +134,25 @@ class AnthropicMessagesAdapter:
             at = where[index]
             if at >= 0 and isinstance(turns[at].get("content"), str):
                 turns[at] = {**turns[at], "content": text}
-        gap = _gap(where, insertion, len(turns))
-        if insertion is not None and gap is None:
+        before: dict[int, list[Insertion]] = {}
+        into_system: list[Insertion] = []
+        for insertion in insertions:
+            gap = _gap(where, insertion, len(turns))
+            if gap is None:
+                into_system.append(insertion)
+            else:
+                before.setdefault(gap, []).append(insertion)
+        # Parts at the top go in last first, so that they keep their order there.
+        heads = [i for i in into_system if i.index == 0]
+        for insertion in [*reversed(heads), *(i for i in into_system if i.index != 0)]:
             body["system"] = self._system(body.get("system"), insertion)
         gone = {where[i] for i in drop if 0 <= i < len(where) and where[i] >= 0}
         kept: list[dict[str, Any]] = []
         for i in range(len(turns) + 1):
-            if insertion is not None and gap == i:
-                kept.append(self._turn(insertion))
+            kept.extend(self._turn(insertion) for insertion in before.get(i, ()))
             if i < len(turns) and i not in gone:
                 kept.append(turns[i])
-        body["messages"] = _merge_neighbours(kept) if insertion or gone else kept
+        body["messages"] = _merge_neighbours(kept) if before or gone else kept
         return encode_json(body, fast=fast)
 
     @staticmethod
@@ -155,7 +163,7 @@ class AnthropicMessagesAdapter:
 
     @staticmethod
     def _system(system: Any, insertion: Insertion) -> Any:
-        """`system` with the memory: first for `before_prompt` (index 0), else last."""
+        """`system` with a memory part: first for `before_prompt` (index 0), else last."""
         first = insertion.index == 0
         if system is None or system == "":
             return insertion.text

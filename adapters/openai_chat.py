@@ -8,7 +8,7 @@ order (unknown keys, `name` fields, content arrays with images, tool calls).
 from __future__ import annotations
 
 import json
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 import orjson
@@ -123,23 +123,29 @@ class OpenAIChatAdapter:
     def apply(
         self,
         parsed: ParsedRequest,
-        insertion: Insertion | None,
+        insertions: Sequence[Insertion] = (),
         replacements: Mapping[int, str] | None = None,
         drop: Collection[int] = (),
     ) -> bytes:
         source, fast = reencode(parsed.raw, parsed.body)
-        wire = list(source["messages"])
-        for index, text in (replacements or {}).items():
-            if isinstance(wire[index].get("content"), str):
-                wire[index] = {**wire[index], "content": text}
-        if insertion is not None:
-            new_message = {"role": insertion.role.value, "content": insertion.text}
-            wire.insert(insertion.index, new_message)
-        if drop:
-            # Indices are of the parsed list; the insertion shifted the ones after it.
-            shift = insertion.index if insertion is not None else len(wire)
-            gone = {i + 1 if i >= shift else i for i in drop}
-            wire = [m for i, m in enumerate(wire) if i not in gone]
+        wire = source["messages"]
+        replaced = replacements or {}
+        if any(not 0 <= i < len(wire) for i in replaced):
+            raise AdapterError("a replacement names a message the request does not have")
+        gone = set(drop)
+        at: dict[int, list[dict[str, str]]] = {}  # index -> the parts before it, in order
+        for insertion in insertions:
+            new = {"role": insertion.role.value, "content": insertion.text}
+            at.setdefault(insertion.index, []).append(new)
+        out: list[Any] = []
+        for i in range(len(wire) + 1):
+            out.extend(at.get(i, ()))
+            if i == len(wire) or i in gone:
+                continue
+            message = wire[i]
+            if i in replaced and isinstance(message.get("content"), str):
+                message = {**message, "content": replaced[i]}
+            out.append(message)
         body = dict(source)
-        body["messages"] = wire
+        body["messages"] = out
         return encode_json(body, fast=fast)

@@ -337,7 +337,7 @@ class TextCompletionAdapter:
     def apply(
         self,
         parsed: ParsedRequest,
-        insertion: Insertion | None,
+        insertions: Sequence[Insertion] = (),
         replacements: Mapping[int, str] | None = None,
         drop: Collection[int] = (),
     ) -> bytes:
@@ -353,7 +353,7 @@ class TextCompletionAdapter:
             at = prompt.find(turn.text, turn.start, turn.end) if turn.text else -1
             if index not in gone and at >= 0:  # e.g. an `<ST_METADATA>` block taken out
                 edits.append((at, at + len(turn.text), text))
-        if insertion is not None:
+        for insertion in insertions:  # in order: at one place, they keep it (stable sort)
             place = turns[insertion.index].start if insertion.index < len(turns) else len(prompt)
             edits.append((place, place, _memory_block(template, insertion)))
         pieces: list[str] = []
@@ -367,8 +367,7 @@ class TextCompletionAdapter:
         return encode_json(body, fast=fast)
 
 
-def _memory_block(template: Template | str, insertion: Insertion | None) -> str:
-    assert insertion is not None
+def _memory_block(template: Template | str, insertion: Insertion) -> str:
     role = insertion.role.value if insertion.role is not Role.SYSTEM else "system"
     if template == "plain":
         return insertion.text + "\n"

@@ -18,7 +18,7 @@ from typing import Any
 from aiohttp import web
 
 from adapters import ADAPTERS
-from proxy.chat.injection import Injector, load_injection_template, policy_from
+from proxy.chat.injection import Injector, load_injection_templates, policy_from
 from proxy.chat.providers import StaticMemory
 from proxy.cli_import import add_import_command, run_import_settings
 from proxy.cli_memory import add_memory_commands, run_memory_command
@@ -234,7 +234,7 @@ def _inject(args: argparse.Namespace) -> int:
     injection = settings.injection.model_copy(update={"enabled": True})
     injector = Injector(
         policy_from(injection),
-        load_injection_template(injection),
+        load_injection_templates(injection),
         StaticMemory(Memory(values={"running_recap": text}, chat_enabled=True)),
     )
     outcome = asyncio.run(injector.prepare(adapter, raw, {}, where="inject"))
@@ -243,15 +243,16 @@ def _inject(args: argparse.Namespace) -> int:
         body = json.dumps(json.loads(body), indent=2, ensure_ascii=False).encode() + b"\n"
     sys.stdout.buffer.write(body)
     sys.stdout.buffer.flush()
-    placement = injection.placement()
-    if outcome.insertion is None:
+    if not outcome.insertions:
         print("recap-proxy: nothing inserted", file=sys.stderr)
-    else:
+    placements = {"stable": injection.placement(), "changing": injection.changing.placement()}
+    for insertion in outcome.insertions:
+        placement = placements[insertion.part]
         print(
-            f"recap-proxy: inserted a {outcome.insertion.role.value} message at index "
-            f"{outcome.insertion.index} ({placement.position.value}"
+            f"recap-proxy: inserted the {insertion.part} part, a {insertion.role.value} "
+            f"message, at index {insertion.index} ({placement.position.value}"
             + (f", depth {placement.depth}" if placement.position.value == "in_chat" else "")
-            + f"), {outcome.insertion.tokens} tokens",
+            + f"), {insertion.tokens} tokens",
             file=sys.stderr,
         )
     return 0

@@ -9,11 +9,12 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from adapters import Adapter
 from proxy.chat.providers import MemoryProvider, NoMemory
 from proxy.core.models import ChatMessage, Insertion, Memory
-from proxy.core.plan import InjectionPolicy, plan_insertion
+from proxy.core.plan import InjectionPolicy, MemoryTemplates, covers_history, plan_insertions
 from proxy.core.render import Template
 from proxy.core.tokens import TokenCounter
 from proxy.errors import TemplateError, UnknownPromptFormat
@@ -23,15 +24,24 @@ from proxy.template_files import bundled_template
 log = logging.getLogger(__name__)
 
 
-def load_injection_template(settings: InjectionSettings) -> Template:
-    """The injection template: inline text, else the configured file, else the bundled one."""
-    if settings.template is not None:
-        return Template(settings.template)
-    path = settings.template_file or bundled_template("injection.md")
+def _template(inline: str | None, path: Path | None, bundled: str) -> Template:
+    if inline is not None:
+        return Template(inline)
+    path = path or bundled_template(bundled)
     try:
         return Template(path.read_text(encoding="utf-8"))
     except OSError as exc:
         raise TemplateError(f"cannot read injection template {path}: {exc.strerror}") from None
+
+
+def load_injection_templates(settings: InjectionSettings) -> MemoryTemplates:
+    """The two parts' templates: inline text, else the configured file, else the bundled
+    one (`injection.md`, `injection_changing.md`)."""
+    changing = settings.changing
+    return MemoryTemplates(
+        stable=_template(settings.template, settings.template_file, "injection.md"),
+        changing=_template(changing.template, changing.template_file, "injection_changing.md"),
+    )
 
 
 def policy_from(settings: InjectionSettings) -> InjectionPolicy:
@@ -42,6 +52,7 @@ def policy_from(settings: InjectionSettings) -> InjectionPolicy:
         default_chat_enabled=settings.default_chat_enabled,
         chats_enabled=dict(settings.chats_enabled),
         history_start_markers=tuple(settings.history_start_markers),
+        changing=settings.changing.placement(),
     )
 
 
@@ -50,14 +61,19 @@ class Outcome:
     """The body to send upstream and what was done to it."""
 
     body: bytes
-    insertion: Insertion | None = None
+    insertions: tuple[Insertion, ...] = ()
     memory: Memory | None = None
     messages: Sequence[ChatMessage] = ()
-    dropped: int = 0  # chat messages left out because the memory covers them
+    dropped: tuple[int, ...] = ()  # request indices left out: the memory covers them
 
     @property
     def chat_id(self) -> str | None:
         return self.memory.chat_id if self.memory is not None else None
+
+    @property
+    def tokens(self) -> int:
+        """The inserted memory's tokens, all parts."""
+        return sum(insertion.tokens for insertion in self.insertions)
 
 
 class Injector:
@@ -66,12 +82,12 @@ class Injector:
     def __init__(
         self,
         policy: InjectionPolicy,
-        template: Template,
+        templates: MemoryTemplates,
         provider: MemoryProvider,
         counter: TokenCounter | None = None,
     ) -> None:
         self.policy = policy
-        self.template = template
+        self.templates = templates
         self.provider = provider
         self.counter = counter or TokenCounter()
         self._unknown_logged: set[str] = set()  # once per format: it repeats every request
@@ -98,16 +114,16 @@ class Injector:
             parsed = adapter.parse(raw)
             parsed.route, parsed.path = route, path
             memory = await self.provider.memory_for(parsed, headers, preview=preview)
-            insertion = plan_insertion(
-                parsed.messages, memory, self.policy, self.template, self.counter.count
+            insertions = plan_insertions(
+                parsed.messages, memory, self.policy, self.templates, self.counter.count
             )
             replacements = memory.replacements if memory is not None else {}
             # Covered history goes only when the memory that covers it goes in.
-            drop = memory.drop if memory is not None and insertion is not None else ()
+            drop = memory.drop if memory is not None and covers_history(insertions) else ()
             body = raw
-            if insertion is not None or replacements:
-                body = adapter.apply(parsed, insertion, replacements, drop)
-            return Outcome(body, insertion, memory, parsed.messages, len(drop))
+            if insertions or replacements:
+                body = adapter.apply(parsed, insertions, replacements, drop)
+            return Outcome(body, insertions, memory, parsed.messages, drop)
         except UnknownPromptFormat as exc:
             if adapter.name not in self._unknown_logged:
                 self._unknown_logged.add(adapter.name)

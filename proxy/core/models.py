@@ -147,9 +147,12 @@ class Memory:
 
 @dataclass(frozen=True, slots=True)
 class Insertion:
-    """The decision for one request: insert `message` at `index` of the message list."""
+    """One part of the memory for one request: insert `text` as a `role` message before
+    `index` of the parsed message list (`index == len`: after the last)."""
 
     index: int
     role: Role
     text: str
     tokens: int
+    part: str = "stable"  # `stable` (changes with the running recap) or `changing`
+    filled: frozenset[str] = frozenset()  # the macros that put text in it

@@ -1,7 +1,15 @@
 """The chat-path decision: should memory go into this request, what text, and where.
 
 Pure: the caller gathers the parsed messages, the memory of the chat and the settings, and
-carries out the returned `Insertion` (or forwards the request untouched on `None`).
+carries out the returned insertions (or forwards the request untouched when there are
+none).
+
+The memory is inserted in two parts, each with its own template and placement. The
+stable part (the running recap) changes only when a scene is folded in; the changing part
+(recent message recaps, relevant older scenes) changes with every request. Providers
+cache the longest unchanged start of a prompt, so by default the stable part sits before
+the main prompt and the changing one deep in the chat (depth 2), after everything that
+stays the same from one request to the next.
 """
 
 from __future__ import annotations
@@ -9,9 +17,13 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from proxy.core.models import ChatMessage, Insertion, Memory, Placement
+from proxy.core.models import ChatMessage, Insertion, Memory, Placement, Position
 from proxy.core.placement import find_history, insertion_index, known_history
 from proxy.core.render import Template
+
+STABLE, CHANGING = "stable", "changing"
+# The macro whose text covers the history left out of a request.
+COVERING_MACRO = "running_recap"
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,6 +36,27 @@ class InjectionPolicy:
     default_chat_enabled: bool = True
     chats_enabled: Mapping[str, bool] = field(default_factory=dict)
     history_start_markers: Sequence[str] = ("[Start a new Chat]", "[Start a new group chat")
+    changing: Placement = field(
+        default_factory=lambda: Placement(position=Position.IN_CHAT, depth=2)
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryTemplates:
+    """The templates of the two parts. A macro goes into the first part whose template
+    uses it (one template holding every macro makes the memory one message, as before
+    the split)."""
+
+    stable: Template
+    changing: Template = field(default_factory=lambda: Template(""))
+
+    @property
+    def macros(self) -> frozenset[str]:
+        return self.stable.macros | self.changing.macros
+
+    def own_text(self) -> list[str]:
+        """The templates' own text (every macro empty): what the memory costs besides."""
+        return [t.render(dict.fromkeys(t.macros, "")).text for t in (self.stable, self.changing)]
 
 
 def chat_enabled(policy: InjectionPolicy, chat_id: str | None, own_state: bool | None) -> bool:
@@ -44,30 +77,54 @@ def chat_enabled(policy: InjectionPolicy, chat_id: str | None, own_state: bool |
     return policy.default_chat_enabled
 
 
-def plan_insertion(
+def plan_insertions(
     messages: Sequence[ChatMessage],
     memory: Memory | None,
     policy: InjectionPolicy,
-    template: Template,
+    templates: MemoryTemplates,
     count_tokens: Callable[[str], int],
-) -> Insertion | None:
-    """Decide the insertion for one request; `None` means "send it as it came"."""
+) -> tuple[Insertion, ...]:
+    """The memory's parts for one request, by index (the stable part first where both go
+    to the same place); empty means "send it as it came"."""
     if memory is None or not chat_enabled(policy, memory.chat_id, memory.chat_enabled):
-        return None
-    rendered = template.render(memory.values)
-    if not rendered.has_content or not rendered.text:
-        return None
+        return ()
     markers = policy.history_start_markers
     if memory.history is not None:
         span = known_history(messages, markers, memory.history)
     else:
         span = find_history(messages, markers)
-    index = insertion_index(messages, policy.placement, span)
-    if index is None:
-        return None
-    return Insertion(
-        index=index,
-        role=policy.placement.role,
-        text=rendered.text,
-        tokens=count_tokens(rendered.text),
+    values = {key.lower(): value for key, value in memory.values.items()}
+    taken: set[str] = set()
+    found: list[Insertion] = []
+    parts = (
+        (STABLE, templates.stable, policy.placement),
+        (CHANGING, templates.changing, policy.changing),
     )
+    for part, template, placement in parts:
+        # What an earlier part used is empty here, not left as `{{macro}}`.
+        own = {k: "" if k in taken else v for k, v in values.items()}
+        taken |= template.macros
+        rendered = template.render(own)
+        if not rendered.has_content or not rendered.text:
+            continue
+        index = insertion_index(messages, placement, span)
+        if index is None:
+            continue
+        filled = frozenset(m for m in template.macros if own.get(m, "").strip())
+        found.append(
+            Insertion(
+                index=index,
+                role=placement.role,
+                text=rendered.text,
+                tokens=count_tokens(rendered.text),
+                part=part,
+                filled=filled,
+            )
+        )
+    found.sort(key=lambda insertion: insertion.index)
+    return tuple(found)
+
+
+def covers_history(insertions: Sequence[Insertion]) -> bool:
+    """Whether the memory that covers left-out history goes in: only then may it go."""
+    return any(COVERING_MACRO in insertion.filled for insertion in insertions)

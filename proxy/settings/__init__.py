@@ -168,6 +168,52 @@ class UpstreamSettings(Section):
         return routes
 
 
+class ChangingInjectionSettings(Section):
+    position: Position = Field(
+        Position.IN_CHAT,
+        description="Where the changing part goes (`{{recent_recaps}}`, `{{relevant_scenes}}`: "
+        "new text with every request): `in_chat` (1), `before_prompt` (2), `in_prompt` (0) or "
+        "`none` (-1, left out). Deep in the chat, after everything that stays the same, the "
+        "start of the prompt is the same from one request to the next and the provider's "
+        "prompt cache keeps working.",
+    )
+    depth: int = Field(
+        2,
+        ge=0,
+        le=10000,
+        description="For `in_chat`: how many chat messages follow the changing part.",
+    )
+    role: Role = Field(
+        Role.SYSTEM,
+        description="Role of the changing part's message: `system`, `user` or `assistant`.",
+    )
+    template: str | None = Field(
+        None,
+        description="Inline template of the changing part; overrides `template_file`. A macro "
+        "the main template already uses stays empty here.",
+        examples=["[Lately: {{recent_recaps}}]"],
+    )
+    template_file: UserPath | None = Field(
+        None,
+        description="Path of the changing part's template. Unset: the bundled "
+        "`templates/injection_changing.md`.",
+        examples=["~/.config/recap-proxy/injection_changing.md"],
+    )
+
+    @field_validator("position", mode="before")
+    @classmethod
+    def _position(cls, value: object) -> Position:
+        return Position.parse(value)
+
+    @field_validator("role", mode="before")
+    @classmethod
+    def _role(cls, value: object) -> Role:
+        return Role.parse(value)
+
+    def placement(self) -> Placement:
+        return Placement(position=self.position, depth=self.depth, role=self.role)
+
+
 class InjectionSettings(Section):
     enabled: bool = Field(
         True,
@@ -190,8 +236,10 @@ class InjectionSettings(Section):
     )
     position: Position = Field(
         Position.BEFORE_PROMPT,
-        description="Where the memory goes: `before_prompt` (2), `in_prompt` (0), "
-        "`in_chat` (1) or `none` (-1); ST's numbers are accepted too.",
+        description="Where the memory's stable part goes (`{{running_recap}}`, which changes "
+        "only when a scene is folded in): `before_prompt` (2), `in_prompt` (0), `in_chat` (1) "
+        "or `none` (-1); ST's numbers are accepted too. The changing part has its own place: "
+        "`[injection.changing]`.",
     )
     depth: int = Field(
         2,
@@ -205,19 +253,25 @@ class InjectionSettings(Section):
     )
     template: str | None = Field(
         None,
-        description="Inline injection template; overrides `template_file` when set. "
-        "`{{running_recap}}` and the other macros are replaced.",
+        description="Inline template of the stable part; overrides `template_file` when set. "
+        "`{{running_recap}}` and the other macros are replaced; a macro used here stays out "
+        "of the changing part (put all three here for one message, as before the split).",
         examples=["[Story so far: {{running_recap}}]"],
     )
     template_file: UserPath | None = Field(
         None,
-        description="Path of the injection template. Unset: the bundled `templates/injection.md`.",
+        description="Path of the stable part's template. Unset: the bundled "
+        "`templates/injection.md`.",
         examples=["~/.config/recap-proxy/injection.md"],
     )
     history_start_markers: list[str] = Field(
         default_factory=lambda: ["[Start a new Chat]", "[Start a new group chat"],
         description="Text at the start of ST's `new_chat_prompt` system message(s); chat "
         "history begins after the last one. Add yours if you changed it in ST.",
+    )
+    changing: ChangingInjectionSettings = Field(
+        default_factory=ChangingInjectionSettings,
+        description="The memory's changing part: recent message recaps and relevant older scenes.",
     )
 
     @field_validator("position", mode="before")

@@ -15,7 +15,7 @@ from aiohttp import web
 
 from adapters import formats
 from proxy.cassette import Recorder
-from proxy.chat.injection import Injector, load_injection_template, policy_from
+from proxy.chat.injection import Injector, load_injection_templates, policy_from
 from proxy.chat.lore import LoreService
 from proxy.chat.providers import ChatMemory, MemoryProvider, NoMemory
 from proxy.core.guard import GuardPolicy
@@ -87,7 +87,7 @@ def make_app(
     counter = counter or TokenCounter()
     bus = app[EVENTS] = events or EventBus()
     policy = policy_from(settings.injection)
-    template = load_injection_template(settings.injection)
+    templates = load_injection_templates(settings.injection)
     data_dir = resolve_data_dir(settings) if provider is None else None
     own_upstream: Upstream | None = None
     engine: MemoryEngine | None = None
@@ -113,10 +113,7 @@ def make_app(
             counter=counter,
             lore=lore,
             clock=clock,
-            frame=Frame(
-                counter.count(template.render(dict.fromkeys(template.macros, "")).text),
-                template.macros,
-            ),
+            frame=Frame(sum(map(counter.count, templates.own_text())), templates.macros),
             events=bus,
         )
         app[QUEUE] = engine.queue
@@ -125,7 +122,7 @@ def make_app(
         provider = ChatMemory(library, markers, engine=engine)
     if store is not None:
         app[STORE] = store
-    injector = Injector(policy, template, provider or NoMemory(), counter)
+    injector = Injector(policy, templates, provider or NoMemory(), counter)
     app[SETTINGS] = settings
     app[FORMATS] = formats(library.prompt_formats if library is not None else None)
     app[RELAY] = relay

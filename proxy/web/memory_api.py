@@ -9,14 +9,16 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 
 from aiohttp import web
 
 from adapters import ADAPTERS
 from proxy.chat.providers import CHAT_ID_HEADER
 from proxy.core.export import FORMATS, MEDIA_TYPES, to_json, to_markdown, to_world
-from proxy.core.jsontypes import JSONAnswer
+from proxy.core.jsontypes import JSONAnswer, JSONObject, JSONValue
+from proxy.core.models import Insertion, Placement
+from proxy.core.plan import CHANGING, STABLE, InjectionPolicy
 from proxy.errors import Conflict, NotFound, RequestError, Unavailable
 from proxy.memory.actions import MemoryActions
 from proxy.memory.jobs import JobQueue
@@ -198,8 +200,7 @@ async def preview(request: web.Request, a: MemoryActions) -> JSONAnswer:
     outcome = await request.app[INJECTOR].prepare(
         ADAPTERS["chat/completions"], raw, headers, preview=True
     )
-    dropped = outcome.memory.drop if outcome.memory and outcome.insertion else ()
-    insertion = outcome.insertion
+    dropped = outcome.dropped
     injector = request.app[INJECTOR]
     count = injector.counter.count
     gone = set(dropped)
@@ -207,17 +208,15 @@ async def preview(request: web.Request, a: MemoryActions) -> JSONAnswer:
     policy = injector.policy
     return {
         "chat": chat_id,
-        "injected": None
-        if insertion is None
-        else {"role": insertion.role.value, "tokens": insertion.tokens, "text": insertion.text},
-        "placement": {"position": policy.placement.position.value,
-                      "depth": policy.placement.depth, "role": policy.placement.role.value},
+        "injected": _whole(outcome.insertions),
+        "parts": _parts(outcome.insertions, policy),
+        "placement": _placement(policy.placement),
         "left_out": [visible[i - 1].position for i in dropped],
         "values": dict(outcome.memory.values) if outcome.memory else {},
         # The request's token budget: the memory, the chat messages sent with it, and the
         # ones it covers that are left out.
         "budget": {
-            "memory": insertion.tokens if insertion else 0,
+            "memory": outcome.tokens,
             "sent": sum(n for i, n in enumerate(sizes, 1) if i not in gone),
             "left_out": sum(n for i, n in enumerate(sizes, 1) if i in gone),
         },
@@ -231,17 +230,53 @@ async def preview_request(request: web.Request) -> web.Response:
     adapter = ADAPTERS["chat/completions"]
     adapter.parse(raw)  # AdapterError: a 400, before the fail-open step hides it
     outcome = await request.app[INJECTOR].prepare(adapter, raw, request.headers, preview=True)
-    insertion = outcome.insertion
+    first = outcome.insertions[0] if outcome.insertions else None
     return web.json_response(
         {
             "chat": outcome.chat_id,
             "injected": None
-            if insertion is None
-            else {"index": insertion.index, "role": insertion.role.value, "text": insertion.text},
-            "left_out": list(outcome.memory.drop) if outcome.memory and insertion else [],
+            if first is None
+            else {"index": first.index, "role": first.role.value, "text": first.text},
+            "parts": _parts(outcome.insertions, request.app[INJECTOR].policy),
+            "left_out": list(outcome.dropped),
             "body": json.loads(outcome.body),
         }
     )
+
+
+def _placement(placement: Placement) -> JSONObject:
+    return {
+        "position": placement.position.value,
+        "depth": placement.depth,
+        "role": placement.role.value,
+    }
+
+
+def _parts(insertions: Sequence[Insertion], policy: InjectionPolicy) -> list[JSONValue]:
+    """Each inserted part: which, where in the request, and the placement it follows."""
+    placements = {STABLE: policy.placement, CHANGING: policy.changing}
+    return [
+        {
+            "part": i.part,
+            "index": i.index,
+            "role": i.role.value,
+            "tokens": i.tokens,
+            "text": i.text,
+            "placement": _placement(placements[i.part]),
+        }
+        for i in insertions
+    ]
+
+
+def _whole(insertions: Sequence[Insertion]) -> JSONObject | None:
+    """The memory as one: the first part's role, every part's text and tokens."""
+    if not insertions:
+        return None
+    return {
+        "role": insertions[0].role.value,
+        "tokens": sum(i.tokens for i in insertions),
+        "text": "\n\n".join(i.text for i in insertions),
+    }
 
 
 async def queue(request: web.Request) -> web.Response:

@@ -60,8 +60,8 @@ async def handle_api(request: web.Request) -> web.StreamResponse:
     )
     extra = [
         (CHAT_HEADER, quote(outcome.chat_id or "", safe="")),
-        (INJECTED_HEADER, str(outcome.insertion.tokens if outcome.insertion else 0)),
-        (TRIMMED_HEADER, str(outcome.dropped)),
+        (INJECTED_HEADER, str(outcome.tokens)),
+        (TRIMMED_HEADER, str(len(outcome.dropped))),
     ]
     lore = request.app.get(LORE)
     identity = outcome.memory.identity if outcome.memory is not None else None
@@ -73,15 +73,14 @@ async def handle_api(request: web.Request) -> web.StreamResponse:
             chat=identity.chat_id,
             generation=identity.generation,
             target=identity.target_message,
-            injected=outcome.insertion.tokens if outcome.insertion else 0,
-            left_out=outcome.dropped,
+            injected=outcome.tokens,
+            left_out=len(outcome.dropped),
         )
-    if exchange is not None and outcome.insertion is not None:
-        exchange.meta["insertion"] = {
-            "index": outcome.insertion.index,
-            "role": outcome.insertion.role.value,
-            "tokens": outcome.insertion.tokens,
-        }
+    if exchange is not None and outcome.insertions:
+        exchange.meta["insertions"] = [
+            {"part": i.part, "index": i.index, "role": i.role.value, "tokens": i.tokens}
+            for i in outcome.insertions
+        ]
     return await relay.forward(
         request, target, path, outcome.body, headers, extra=extra, exchange=exchange
     )

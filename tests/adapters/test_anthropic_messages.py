@@ -36,7 +36,7 @@ def roles(body: dict[str, Any]) -> list[str]:
 
 def insert(raw: bytes, index: int, role: Role = Role.SYSTEM, text: str = "MEMORY") -> bytes:
     parsed = ADAPTER.parse(raw)
-    return ADAPTER.apply(parsed, Insertion(index, role, text, 1))
+    return ADAPTER.apply(parsed, (Insertion(index, role, text, 1),))
 
 
 @pytest.mark.parametrize(
@@ -114,7 +114,7 @@ def test_left_out_turns_keep_the_rest_alternating() -> None:
     span = find_history(parsed.messages, MARKERS)
     # Three turns out (greeting, user, assistant): two user turns meet and merge.
     drop = span.indices[:3]
-    out = body_of(ADAPTER.apply(parsed, None, None, drop))
+    out = body_of(ADAPTER.apply(parsed, (), None, drop))
     assert roles(out) == ["user", "assistant", "user"]
     original = body_of(raw)["messages"]
     assert out["messages"][0]["content"] == original[0]["content"] + "\n\n" + original[4]["content"]
@@ -124,7 +124,7 @@ def test_the_head_and_the_replacements_stay_whole() -> None:
     raw = generations("stream")["05_send_03"]
     parsed = ADAPTER.parse(raw)
     head = [i for i, m in enumerate(parsed.messages) if parsed.layout[i] < 0]
-    out = body_of(ADAPTER.apply(parsed, None, {head[0]: "changed"}, head))
+    out = body_of(ADAPTER.apply(parsed, (), {head[0]: "changed"}, head))
     assert out["messages"] == body_of(raw)["messages"]
 
 
@@ -137,3 +137,28 @@ async def test_every_captured_request_is_identified(tmp_path: Path) -> None:
             for step, raw in generations(variant).items()
         ]
         assert kinds == ["normal"] * 3 + ["swipe", "continue"], variant
+
+
+def test_the_two_memory_parts_each_go_to_their_place() -> None:
+    """The stable part at the top of `system`, the changing one in the chat at depth 2,
+    with the left-out turns gone; the turns still alternate."""
+    raw = generations("stream_sysprompt")["05_send_03"]
+    parsed = ADAPTER.parse(raw)
+    span = find_history(parsed.messages, MARKERS)
+    parts = (
+        Insertion(0, Role.SYSTEM, "STABLE", 1, part="stable"),
+        Insertion(span.indices[-2], Role.SYSTEM, "CHANGING", 1, part="changing"),
+    )
+    out = body_of(ADAPTER.apply(parsed, parts, None, span.indices[:1]))
+    original = body_of(raw)
+    assert out["system"] == "STABLE\n\n" + original["system"]
+    assert all(a["role"] != b["role"] for a, b in itertools.pairwise(out["messages"]))
+    holder = next(m for m in out["messages"] if "CHANGING" in m["content"])
+    # Two of the original turns follow the changing part.
+    tail = [m["content"] for m in original["messages"][-2:]]
+    assert out["messages"][-1]["content"] == tail[-1]
+    assert holder["content"].endswith("CHANGING") or holder["content"].startswith("CHANGING")
+    # Both at the top: they keep their order there.
+    both = (parts[0], Insertion(0, Role.SYSTEM, "CHANGING", 1, part="changing"))
+    top = body_of(ADAPTER.apply(parsed, both))["system"]
+    assert top == "STABLE\n\nCHANGING\n\n" + original["system"]

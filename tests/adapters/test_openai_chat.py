@@ -58,7 +58,7 @@ def test_apply_keeps_every_other_field() -> None:
         "stream": True,
     }
     parsed = ADAPTER.parse(json.dumps(original).encode())
-    out = json.loads(ADAPTER.apply(parsed, Insertion(1, Role.SYSTEM, "MEMORY", 1)))
+    out = json.loads(ADAPTER.apply(parsed, (Insertion(1, Role.SYSTEM, "MEMORY", 1),)))
     assert list(out) == list(original)
     assert out["messages"].pop(1) == {"role": "system", "content": "MEMORY"}
     assert out == original
@@ -67,7 +67,7 @@ def test_apply_keeps_every_other_field() -> None:
 def test_apply_handles_integers_beyond_64_bits() -> None:
     raw = b'{"messages":[{"role":"user","content":"x"}],"seed":123456789012345678901234567890}'
     parsed = ADAPTER.parse(raw)
-    out = ADAPTER.apply(parsed, Insertion(0, Role.SYSTEM, "M", 1))
+    out = ADAPTER.apply(parsed, (Insertion(0, Role.SYSTEM, "M", 1),))
     assert b"123456789012345678901234567890" in out
 
 
@@ -84,3 +84,32 @@ def test_apply_handles_integers_beyond_64_bits() -> None:
 def test_bad_bodies_are_named(raw: bytes, message: str) -> None:
     with pytest.raises(AdapterError, match=message.replace("[", r"\[").replace("]", r"\]")):
         ADAPTER.parse(raw)
+
+
+def test_two_parts_and_left_out_messages_in_one_go() -> None:
+    messages = [{"role": "system", "content": "main"}] + [
+        {"role": "user" if i % 2 else "assistant", "content": f"m{i}"} for i in range(6)
+    ]
+    parsed = ADAPTER.parse(json.dumps({"messages": messages}).encode())
+    parts = (
+        Insertion(0, Role.SYSTEM, "STABLE", 1, part="stable"),
+        Insertion(5, Role.SYSTEM, "CHANGING", 1, part="changing"),
+    )
+    out = json.loads(ADAPTER.apply(parsed, parts, {6: "m5 (edited)"}, drop=(1, 2)))
+    assert [m["content"] for m in out["messages"]] == [
+        "STABLE",
+        "main",
+        "m2",
+        "m3",
+        "CHANGING",
+        "m4",
+        "m5 (edited)",
+    ]
+    # At one index, in the order given; after the last message too.
+    same = (
+        Insertion(7, Role.SYSTEM, "A", 1),
+        Insertion(7, Role.USER, "B", 1, part="changing"),
+    )
+    out = json.loads(ADAPTER.apply(parsed, same))
+    assert [m["content"] for m in out["messages"][-2:]] == ["A", "B"]
+    assert out["messages"][-1]["role"] == "user"

@@ -38,7 +38,7 @@ def prompt_of(raw: bytes) -> str:
 
 def insert(raw: bytes, index: int, role: Role = Role.SYSTEM) -> str:
     parsed = ADAPTER.parse(raw)
-    return prompt_of(ADAPTER.apply(parsed, Insertion(index, role, "MEMORY", 1)))
+    return prompt_of(ADAPTER.apply(parsed, (Insertion(index, role, "MEMORY", 1),)))
 
 
 @pytest.mark.parametrize(("run", "template"), RUNS.items())
@@ -58,7 +58,7 @@ def test_every_captured_prompt_splits_into_its_turns(run: str, template: str) ->
         span = find_history(messages, ("[Start a new Chat]",))
         assert messages[span.indices[-1]].role == "user" or step == "07_continue"
         # Nothing to do: the prompt comes back as it was.
-        assert prompt_of(ADAPTER.apply(parsed, None)) == prompt_of(raw)
+        assert prompt_of(ADAPTER.apply(parsed, ())) == prompt_of(raw)
 
 
 def test_memory_as_a_block_of_the_template() -> None:
@@ -94,7 +94,7 @@ def test_left_out_turns_are_cut_from_the_prompt() -> None:
     parsed = ADAPTER.parse(raw)
     span = find_history(parsed.messages, ())
     drop = span.indices[:3]
-    out = prompt_of(ADAPTER.apply(parsed, Insertion(1, Role.SYSTEM, "MEMORY", 1), None, drop))
+    out = prompt_of(ADAPTER.apply(parsed, (Insertion(1, Role.SYSTEM, "MEMORY", 1),), None, drop))
     assert "You wake with a start" not in out and "Hello Seraphina, where am I" not in out
     assert out.count("<|im_start|>") == prompt_of(raw).count("<|im_start|>") - 3 + 1
     again = ADAPTER.parse(json.dumps({"prompt": out}).encode())
@@ -124,7 +124,7 @@ def test_other_templates(template: str, prompt: str, roles: list[str]) -> None:
     assert (found[0] if isinstance(found[0], str) else found[0].name) == template
     assert [t.role for t in found[1]] == roles
     raw = json.dumps({"prompt": prompt}).encode()
-    assert prompt_of(ADAPTER.apply(ADAPTER.parse(raw), None)) == prompt
+    assert prompt_of(ADAPTER.apply(ADAPTER.parse(raw), ())) == prompt
     with_memory = insert(raw, len(roles) - 1)
     assert "MEMORY" in with_memory and with_memory.endswith(prompt[found[1][-1].start :])
 
@@ -174,7 +174,7 @@ def test_the_template_active_in_st_comes_first() -> None:
         ("system", None, "Story"), ("user", "Tom", "Hi"), ("assistant", "Ava", "Hello"),
         ("assistant", "Ava", ""),
     ]  # fmt: skip
-    placed = json.loads(adapter.apply(parsed, Insertion(3, Role.SYSTEM, "MEMORY", 1)))["prompt"]
+    placed = json.loads(adapter.apply(parsed, (Insertion(3, Role.SYSTEM, "MEMORY", 1),)))["prompt"]
     head = prompt.rpartition("<<A>>\nAva:")[0]
     assert placed == head + "<<S>>\nMEMORY<<END>>\n<<A>>\nAva:"
     assert Template.from_st({**CUSTOM, "enabled": False}) is None
@@ -195,7 +195,7 @@ def test_the_chat_start_of_sts_context_template_splits_a_prompt_with_instruct_of
         ("assistant", "Ava", "Hello"), ("user", "Tom", "How are you?"),
         ("assistant", "Ava", ""),
     ]  # fmt: skip
-    placed = json.loads(adapter.apply(parsed, Insertion(3, Role.SYSTEM, "MEMORY", 1)))["prompt"]
+    placed = json.loads(adapter.apply(parsed, (Insertion(3, Role.SYSTEM, "MEMORY", 1),)))["prompt"]
     assert placed == prompt.replace("Tom: How", "MEMORY\nTom: How")
 
 
@@ -208,8 +208,36 @@ def test_a_replaced_turn_text_changes_in_place_with_the_memory_and_a_cut() -> No
     raw = json.dumps({"prompt": prompt, "stop": ["\nTom:"]}).encode()
     parsed = ADAPTER.parse(raw)
     assert parsed.messages[0].text == block + "Story"
-    sent = ADAPTER.apply(parsed, Insertion(2, Role.SYSTEM, "MEMORY", 1), {0: "Story"}, drop={1})
+    sent = ADAPTER.apply(parsed, (Insertion(2, Role.SYSTEM, "MEMORY", 1),), {0: "Story"}, drop={1})
     assert prompt_of(sent) == (
         "<|im_start|>system\nStory<|im_end|>\n<|im_start|>system\nMEMORY<|im_end|>\n"
         "<|im_start|>assistant\nAva: Hello<|im_end|>\n<|im_start|>assistant\nAva:"
+    )
+
+
+def test_the_two_memory_parts_are_two_blocks_each_in_its_place() -> None:
+    raw = generations("textgen-generic/chatml_stream")["05_send_03"]
+    prompt = prompt_of(raw)
+    parsed = ADAPTER.parse(raw)
+    span = find_history(parsed.messages, ())
+    parts = (
+        Insertion(0, Role.SYSTEM, "STABLE", 1, part="stable"),
+        Insertion(span.indices[-2], Role.SYSTEM, "CHANGING", 1, part="changing"),
+    )
+    out = prompt_of(ADAPTER.apply(parsed, parts))
+    assert out.startswith("<|im_start|>system\nSTABLE<|im_end|>\n" + prompt[:40])
+    changing = out.index("<|im_start|>system\nCHANGING<|im_end|>\n")
+    # Two chat messages follow the changing part (a reply, the user's), then the open turn.
+    assert out[changing:].count("<|im_start|>") == 4
+    assert (
+        out.replace("<|im_start|>system\nSTABLE<|im_end|>\n", "").replace(
+            "<|im_start|>system\nCHANGING<|im_end|>\n", ""
+        )
+        == prompt
+    )
+    # At one place, in the order given.
+    both = (parts[0], Insertion(0, Role.SYSTEM, "CHANGING", 1, part="changing"))
+    top = prompt_of(ADAPTER.apply(parsed, both))
+    assert top.startswith(
+        "<|im_start|>system\nSTABLE<|im_end|>\n<|im_start|>system\nCHANGING<|im_end|>\n"
     )

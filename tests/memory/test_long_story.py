@@ -42,10 +42,13 @@ async def ask(memory: Memory, text: str) -> Any:
 
 
 async def sent_memory(memory: Memory) -> str:
-    """The inserted memory of the last chat request that went upstream."""
-    first = chat_requests(memory)[-1]["messages"][0]
+    """The inserted memory of the last chat request that went upstream: its stable part
+    (first, before the main prompt) and its changing part (in the chat), if any."""
+    sent = chat_requests(memory)[-1]["messages"]
+    first = sent[0]
     assert first["role"] == "system" and "<ROLEPLAY_RECAP>" in first["content"]
-    return str(first["content"])
+    changing = [m["content"] for m in sent if m["content"].startswith("<RECENT_MEMORY>")]
+    return "\n\n".join([first["content"], *changing])
 
 
 async def test_an_older_scene_comes_back_when_the_chat_asks_about_it(
@@ -168,7 +171,13 @@ async def test_a_template_without_relevant_scenes_never_searches(
     memory_proxy: MemoryFactory,
 ) -> None:
     memory = await memory_proxy(
-        50, ENDS, **NO_RECAPS, **{"injection.template": "[Story so far: {{running_recap}}]"}
+        50,
+        ENDS,
+        **NO_RECAPS,
+        **{
+            "injection.template": "[Story so far: {{running_recap}}]",
+            "injection.changing.template": "[Lately: {{recent_recaps}}]",
+        },
     )
     memory.story.messages[12]["mes"] += " " + FACT
     memory.story.save()

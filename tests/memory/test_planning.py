@@ -98,7 +98,9 @@ async def test_needed_recaps_only_what_st_no_longer_sends(memory_proxy: MemoryFa
     assert await memory.run(recapped) == {10, 12, 14, 16, 18, 20}
     await memory.client.post("/v1/chat/completions", json=cut)
     sent = json.loads(memory.fake.state.seen[-1].body)
-    assert "#10" in sent["messages"][0]["content"]  # the recaps go in
+    # The recaps go in: in the memory's changing part, in the chat at depth 2.
+    changing = sent["messages"][-3]["content"]
+    assert changing.startswith("<RECENT_MEMORY>") and "#10" in changing
 
 
 def test_a_switch_from_before_reads_as_a_policy() -> None:

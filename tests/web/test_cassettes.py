@@ -100,7 +100,7 @@ async def test_record_mode_writes_replayable_redacted_cassettes(
     assert ["Authorization", "Bearer <redacted>"] in chat_cassette["request"]["headers"]
     upstream_body = chat_cassette["upstream_request"]["body"]
     assert upstream_body["messages"][0]["content"].startswith("<ROLEPLAY_RECAP>")
-    assert chat_cassette["meta"]["insertion"]["index"] == 0
+    assert chat_cassette["meta"]["insertions"][0]["index"] == 0
     chunks = chat_cassette["response"]["chunks"]
     assert b"".join(decode_chunk(c) for c in chunks) == streamed
     assert len(chunks) > 1 and all(c["t"] >= 0 for c in chunks)

@@ -202,7 +202,8 @@ async def test_a_person_follows_and_fixes_the_memory(
     await expect(page.locator("#budget-legend")).to_contain_text("memory")
     memory_part = page.locator("#budget .memory")
     assert float((await memory_part.get_attribute("style") or "0").split(":")[1].rstrip("%")) > 0
-    await expect(page.locator("#injected")).to_contain_text("Ava")
+    await expect(page.locator("#injected-stable")).to_contain_text("Ava")
+    await expect(page.get_by_text("the stable part (the running recap)")).to_be_visible()
 
     # The queue: paused and resumed.
     await page.click("a[href='#/queue']")

@@ -73,6 +73,12 @@ async def test_running_recap_versions_edit_select_regenerate(memory_proxy: Memor
     preview = await get(memory, "/preview")
     assert "My own recap." in preview["injected"]["text"]
     assert preview["left_out"] == list(range(9))
+    # Each part with its place: the running recap before the main prompt (the stable part;
+    # no message recaps or older scenes here, so no changing part).
+    [stable] = preview["parts"]
+    assert stable["part"] == "stable" and stable["index"] == 0
+    assert stable["placement"] == {"position": "before_prompt", "depth": 2, "role": "system"}
+    assert "My own recap." in stable["text"] and stable["tokens"] == preview["budget"]["memory"]
 
     await memory.client.put(BASE + "/running/current", json={"version": 1})
     preview = await get(memory, "/preview")

@@ -290,10 +290,12 @@ async function renderModel(section) {
   const budget = preview.budget || { memory: 0, sent: 0, left_out: 0 };
   const total = Math.max(1, budget.memory + budget.sent + budget.left_out);
   const part = (cls, n, label) => h("div", { class: cls, style: `width:${(100 * n) / total}%`, title: `${label}: ${n} tokens` });
-  const placement = preview.placement || {};
+  const parts = preview.parts || [];
+  const where = (p) => `${p.placement.position}` + (p.placement.position === "in_chat" ? ` at depth ${p.placement.depth}` : "");
+  const named = { stable: "stable part (the running recap)", changing: "changing part (recent events, older scenes)" };
   section.replaceChildren(
-    h("p", {}, preview.injected ? `The memory goes in as a ${preview.injected.role} message, ${placement.position}` +
-      (placement.position === "in_chat" ? ` at depth ${placement.depth}` : "") + `: ${preview.injected.tokens} tokens.`
+    h("p", {}, parts.length ? `The memory goes in as ${parts.length === 1 ? "one message" : "two messages"}: ` +
+      parts.map((p) => `the ${named[p.part] || p.part}, a ${p.role} message ${where(p)}, ${p.tokens} tokens`).join("; ") + "."
       : "Nothing would be inserted now (no memory yet, or memory is off for this chat)."),
     h("div", { class: "budget", id: "budget" }, part("memory", budget.memory, "memory"), part("sent", budget.sent, "chat messages sent"),
       part("out", budget.left_out, "messages left out")),
@@ -302,7 +304,8 @@ async function renderModel(section) {
       h("span", {}, h("i", { style: "background:var(--sent)" }), `chat messages sent ${budget.sent}`),
       h("span", {}, h("i", { style: "background:var(--out)" }), `left out ${budget.left_out}` +
         (preview.left_out.length ? ` (messages ${preview.left_out[0]}–${preview.left_out[preview.left_out.length - 1]})` : ""))),
-    preview.injected ? h("pre", { class: "text", id: "injected" }, preview.injected.text) : "");
+    h("div", { id: "injected" }, ...parts.map((p) =>
+      h("pre", { class: "text", id: `injected-${p.part}`, title: `${p.part} part, ${where(p)}` }, p.text))));
 }
 
 // Backfill: queue the chat's whole memory, and follow it to the end. Planning follows
