@@ -118,14 +118,23 @@ def _read_json(path: Path) -> dict[str, Any]:
     return value
 
 
+def _into(container: tomlkit.TOMLDocument | Table, name: str, values: dict[str, Any]) -> None:
+    """`values` into the table `name`, key by key: a subsection (`[injection.changing]`)
+    keeps the keys the import does not set."""
+    table = container.get(name)
+    if not isinstance(table, Table):
+        table = tomlkit.table()
+        container[name] = table
+    for key, value in values.items():
+        if isinstance(value, dict):
+            _into(table, key, value)
+        else:
+            table[key] = value
+
+
 def _document(found: SettingsImport, document: tomlkit.TOMLDocument) -> tomlkit.TOMLDocument:
     for section, values in found.sections.items():
-        table = document.get(section)
-        if not isinstance(table, Table):
-            table = tomlkit.table()
-            document[section] = table
-        for key, value in values.items():
-            table[key] = value
+        _into(document, section, values)
     if found.chats_enabled:
         injection = document.get("injection")
         if not isinstance(injection, Table):

@@ -43,7 +43,7 @@ def test_writes_into_the_config_keeping_what_is_there(
     config = tmp_path / "config.toml"
     mine = (
         '# my proxy\n[upstream]\nbase_url = "http://127.0.0.1:5001/v1"  # KoboldCpp\n\n'
-        "[injection]\ndepth = 9\n"
+        '[injection]\ndepth = 9\n\n[injection.changing]\ntemplate = "[Lately: {{recent_recaps}}]"\n'
     )
     config.write_text(mine, encoding="utf-8")
     args = ["import-settings", "--st-data", str(data), "--config", str(config), "--write"]
@@ -57,6 +57,10 @@ def test_writes_into_the_config_keeping_what_is_there(
     assert settings.injection.position == Position.IN_CHAT and settings.injection.depth == 4
     assert settings.injection.role == Role.USER
     assert settings.injection.chats_enabled == {CHAT_ID: True}
+    # qvink's short-term placement is the changing part's; the user's own key there stays.
+    changing = settings.injection.changing
+    assert changing.position == Position.IN_PROMPT and changing.depth == 2
+    assert changing.template == "[Lately: {{recent_recaps}}]"
     assert settings.memory.minimum_scene_length == 8
     assert "note:" in capsys.readouterr().err
     assert main(args) == 0  # again: the same file

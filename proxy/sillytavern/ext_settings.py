@@ -21,7 +21,6 @@ _POSITIONS = {-1: "none", 0: "in_prompt", 1: "in_chat", 2: "before_prompt"}
 _ROLES = {0: "system", 1: "user", 2: "assistant"}
 _TYPES = ("both", "user", "character")
 _EXTENSION_DEFAULT_TEMPLATE_MARK = "<ROLEPLAY_RECAP>"
-_PROXY_MACROS = ("{{relevant_scenes}}", "{{recent_recaps}}")  # what the extension lacks
 
 # extension key -> (section, key) with the same meaning and values
 _SAME = {
@@ -79,7 +78,7 @@ _NO_EQUIVALENT = {
         "profiles": "one settings file; the profile in use was imported",
     },
     QVINK: {
-        "short_template": "message recaps go into the injection template as `{{recent_recaps}}`",
+        "short_template": "message recaps go in `[injection.changing]` as `{{recent_recaps}}`",
         "long_template": "no long-term memory: the running recap holds the story",
         "summary_injection_threshold": "message recaps are used for messages the request left out",
         "prompt": "the proxy's prompts are its own templates",
@@ -97,7 +96,11 @@ class SettingsImport:
     found: list[str] = field(default_factory=list)  # the extensions whose settings were read
 
     def put(self, section: str, key: str, value: Any) -> None:
-        self.sections.setdefault(section, {})[key] = value
+        """One setting; `section` may name a subsection (`injection.changing`)."""
+        table = self.sections
+        for name in section.split("."):
+            table = table.setdefault(name, {})
+        table[key] = value
 
 
 def _extension(settings: Mapping[str, Any], name: str) -> dict[str, Any] | None:
@@ -146,23 +149,29 @@ def import_settings(settings: Mapping[str, Any], chats: Iterable[ChatLocation]) 
     if recap is not None:
         _auto_recap(recap, out)
     if qvink is not None:
-        _qvink(qvink, out, placed=recap is not None)
+        _qvink(qvink, out)
     toggles = recap if recap is not None else qvink
     if toggles is not None:
         _chats(toggles, list(chats), out)
     return out
 
 
-def _placement(values: Mapping[str, Any], prefix: str, out: SettingsImport, source: str) -> None:
+def _placement(
+    values: Mapping[str, Any],
+    prefix: str,
+    out: SettingsImport,
+    source: str,
+    section: str = "injection",
+) -> None:
     position = _number(values.get(f"{prefix}position"))
     if position is not None:
         if position in _POSITIONS:
-            out.put("injection", "position", _POSITIONS[position])
+            out.put(section, "position", _POSITIONS[position])
         else:
             out.notes.append(f"{source}.{prefix}position = {position}: not one of ST's positions")
     role = _number(values.get(f"{prefix}role"))
     if role in _ROLES:
-        out.put("injection", "role", _ROLES[role])
+        out.put(section, "role", _ROLES[role])
 
 
 def _auto_recap(values: Mapping[str, Any], out: SettingsImport) -> None:
@@ -179,16 +188,10 @@ def _auto_recap(values: Mapping[str, Any], out: SettingsImport) -> None:
                     f"{AUTO_RECAP}.running_scene_recap_template has no {{{{running_recap}}}}: "
                     "the memory would never show"
                 )
-            missing = [m for m in _PROXY_MACROS if m not in template]
-            if missing:
-                out.notes.append(
-                    f"your template has no {' or '.join(missing)}: add them for recalled "
-                    "older scenes and the recaps of recent messages ST left out"
-                )
         else:
             out.notes.append(
                 f"{AUTO_RECAP}.running_scene_recap_template is the extension's own: the "
-                "proxy's bundled template stays (it also holds recalled older scenes)"
+                "proxy's bundled template stays"
             )
     for key, target in (
         ("auto_scene_break_check_which_messages", "scene_break_check_which"),
@@ -204,7 +207,7 @@ def _auto_recap(values: Mapping[str, Any], out: SettingsImport) -> None:
         out.put("queue", "delay_seconds", round(delay / 1000, 3))
 
 
-def _qvink(values: Mapping[str, Any], out: SettingsImport, *, placed: bool) -> None:
+def _qvink(values: Mapping[str, Any], out: SettingsImport) -> None:
     limit = values.get("short_term_context_limit")
     kind = values.get("short_term_context_type")
     if isinstance(limit, int | float) and not isinstance(limit, bool) and limit > 0:
@@ -219,11 +222,11 @@ def _qvink(values: Mapping[str, Any], out: SettingsImport, *, placed: bool) -> N
             out.notes.append(
                 f"{QVINK}.short_term_context_type = {kind!r}: only percent and tokens map"
             )
-    if not placed:
-        _placement(values, "short_term_", out, QVINK)
-        depth = _number(values.get("short_term_depth"))
-        if depth is not None and depth >= 0:
-            out.put("injection", "depth", depth)
+    # qvink's short-term memory is its message summaries: the memory's changing part.
+    _placement(values, "short_term_", out, QVINK, "injection.changing")
+    depth = _number(values.get("short_term_depth"))
+    if depth is not None and depth >= 0:
+        out.put("injection.changing", "depth", depth)
     members = values.get("disabled_group_characters")
     if isinstance(members, list) and members:
         out.put("memory", "disabled_group_members", [str(m) for m in members])

@@ -36,6 +36,8 @@ def test_auto_recap_and_qvink_settings_map_to_the_proxys() -> None:
         "position": "in_chat",
         "role": "user",
         "template": "[Story so far]\n{{running_recap}}\n[End]",
+        # qvink's short-term memory (its message summaries): the changing part.
+        "changing": {"position": "in_prompt", "role": "system", "depth": 2},
     }
     memory = found.sections["memory"]
     assert memory["scene_break_offset"] == 6 and memory["minimum_scene_length"] == 8
@@ -51,7 +53,9 @@ def test_auto_recap_and_qvink_settings_map_to_the_proxys() -> None:
     }
     assert any("Seraphina" in note and "no such chat" in note for note in found.notes)
     assert any("running_scene_recap_scan" in note for note in found.notes)
-    assert any("{{relevant_scenes}} or {{recent_recaps}}" in note for note in found.notes)
+    # The extension's template lacks the proxy's other macros: they go in the changing
+    # part, which the import leaves as it is.
+    assert not any("{{relevant_scenes}}" in note for note in found.notes)
     # Everything it produces is a valid proxy setting.
     Settings.model_validate({**found.sections})
 
@@ -69,7 +73,7 @@ def test_an_empty_template_is_the_running_recap_as_it_is() -> None:
     assert any("the extension's own" in note for note in found.notes)
 
 
-def test_qvink_alone_places_the_memory_and_a_missing_key_comes_from_the_profile() -> None:
+def test_qvink_places_the_changing_part_and_a_missing_key_comes_from_the_profile() -> None:
     st = real()
     del st["extension_settings"]["auto_recap_memory"]
     qvink = st["extension_settings"]["qvink_memory"]
@@ -79,8 +83,10 @@ def test_qvink_alone_places_the_memory_and_a_missing_key_comes_from_the_profile(
     del qvink["message_length_threshold"]
     qvink["profiles"]["Default"]["message_length_threshold"] = 30
     found = import_settings(st, [])
-    assert found.sections["injection"]["position"] == "in_chat"
-    assert found.sections["injection"]["depth"] == 3
+    # Its short-term memory (message summaries) is the memory's changing part.
+    assert found.sections["injection"]["changing"]["position"] == "in_chat"
+    assert found.sections["injection"]["changing"]["depth"] == 3
+    assert "position" not in found.sections["injection"]
     assert found.sections["memory"]["message_recap_context_type"] == "absolute"
     assert found.sections["memory"]["message_length_threshold"] == 30
 
