@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import json
 import random
 import sys
@@ -44,7 +45,7 @@ from proxy.core.tokens import TokenCounter  # noqa: E402
 from proxy.memory.engine import MemoryEngine  # noqa: E402
 from proxy.settings import Settings  # noqa: E402
 from proxy.web import make_app  # noqa: E402
-from proxy.web.keys import ENGINE, INJECTOR, LIBRARY  # noqa: E402
+from proxy.web.keys import ENGINE, INJECTOR, LIBRARY, RELAY  # noqa: E402
 from tests.fakes.fake_llm import END_SCENE  # noqa: E402
 from tests.st_data import save_like_st  # noqa: E402
 
@@ -159,6 +160,18 @@ async def replay(
         await web.TCPSite(runner, "127.0.0.1", port).start()
         url = f"http://127.0.0.1:{port}"
         library = app[LIBRARY]
+        # What each chat request carried upstream (the proxy's own calls do not pass here).
+        sent: list[list[dict[str, Any]]] = []
+        relay = app[RELAY]
+        forward = relay.forward
+
+        async def captured(*args: Any, **kwargs: Any) -> Any:
+            body = args[3]
+            if body:
+                sent.append(json.loads(body)["messages"])
+            return await forward(*args, **kwargs)
+
+        relay.forward = captured  # type: ignore[method-assign]
         try:
             while CHAT_ID not in library.index.entries:
                 await asyncio.sleep(0.01)
@@ -206,6 +219,51 @@ async def replay(
         "left_out": len(preview["left_out"]),
         "raw_bytes": len(json.dumps(final)),
         "sent_bytes": len(json.dumps(preview["body"])),
+        "prefix": prefix_figures(sent, counter),
+    }
+
+
+STABLE_MARK, CHANGING_MARK = "<ROLEPLAY_RECAP>", "<RECENT_MEMORY>"
+
+
+def prefix_figures(sent: list[list[dict[str, Any]]], counter: TokenCounter) -> dict[str, float]:
+    """How much of each forwarded request a provider's prompt cache could reuse: for each
+    request and the one before, the messages both start with. A pair keeps its prefix when
+    everything the earlier request had before its changing memory part (or all of it,
+    without one) starts the later one too. "Within a scene": the stable part (the running
+    recap) is the same in both."""
+    kept = within = within_kept = 0
+    shared_tokens: list[int] = []
+    for before, after in itertools.pairwise(sent):
+        shared = 0
+        for a, b in zip(before, after, strict=False):
+            if a != b:
+                break
+            shared += 1
+        changing = next(
+            (i for i, m in enumerate(before) if str(m["content"]).startswith(CHANGING_MARK)),
+            len(before),
+        )
+        ok = shared >= changing
+        stable = [m["content"] for m in before if str(m["content"]).startswith(STABLE_MARK)]
+        same_scene = stable == [
+            m["content"] for m in after if str(m["content"]).startswith(STABLE_MARK)
+        ]
+        kept += ok
+        within += same_scene
+        within_kept += ok and same_scene
+        shared_tokens.append(sum(counter.count(str(m["content"])) for m in before[:shared]))
+    pairs = max(1, len(sent) - 1)
+    return {
+        "pairs": len(sent) - 1,
+        "kept": 100 * kept / pairs,
+        "within": within,
+        "within_kept": 100 * within_kept / max(1, within),
+        "shared_tokens": sum(shared_tokens) / max(1, len(shared_tokens)),
+        "request_tokens": sum(
+            sum(counter.count(str(m["content"])) for m in messages) for messages in sent
+        )
+        / max(1, len(sent)),
     }
 
 
@@ -232,6 +290,13 @@ def report(label: str, n: int, result: dict[str, Any]) -> None:
           f"(max {1000 * max(plans):.1f} ms, {len(plans)} plans)")  # fmt: skip
     p50, worst = result["step_ms"]
     print(f"memory step of the final request (in-process): p50 {p50:.2f} ms, max {worst:.2f} ms")
+    prefix = result["prefix"]
+    print(
+        f"prompt prefix kept from one request to the next: {prefix['kept']:.0f} % of "
+        f"{prefix['pairs']} pairs; within a scene (same running recap) "
+        f"{prefix['within_kept']:.0f} % of {prefix['within']} (target 90 %); shared prefix "
+        f"{prefix['shared_tokens']:,.0f} tokens on average of {prefix['request_tokens']:,.0f}"
+    )
     print(
         f"final request: {result['raw_tokens']:,} tokens raw -> {result['sent_tokens']:,} with "
         f"memory and trimming ({result['left_out']} messages left out; "
