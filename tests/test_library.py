@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from adapters.openai_chat import OpenAIChatAdapter
+from proxy.core.identify import message_fingerprint
 from proxy.core.models import ChatMessage
 from proxy.library import ChatLibrary
 from proxy.store import Store
@@ -74,6 +75,9 @@ async def test_capture_replay_identifies_every_request_and_mirrors_every_change(
         found = await library.identify_request(parsed.messages, MARKERS)
         ident = found.identification
         assert ident is not None, step.step
+        # The memoised fingerprints answer as fresh ones do.
+        message_fingerprint.cache_clear()
+        assert await library.identify_request(parsed.messages, MARKERS) == found, step.step
         identified.append((step.step, ident.chat_id, ident.generation, ident.target_message))
         assert ident.confidence == 1.0, step.step
         # the request messages the chat knows are marked as its history

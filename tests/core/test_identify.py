@@ -2,7 +2,17 @@
 
 from __future__ import annotations
 
-from proxy.core.identify import ChatEntry, ChatIndex, find_st_metadata, identify, index_message
+import random
+
+import proxy.core.identify as module
+from proxy.core.identify import (
+    ChatEntry,
+    ChatIndex,
+    find_st_metadata,
+    identify,
+    index_message,
+    message_fingerprint,
+)
 from proxy.core.models import ChatMessage
 from proxy.core.placement import find_history
 
@@ -158,3 +168,58 @@ def test_index_resolves_names_and_forgets_removed_chats() -> None:
     assert index.resolve("nope") is None
     index.remove("u/chats/S/Seraphina - 1")
     assert index.by_fp == {} and index.entries == {}
+
+
+# -- the fast path: request texts fingerprinted once, memoised across requests ---------------
+
+WORDS = ["glade", "wolf", "river", "oath", "moon", "lantern", "key", "gate", "forest", "spirit"]
+
+
+def full_path(messages: list[ChatMessage], index: ChatIndex) -> object:
+    """`identify` with every request message fingerprinted afresh (no memo)."""
+    fast = module.message_fingerprint
+    module.message_fingerprint = module.fingerprint  # type: ignore[assignment]
+    try:
+        return run(index, messages)
+    finally:
+        module.message_fingerprint = fast
+
+
+def test_the_fast_path_answers_as_the_full_path_through_edits_swipes_and_deletions() -> None:
+    rng = random.Random(11)
+    chat: list[tuple[bool, str, str]] = [(False, "Seraphina", GREETING)]
+
+    def say(is_user: bool) -> tuple[bool, str, str]:
+        text = " ".join(rng.choice(WORDS) for _ in range(rng.randint(3, 12)))
+        return (is_user, "Alex" if is_user else "Seraphina", text.capitalize() + ".")
+
+    kinds: set[str] = set()
+    for step in range(300):
+        action = rng.random()
+        if action < 0.5 or len(chat) < 6:
+            chat += [say(True)] if chat[-1][0] is False else [say(False), say(True)]
+        elif action < 0.65:  # an edit anywhere
+            at = rng.randrange(1, len(chat))
+            chat[at] = (chat[at][0], chat[at][1], chat[at][2] + " (edited)")
+        elif action < 0.8:  # a deletion
+            del chat[rng.randrange(1, len(chat))]
+        elif chat[-1][0] is True:  # a reply, then its swipe
+            chat.append(say(False))
+        index = ChatIndex()
+        index.put(entry("u/chats/S/chat", float(step), chat))
+        window = chat[rng.randint(0, max(0, len(chat) - 20)) :]  # ST's context cut
+        turns = [
+            ("user" if u else "assistant", t.replace("{{user}}", "Alex")) for u, _, t in window
+        ]
+        variants = [request(*turns)]
+        if chat[-1][0] is False:  # the last reply regenerated: ST leaves it out
+            variants.append(request(*turns[:-1]))
+            variants.append(request(*turns, trailing=(("system", "[Continue your last message]"),)))
+        for messages in variants:
+            fast = run(index, messages)
+            assert fast == full_path(messages, index), step
+            if fast is not None:
+                kinds.add(fast.generation)
+        if step % 50 == 0:
+            message_fingerprint.cache_clear()  # a cold memo answers alike too
+    assert {"normal", "swipe", "continue"} <= kinds
