@@ -438,4 +438,5 @@ class ChatLibrary:
             name=record.name,
             group_name=record.group_name,
             enabled=record.enabled,
+            world=record.own_world,
         )

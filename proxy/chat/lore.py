@@ -52,6 +52,10 @@ class LoreService:
         self._changed: deque[Path] = deque()
         self._trackers: dict[str, StickyTracker] = {}
         self._tasks = TaskSet()
+        # Chats no book applies to, with what that was worked out from (the files' version
+        # and the chat's own book): their requests skip the store thread altogether.
+        self._files_version = 0
+        self._bookless: dict[str, tuple[int, str | None]] = {}
 
     # -- called by the server --------------------------------------------------------------
 
@@ -61,6 +65,10 @@ class LoreService:
         """Snapshot this generation in the background; the request does not wait."""
         if ident.target_message is None:
             return  # quiet generations make no message
+        entry = self.library.index.entries.get(ident.chat_id)
+        known = self._bookless.get(ident.chat_id)
+        if entry is not None and known == (self._files_version, entry.world):
+            return
         texts = [m.text for m in messages]
         self._tasks.spawn(self._record(ident, texts, swipe), f"lore-snapshot {ident.chat_id}")
 
@@ -70,6 +78,7 @@ class LoreService:
     def invalidate(self, paths: Iterable[Path]) -> None:
         """Note books, cards and settings that changed on disk (thread-safe)."""
         self._changed.extend(paths)
+        self._files_version += 1
 
     async def _record(self, ident: Identification, texts: list[str], swipe: int | None) -> None:
         try:
@@ -105,9 +114,12 @@ class LoreService:
         chat = db.chat(ident.chat_id)
         if chat is None or ident.target_message is None:
             return
+        version = self._files_version  # before the caches are read: a change after it counts
         matcher = self.matcher_for(chat)
         if matcher is None:
+            self._bookless[chat.id] = (version, chat.own_world)
             return
+        self._bookless.pop(chat.id, None)
         active = matcher.active(normalize("\n".join(texts)))
         tracker = self._trackers.setdefault(chat.id, StickyTracker())
         tracker.advance(ident.target_message)

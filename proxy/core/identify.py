@@ -85,6 +85,7 @@ class ChatEntry:
     name: str = ""  # file name without .jsonl
     group_name: str | None = None
     enabled: bool | None = None  # the chat's own memory on/off, None = default
+    world: str | None = None  # the chat's own lorebook (`chat_metadata.world_info`)
 
 
 @dataclass(slots=True)

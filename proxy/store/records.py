@@ -44,6 +44,12 @@ class ChatRecord:
         return value if isinstance(value, dict) else {}
 
     @property
+    def own_world(self) -> str | None:
+        """The chat's own lorebook (`chat_metadata.world_info`), if it has one."""
+        world = self.chat_metadata.get("world_info")
+        return world if isinstance(world, str) and world else None
+
+    @property
     def display_name(self) -> str:
         if self.kind == "group":
             return self.group_name or self.name

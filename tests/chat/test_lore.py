@@ -277,3 +277,70 @@ async def test_every_connection_records_the_entries_its_prompt_had(
     snap = await lore_of(library, ident.chat_id, ident.target_message, swipe)
     await library.store.close()
     assert snap is not None and keys(snap["active"]) == expected
+
+
+async def test_a_chat_no_book_applies_to_skips_the_store_until_one_does(tmp_path: Path) -> None:
+    """Its requests cost the store thread nothing; a book that comes to apply (the chat's
+    own, set in ST, or a global one) is recorded from the next request on."""
+    user = tmp_path / "data" / "default-user"
+    user.mkdir(parents=True)
+    write_card(user, "Orin", "Orin", None)
+    write_world(user, "Common", {"0": entry(0, "The moon is silver.", key=["moon"])})
+    library = ChatLibrary(tmp_path / "data", Store(tmp_path / "store.sqlite3"))
+    service = LoreService(library.store, library)
+    chat = user / "chats" / "Orin" / "c.jsonl"
+    lines: list[dict[str, Any]] = [
+        {"chat_metadata": {"integrity": "x"}, "user_name": "u", "character_name": "Orin"},
+        {"name": "Orin", "is_user": False, "mes": "Hello."},
+    ]
+    calls = []
+    run = library.store.call
+
+    async def counted(work: Any) -> Any:
+        calls.append(work)
+        return await run(work)
+
+    library.store.call = counted  # type: ignore[method-assign,assignment]
+
+    async def generate(text: str) -> tuple[dict[str, Any] | None, int]:
+        """A request and its reply: the reply's snapshot, and the store calls it took."""
+        lines.append({"name": "User", "is_user": True, "mes": text})
+        save_like_st(chat, b"\n".join(json.dumps(x).encode() for x in lines))
+        await library.refresh([chat])
+        body = {
+            "messages": [
+                {"role": "system", "content": "The moon is silver."},  # as ST puts an entry
+                {"role": "system", "content": "[Start a new Chat]"},
+                *(
+                    {"role": "user" if x["is_user"] else "assistant", "content": x["mes"]}
+                    for x in lines[1:]
+                ),
+            ]
+        }
+        parsed = ADAPTER.parse(json.dumps(body).encode())
+        found = await library.identify_request(parsed.messages, MARKERS)
+        assert found.identification is not None
+        calls.clear()
+        service.record_later(found.identification, parsed.messages)
+        await service.drain()
+        used = len(calls)
+        lines.append({"name": "Orin", "is_user": False, "mes": "Yes."})
+        save_like_st(chat, b"\n".join(json.dumps(x).encode() for x in lines))
+        await library.refresh([chat])
+        return await lore_of(library, "default-user/chats/Orin/c", len(lines) - 2, 0), used
+
+    assert await generate("The moon?") == (None, 1)  # worked out once
+    assert await generate("The moon again?") == (None, 0)  # then skipped
+    # The chat gets its own book in ST: its file says so.
+    lines[0]["chat_metadata"]["world_info"] = "Common"
+    snapshot, _ = await generate("And the moon now?")
+    assert snapshot is not None and keys(snapshot["active"]) == {("Common", 0)}
+    # Off again, then a global book: the settings file changed.
+    del lines[0]["chat_metadata"]["world_info"]
+    assert (await generate("Moon?"))[0] is None
+    assert await generate("Moon, once more?") == (None, 0)
+    write_settings(user, global_books=["Common"])
+    service.invalidate([user / "settings.json"])
+    snapshot, _ = await generate("The moon, finally?")
+    assert snapshot is not None and keys(snapshot["active"]) == {("Common", 0)}
+    await library.store.close()
