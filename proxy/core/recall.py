@@ -54,7 +54,7 @@ def words_of(text: str) -> frozenset[str]:
     return frozenset(word.replace("'", "") for word in WORD.findall(text.lower()))
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)
 class Vocabulary:
     """How many of a chat's scenes each word is in: a word in none cannot match, and a
     word in many ranks nothing (both are left out of a query)."""
@@ -96,11 +96,10 @@ def search_terms(
     found: dict[str, int] = {}
     seen: set[str] = set()  # singulars: "keys" and "key" are asked once
     for text in reversed(texts):
-        for word, single in _words(text):
+        for word, single, weight in _weighted(text, vocabulary):
             if word in skip or single in seen:
                 continue
             seen.add(single)
-            weight = vocabulary.weight(word)
             if weight is not None:
                 found[word] = weight
     terms = sorted(found, key=found.__getitem__) if rarest else list(found)
@@ -108,15 +107,17 @@ def search_terms(
 
 
 @lru_cache(maxsize=512)
-def _words(text: str) -> tuple[tuple[str, str], ...]:
-    """The distinct words of a text that could be terms, with their plain singulars, in
-    order. Memoised: consecutive requests of a chat carry mostly the same messages."""
-    found: dict[str, str] = {}
+def _weighted(text: str, vocabulary: Vocabulary) -> tuple[tuple[str, str, int | None], ...]:
+    """The distinct words of a text that could be terms, in order, with their plain
+    singulars and their weight in the chat's scenes. Memoised per text and vocabulary (a
+    vocabulary is replaced, never changed, when the chat's scenes change): consecutive
+    requests of a chat carry mostly the same messages."""
+    found: dict[str, tuple[str, str, int | None]] = {}
     for word in WORD.findall(text.lower()):
         word = word.replace("'", "")
         if word not in found and (len(word) >= 3 or word.isdigit()):
-            found[word] = word.removesuffix("s")
-    return tuple(found.items())
+            found[word] = (word, word.removesuffix("s"), vocabulary.weight(word))
+    return tuple(found.values())
 
 
 @lru_cache(maxsize=256)
