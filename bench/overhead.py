@@ -324,7 +324,9 @@ async def run(rounds: int, runs: int) -> None:
                     assert r.headers["X-Recap-Chat"], "the small body must be identified"
                 print(
                     f"memory built in {time.monotonic() - began:.1f} s; the large request "
-                    f"carries {injected} memory tokens, {left_out} messages left out"
+                    f"carries {injected} memory tokens, {left_out} messages left out; memory "
+                    f"proxy RSS {rss_mb(memory.pid)[0]:.1f} MB (plain "
+                    f"{rss_mb(procs[2].pid)[0]:.1f} MB, bare {rss_mb(procs[1].pid)[0]:.1f} MB)"
                 )
                 urls = {
                     "direct": f"{base['llm']}/v1/chat/completions",
@@ -345,6 +347,7 @@ async def run(rounds: int, runs: int) -> None:
                         added = report(label, await rounds_of(session, urls, data_, rounds, ttfb))
                         ratio = added["memory"] / added["bare"]
                         worst[label] = max(worst.get(label, 0.0), ratio)
+            print(f"memory proxy RSS after the rounds: {rss_mb(memory.pid)[0]:.1f} MB")
             print("throughput, 32 concurrent clients, small body, 2000 requests:")
             bare_rps = 0.0
             for name in ("bare", "plain", "memory"):
@@ -358,7 +361,10 @@ async def run(rounds: int, runs: int) -> None:
                 rps, errors = await throughput(urls["memory"], data_, 64, total)
                 print(f"  {label} body: {rps:7.0f} streams/s, {errors} errors")
             rss, peak = rss_mb(memory.pid)
-            print(f"memory proxy RSS {rss:.1f} MB, peak {peak:.1f} MB (target under 100 MB)")
+            print(
+                f"memory proxy RSS after 64 concurrent large streams {rss:.1f} MB, peak "
+                f"{peak:.1f} MB (target under 100 MB)"
+            )
             print("the memory step against the bare hop, worst run (target at most 1.3x):")
             for label, ratio in worst.items():
                 print(f"  {label:<32} {ratio:4.2f}x")
