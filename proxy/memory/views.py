@@ -11,8 +11,9 @@ what is happening now get what is left (at most `relevant_scenes_max_tokens`).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Protocol
 
 from proxy.core.identify import index_message
@@ -67,7 +68,7 @@ class RequestMemory:
     drop: tuple[int, ...]
 
 
-class SceneRanker(Protocol):
+class SceneRanker(Hashable, Protocol):
     """The scene search, as a request uses it."""
 
     def ranked(self, chat_id: str, query: str, limit: int, min_score: float) -> list[int]: ...
@@ -150,9 +151,17 @@ def rank_scenes(
     ranked: list[int] = []
     for terms in (asked, context):
         if terms:
-            found = search.ranked(chat_id, match_query(terms), SEARCH_LIMIT, MIN_SCORE)
+            found = _ranked(search, words, chat_id, match_query(terms))
             ranked.extend(uid for uid in found if uid not in ranked)
     return ranked
+
+
+@lru_cache(maxsize=256)
+def _ranked(search: SceneRanker, words: Vocabulary, chat_id: str, query: str) -> tuple[int, ...]:
+    """The search's answer, memoised for as long as the chat's scenes stay the same (its
+    vocabulary is replaced whenever one changes): a regenerated reply, a swipe or a
+    continue asks the same question again."""
+    return tuple(search.ranked(chat_id, query, SEARCH_LIMIT, MIN_SCORE))
 
 
 @dataclass(frozen=True, slots=True)
