@@ -92,7 +92,19 @@ def search_terms(
 ) -> list[str]:
     """The distinct words of `texts` (newest last) that can rank a scene: the newest
     text's first, or the rarest first (`rarest`); at most `limit`. `ignore` holds names."""
-    skip = _skipped(tuple(ignore))
+    return list(_terms(tuple(texts), vocabulary, tuple(ignore), limit, rarest))
+
+
+@lru_cache(maxsize=256)
+def _terms(
+    texts: tuple[str, ...],
+    vocabulary: Vocabulary,
+    ignore: tuple[str, ...],
+    limit: int,
+    rarest: bool,
+) -> tuple[str, ...]:
+    # Memoised: a regenerated reply, a swipe or a continue asks with the same texts.
+    skip = _skipped(ignore)
     found: dict[str, int] = {}
     seen: set[str] = set()  # singulars: "keys" and "key" are asked once
     for text in reversed(texts):
@@ -103,7 +115,7 @@ def search_terms(
             if weight is not None:
                 found[word] = weight
     terms = sorted(found, key=found.__getitem__) if rarest else list(found)
-    return terms[:limit]
+    return tuple(terms[:limit])
 
 
 @lru_cache(maxsize=512)

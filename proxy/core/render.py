@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import lru_cache
 
 _MACRO = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
 _BLANK_RUNS = re.compile(r"\n{3,}")
@@ -37,7 +38,12 @@ class Template:
         self.macros = frozenset(self._parts[1::2])
 
     def render(self, values: Mapping[str, str]) -> Rendered:
-        lowered = {key.lower(): value for key, value in values.items()}
+        return self._render(tuple(values.items()))
+
+    # Memoised per template: every request of a scene renders the same running recap.
+    @lru_cache(maxsize=64)  # noqa: B019 (templates live as long as the process)
+    def _render(self, items: tuple[tuple[str, str], ...]) -> Rendered:
+        lowered = {key.lower(): value for key, value in items}
         out: list[str] = []
         has_content = False
         for i, part in enumerate(self._parts):
