@@ -154,7 +154,7 @@ class MemorySettings(Section):
         "both", description="Messages shown to detection: `both`, `user` or `character`."
     )
     scene_break_every: int = Field(
-        16,
+        20,
         ge=1,
         description="Check for a scene break once this many messages can be chosen that no "
         "check looked at yet (a scene's first check too): fewer, larger checks find the same "
