@@ -9,13 +9,15 @@ that was away longer is told to reload (`reset`).
 Kinds: `job` (queued, running, done, dropped, failed, retrying), `scene` (a break found),
 `recap` (a scene recap written), `running` (a running recap version written), `memory`
 (a change made through the API), `chat` (a chat file saved), `request` (a chat request
-identified), and `reset` (sent, never kept).
+identified), `call` (one of the proxy's own LLM calls, with its tokens), and `reset` (sent,
+never kept). Listeners (the metrics) are told of each event as it is published.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import threading
 import time
 from collections import deque
@@ -25,7 +27,9 @@ from typing import Any
 
 from proxy.core.jsontypes import JSONObject
 
-KINDS = ("job", "scene", "recap", "running", "memory", "chat", "request")
+log = logging.getLogger(__name__)
+
+KINDS = ("job", "scene", "recap", "running", "memory", "chat", "request", "call")
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +57,8 @@ class EventBus:
         self._lock = threading.Lock()  # numbering and keeping: any thread
         self._subscribers: set[asyncio.Queue[Event | None]] = set()
         self._loop: asyncio.AbstractEventLoop | None = None
+        # Called at once, on the publishing thread (the metrics: counting is thread-safe).
+        self.listeners: list[Callable[[Event], None]] = []
 
     def bind(self, loop: asyncio.AbstractEventLoop) -> None:
         """The loop subscribers live on (the app's, at start-up)."""
@@ -71,6 +77,11 @@ class EventBus:
             self._next += 1
             self._kept.append(event)
             self._expire(event.at)
+        for listener in self.listeners:
+            try:
+                listener(event)
+            except Exception:
+                log.exception("event listener failed for a %s event", kind)
         loop = self._loop
         if loop is None or loop.is_closed():
             return event

@@ -112,6 +112,14 @@ class Watcher:
         # Folders the OS would not let us watch (or read): left out, said once.
         self.excluded: set[Path] = set()
 
+    @property
+    def state(self) -> str:
+        """`running`, `off` (never started: no data folder, or watching turned off) or
+        `stopped` (it ended while the proxy runs: changes are no longer seen)."""
+        if self._task is None:
+            return "off"
+        return "stopped" if self._task.done() else "running"
+
     async def __aenter__(self) -> Watcher:
         if self.library.data_dir is not None:
             self._task = asyncio.create_task(self._run(), name="st-data-watcher")

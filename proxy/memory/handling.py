@@ -127,6 +127,8 @@ class OperationHandler(Handler):
         await self.context.store.call(
             lambda db: db.usage.add(job.chat_id, self.operation.value, now, prompt, spent)
         )
+        self.context.publish("call", chat=job.chat_id, operation=self.operation.value,
+                             prompt_tokens=prompt, answer_tokens=spent)  # fmt: skip
 
     async def complete(
         self, job: Job, messages: Sequence[Mapping[str, str]], *, grow: bool = True

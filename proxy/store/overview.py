@@ -46,3 +46,23 @@ def chat_summaries(db: sqlite3.Connection) -> dict[str, JSONObject]:
         assert isinstance(queue, dict)
         queue[state] = count
     return found
+
+
+def probe(db: sqlite3.Connection, now: float) -> dict[str, int]:
+    """A write the store must be able to make, then its queue's jobs by state (`/health`)."""
+    db.execute(
+        "INSERT INTO settings_kv (key, value) VALUES ('health_probe', ?) "
+        "ON CONFLICT(key) DO UPDATE SET value=excluded.value",
+        (repr(now),),
+    )
+    return queue_counts(db)
+
+
+def queue_counts(db: sqlite3.Connection) -> dict[str, int]:
+    """Jobs by state: queued, running, failed."""
+    counts = dict.fromkeys(STATES, 0)
+    for state, count in db.execute(
+        "SELECT state, COUNT(*) FROM jobs WHERE state IN (?, ?, ?) GROUP BY state", STATES
+    ):
+        counts[state] = count
+    return counts

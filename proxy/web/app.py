@@ -26,16 +26,19 @@ from proxy.memory.actions import MemoryActions
 from proxy.memory.engine import MemoryEngine
 from proxy.memory.llm import LLMClient
 from proxy.memory.views import Frame
+from proxy.metrics import Metrics
 from proxy.settings import Settings
 from proxy.sillytavern.layout import find_data_dir, looks_like_data_dir
 from proxy.store import Store
 from proxy.store.lock import StoreLock
 from proxy.upstream import Upstream
+from proxy.vitals import Vitals
 from proxy.watcher import Watcher
 from proxy.web.api import add_api_routes
 from proxy.web.errors import error_middleware
 from proxy.web.events_api import add_event_routes
 from proxy.web.guard import POLICY, add_cors_headers, guard_middleware
+from proxy.web.health import add_health_routes
 from proxy.web.keys import (
     ACTIONS,
     ENGINE,
@@ -44,10 +47,13 @@ from proxy.web.keys import (
     INJECTOR,
     LIBRARY,
     LORE,
+    METRICS,
     QUEUE,
     RELAY,
     SETTINGS,
     STORE,
+    VITALS,
+    WATCHER,
 )
 from proxy.web.memory_api import add_memory_routes
 from proxy.web.page import add_page_routes
@@ -83,12 +89,16 @@ def make_app(
     upstream = upstream or Upstream(settings.upstream)
     if recorder is None and settings.server.record_dir is not None:
         recorder = Recorder(settings.server.record_dir)
-    relay = Relay(upstream, recorder)
     counter = counter or TokenCounter()
     bus = app[EVENTS] = events or EventBus()
+    vitals = app[VITALS] = Vitals()
+    data_dir = resolve_data_dir(settings) if provider is None else None
+    store_path = settings.store.resolved_path() if data_dir is not None else None
+    metrics = app[METRICS] = Metrics(store_path if store is None else _file_of(store))
+    bus.listeners.append(metrics.on_event)
+    relay = Relay(upstream, recorder, vitals, metrics)
     policy = policy_from(settings.injection)
     templates = load_injection_templates(settings.injection)
-    data_dir = resolve_data_dir(settings) if provider is None else None
     own_upstream: Upstream | None = None
     engine: MemoryEngine | None = None
     library: ChatLibrary | None = None
@@ -97,6 +107,12 @@ def make_app(
         library = app[LIBRARY] = ChatLibrary(data_dir, store)
         library.listeners.append(partial(announce_save, bus))
         lore = app[LORE] = LoreService(store, library)
+        watcher = app[WATCHER] = Watcher(
+            library,
+            debounce_ms=settings.sillytavern.debounce_ms,
+            force_polling=settings.sillytavern.force_polling,
+        )
+        watcher.on_files.append(lore.invalidate)
         llm_settings = settings.memory.llm
         if llm_settings.base_url is not None:
             own_upstream = Upstream(
@@ -149,8 +165,9 @@ def make_app(
     app.cleanup_ctx.append(upstream_ctx)
     app.cleanup_ctx.append(tokenizer_ctx)
     if store is not None:
-        app.cleanup_ctx.append(_memory_ctx(store, library, settings, engine))
+        app.cleanup_ctx.append(_memory_ctx(store, library, settings, engine, app.get(WATCHER)))
     add_page_routes(app)  # before the `/recap/...` catch-all
+    add_health_routes(app)  # before the catch-all that goes upstream
     add_routes(app)
     add_event_routes(app)
     add_memory_routes(app)  # first: its routes are longer than the plain chat route
@@ -198,11 +215,16 @@ def resolve_data_dir(settings: Settings) -> Path | None:
     return found
 
 
+def _file_of(store: Store) -> Path | None:
+    return None if str(store.path) == ":memory:" else Path(store.path)
+
+
 def _memory_ctx(
     store: Store,
     library: ChatLibrary | None,
     settings: Settings,
     engine: MemoryEngine | None,
+    watcher: Watcher | None,
 ) -> Callable[[web.Application], AsyncIterator[None]]:
     """The store, then the engine, then indexing and the watch; stopped in reverse, and
     the store is closed however far the start got."""
@@ -219,8 +241,8 @@ def _memory_ctx(
             lore = app.get(LORE)
             if lore is not None:
                 stack.push_async_callback(lore.drain)
-            if library is not None:
-                await stack.enter_async_context(_watching(library, settings, lore))
+            if library is not None and watcher is not None:
+                await stack.enter_async_context(_watching(library, settings, watcher))
             yield
 
     return ctx
@@ -228,15 +250,8 @@ def _memory_ctx(
 
 @contextlib.asynccontextmanager
 async def _watching(
-    library: ChatLibrary, settings: Settings, lore: LoreService | None
+    library: ChatLibrary, settings: Settings, watcher: Watcher
 ) -> AsyncIterator[None]:
-    watcher = Watcher(
-        library,
-        debounce_ms=settings.sillytavern.debounce_ms,
-        force_polling=settings.sillytavern.force_polling,
-    )
-    if lore is not None:
-        watcher.on_files.append(lore.invalidate)
 
     async def index_then_watch() -> None:
         # In the background: the proxy serves at once; identification starts with

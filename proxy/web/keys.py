@@ -12,8 +12,11 @@ from proxy.library import ChatLibrary
 from proxy.memory.actions import MemoryActions
 from proxy.memory.engine import MemoryEngine
 from proxy.memory.jobs import JobQueue
+from proxy.metrics import Metrics
 from proxy.settings import Settings
 from proxy.store import Store
+from proxy.vitals import Vitals
+from proxy.watcher import Watcher
 from proxy.web.relay import Relay
 
 SETTINGS = web.AppKey("settings", Settings)
@@ -27,3 +30,6 @@ ENGINE = web.AppKey("engine", MemoryEngine)
 QUEUE = web.AppKey("queue", JobQueue)
 ACTIONS = web.AppKey("actions", MemoryActions)
 EVENTS = web.AppKey("events", EventBus)
+VITALS = web.AppKey("vitals", Vitals)
+METRICS = web.AppKey("metrics", Metrics)
+WATCHER = web.AppKey("watcher", Watcher)

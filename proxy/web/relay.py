@@ -14,6 +14,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 
 from aiohttp import web
 from yarl import URL
@@ -21,8 +22,10 @@ from yarl import URL
 from proxy.cassette import Exchange, Recorder
 from proxy.core.headers import Headers, request_headers, response_headers
 from proxy.errors import UpstreamError
+from proxy.metrics import Metrics
 from proxy.tasks import TaskSet
 from proxy.upstream import Target, Upstream
+from proxy.vitals import Vitals
 from proxy.web.errors import error_json
 
 log = logging.getLogger(__name__)
@@ -31,9 +34,17 @@ log = logging.getLogger(__name__)
 class Relay:
     """Sends requests through the `Upstream` and streams answers back."""
 
-    def __init__(self, upstream: Upstream, recorder: Recorder | None = None) -> None:
+    def __init__(
+        self,
+        upstream: Upstream,
+        recorder: Recorder | None = None,
+        vitals: Vitals | None = None,
+        metrics: Metrics | None = None,
+    ) -> None:
         self.upstream = upstream
         self.recorder = recorder
+        self.vitals = vitals or Vitals()
+        self.metrics = metrics or Metrics()
         self._writes = TaskSet()
 
     def start_exchange(self, request: web.Request, body: bytes) -> Exchange | None:
@@ -58,9 +69,13 @@ class Relay:
         *,
         extra: Iterable[tuple[str, str]] = (),
         exchange: Exchange | None = None,
+        wire: str = "other",
+        arrived: float | None = None,
     ) -> web.StreamResponse:
-        """Send `path` (the request's, its route prefix taken off) to `target`."""
+        """Send `path` (the request's, its route prefix taken off) to `target`. `wire`:
+        the request's format (for the metrics); `arrived`: when it came in (perf_counter)."""
         extra = list(extra)
+        timing = _Timing(wire, target.prefix, arrived or time.perf_counter())
         headers = request_headers(client_headers.items(), target.api_key)
         url = target.url_for(path, request.rel_url.raw_query_string)
         if exchange is not None:
@@ -70,7 +85,7 @@ class Relay:
             exchange.upstream_headers = headers
             exchange.upstream_body = body
         try:
-            return await self._forward(request, url, headers, body, extra, exchange)
+            return await self._forward(request, url, headers, body, extra, exchange, timing)
         except asyncio.CancelledError:
             log.info(
                 "%s %s: client disconnected; upstream request cancelled",
@@ -90,15 +105,22 @@ class Relay:
         body: bytes | None,
         extra: Headers,
         exchange: Exchange | None,
+        timing: _Timing,
     ) -> web.StreamResponse:
         started = time.monotonic()
+        metrics = self.metrics
+        metrics.added_latency.labels(timing.wire).observe(time.perf_counter() - timing.arrived)
         try:
             upstream = await self.upstream.send_to(request.method, url, headers, body)
         except UpstreamError as exc:
             log.warning("%s %s: %s", request.method, request.rel_url.raw_path, exc)
+            self.vitals.failed(str(exc))
+            metrics.relayed(timing.route, exc.status, timing.wire)
             if exchange is not None:
                 exchange.status, exchange.error = exc.status, str(exc)
             return error_response(exc, extra)
+        self.vitals.answered(upstream.status)
+        metrics.relayed(timing.route, upstream.status, timing.wire)
 
         response = web.StreamResponse(status=upstream.status, reason=upstream.reason)
         for name, value in response_headers(upstream.headers):
@@ -113,10 +135,15 @@ class Relay:
         complete = False
         try:
             await response.prepare(request)
+            first = True
             async for chunk in upstream.chunks:
                 if exchange is not None:
                     exchange.chunks.append((time.monotonic() - started, chunk))
                 await response.write(chunk)
+                if first:
+                    first = False
+                    elapsed = time.perf_counter() - timing.arrived
+                    metrics.first_byte.labels(timing.wire).observe(elapsed)
             await response.write_eof()
             complete = True
         except ConnectionResetError:
@@ -133,6 +160,7 @@ class Relay:
             )
             if exchange is not None:
                 exchange.error = str(failure)
+            self.vitals.failed(f"the answer broke off: {failure}")
             # The status line is gone already: all we can do is end the stream broken.
             if request.transport is not None:
                 request.transport.close()
@@ -158,6 +186,13 @@ class Relay:
     async def drain(self) -> None:
         """Wait for cassette writes still under way (at shutdown)."""
         await self._writes.drain()
+
+
+@dataclass(frozen=True, slots=True)
+class _Timing:
+    wire: str  # the request's format, for the metrics
+    route: str  # the upstream route's prefix ("" for `upstream.base_url`)
+    arrived: float  # perf_counter when the request came in
 
 
 def _write_quietly(recorder: Recorder, exchange: Exchange) -> None:

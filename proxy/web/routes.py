@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import re
+import time
 from urllib.parse import quote, unquote
 
 from aiohttp import web
@@ -12,7 +13,7 @@ from proxy.chat.injection import Injector
 from proxy.core.headers import safe_url
 from proxy.errors import NotFound, RequestError
 from proxy.web.guard import api_headers
-from proxy.web.keys import EVENTS, FORMATS, INJECTOR, LORE, RELAY
+from proxy.web.keys import EVENTS, FORMATS, INJECTOR, LIBRARY, LORE, RELAY
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +39,7 @@ def proxied_path(raw_path: str) -> str:
 
 
 async def handle_api(request: web.Request) -> web.StreamResponse:
+    arrived = time.perf_counter()
     relay = request.app[RELAY]
     target, path = relay.upstream.resolve(proxied_path(request.rel_url.raw_path))
     adapter = request.app[FORMATS].for_path(path) if request.method == "POST" else None
@@ -45,7 +47,9 @@ async def handle_api(request: web.Request) -> web.StreamResponse:
     if adapter is None:
         body = await request.read() if request.body_exists else None
         exchange = relay.start_exchange(request, body or b"")
-        return await relay.forward(request, target, path, body, headers, exchange=exchange)
+        return await relay.forward(
+            request, target, path, body, headers, exchange=exchange, arrived=arrived
+        )
 
     raw = await request.read()
     exchange = relay.start_exchange(request, raw)
@@ -65,6 +69,15 @@ async def handle_api(request: web.Request) -> web.StreamResponse:
     ]
     lore = request.app.get(LORE)
     identity = outcome.memory.identity if outcome.memory is not None else None
+    relay.metrics.chat_request(
+        "identified"
+        if identity is not None
+        else "unidentified"
+        if LIBRARY in request.app
+        else "no_memory",
+        outcome.tokens,
+        len(outcome.dropped),
+    )
     if lore is not None and identity is not None:
         lore.record_later(identity, outcome.messages)
     if identity is not None:
@@ -82,7 +95,15 @@ async def handle_api(request: web.Request) -> web.StreamResponse:
             for i in outcome.insertions
         ]
     return await relay.forward(
-        request, target, path, outcome.body, headers, extra=extra, exchange=exchange
+        request,
+        target,
+        path,
+        outcome.body,
+        headers,
+        extra=extra,
+        exchange=exchange,
+        wire=adapter.name,
+        arrived=arrived,
     )
 
 

@@ -1,0 +1,113 @@
+"""What the running proxy knows about its own health, for `GET /health`.
+
+A service manager or a monitoring page asks often and wants one word: `ok`, or
+`degraded` with the reason beside it. Degraded means the user's memory is silently not
+being kept, or their chats are failing: the store cannot be written, the watch on ST's
+data folder died, or the upstream failed the last `FAILING_AFTER` requests in a row
+(unreachable, timed out, or 5xx). A 4xx answer is the upstream working as meant (a bad
+key is the user's to fix, and `doctor` says so), not a reason to restart anything.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from proxy import __version__
+from proxy.core.jsontypes import JSONObject, JSONValue
+
+FAILING_AFTER = 5  # upstream failures in a row before the proxy says it is degraded
+
+
+@dataclass(slots=True)
+class UpstreamRecord:
+    last_status: int | None = None
+    last_error: str | None = None
+    last_error_at: float | None = None  # Unix time
+    failures_in_a_row: int = 0
+
+
+class Vitals:
+    """The upstream's recent outcomes and the proxy's age; the relay reports to it."""
+
+    def __init__(
+        self,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        wall: Callable[[], float] = time.time,
+    ) -> None:
+        self.clock = clock
+        self.wall = wall
+        self.started = clock()
+        self.upstream = UpstreamRecord()
+
+    def answered(self, status: int) -> None:
+        """The upstream answered a relayed request with `status`."""
+        record = self.upstream
+        record.last_status = status
+        if status >= 500:
+            self._failed(f"HTTP {status}")
+        else:
+            record.failures_in_a_row = 0
+
+    def failed(self, error: str) -> None:
+        """A relayed request got no answer (unreachable, timed out, broke off)."""
+        self.upstream.last_status = None
+        self._failed(error)
+
+    def _failed(self, error: str) -> None:
+        record = self.upstream
+        record.last_error = error
+        record.last_error_at = self.wall()
+        record.failures_in_a_row += 1
+
+    @property
+    def upstream_failing(self) -> bool:
+        return self.upstream.failures_in_a_row >= FAILING_AFTER
+
+    def uptime(self) -> float:
+        return self.clock() - self.started
+
+
+@dataclass(frozen=True, slots=True)
+class Health:
+    """One look at the proxy: each part's state, and the verdict."""
+
+    store: str  # "ok", "none" (no data folder: no store in use) or the error
+    watcher: str  # "running", "off" (no data folder or watching turned off), "stopped"
+    queue: dict[str, int]
+    vitals: Vitals
+
+    @property
+    def problems(self) -> list[str]:
+        found = []
+        if self.store not in ("ok", "none"):
+            found.append(f"store: {self.store}")
+        if self.watcher == "stopped":
+            found.append("the watch on SillyTavern's data folder stopped")
+        if self.vitals.upstream_failing:
+            found.append(
+                f"the upstream failed the last {self.vitals.upstream.failures_in_a_row} "
+                f"requests ({self.vitals.upstream.last_error})"
+            )
+        return found
+
+    def to_json(self) -> JSONObject:
+        upstream = self.vitals.upstream
+        problems: list[JSONValue] = list(self.problems)
+        return {
+            "status": "degraded" if problems else "ok",
+            "version": __version__,
+            "uptime_s": round(self.vitals.uptime(), 1),
+            "store": self.store,
+            "watcher": self.watcher,
+            "queue": dict(self.queue),
+            "upstream": {
+                "last_status": upstream.last_status,
+                "last_error": upstream.last_error,
+                "last_error_at": upstream.last_error_at,
+                "failures_in_a_row": upstream.failures_in_a_row,
+            },
+            "problems": problems,
+        }

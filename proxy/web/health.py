@@ -1,0 +1,58 @@
+"""`GET /health` and `GET /metrics`: the proxy's account of itself, for service managers,
+monitoring and Prometheus. Both answer under the same checks as every request (with an
+access key set, they need it too: Prometheus sends it as a bearer token)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST
+
+from proxy.store.overview import STATES, probe, queue_counts
+from proxy.vitals import Health
+from proxy.web.keys import METRICS, STORE, VITALS, WATCHER
+
+# A store busy with a long piece of work still answers within this, or counts as failing.
+STORE_WAIT = 5.0
+
+
+async def health(request: web.Request) -> web.Response:
+    """`{"status": "ok" | "degraded", ...}`: HTTP 200 when ok, 503 when degraded."""
+    app = request.app
+    store = app.get(STORE)
+    queue = dict.fromkeys(STATES, 0)
+    state = "none"
+    if store is not None:
+        try:
+            queue = await asyncio.wait_for(
+                store.call(lambda db: probe(db.db, time.time())), STORE_WAIT
+            )
+            state = "ok"
+        except TimeoutError:
+            state = f"no answer within {STORE_WAIT:.0f} s"
+        except Exception as exc:  # the store's own error is what the operator needs
+            state = f"{type(exc).__name__}: {exc}"
+    watcher = app.get(WATCHER)
+    report = Health(state, watcher.state if watcher else "off", queue, app[VITALS]).to_json()
+    return web.json_response(report, status=200 if report["status"] == "ok" else 503)
+
+
+async def metrics(request: web.Request) -> web.Response:
+    """Prometheus's text format (`recap_proxy_*`)."""
+    store = request.app.get(STORE)
+    queue = None
+    if store is not None:
+        try:
+            queue = await asyncio.wait_for(store.call(lambda db: queue_counts(db.db)), STORE_WAIT)
+        except Exception:
+            queue = None
+    body = request.app[METRICS].exposition(queue)
+    return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+
+def add_health_routes(app: web.Application) -> None:
+    """Before the catch-all that sends every other path upstream."""
+    app.router.add_get("/health", health)
+    app.router.add_get("/metrics", metrics)

@@ -1,0 +1,59 @@
+"""The figures for `/metrics`: counted from the chat path and the event bus, written in
+Prometheus's format and read back with its parser."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from proxy.events import EventBus
+from proxy.metrics import Metrics
+
+
+def values(metrics: Metrics, queue: dict[str, int] | None = None) -> dict[str, float]:
+    text = metrics.exposition(queue).decode()
+    return {
+        sample.name + str(sorted(sample.labels.items())): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+
+
+def test_events_and_reports_become_counts(tmp_path: Path) -> None:
+    store = tmp_path / "store.sqlite3"
+    store.write_bytes(b"x" * 1000)
+    (tmp_path / "store.sqlite3-wal").write_bytes(b"y" * 24)
+    metrics = Metrics(store)
+    bus = EventBus()
+    bus.listeners.append(metrics.on_event)
+    bus.publish("job", job=1, chat="c", operation="scene_recap", state="done", error=None)
+    bus.publish("job", chat="c", state="queued", count=3)  # planning's summary: no operation
+    bus.publish("call", chat="c", operation="scene_recap", prompt_tokens=900, answer_tokens=120)
+    bus.publish("chat", chat="c", deleted=False, changes=2)
+    bus.publish("chat", chat="c", deleted=True, changes=0)
+    metrics.relayed("", 200, "openai_chat")
+    metrics.relayed("/claude", 529, "anthropic_messages")
+    metrics.chat_request("identified", 1200, 40)
+    metrics.chat_request("unidentified", 0, 0)
+    found = values(metrics, {"queued": 2, "running": 1, "failed": 0})
+    assert found["recap_proxy_jobs_total[('operation', 'scene_recap'), ('state', 'done')]"] == 1
+    assert sum(v for k, v in found.items() if k.startswith("recap_proxy_jobs_total")) == 1
+    assert found["recap_proxy_llm_calls_total[('operation', 'scene_recap')]"] == 1
+    prompt = "recap_proxy_llm_tokens_total[('kind', 'prompt'), ('operation', 'scene_recap')]"
+    assert found[prompt] == 900
+    assert found["recap_proxy_watcher_events_total[('kind', 'saved')]"] == 1
+    assert found["recap_proxy_watcher_events_total[('kind', 'deleted')]"] == 1
+    relayed = "recap_proxy_requests_total[('format', 'openai_chat'), ('route', '/'), "
+    assert found[relayed + "('status', '200')]"] == 1
+    assert found["recap_proxy_inserted_memory_tokens_sum[]"] == 1200
+    assert found["recap_proxy_inserted_memory_tokens_count[]"] == 1  # identified ones only
+    assert found["recap_proxy_identification_total[('outcome', 'unidentified')]"] == 1
+    assert found["recap_proxy_jobs_current[('state', 'queued')]"] == 2
+    assert found["recap_proxy_store_size_bytes[]"] == 1024
+
+
+def test_two_apps_never_add_up() -> None:
+    first, second = Metrics(), Metrics()
+    first.relayed("", 200, "other")
+    assert not any(k.startswith("recap_proxy_requests_total") for k in values(second))
