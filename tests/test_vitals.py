@@ -19,8 +19,10 @@ def test_failures_in_a_row_make_it_degraded_and_an_answer_mends_it() -> None:
     assert not vitals.upstream_failing and vitals.upstream.last_error == "HTTP 502"
     now[0] = 160.0
     report = Health("ok", "running", {}, vitals).to_json()
-    assert report["uptime_s"] == 60.0 and report["upstream"]["last_status"] == 404
-    assert report["upstream"]["last_error_at"] == 1_800_000_000.0
+    upstream = report["upstream"]
+    assert isinstance(upstream, dict)
+    assert report["uptime_s"] == 60.0 and upstream["last_status"] == 404
+    assert upstream["last_error_at"] == 1_800_000_000.0
 
 
 def test_each_part_names_its_problem() -> None:
