@@ -27,6 +27,7 @@ from proxy.core.headers import safe_url
 from proxy.core.models import Memory
 from proxy.errors import AdapterError, ConfigError, RecapProxyError
 from proxy.library import ChatLibrary
+from proxy.logs import setup_logging
 from proxy.settings import Settings, default_config_path, load_settings
 from proxy.store import Store
 
@@ -58,6 +59,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     st_data_help = "SillyTavern's data/ folder (default: sillytavern.data_dir, else auto-detect)"
     serve.add_argument("--st-data", type=Path, metavar="DIR", help=st_data_help)
+    serve.add_argument(
+        "--log-format", choices=("text", "json"), help="log lines as text or JSON (default text)"
+    )
+    serve.add_argument(
+        "--log-level", choices=("debug", "info", "warning", "error"), help="default info"
+    )
 
     chats = sub.add_parser("chats", help="index SillyTavern's chats and list them")
     config_arg(chats)
@@ -125,18 +132,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
 
 
-def _setup_logging(level: str) -> None:
-    logging.basicConfig(
-        level=level.upper(),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
-    # aiohttp's access log would print every request line; our own lines say what matters.
-    logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
-    # watchfiles logs every batch of changes at INFO; the library logs what matters.
-    logging.getLogger("watchfiles").setLevel(logging.WARNING)
-
-
 def _serve(args: argparse.Namespace) -> int:
     settings = load_settings(
         args.config,
@@ -146,9 +141,11 @@ def _serve(args: argparse.Namespace) -> int:
             "upstream.base_url": args.upstream,
             "server.record_dir": str(args.record) if args.record else None,
             "sillytavern.data_dir": str(args.st_data) if args.st_data else None,
+            "server.log_level": args.log_level,
+            "server.log_format": args.log_format,
         },
     )
-    _setup_logging(settings.server.log_level)
+    setup_logging(settings.server.log_level, settings.server.log_format)
     try:
         asyncio.run(serve(settings))
     except OSError as exc:
@@ -219,7 +216,7 @@ def _inject(args: argparse.Namespace) -> int:
     if args.no_template:
         overrides["injection.template"] = "{{running_recap}}"
     settings = load_settings(args.config, overrides=overrides)
-    _setup_logging("warning")
+    setup_logging("warning")
     text = args.memory
     if args.memory_file is not None:
         text = _read_text(args.memory_file, "memory file")
@@ -283,7 +280,7 @@ async def _open_library(args: argparse.Namespace) -> AsyncIterator[tuple[ChatLib
         args.config,
         overrides={"sillytavern.data_dir": str(args.st_data) if args.st_data else None},
     )
-    _setup_logging("warning")
+    setup_logging("warning")
     data_dir = resolve_data_dir(settings)
     if data_dir is None:
         raise RecapProxyError(

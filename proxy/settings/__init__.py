@@ -49,6 +49,18 @@ class ServerSettings(Section):
     log_level: Literal["debug", "info", "warning", "error"] = Field(
         "info", description="Logging verbosity. Request bodies and API keys are never logged."
     )
+    log_format: Literal["text", "json"] = Field(
+        "text",
+        description="`text`: one readable line per record; `json`: one JSON object per line "
+        "(`time`, `level`, `logger`, `message`), for a log collector. Same as "
+        "`serve --log-format`.",
+    )
+    access_log: bool = Field(
+        False,
+        description="One line per request at info level: method, path (without its query), "
+        "status, milliseconds, and for a chat request its chat and inserted tokens. Never a "
+        "body, a header or a key.",
+    )
     record_dir: UserPath | None = Field(
         None,
         description="When set, every proxied exchange is written there as a cassette file "

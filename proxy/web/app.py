@@ -22,6 +22,7 @@ from proxy.core.guard import GuardPolicy
 from proxy.core.tokens import TokenCounter
 from proxy.events import EventBus
 from proxy.library import ChatLibrary, Refreshed
+from proxy.logs import access_middleware
 from proxy.memory.actions import MemoryActions
 from proxy.memory.engine import MemoryEngine
 from proxy.memory.llm import LLMClient
@@ -79,10 +80,12 @@ def make_app(
 ) -> web.Application:
     """The proxy application. Every owner can be injected (tests pass fakes): `provider`
     replaces the memory of ST's chats with a fixed one (no data folder is read)."""
-    # The error middleware is outermost: the guard's refusals are answered like any error.
-    app = web.Application(
-        client_max_size=MAX_BODY_BYTES, middlewares=[error_middleware, guard_middleware]
-    )
+    # The error middleware is outermost: the guard's refusals are answered like any error;
+    # the access log (when on) wraps them all, refusals included.
+    middlewares = [error_middleware, guard_middleware]
+    if settings.server.access_log:
+        middlewares.insert(0, access_middleware)
+    app = web.Application(client_max_size=MAX_BODY_BYTES, middlewares=middlewares)
     app[POLICY] = policy_of(settings)
     app.on_response_prepare.append(add_cors_headers)
     clock = clock or time.time
