@@ -99,6 +99,12 @@ def build_parser() -> argparse.ArgumentParser:
     inject.add_argument(
         "request", nargs="?", type=Path, metavar="REQUEST_JSON", help="request body; default stdin"
     )
+    doctor = sub.add_parser(
+        "doctor", help="check the whole setup: config, store, port, ST's settings, the APIs"
+    )
+    config_arg(doctor)
+    doctor.add_argument("--st-data", type=Path, metavar="DIR", help=st_data_help)
+    doctor.add_argument("--json", action="store_true", help="print the checks as JSON")
     add_memory_commands(sub, config_arg)
     add_import_command(sub, config_arg)
     return parser
@@ -117,6 +123,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _inject(args)
         if args.command == "import-settings":
             return run_import_settings(args)
+        if args.command == "doctor":
+            return asyncio.run(_doctor(args))
         return asyncio.run(run_memory_command(args))
     except ConfigError as exc:
         print(f"recap-proxy: {exc}", file=sys.stderr)
@@ -191,6 +199,15 @@ async def serve(settings: Settings, *, ready: asyncio.Event | None = None) -> No
         log.info("recap-proxy stopping")
     finally:
         await runner.cleanup()
+
+
+async def _doctor(args: argparse.Namespace) -> int:
+    from proxy.doctor import render, run_checks
+
+    setup_logging("error")  # the checks say what matters; a library's warning is noise here
+    checks = await run_checks(args.config, args.st_data)
+    print(render(checks, args.json))
+    return 0 if all(c.ok is not False for c in checks) else 1
 
 
 def _refuse_if_exposed(settings: Settings) -> None:

@@ -11,6 +11,7 @@ key is the user's to fix, and `doctor` says so), not a reason to restart anythin
 from __future__ import annotations
 
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -18,6 +19,7 @@ from proxy import __version__
 from proxy.core.jsontypes import JSONObject, JSONValue
 
 FAILING_AFTER = 5  # upstream failures in a row before the proxy says it is degraded
+REQUEST_WINDOW = 3600.0  # seconds of chat requests `/health` counts (for `doctor`)
 
 
 @dataclass(slots=True)
@@ -41,6 +43,23 @@ class Vitals:
         self.wall = wall
         self.started = clock()
         self.upstream = UpstreamRecord()
+        self._requests: deque[tuple[float, str]] = deque()  # (when, outcome), the last hour
+
+    def saw(self, outcome: str) -> None:
+        """A chat request came in: `identified` as a chat, or `unidentified`."""
+        now = self.clock()
+        self._requests.append((now, outcome))
+        while self._requests and now - self._requests[0][0] > REQUEST_WINDOW:
+            self._requests.popleft()
+
+    def recent_requests(self) -> dict[str, int]:
+        """Chat requests of the last hour by outcome."""
+        since = self.clock() - REQUEST_WINDOW
+        counts = {"identified": 0, "unidentified": 0}
+        for at, outcome in self._requests:
+            if at >= since:
+                counts[outcome] = counts.get(outcome, 0) + 1
+        return counts
 
     def answered(self, status: int) -> None:
         """The upstream answered a relayed request with `status`."""
@@ -109,5 +128,6 @@ class Health:
                 "last_error_at": upstream.last_error_at,
                 "failures_in_a_row": upstream.failures_in_a_row,
             },
+            "requests": {**self.vitals.recent_requests(), "window_s": int(REQUEST_WINDOW)},
             "problems": problems,
         }

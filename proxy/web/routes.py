@@ -69,15 +69,13 @@ async def handle_api(request: web.Request) -> web.StreamResponse:
     ]
     lore = request.app.get(LORE)
     identity = outcome.memory.identity if outcome.memory is not None else None
-    relay.metrics.chat_request(
-        "identified"
-        if identity is not None
-        else "unidentified"
-        if LIBRARY in request.app
-        else "no_memory",
-        outcome.tokens,
-        len(outcome.dropped),
-    )
+    if identity is not None:
+        seen = "identified"
+    else:
+        seen = "unidentified" if LIBRARY in request.app else "no_memory"
+    relay.metrics.chat_request(seen, outcome.tokens, len(outcome.dropped))
+    if seen != "no_memory":
+        relay.vitals.saw(seen)
     if lore is not None and identity is not None:
         lore.record_later(identity, outcome.messages)
     if identity is not None:

@@ -30,6 +30,8 @@ async def test_ok_then_degraded_by_the_store_then_by_the_watcher(
     assert (report["store"], report["watcher"]) == ("ok", "running")
     assert report["queue"] == {"queued": 0, "running": 0, "failed": 0}
     assert report["upstream"]["last_status"] == 200 and report["upstream"]["last_error"] is None
+    # For `doctor`: the chat requests of the last hour.
+    assert report["requests"] == {"identified": 1, "unidentified": 0, "window_s": 3600}
 
     # The store can no longer be written (a full disk, a read-only file system).
     store = memory.app[STORE]

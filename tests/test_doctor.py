@@ -1,0 +1,120 @@
+"""`recap-proxy doctor`: each check against a data folder, an upstream up and down, and a
+proxy running or not."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from proxy.cli import main
+from tests.conftest import FakeLLM
+from tests.memory.story import Story
+from tests.test_serve_e2e import free_port
+
+SETTINGS = Path(__file__).parent / "data" / "st-settings"
+
+
+def setup(tmp_path: Path, upstream: str, st_settings: str = "claude") -> tuple[Path, Path, int]:
+    data = tmp_path / "st" / "data"
+    Story(data, set()).grow(4)
+    shutil.copy(SETTINGS / f"{st_settings}.json", data / "default-user" / "settings.json")
+    port = free_port()
+    config = tmp_path / "config.toml"
+    config.write_text(
+        f'[upstream]\nbase_url = "{upstream}"\n[store]\npath = "{tmp_path / "s.sqlite3"}"\n'
+        f"[server]\nport = {port}\n",
+        encoding="utf-8",
+    )
+    return data, config, port
+
+
+def doctor(
+    config: Path, data: Path, capsys: pytest.CaptureFixture[str]
+) -> tuple[int, dict[str, Any]]:
+    code = main(["doctor", "--config", str(config), "--st-data", str(data), "--json"])
+    report = json.loads(capsys.readouterr().out)
+    return code, {c["name"]: c for c in report["checks"]} | {"ok": report["ok"]}
+
+
+def set_st_url(data: Path, url: str) -> None:
+    path = data / "default-user" / "settings.json"
+    st = json.loads(path.read_text(encoding="utf-8"))
+    st["oai_settings"]["reverse_proxy"] = url
+    path.write_text(json.dumps(st), encoding="utf-8")
+
+
+async def test_st_pointing_elsewhere_is_named_with_the_value_to_set(
+    tmp_path: Path, fake_llm: FakeLLM, capsys: pytest.CaptureFixture[str]
+) -> None:
+    data, config, port = setup(tmp_path, fake_llm.base_url)
+    code, checks = await _doctor(config, data, capsys)
+    assert code == 1 and checks["ok"] is False
+    st = checks["ST (default-user) uses the proxy"]
+    assert st["ok"] is False and "oai_settings.reverse_proxy" in st["detail"]
+    assert "http://127.0.0.1:5011/v1" in st["detail"]  # what it is now
+    assert st["fix"].endswith(f"to http://127.0.0.1:{port}/v1")
+    # Fixed in ST: now it passes, and with the upstream up, all does.
+    set_st_url(data, f"http://localhost:{port}/v1")
+    code, checks = await _doctor(config, data, capsys)
+    assert checks["ST (default-user) uses the proxy"]["ok"] is True
+    assert checks["upstream"]["ok"] is True and "(200)" in checks["upstream"]["detail"]
+    assert (
+        checks["SillyTavern data"]["ok"] is True
+        and "1 chat(s)" in checks["SillyTavern data"]["detail"]
+    )
+    assert checks["config"]["ok"] and checks["store"]["ok"] and checks["tokenizer"]["ok"]
+    assert checks["port"]["ok"] and "not running" in checks["port"]["detail"]
+    assert code == 0 and checks["ok"] is True
+
+
+async def test_an_upstream_down_and_a_missing_data_folder(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    down = f"http://127.0.0.1:{free_port()}/v1"
+    _, config, _ = setup(tmp_path, down)
+    code, checks = await _doctor(config, tmp_path / "nowhere", capsys)
+    assert code == 1
+    assert checks["upstream"]["ok"] is False and "does not answer" in checks["upstream"]["detail"]
+    assert "[upstream] base_url" in checks["upstream"]["fix"]
+    assert checks["SillyTavern data"]["ok"] is False
+    assert "data_dir" in checks["SillyTavern data"]["fix"]
+
+
+def test_a_bad_config_says_the_key_and_the_text_output_marks_each_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = tmp_path / "config.toml"
+    config.write_text('[injection]\nposition = "top"\n', encoding="utf-8")
+    code = main(["doctor", "--config", str(config), "--st-data", str(tmp_path)])
+    out = capsys.readouterr().out
+    assert code == 1
+    assert out.splitlines()[0].startswith("✗ config: ") and "injection.position" in out
+    assert all(line[0] in "✓✗-" or line.startswith("    → ") for line in out.splitlines())
+
+
+async def _doctor(
+    config: Path, data: Path, capsys: pytest.CaptureFixture[str]
+) -> tuple[int, dict[str, Any]]:
+    # `main` runs its own event loop: off this test's loop, in a thread.
+    return await asyncio.to_thread(doctor, config, data, capsys)
+
+
+def test_a_running_proxys_history_becomes_checks() -> None:
+    from proxy.doctor import _history
+
+    health = {
+        "requests": {"identified": 2, "unidentified": 7},
+        "queue": {"queued": 0, "running": 0, "failed": 1},
+        "upstream": {"last_error": "HTTP 502", "failures_in_a_row": 3},
+    }
+    checks = {c.name: c for c in _history(health)}
+    assert checks["requests in the last hour"].ok is False
+    assert "2 identified as a chat, 7 not" in checks["requests in the last hour"].detail
+    assert checks["memory jobs"].ok is False and "recap-proxy queue" in checks["memory jobs"].fix
+    assert checks["upstream errors"].ok is False and "HTTP 502" in checks["upstream errors"].detail
+    assert [c.ok for c in _history(None)] == [None]
