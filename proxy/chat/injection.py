@@ -9,7 +9,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from functools import lru_cache
 from pathlib import Path
 
 from adapters import Adapter
@@ -91,8 +90,6 @@ class Injector:
         self.templates = templates
         self.provider = provider
         self.counter = counter or TokenCounter()
-        # The stable part is the same text for every request of a scene: counted once.
-        self._count = lru_cache(maxsize=64)(self.counter.count)
         self._unknown_logged: set[str] = set()  # once per format: it repeats every request
 
     async def prepare(
@@ -118,7 +115,7 @@ class Injector:
             parsed.route, parsed.path = route, path
             memory = await self.provider.memory_for(parsed, headers, preview=preview)
             insertions = plan_insertions(
-                parsed.messages, memory, self.policy, self.templates, self._count
+                parsed.messages, memory, self.policy, self.templates, self.counter.count
             )
             replacements = memory.replacements if memory is not None else {}
             # Covered history goes only when the memory that covers it goes in.
