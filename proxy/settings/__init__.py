@@ -180,7 +180,26 @@ class UpstreamSettings(Section):
         return routes
 
 
-class ChangingInjectionSettings(Section):
+class _Placed(Section):
+    """A memory part's place: its `position`, `depth` and `role` (fields of each subclass,
+    in its own order and words), given as names or ST's numbers."""
+
+    @field_validator("position", mode="before", check_fields=False)
+    @classmethod
+    def _position(cls, value: object) -> Position:
+        return Position.parse(value)
+
+    @field_validator("role", mode="before", check_fields=False)
+    @classmethod
+    def _role(cls, value: object) -> Role:
+        return Role.parse(value)
+
+    def placement(self) -> Placement:
+        fields = self.__dict__
+        return Placement(position=fields["position"], depth=fields["depth"], role=fields["role"])
+
+
+class ChangingInjectionSettings(_Placed):
     position: Position = Field(
         Position.IN_CHAT,
         description="Where the changing part goes (`{{recent_recaps}}`, `{{relevant_scenes}}`: "
@@ -212,21 +231,8 @@ class ChangingInjectionSettings(Section):
         examples=["~/.config/recap-proxy/injection_changing.md"],
     )
 
-    @field_validator("position", mode="before")
-    @classmethod
-    def _position(cls, value: object) -> Position:
-        return Position.parse(value)
 
-    @field_validator("role", mode="before")
-    @classmethod
-    def _role(cls, value: object) -> Role:
-        return Role.parse(value)
-
-    def placement(self) -> Placement:
-        return Placement(position=self.position, depth=self.depth, role=self.role)
-
-
-class InjectionSettings(Section):
+class InjectionSettings(_Placed):
     enabled: bool = Field(
         True,
         description="Master switch: when false, no memory is inserted into any request.",
@@ -285,19 +291,6 @@ class InjectionSettings(Section):
         default_factory=ChangingInjectionSettings,
         description="The memory's changing part: recent message recaps and relevant older scenes.",
     )
-
-    @field_validator("position", mode="before")
-    @classmethod
-    def _position(cls, value: object) -> Position:
-        return Position.parse(value)
-
-    @field_validator("role", mode="before")
-    @classmethod
-    def _role(cls, value: object) -> Role:
-        return Role.parse(value)
-
-    def placement(self) -> Placement:
-        return Placement(position=self.position, depth=self.depth, role=self.role)
 
 
 class SillyTavernSettings(Section):
