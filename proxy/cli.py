@@ -105,6 +105,17 @@ def build_parser() -> argparse.ArgumentParser:
     config_arg(doctor)
     doctor.add_argument("--st-data", type=Path, metavar="DIR", help=st_data_help)
     doctor.add_argument("--json", action="store_true", help="print the checks as JSON")
+    service = sub.add_parser("service", help="run serve in the background: install, uninstall")
+    actions = service.add_subparsers(dest="action", required=True)
+    for action, what in (
+        ("install", "write a systemd user unit (Linux) or launchd agent (macOS) for serve"),
+        ("uninstall", "remove it"),
+    ):
+        one = actions.add_parser(action, help=what)
+        config_arg(one)
+        one.add_argument(
+            "--dry-run", action="store_true", help="print what would be written or removed"
+        )
     add_memory_commands(sub, config_arg)
     add_import_command(sub, config_arg)
     return parser
@@ -125,6 +136,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return run_import_settings(args)
         if args.command == "doctor":
             return asyncio.run(_doctor(args))
+        if args.command == "service":
+            return _service(args)
         return asyncio.run(run_memory_command(args))
     except ConfigError as exc:
         print(f"recap-proxy: {exc}", file=sys.stderr)
@@ -199,6 +212,23 @@ async def serve(settings: Settings, *, ready: asyncio.Event | None = None) -> No
         log.info("recap-proxy stopping")
     finally:
         await runner.cleanup()
+
+
+def _service(args: argparse.Namespace) -> int:
+    from proxy import service
+
+    config = args.config
+    if config is None and default_config_path().exists():
+        config = default_config_path()
+    try:
+        found = service.service_file(sys.platform, Path.home(), sys.executable, config)
+    except ValueError as exc:
+        raise RecapProxyError(str(exc)) from None
+    if args.action == "install":
+        print(service.install(found, args.dry_run), end="")
+    else:
+        print(service.uninstall(found, args.dry_run), end="")
+    return 0
 
 
 async def _doctor(args: argparse.Namespace) -> int:
