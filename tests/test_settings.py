@@ -119,3 +119,34 @@ def test_the_changing_part_has_its_own_place_in_names_or_st_numbers() -> None:
     )
     default = Settings().injection.changing.placement()
     assert (default.position, default.depth) == (Position.IN_CHAT, 2)
+
+
+def test_an_empty_environment_variable_counts_as_unset() -> None:
+    settings = load_settings(
+        None, env={"RECAP_PROXY_UPSTREAM__API_KEY": "", "RECAP_PROXY_SERVER__PORT": "9000"}
+    )
+    assert settings.upstream.api_key is None and settings.server.port == 9000
+
+
+def test_the_container_files_name_real_settings() -> None:
+    """Every RECAP_PROXY_ variable the Dockerfile and the compose example set is a valid
+    setting (with an access key, as a container listens on every interface)."""
+    import re
+
+    root = Path(__file__).resolve().parent.parent
+    text = (root / "Dockerfile").read_text() + (root / "compose.example.yaml").read_text()
+    names = set(re.findall(r"(RECAP_PROXY_[A-Z_]+)", text))
+    assert "RECAP_PROXY_SERVER__HOST" in names and "RECAP_PROXY_STORE__PATH" in names
+    env = dict.fromkeys(names, "1")
+    env |= {
+        "RECAP_PROXY_SERVER__HOST": "0.0.0.0",
+        "RECAP_PROXY_SERVER__ALLOWED_HOSTS": '["recap-proxy"]',
+        "RECAP_PROXY_STORE__PATH": "/data/recap-proxy.sqlite3",
+        "RECAP_PROXY_SILLYTAVERN__DATA_DIR": "/st-data",
+        "RECAP_PROXY_UPSTREAM__BASE_URL": "https://api.openai.com/v1",
+        "RECAP_PROXY_SILLYTAVERN__FORCE_POLLING": "true",
+    }
+    settings = load_settings(None, env=env)
+    assert settings.server.allowed_hosts == ["recap-proxy"]
+    for copied in re.findall(r"^COPY (\S+) ", (root / "Dockerfile").read_text(), re.M):
+        assert (root / copied).exists(), copied

@@ -424,11 +424,12 @@ def _env_values(environ: Mapping[str, str]) -> dict[str, Any]:
     """`RECAP_PROXY_UPSTREAM__BASE_URL=...` -> `{"upstream.base_url": ...}`.
 
     Values that look like JSON lists or objects are decoded, so that
-    `RECAP_PROXY_INJECTION__CHATS_ENABLED='{"a": false}'` works.
+    `RECAP_PROXY_INJECTION__CHATS_ENABLED='{"a": false}'` works. An empty variable counts
+    as unset: compose and service managers write an unset `${VAR}` as "".
     """
     values: dict[str, Any] = {}
     for name, raw in environ.items():
-        if not name.startswith(ENV_PREFIX):
+        if not name.startswith(ENV_PREFIX) or raw == "":
             continue
         dotted = name[len(ENV_PREFIX) :].lower().replace(ENV_NESTING, ".")
         value: Any = raw
