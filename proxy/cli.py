@@ -11,7 +11,8 @@ import os
 import signal
 import sys
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +29,7 @@ from proxy.core.models import Memory
 from proxy.errors import AdapterError, ConfigError, RecapProxyError
 from proxy.library import ChatLibrary
 from proxy.logs import setup_logging
+from proxy.reload import Reloader
 from proxy.settings import Settings, default_config_path, load_settings
 from proxy.store import Store
 
@@ -154,21 +156,22 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    settings = load_settings(
-        args.config,
-        overrides={
-            "server.host": args.host,
-            "server.port": args.port,
-            "upstream.base_url": args.upstream,
-            "server.record_dir": str(args.record) if args.record else None,
-            "sillytavern.data_dir": str(args.st_data) if args.st_data else None,
-            "server.log_level": args.log_level,
-            "server.log_format": args.log_format,
-        },
-    )
+    overrides: dict[str, Any] = {
+        "server.host": args.host,
+        "server.port": args.port,
+        "upstream.base_url": args.upstream,
+        "server.record_dir": str(args.record) if args.record else None,
+        "sillytavern.data_dir": str(args.st_data) if args.st_data else None,
+        "server.log_level": args.log_level,
+        "server.log_format": args.log_format,
+    }
+    settings = load_settings(args.config, overrides=overrides)
     setup_logging(settings.server.log_level, settings.server.log_format)
     try:
-        asyncio.run(serve(settings))
+        # A reload reads the same file with the same command-line overrides.
+        asyncio.run(
+            serve(settings, reload_from=partial(load_settings, args.config, overrides=overrides))
+        )
     except OSError as exc:
         print(
             f"recap-proxy: cannot listen on {settings.server.host}:{settings.server.port}: "
@@ -179,12 +182,18 @@ def _serve(args: argparse.Namespace) -> int:
     return 0
 
 
-async def serve(settings: Settings, *, ready: asyncio.Event | None = None) -> None:
-    """Run the server until SIGINT/SIGTERM."""
+async def serve(
+    settings: Settings,
+    *,
+    ready: asyncio.Event | None = None,
+    reload_from: Callable[[], Settings] | None = None,
+) -> None:
+    """Run the server until SIGINT/SIGTERM; SIGHUP reloads the config and the templates."""
     from proxy.web import make_app
+    from proxy.web.keys import RELOADER
 
     _refuse_if_exposed(settings)
-    app = make_app(settings)
+    app = make_app(settings, reload_from=reload_from, owns_logging=True)
     # handler_cancellation: when ST disconnects (Stop), the handler is cancelled and the
     # upstream request with it.
     runner = web.AppRunner(app, handler_cancellation=True, access_log=None)
@@ -206,6 +215,9 @@ async def serve(settings: Settings, *, ready: asyncio.Event | None = None) -> No
         for sig in (signal.SIGINT, signal.SIGTERM):
             with contextlib.suppress(NotImplementedError):
                 loop.add_signal_handler(sig, stop.set)
+        if hasattr(signal, "SIGHUP"):  # not on Windows: POST /recap/api/reload there
+            with contextlib.suppress(NotImplementedError):
+                loop.add_signal_handler(signal.SIGHUP, _reload_now, app[RELOADER])
         if ready is not None:
             ready.set()
         await stop.wait()
@@ -238,6 +250,13 @@ async def _doctor(args: argparse.Namespace) -> int:
     checks = await run_checks(args.config, args.st_data)
     print(render(checks, args.json))
     return 0 if all(c.ok is not False for c in checks) else 1
+
+
+def _reload_now(reloader: Reloader) -> None:
+    try:
+        reloader.reload()
+    except RecapProxyError as exc:
+        log.error("reload failed, nothing changed: %s", exc)
 
 
 def _refuse_if_exposed(settings: Settings) -> None:

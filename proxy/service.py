@@ -69,6 +69,8 @@ def _systemd(home: Path, args: list[str], environ: dict[str, str]) -> ServiceFil
             f"ExecStart={' '.join(_systemd_quote(a) for a in args)}",
             "Restart=on-failure",
             "RestartSec=5",
+            # `systemctl --user reload recap-proxy`: the config and templates, live.
+            "ExecReload=/bin/kill -HUP $MAINPID",
             "",
             "[Install]",
             "WantedBy=default.target",

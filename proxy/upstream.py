@@ -103,6 +103,12 @@ class Upstream:
 
     def __init__(self, settings: UpstreamSettings) -> None:
         self.settings = settings
+        self.retarget(settings)
+        self._session: aiohttp.ClientSession | None = None
+
+    def retarget(self, settings: UpstreamSettings) -> None:
+        """The APIs and keys from `settings` (a reload: requests under way keep theirs;
+        the session's limits and timeouts stay as they started)."""
         self.base_url = URL(settings.base_url)
         self.api_key = _key(settings.api_key)
         self.default = Target(self.base_url, self.api_key)
@@ -112,7 +118,6 @@ class Upstream:
             key=lambda t: len(t.prefix),
             reverse=True,
         )
-        self._session: aiohttp.ClientSession | None = None
 
     def route(self, prefix: str) -> Target:
         """The API of a route prefix ("" or one no longer configured: `base_url`'s)."""

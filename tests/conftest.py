@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import logging
 import os
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,6 +39,17 @@ def _no_user_config(
     for name in list(os.environ):
         if name.startswith("RECAP_PROXY_"):
             monkeypatch.delenv(name)
+
+
+@pytest.fixture(autouse=True)
+def _logging_as_it_was() -> Iterator[None]:
+    """A CLI command run by a test sets up the process's logging (as it should when run
+    for real); the next test starts with the logging pytest set up."""
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    yield
+    root.handlers[:] = handlers
+    root.setLevel(level)
 
 
 @dataclass

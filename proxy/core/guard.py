@@ -164,3 +164,11 @@ def carries_access_key(headers: Mapping[str, str], policy: GuardPolicy) -> tuple
     if _is_key(_api_key_header(headers), policy):
         found.append(API_KEY_HEADER)
     return tuple(found)
+
+
+class LivePolicy:
+    """The policy the server checks against, replaced as a whole when the config is
+    reloaded (the app's state is fixed once it runs; this holder is not)."""
+
+    def __init__(self, policy: GuardPolicy) -> None:
+        self.current = policy

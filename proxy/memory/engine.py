@@ -15,6 +15,7 @@ fingerprints the chat path needs, so that a request does no store reads at all.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -121,6 +122,23 @@ class MemoryEngine:
         self._import_failed: set[str] = set()  # logged once per chat
         # chat -> the oldest chat position its latest request carried (ST's cut)
         self.sent_from: dict[str, int] = {}
+
+    def reconfigure(
+        self, settings: MemorySettings, policy: InjectionPolicy, frame: Frame, prompts: Prompts
+    ) -> None:
+        """New settings and prompts, live (a reload): jobs from now on use them, and every
+        active chat is planned again (its view rebuilt) in the background."""
+        self.settings, self.policy = settings, policy
+        context = next(iter(self.handlers.values())).context
+        context = dataclasses.replace(context, settings=settings, prompts=prompts)
+        for handler in self.handlers.values():
+            handler.context = context
+        self.running = RunningPlanner(settings, self.counter.count)
+        self.work = WorkPlanner(settings, self.counter)
+        self.view_inputs = dataclasses.replace(self.view_inputs, settings=settings, frame=frame)
+        self.llm.settings = settings.llm
+        for chat_id in sorted(self.active):
+            self.schedule(chat_id)
 
     async def __aenter__(self) -> MemoryEngine:
         await self.queue.__aenter__()

@@ -2,8 +2,8 @@
 replaceable by a file of the same name in the user's templates folder.
 
 Each prompt goes to the LLM as one user message; the template states the JSON it expects.
-The folder is read at start-up, so a broken override is reported once, then the bundled
-prompt is used.
+The folder is read at start-up and at each reload (`SIGHUP`, `POST /recap/api/reload`),
+so a broken override is reported once, then the bundled prompt is used.
 """
 
 from __future__ import annotations

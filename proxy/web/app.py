@@ -18,7 +18,7 @@ from proxy.cassette import Recorder
 from proxy.chat.injection import Injector, load_injection_templates, policy_from
 from proxy.chat.lore import LoreService
 from proxy.chat.providers import ChatMemory, MemoryProvider, NoMemory
-from proxy.core.guard import GuardPolicy
+from proxy.core.guard import GuardPolicy, LivePolicy
 from proxy.core.tokens import TokenCounter
 from proxy.events import EventBus
 from proxy.library import ChatLibrary, Refreshed
@@ -28,6 +28,7 @@ from proxy.memory.engine import MemoryEngine
 from proxy.memory.llm import LLMClient
 from proxy.memory.views import Frame
 from proxy.metrics import Metrics
+from proxy.reload import Reloader
 from proxy.settings import Settings
 from proxy.sillytavern.layout import find_data_dir, looks_like_data_dir
 from proxy.store import Store
@@ -51,6 +52,7 @@ from proxy.web.keys import (
     METRICS,
     QUEUE,
     RELAY,
+    RELOADER,
     SETTINGS,
     STORE,
     VITALS,
@@ -77,16 +79,20 @@ def make_app(
     recorder: Recorder | None = None,
     counter: TokenCounter | None = None,
     events: EventBus | None = None,
+    reload_from: Callable[[], Settings] | None = None,
+    owns_logging: bool = False,
 ) -> web.Application:
     """The proxy application. Every owner can be injected (tests pass fakes): `provider`
-    replaces the memory of ST's chats with a fixed one (no data folder is read)."""
+    replaces the memory of ST's chats with a fixed one (no data folder is read);
+    `reload_from` reads the settings again for a reload (default: the same settings, the
+    templates read again); `owns_logging`: a reload sets the process's log level."""
     # The error middleware is outermost: the guard's refusals are answered like any error;
     # the access log (when on) wraps them all, refusals included.
     middlewares = [error_middleware, guard_middleware]
     if settings.server.access_log:
         middlewares.insert(0, access_middleware)
     app = web.Application(client_max_size=MAX_BODY_BYTES, middlewares=middlewares)
-    app[POLICY] = policy_of(settings)
+    app[POLICY] = LivePolicy(policy_of(settings))
     app.on_response_prepare.append(add_cors_headers)
     clock = clock or time.time
     upstream = upstream or Upstream(settings.upstream)
@@ -142,6 +148,17 @@ def make_app(
     if store is not None:
         app[STORE] = store
     injector = Injector(policy, templates, provider or NoMemory(), counter)
+    app[RELOADER] = Reloader(
+        reload_from or (lambda: settings),
+        settings,
+        injector,
+        upstream,
+        app[POLICY],
+        policy_of,
+        engine,
+        counter,
+        logs=owns_logging,
+    )
     app[SETTINGS] = settings
     app[FORMATS] = formats(library.prompt_formats if library is not None else None)
     app[RELAY] = relay

@@ -18,7 +18,7 @@ from aiohttp.typedefs import Handler
 from multidict import CIMultiDict, CIMultiDictProxy
 
 from proxy.core.guard import (
-    GuardPolicy,
+    LivePolicy,
     access_allowed,
     carries_access_key,
     host_allowed,
@@ -29,7 +29,8 @@ from proxy.web.page import is_page
 
 log = logging.getLogger(__name__)
 
-POLICY = web.AppKey("guard_policy", GuardPolicy)
+
+POLICY = web.AppKey("guard_policy", LivePolicy)
 CHANGES = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 # POSTs that change nothing: they take a chat request's body and show what it would get.
 READ_ONLY = frozenset({"/recap/api/identify", "/recap/api/preview"})
@@ -39,7 +40,7 @@ METHODS = "GET, POST, PUT, PATCH, DELETE, OPTIONS"
 
 @web.middleware
 async def guard_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-    policy = request.app[POLICY]
+    policy = request.app[POLICY].current
     host = request.headers.get("Host")
     origin = request.headers.get("Origin")
     if not host_allowed(host, policy):
@@ -92,7 +93,7 @@ def _cors_origin(request: web.Request) -> str | None:
     origin = request.headers.get("Origin")
     if origin is None:
         return None
-    policy, host = request.app[POLICY], request.headers.get("Host")
+    policy, host = request.app[POLICY].current, request.headers.get("Host")
     allowed = host_allowed(host, policy) and origin_allowed(origin, host, policy)
     return origin if allowed else None
 
@@ -103,7 +104,7 @@ def api_headers(request: web.Request) -> CIMultiDictProxy[str]:
     chat's key for the proxy's own calls. (`X-Recap-Key` never crosses: `request_headers`
     drops it.)
     Copied only in that case: most requests pass as they came."""
-    ours = carries_access_key(request.headers, request.app[POLICY])
+    ours = carries_access_key(request.headers, request.app[POLICY].current)
     if not ours:
         return request.headers
     kept = CIMultiDict((k, v) for k, v in request.headers.items() if k.lower() not in ours)

@@ -1,5 +1,6 @@
-"""`GET /health` and `GET /metrics`: the proxy's account of itself, for service managers,
-monitoring and Prometheus. Both answer under the same checks as every request (with an
+"""The proxy as a service: `GET /health` and `GET /metrics` (its account of itself, for
+service managers, monitoring and Prometheus) and `POST /recap/api/reload` (the config and
+the templates read again). All answer under the same checks as every request (with an
 access key set, they need it too: Prometheus sends it as a bearer token)."""
 
 from __future__ import annotations
@@ -10,9 +11,10 @@ import time
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
 
+from proxy.errors import ConfigError, RequestError, TemplateError
 from proxy.store.overview import STATES, probe, queue_counts
 from proxy.vitals import Health
-from proxy.web.keys import METRICS, STORE, VITALS, WATCHER
+from proxy.web.keys import METRICS, RELOADER, STORE, VITALS, WATCHER
 
 # A store busy with a long piece of work still answers within this, or counts as failing.
 STORE_WAIT = 5.0
@@ -52,7 +54,18 @@ async def metrics(request: web.Request) -> web.Response:
     return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
 
+async def reload(request: web.Request) -> web.Response:
+    """`{"changed": [...], "restart": [...]}`: the settings that took effect, and those
+    that wait for a restart; a config or template error is a 400 that changed nothing."""
+    try:
+        done = request.app[RELOADER].reload()
+    except (ConfigError, TemplateError) as exc:
+        raise RequestError(f"nothing was reloaded: {exc}") from None
+    return web.json_response({"changed": done.changed, "restart": done.restart})
+
+
 def add_health_routes(app: web.Application) -> None:
-    """Before the catch-all that sends every other path upstream."""
+    """Before the catch-alls that send every other path upstream or answer 404."""
     app.router.add_get("/health", health)
     app.router.add_get("/metrics", metrics)
+    app.router.add_post("/recap/api/reload", reload)

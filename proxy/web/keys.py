@@ -13,6 +13,7 @@ from proxy.memory.actions import MemoryActions
 from proxy.memory.engine import MemoryEngine
 from proxy.memory.jobs import JobQueue
 from proxy.metrics import Metrics
+from proxy.reload import Reloader
 from proxy.settings import Settings
 from proxy.store import Store
 from proxy.vitals import Vitals
@@ -33,3 +34,4 @@ EVENTS = web.AppKey("events", EventBus)
 VITALS = web.AppKey("vitals", Vitals)
 METRICS = web.AppKey("metrics", Metrics)
 WATCHER = web.AppKey("watcher", Watcher)
+RELOADER = web.AppKey("reloader", Reloader)

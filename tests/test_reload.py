@@ -1,0 +1,142 @@
+"""Live reload: the config and the templates read again while the proxy serves."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from proxy.errors import ConfigError
+from proxy.settings import Settings
+from proxy.web.keys import RELOADER
+from tests.memory.story import CHAT_ID
+from tests.memory_env import MemoryFactory
+from tests.test_serve_e2e import ROOT, env, free_port, stop, wait_for_port
+
+
+def sent(memory: Any) -> list[dict[str, Any]]:
+    """The chat requests that went upstream (not the proxy's own calls)."""
+    return [
+        json.loads(s.body)
+        for s in memory.fake.state.seen
+        if s.path.endswith("/chat/completions") and "X-Recap-Proxy-Operation" not in s.headers
+    ]
+
+
+async def test_a_changed_template_is_used_from_the_next_request_on_while_a_stream_completes(
+    memory_proxy: MemoryFactory, tmp_path: Path
+) -> None:
+    template = tmp_path / "injection.md"
+    template.write_text("[OLD MEMORY: {{running_recap}}]", encoding="utf-8")
+    prompts = tmp_path / "prompts"
+    prompts.mkdir()
+    memory = await memory_proxy(
+        16, {8}, **{"injection.template_file": str(template), "memory.templates_dir": str(prompts)}
+    )
+    await memory.client.post("/v1/chat/completions", json=memory.story.request())
+    await memory.engine.settle()
+    # A stream is under way, held after its first event.
+    memory.fake.state.gate = asyncio.Event()
+    streaming = asyncio.ensure_future(
+        memory.client.post("/v1/chat/completions", json=memory.story.request(stream=True))
+    )
+    response = await streaming
+    first = await response.content.readany()
+    assert first.startswith(b"data: ")
+    template.write_text("[NEW MEMORY: {{running_recap}}]", encoding="utf-8")
+    (prompts / "scene_recap.md").write_text(
+        "RELOADED PROMPT. Recap this scene.\n<SCENE>\n{{scene_messages}}\n</SCENE>\n"
+        'Answer {"scene_name": "...", "recap": "..."}.',
+        encoding="utf-8",
+    )
+    answer = await memory.client.post("/recap/api/reload", json={})
+    assert answer.status == 200 and await answer.json() == {"changed": [], "restart": []}
+    memory.fake.state.gate.set()
+    rest = await response.read()
+    assert rest.rstrip().endswith(b"data: [DONE]")  # the stream in flight completed
+    await memory.client.post("/v1/chat/completions", json=memory.story.request())
+    assert sent(memory)[-1]["messages"][0]["content"].startswith("[NEW MEMORY: ")
+    # The memory's own prompts too: the next scene's recap asks with the new one.
+    memory.story.ends.add(18)
+    memory.story.grow(10)
+    memory.story.save()
+    await memory.until(lambda db: len(db.messages(CHAT_ID)) == 26)
+    await memory.client.post("/v1/chat/completions", json=memory.story.request())
+    await memory.engine.settle()
+    recaps = [
+        json.loads(s.body)["messages"][-1]["content"]
+        for s in memory.fake.state.seen
+        if s.headers.get("X-Recap-Proxy-Operation") == "scene_recap"
+    ]
+    assert recaps and recaps[-1].startswith("RELOADED PROMPT.")
+
+
+async def test_what_changed_live_what_waits_for_a_restart_and_a_bad_config(
+    memory_proxy: MemoryFactory, caplog: pytest.LogCaptureFixture
+) -> None:
+    memory = await memory_proxy(4, set())
+    reloader = memory.app[RELOADER]
+    started = reloader.current
+    changed = started.model_copy(
+        update={
+            "injection": started.injection.model_copy(update={"depth": 7}),
+            "server": started.server.model_copy(update={"port": 9999}),
+        }
+    )
+    reloader.load = lambda: changed
+    answer = await memory.client.post("/recap/api/reload", json={})
+    assert await answer.json() == {"changed": ["injection.depth"], "restart": ["server.port"]}
+    assert memory.app[RELOADER].injector.policy.placement.depth == 7
+    assert "take effect after a restart: server.port" in caplog.text
+
+    def broken() -> Settings:
+        raise ConfigError("invalid settings:\n  injection.position: expected one of ...")
+
+    reloader.load = broken
+    answer = await memory.client.post("/recap/api/reload", json={})
+    assert answer.status == 400
+    assert "nothing was reloaded" in (await answer.json())["error"]["message"]
+    assert memory.app[RELOADER].injector.policy.placement.depth == 7  # as it was
+    # A change must come as JSON, as every write.
+    assert (await memory.client.post("/recap/api/reload", data="x")).status == 415
+
+
+def test_sighup_reads_the_config_file_again(tmp_path: Path) -> None:
+    port = free_port()
+    config = tmp_path / "config.toml"
+    config.write_text(
+        f'[server]\nport = {port}\n[sillytavern]\ndata_dir = "{tmp_path / "none"}"\n',
+        encoding="utf-8",
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "proxy", "serve", "--config", str(config)],
+        cwd=ROOT,
+        env=env(tmp_path),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        wait_for_port(port, proc)
+        config.write_text(
+            f'[server]\nport = {port}\nlog_level = "debug"\n[injection]\ndepth = 5\n'
+            f'[sillytavern]\ndata_dir = "{tmp_path / "elsewhere"}"\n',
+            encoding="utf-8",
+        )
+        proc.send_signal(signal.SIGHUP)
+        time.sleep(1.0)
+        config.write_text("[injection]\nposition = 'top'\n", encoding="utf-8")
+        proc.send_signal(signal.SIGHUP)
+        time.sleep(1.0)
+        assert proc.poll() is None  # still serving
+    finally:
+        output = stop(proc)
+    assert "changed: injection.depth, server.log_level" in output
+    assert "take effect after a restart: sillytavern.data_dir" in output
+    assert "reload failed, nothing changed" in output and "injection.position" in output
