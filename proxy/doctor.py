@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import aiohttp
 
@@ -71,6 +72,10 @@ async def run_checks(
         if data_dir is not None:
             checks.extend(_st_points_here(data_dir, origin, settings))
         checks.append(await _upstream(http, settings))
+        for route in settings.upstream.routes:
+            key = route.api_key.get_secret_value() if route.api_key is not None else None
+            where = f"[[upstream.routes]] {route.prefix} base_url"
+            checks.append(await _probe(http, route.base_url, key, f"route {route.prefix}", where))
         checks.append(await _memory_llm(http, settings))
         checks.append(_tokenizer())
         checks.extend(_history(running))
@@ -225,7 +230,11 @@ async def _probe(
     http: aiohttp.ClientSession, base_url: str, key: str | None, what: str, setting: str
 ) -> Check:
     url = base_url.rstrip("/") + "/models"
-    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    headers: dict[str, str] = {}
+    if key and "anthropic" in (urlsplit(base_url).hostname or ""):
+        headers = {"x-api-key": key, "anthropic-version": "2023-06-01"}  # Claude's own header
+    elif key:
+        headers = {"Authorization": f"Bearer {key}"}
     try:
         async with http.get(url, headers=headers) as answer:
             status = answer.status

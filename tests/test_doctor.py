@@ -52,8 +52,11 @@ async def test_st_pointing_elsewhere_is_named_with_the_value_to_set(
     tmp_path: Path, fake_llm: FakeLLM, capsys: pytest.CaptureFixture[str]
 ) -> None:
     data, config, port = setup(tmp_path, fake_llm.base_url)
+    with config.open("a", encoding="utf-8") as extra:  # a route, probed as well
+        extra.write(f'[[upstream.routes]]\nprefix = "/local"\nbase_url = "{fake_llm.base_url}"\n')
     code, checks = await _doctor(config, data, capsys)
     assert code == 1 and checks["ok"] is False
+    assert checks["route /local"]["ok"] is True
     st = checks["ST (default-user) uses the proxy"]
     assert st["ok"] is False and "oai_settings.reverse_proxy" in st["detail"]
     assert "http://127.0.0.1:5011/v1" in st["detail"]  # what it is now

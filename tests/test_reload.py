@@ -140,3 +140,71 @@ def test_sighup_reads_the_config_file_again(tmp_path: Path) -> None:
     assert "changed: injection.depth, server.log_level" in output
     assert "take effect after a restart: sillytavern.data_dir" in output
     assert "reload failed, nothing changed" in output and "injection.position" in output
+
+
+async def test_sighup_while_a_stream_runs_the_next_request_gets_the_new_template(
+    tmp_path: Path,
+) -> None:
+    """`serve` and the fake model in their own processes, as a service runs them."""
+    import aiohttp
+
+    from tests.memory.story import Story
+
+    data = tmp_path / "st" / "data"
+    story = Story(data, {8})
+    story.grow(16)
+    story.save()
+    llm_port, port = free_port(), free_port()
+    template = tmp_path / "injection.md"
+    template.write_text("[OLD MEMORY: {{running_recap}}]", encoding="utf-8")
+    config = tmp_path / "config.toml"
+    config.write_text(
+        f'[server]\nport = {port}\n[upstream]\nbase_url = "http://127.0.0.1:{llm_port}/v1"\n'
+        f'[store]\npath = "{tmp_path / "s.sqlite3"}"\n[sillytavern]\ndata_dir = "{data}"\n'
+        f'[injection]\ntemplate_file = "{template}"\n'
+        "[memory]\nminimum_scene_length = 4\nscene_break_offset = 2\nscene_break_every = 1\n",
+        encoding="utf-8",
+    )
+    llm = subprocess.Popen(
+        [sys.executable, "-m", "tests.fakes.fake_llm", "--port", str(llm_port),
+         "--chunk-delay", "0.1"],
+        cwd=ROOT, env=env(tmp_path), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "proxy", "serve", "--config", str(config)],
+        cwd=ROOT, env=env(tmp_path), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    base = f"http://127.0.0.1:{port}"
+    chat = CHAT_ID.replace(" ", "%20")
+    try:
+        wait_for_port(llm_port, llm)
+        wait_for_port(port, proc)
+        async with aiohttp.ClientSession() as http:
+
+            async def injected() -> str:
+                async with http.get(f"{base}/recap/api/chats/{chat}/preview") as r:
+                    shown = await r.json()
+                return str((shown.get("injected") or {}).get("text", ""))
+
+            deadline = time.monotonic() + 20
+            while not (await injected()).startswith("[OLD MEMORY: "):
+                assert time.monotonic() < deadline, "the memory was never built"
+                async with http.post(f"{base}/v1/chat/completions", json=story.request()) as r:
+                    await r.read()
+                await asyncio.sleep(0.2)
+            async with http.post(
+                f"{base}/v1/chat/completions", json=story.request(stream=True)
+            ) as streaming:
+                first = await streaming.content.readany()
+                template.write_text("[NEW MEMORY: {{running_recap}}]", encoding="utf-8")
+                proc.send_signal(signal.SIGHUP)
+                rest = await streaming.read()
+            assert first.startswith(b"data: ") and rest.rstrip().endswith(b"data: [DONE]")
+            deadline = time.monotonic() + 10
+            while not (await injected()).startswith("[NEW MEMORY: "):
+                assert time.monotonic() < deadline, "the new template was not taken"
+                await asyncio.sleep(0.1)
+    finally:
+        output = stop(proc)
+        stop(llm)
+    assert "reloaded the config and the templates" in output

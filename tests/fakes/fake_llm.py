@@ -438,13 +438,18 @@ def main() -> None:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=5001)
     parser.add_argument("--no-chat-route", action="store_true", help="404 on /v1/chat/completions")
+    parser.add_argument(
+        "--chunk-delay", type=float, default=0.0, help="seconds between a stream's chunks"
+    )
     args = parser.parse_args()
     # Run as `-m`, this file is `__main__`: the imported module is the one whose app key
     # the text routes (`fake_text`) read.
     from tests.fakes import fake_llm
 
     web.run_app(
-        fake_llm.make_fake_llm(fake_llm.FakeState(chat_route=not args.no_chat_route)),
+        fake_llm.make_fake_llm(
+            fake_llm.FakeState(chat_route=not args.no_chat_route, chunk_delay=args.chunk_delay)
+        ),
         host=args.host,
         port=args.port,
         access_log=None,
