@@ -238,6 +238,12 @@ def _service(args: argparse.Namespace) -> int:
         raise RecapProxyError(str(exc)) from None
     if args.action == "install":
         print(service.install(found, args.dry_run), end="")
+        if config is None:
+            print(
+                f"note: there is no config file ({default_config_path()}): the service runs with "
+                "the defaults. Put your [upstream] base_url and [sillytavern] data_dir there "
+                "(what you gave serve as --upstream and --st-data), or install with --config F."
+            )
     else:
         print(service.uninstall(found, args.dry_run), end="")
     return 0

@@ -24,7 +24,7 @@ import aiohttp
 from proxy.core.headers import safe_url
 from proxy.core.tokens import TokenCounter
 from proxy.errors import ConfigError
-from proxy.settings import Settings, load_settings
+from proxy.settings import Settings, default_config_path, load_settings
 from proxy.sillytavern.connection import connection, points_at, proxy_urls
 from proxy.sillytavern.layout import find_data_dir
 
@@ -51,8 +51,10 @@ async def run_checks(
     checks: list[Check] = []
     try:
         settings = load_settings(config, env=env)
-        where = config or "the default settings (no config file)"
-        checks.append(Check("config", True, f"{where} is valid"))
+        default = default_config_path()
+        path = config or (default if default.exists() else None)
+        detail = f"{path} is valid" if path else f"no config file ({default}): the defaults apply"
+        checks.append(Check("config", True, detail))
     except ConfigError as exc:
         fix = "fix the key it names, then run doctor again"
         detail = " ".join(line.strip() for line in str(exc).splitlines())  # one line
