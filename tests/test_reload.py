@@ -115,31 +115,40 @@ def test_sighup_reads_the_config_file_again(tmp_path: Path) -> None:
         f'[server]\nport = {port}\n[sillytavern]\ndata_dir = "{tmp_path / "none"}"\n',
         encoding="utf-8",
     )
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "proxy", "serve", "--config", str(config)],
-        cwd=ROOT,
-        env=env(tmp_path),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
-    try:
-        wait_for_port(port, proc)
-        config.write_text(
-            f'[server]\nport = {port}\nlog_level = "debug"\n[injection]\ndepth = 5\n'
-            f'[sillytavern]\ndata_dir = "{tmp_path / "elsewhere"}"\n',
-            encoding="utf-8",
+    log = tmp_path / "serve.log"
+
+    def logged(text: str) -> None:
+        """Wait until the log says it (a loaded machine may take a while)."""
+        deadline = time.monotonic() + 15
+        while text not in log.read_text(encoding="utf-8"):
+            assert time.monotonic() < deadline, f"never logged: {text}"
+            time.sleep(0.05)
+
+    with log.open("wb") as sink:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "proxy", "serve", "--config", str(config)],
+            cwd=ROOT,
+            env=env(tmp_path),
+            stdout=subprocess.DEVNULL,
+            stderr=sink,
         )
-        proc.send_signal(signal.SIGHUP)
-        time.sleep(1.0)
-        config.write_text("[injection]\nposition = 'top'\n", encoding="utf-8")
-        proc.send_signal(signal.SIGHUP)
-        time.sleep(1.0)
-        assert proc.poll() is None  # still serving
-    finally:
-        output = stop(proc)
-    assert "changed: injection.depth, server.log_level" in output
-    assert "take effect after a restart: sillytavern.data_dir" in output
-    assert "reload failed, nothing changed" in output and "injection.position" in output
+        try:
+            wait_for_port(port, proc)
+            config.write_text(
+                f'[server]\nport = {port}\nlog_level = "debug"\n[injection]\ndepth = 5\n'
+                f'[sillytavern]\ndata_dir = "{tmp_path / "elsewhere"}"\n',
+                encoding="utf-8",
+            )
+            proc.send_signal(signal.SIGHUP)
+            logged("changed: injection.depth, server.log_level")
+            logged("take effect after a restart: sillytavern.data_dir")
+            config.write_text("[injection]\nposition = 'top'\n", encoding="utf-8")
+            proc.send_signal(signal.SIGHUP)
+            logged("reload failed, nothing changed")
+            assert proc.poll() is None  # still serving
+        finally:
+            stop(proc)
+    assert "injection.position" in log.read_text(encoding="utf-8")
 
 
 async def test_sighup_while_a_stream_runs_the_next_request_gets_the_new_template(
