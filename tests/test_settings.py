@@ -106,21 +106,6 @@ def test_example_file_is_current_and_loads() -> None:
     assert set(data) == set(Settings.model_fields)
 
 
-def test_the_changing_part_has_its_own_place_in_names_or_st_numbers() -> None:
-    settings = Settings.model_validate(
-        {"injection": {"position": 0, "changing": {"position": 2, "depth": 5, "role": "user"}}}
-    )
-    assert settings.injection.placement().position is Position.IN_PROMPT
-    changing = settings.injection.changing.placement()
-    assert (changing.position, changing.depth, changing.role.value) == (
-        Position.BEFORE_PROMPT,
-        5,
-        "user",
-    )
-    default = Settings().injection.changing.placement()
-    assert (default.position, default.depth) == (Position.IN_CHAT, 2)
-
-
 def test_an_empty_environment_variable_counts_as_unset() -> None:
     settings = load_settings(
         None, env={"RECAP_PROXY_UPSTREAM__API_KEY": "", "RECAP_PROXY_SERVER__PORT": "9000"}

@@ -18,7 +18,7 @@ from proxy.core.plan import InjectionPolicy, MemoryTemplates, covers_history, pl
 from proxy.core.render import Template
 from proxy.core.tokens import TokenCounter
 from proxy.errors import TemplateError, UnknownPromptFormat
-from proxy.settings import InjectionSettings
+from proxy.settings.injection import InjectionSettings
 from proxy.template_files import bundled_template
 
 log = logging.getLogger(__name__)
