@@ -23,6 +23,7 @@ from proxy.chat.injection import Injector, load_injection_templates, policy_from
 from proxy.chat.providers import StaticMemory
 from proxy.cli_import import add_import_command, run_import_settings
 from proxy.cli_memory import add_memory_commands, run_memory_command
+from proxy.cli_service import add_service_commands, run_doctor, run_service
 from proxy.core.guard import is_loopback
 from proxy.core.headers import safe_url
 from proxy.core.models import Memory
@@ -101,23 +102,7 @@ def build_parser() -> argparse.ArgumentParser:
     inject.add_argument(
         "request", nargs="?", type=Path, metavar="REQUEST_JSON", help="request body; default stdin"
     )
-    doctor = sub.add_parser(
-        "doctor", help="check the whole setup: config, store, port, ST's settings, the APIs"
-    )
-    config_arg(doctor)
-    doctor.add_argument("--st-data", type=Path, metavar="DIR", help=st_data_help)
-    doctor.add_argument("--json", action="store_true", help="print the checks as JSON")
-    service = sub.add_parser("service", help="run serve in the background: install, uninstall")
-    actions = service.add_subparsers(dest="action", required=True)
-    for action, what in (
-        ("install", "write a systemd user unit (Linux) or launchd agent (macOS) for serve"),
-        ("uninstall", "remove it"),
-    ):
-        one = actions.add_parser(action, help=what)
-        config_arg(one)
-        one.add_argument(
-            "--dry-run", action="store_true", help="print what would be written or removed"
-        )
+    add_service_commands(sub, config_arg, st_data_help)
     add_memory_commands(sub, config_arg)
     add_import_command(sub, config_arg)
     return parser
@@ -137,9 +122,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "import-settings":
             return run_import_settings(args)
         if args.command == "doctor":
-            return asyncio.run(_doctor(args))
+            return asyncio.run(run_doctor(args))
         if args.command == "service":
-            return _service(args)
+            return run_service(args)
         return asyncio.run(run_memory_command(args))
     except ConfigError as exc:
         print(f"recap-proxy: {exc}", file=sys.stderr)
@@ -224,38 +209,6 @@ async def serve(
         log.info("recap-proxy stopping")
     finally:
         await runner.cleanup()
-
-
-def _service(args: argparse.Namespace) -> int:
-    from proxy import service
-
-    config = args.config
-    if config is None and default_config_path().exists():
-        config = default_config_path()
-    try:
-        found = service.service_file(sys.platform, Path.home(), sys.executable, config)
-    except ValueError as exc:
-        raise RecapProxyError(str(exc)) from None
-    if args.action == "install":
-        print(service.install(found, args.dry_run), end="")
-        if config is None:
-            print(
-                f"note: there is no config file ({default_config_path()}): the service runs with "
-                "the defaults. Put your [upstream] base_url and [sillytavern] data_dir there "
-                "(what you gave serve as --upstream and --st-data), or install with --config F."
-            )
-    else:
-        print(service.uninstall(found, args.dry_run), end="")
-    return 0
-
-
-async def _doctor(args: argparse.Namespace) -> int:
-    from proxy.doctor import render, run_checks
-
-    setup_logging("error")  # the checks say what matters; a library's warning is noise here
-    checks = await run_checks(args.config, args.st_data)
-    print(render(checks, args.json))
-    return 0 if all(c.ok is not False for c in checks) else 1
 
 
 def _reload_now(reloader: Reloader) -> None:

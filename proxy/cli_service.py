@@ -1,0 +1,67 @@
+"""The service commands: `recap-proxy doctor` and `recap-proxy service install|uninstall`."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from proxy.errors import RecapProxyError
+from proxy.logs import setup_logging
+from proxy.settings import default_config_path
+
+
+def add_service_commands(
+    sub: Any, config_arg: Callable[[argparse.ArgumentParser], None], st_data_help: str
+) -> None:
+    doctor = sub.add_parser(
+        "doctor", help="check the whole setup: config, store, port, ST's settings, the APIs"
+    )
+    config_arg(doctor)
+    doctor.add_argument("--st-data", type=Path, metavar="DIR", help=st_data_help)
+    doctor.add_argument("--json", action="store_true", help="print the checks as JSON")
+    service = sub.add_parser("service", help="run serve in the background: install, uninstall")
+    actions = service.add_subparsers(dest="action", required=True)
+    for action, what in (
+        ("install", "write a systemd user unit (Linux) or launchd agent (macOS) for serve"),
+        ("uninstall", "remove it"),
+    ):
+        one = actions.add_parser(action, help=what)
+        config_arg(one)
+        one.add_argument(
+            "--dry-run", action="store_true", help="print what would be written or removed"
+        )
+
+
+def run_service(args: argparse.Namespace) -> int:
+    from proxy import service
+
+    config = args.config
+    if config is None and default_config_path().exists():
+        config = default_config_path()
+    try:
+        found = service.service_file(sys.platform, Path.home(), sys.executable, config)
+    except ValueError as exc:
+        raise RecapProxyError(str(exc)) from None
+    if args.action == "install":
+        print(service.install(found, args.dry_run), end="")
+        if config is None:
+            print(
+                f"note: there is no config file ({default_config_path()}): the service runs with "
+                "the defaults. Put your [upstream] base_url and [sillytavern] data_dir there "
+                "(what you gave serve as --upstream and --st-data), or install with --config F."
+            )
+    else:
+        print(service.uninstall(found, args.dry_run), end="")
+    return 0
+
+
+async def run_doctor(args: argparse.Namespace) -> int:
+    from proxy.doctor import render, run_checks
+
+    setup_logging("error")  # the checks say what matters; a library's warning is noise here
+    checks = await run_checks(args.config, args.st_data)
+    print(render(checks, args.json))
+    return 0 if all(c.ok is not False for c in checks) else 1
