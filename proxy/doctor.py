@@ -67,7 +67,8 @@ async def run_checks(
     checks.append(_store(settings))
     origin = f"http://{_host_for_url(settings.server.host)}:{settings.server.port}"
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=PROBE_SECONDS)) as http:
-        running = await _running(http, origin)
+        access = settings.server.access_key
+        running = await _running(http, origin, access.get_secret_value() if access else None)
         checks.append(_port(settings, running))
         data_dir = _data_dir(settings)
         checks.append(_data(settings, data_dir))
@@ -124,10 +125,14 @@ def _store(settings: Settings) -> Check:
     return Check("store", True, f"{path} is writable ({path.stat().st_size / 1e6:.1f} MB)")
 
 
-async def _running(http: aiohttp.ClientSession, origin: str) -> dict[str, Any] | None:
-    """The `/health` of a recap-proxy listening at `origin`, if one is."""
+async def _running(
+    http: aiohttp.ClientSession, origin: str, access_key: str | None
+) -> dict[str, Any] | None:
+    """The `/health` of a recap-proxy listening at `origin`, if one is (asked with the
+    configured access key, which it needs like every request)."""
+    headers = {"X-Recap-Key": access_key} if access_key else {}
     try:
-        async with http.get(origin + "/health") as answer:
+        async with http.get(origin + "/health", headers=headers) as answer:
             body = await answer.json(content_type=None)
     except (aiohttp.ClientError, TimeoutError, ValueError):
         return None

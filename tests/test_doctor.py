@@ -121,3 +121,34 @@ def test_a_running_proxys_history_becomes_checks() -> None:
     assert checks["memory jobs"].ok is False and "recap-proxy queue" in checks["memory jobs"].fix
     assert checks["upstream errors"].ok is False and "HTTP 502" in checks["upstream errors"].detail
     assert [c.ok for c in _history(None)] == [None]
+
+
+def test_a_running_proxy_with_an_access_key_is_seen_and_asked(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import subprocess
+    import sys
+
+    from tests.test_serve_e2e import ROOT, env, stop, wait_for_port
+
+    data, config, port = setup(tmp_path, f"http://127.0.0.1:{free_port()}/v1")
+    with config.open("a", encoding="utf-8") as extra:
+        extra.write('access_key = "a-long-random-access-key"\n')  # under [server]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "proxy", "serve", "--config", str(config), "--st-data", str(data)],
+        cwd=ROOT,
+        env=env(tmp_path),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        wait_for_port(port, proc)
+        code, checks = doctor(config, data, capsys)
+    finally:
+        stop(proc)
+    assert (
+        checks["port"]["ok"] is True and "recap-proxy 0.1.0 is running" in checks["port"]["detail"]
+    )
+    assert checks["requests in the last hour"]["ok"] is None  # none went through it yet
+    assert checks["memory jobs"]["ok"] is True
+    assert code == 1  # the upstream is down and ST points elsewhere
