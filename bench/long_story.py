@@ -254,7 +254,9 @@ async def long_story(serve: Serve, llm_url: str, n: int) -> dict[str, Any]:
                 preview = await r.json()
             injected = (preview["injected"] or {}).get("text", "")
             sent = preview["body"]["messages"]
-            history = " ".join(m["content"] for m in sent if m["content"] != injected)
+            # The memory's parts are messages of their own; the rest is the chat history.
+            parts = {part["text"] for part in preview["parts"]}
+            history = " ".join(m["content"] for m in sent if m["content"] not in parts)
             inserted.append(counter.count(injected) if injected else 0)
             asked += 1
             # The fact itself, not the question's words: "Amber Lantern under the Weeping Bridge".

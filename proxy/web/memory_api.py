@@ -234,9 +234,11 @@ async def preview_request(request: web.Request) -> web.Response:
     return web.json_response(
         {
             "chat": outcome.chat_id,
+            # The whole memory (every part's text), placed from the first part's index;
+            # `parts` says where each part went.
             "injected": None
             if first is None
-            else {"index": first.index, "role": first.role.value, "text": first.text},
+            else {**(_whole(outcome.insertions) or {}), "index": first.index},
             "parts": _parts(outcome.insertions, request.app[INJECTOR].policy),
             "left_out": list(outcome.dropped),
             "body": json.loads(outcome.body),

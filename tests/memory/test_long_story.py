@@ -74,6 +74,18 @@ async def test_an_older_scene_comes_back_when_the_chat_asks_about_it(
     recalled = text.split("Earlier scenes", 1)[1]
     assert FACT in recalled and "9-17]" in recalled
     assert "0-8]" not in recalled  # only what matches
+    # The recalled scene is in the changing part, in the chat at depth 2; the preview of the
+    # same request shows the whole memory as `injected` and each part with its place.
+    sent = chat_requests(memory)[-1]["messages"]
+    assert sent[-3]["content"].startswith("<RECENT_MEMORY>") and FACT in sent[-3]["content"]
+    shown = await memory.client.post("/recap/api/preview", json=memory.story.request())
+    preview = await shown.json()
+    assert [(p["part"], p["placement"]["position"]) for p in preview["parts"]] == [
+        ("stable", "before_prompt"),
+        ("changing", "in_chat"),
+    ]
+    assert preview["injected"]["text"] == "\n\n".join(p["text"] for p in preview["parts"])
+    assert FACT in preview["injected"]["text"] and preview["injected"]["index"] == 0
 
 
 async def test_a_scene_still_in_the_prompt_is_not_recalled(memory_proxy: MemoryFactory) -> None:
