@@ -22,6 +22,7 @@ CHAT_HEADER = "X-Recap-Chat"
 INJECTED_HEADER = "X-Recap-Injected"
 TRIMMED_HEADER = "X-Recap-Trimmed"
 _SLASHES = re.compile(r"/{2,}")
+_SEPARATORS = re.compile(r"[/\\]")
 
 
 def proxied_path(raw_path: str) -> str:
@@ -32,9 +33,12 @@ def proxied_path(raw_path: str) -> str:
     """
     path = "/" + _SLASHES.sub("/", raw_path).lstrip("/")
     # `.` and `..`, written or percent-encoded, would climb out of the upstream's base URL
-    # once the upstream decodes them: they never go there.
-    if any(unquote(segment) in (".", "..") for segment in path.split("/")):
-        raise RequestError("a path segment `.` or `..` (encoded or not) is not forwarded")
+    # once the upstream decodes them: they never go there. Nor does one hidden behind an
+    # encoded separator (`..%2f`, `..%5c`), which some servers decode into a real one.
+    for segment in path.split("/"):
+        decoded = unquote(segment)
+        if any(part in (".", "..") for part in _SEPARATORS.split(decoded)):
+            raise RequestError("a path segment `.` or `..` (encoded or not) is not forwarded")
     return path
 
 

@@ -181,7 +181,16 @@ async def test_a_gzip_request_body_goes_upstream_decoded(
 
 
 @pytest.mark.parametrize(
-    "path", ["/v1/%2e%2e/admin", "/v1/models/%2E%2E/%2e%2e/secret", "/v1/./models", "/v1/a/%2e/b"]
+    "path",
+    [
+        "/v1/%2e%2e/admin",
+        "/v1/models/%2E%2E/%2e%2e/secret",
+        "/v1/./models",
+        "/v1/a/%2e/b",
+        "/v1/..%2fadmin",  # behind an encoded separator
+        "/v1/..%5Cadmin",
+        "/v1/%2e%2e%2f%2e%2e%2fsecret",
+    ],
 )
 async def test_dot_segments_never_reach_upstream(
     proxy: ProxyFactory, fake_llm: FakeLLM, path: str
