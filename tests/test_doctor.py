@@ -14,7 +14,7 @@ import pytest
 from proxy.cli import main
 from tests.conftest import FakeLLM
 from tests.memory.story import Story
-from tests.test_serve_e2e import free_port
+from tests.test_serve_e2e import free_port, launch, stop, wait_for_port
 
 SETTINGS = Path(__file__).parent / "data" / "st-settings"
 
@@ -126,21 +126,11 @@ def test_a_running_proxys_history_becomes_checks() -> None:
 def test_a_running_proxy_with_an_access_key_is_seen_and_asked(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    import subprocess
-    import sys
-
-    from tests.test_serve_e2e import ROOT, env, stop, wait_for_port
 
     data, config, port = setup(tmp_path, f"http://127.0.0.1:{free_port()}/v1")
     with config.open("a", encoding="utf-8") as extra:
         extra.write('access_key = "a-long-random-access-key"\n')  # under [server]
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "proxy", "serve", "--config", str(config), "--st-data", str(data)],
-        cwd=ROOT,
-        env=env(tmp_path),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
+    proc = launch(tmp_path, "proxy", "serve", "--config", str(config), "--st-data", str(data))
     try:
         wait_for_port(port, proc)
         code, checks = doctor(config, data, capsys)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import logging
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -15,7 +14,7 @@ import pytest
 from proxy.logs import JSONFormatter
 from proxy.web import make_app
 from tests.conftest import FakeLLM, make_settings
-from tests.test_serve_e2e import ROOT, env, free_port, stop, wait_for_port
+from tests.test_serve_e2e import free_port, launch, stop, wait_for_port
 
 SECRET = "sk-very-secret-key"
 
@@ -63,14 +62,8 @@ async def test_the_access_log_is_one_line_per_request_when_on(
 
 def test_serve_writes_json_lines(tmp_path: Path) -> None:
     port = free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "proxy", "serve", "--port", str(port), "--log-format", "json",
-         "--log-level", "debug", "--st-data", str(tmp_path / "none")],
-        cwd=ROOT,
-        env=env(tmp_path),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )  # fmt: skip
+    proc = launch(tmp_path, "proxy", "serve", "--port", str(port), "--log-format", "json",
+                  "--log-level", "debug", "--st-data", str(tmp_path / "none"))  # fmt: skip
     try:
         wait_for_port(port, proc)
     finally:

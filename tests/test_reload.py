@@ -5,8 +5,6 @@ from __future__ import annotations
 import asyncio
 import json
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -18,7 +16,7 @@ from proxy.settings import Settings
 from proxy.web.keys import RELOADER
 from tests.memory.story import CHAT_ID
 from tests.memory_env import MemoryFactory
-from tests.test_serve_e2e import ROOT, env, free_port, stop, wait_for_port
+from tests.test_serve_e2e import free_port, launch, stop, wait_for_port
 
 
 def sent(memory: Any) -> list[dict[str, Any]]:
@@ -125,13 +123,7 @@ def test_sighup_reads_the_config_file_again(tmp_path: Path) -> None:
             time.sleep(0.05)
 
     with log.open("wb") as sink:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "proxy", "serve", "--config", str(config)],
-            cwd=ROOT,
-            env=env(tmp_path),
-            stdout=subprocess.DEVNULL,
-            stderr=sink,
-        )
+        proc = launch(tmp_path, "proxy", "serve", "--config", str(config), stderr=sink)
         try:
             wait_for_port(port, proc)
             config.write_text(
@@ -174,15 +166,8 @@ async def test_sighup_while_a_stream_runs_the_next_request_gets_the_new_template
         "[memory]\nminimum_scene_length = 4\nscene_break_offset = 2\nscene_break_every = 1\n",
         encoding="utf-8",
     )
-    llm = subprocess.Popen(
-        [sys.executable, "-m", "tests.fakes.fake_llm", "--port", str(llm_port),
-         "--chunk-delay", "0.1"],
-        cwd=ROOT, env=env(tmp_path), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-    )  # fmt: skip
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "proxy", "serve", "--config", str(config)],
-        cwd=ROOT, env=env(tmp_path), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-    )  # fmt: skip
+    llm = launch(tmp_path, "tests.fakes.fake_llm", "--port", str(llm_port), "--chunk-delay", "0.1")
+    proc = launch(tmp_path, "proxy", "serve", "--config", str(config))
     base = f"http://127.0.0.1:{port}"
     chat = CHAT_ID.replace(" ", "%20")
     try:

@@ -16,6 +16,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import pytest
@@ -52,32 +53,26 @@ def env(tmp_path: Path) -> dict[str, str]:
     return out
 
 
+def launch(
+    tmp_path: Path, module: str, *args: str, stderr: Any = subprocess.PIPE
+) -> subprocess.Popen[bytes]:
+    """`python -m MODULE ARGS` from the checkout, with a clean environment (a server:
+    wait for its port, then `stop` it)."""
+    return subprocess.Popen(
+        [sys.executable, "-m", module, *args],
+        cwd=ROOT,
+        env=env(tmp_path),
+        stdout=subprocess.DEVNULL,
+        stderr=stderr,
+    )
+
+
 @pytest.fixture
 def servers(tmp_path: Path) -> Iterator[tuple[int, int, subprocess.Popen[bytes]]]:
     llm_port, proxy_port = free_port(), free_port()
-    llm = subprocess.Popen(
-        [sys.executable, "-m", "tests.fakes.fake_llm", "--port", str(llm_port)],
-        cwd=ROOT,
-        env=env(tmp_path),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
-    proxy = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "proxy",
-            "serve",
-            "--port",
-            str(proxy_port),
-            "--upstream",
-            f"http://127.0.0.1:{llm_port}/v1/",
-        ],
-        cwd=ROOT,
-        env=env(tmp_path),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
+    llm = launch(tmp_path, "tests.fakes.fake_llm", "--port", str(llm_port))
+    upstream = f"http://127.0.0.1:{llm_port}/v1/"
+    proxy = launch(tmp_path, "proxy", "serve", "--port", str(proxy_port), "--upstream", upstream)
     try:
         wait_for_port(llm_port, llm)
         wait_for_port(proxy_port, proxy)

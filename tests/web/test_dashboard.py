@@ -10,8 +10,6 @@ Screenshots go to `RECAP_SCREENSHOTS` when set (the README's come from there).
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,7 +19,7 @@ import pytest
 
 from tests.conftest import FakeLLM
 from tests.memory.story import CHAT_ID, Story
-from tests.test_serve_e2e import ROOT, env, free_port, stop, wait_for_port
+from tests.test_serve_e2e import free_port, launch, stop, wait_for_port
 
 CHROMIUM = Path(os.environ.get("RECAP_CHROMIUM", "/usr/bin/chromium"))
 REQUIRED = os.environ.get("RECAP_BROWSER_TESTS") == "1"
@@ -71,13 +69,7 @@ def served(tmp_path: Path, fake_llm: FakeLLM) -> Iterator[Served]:
     other.grow(30)
     port = free_port()
     config = write_config(tmp_path, fake_llm, data, port)
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "proxy", "serve", "--config", str(config)],
-        cwd=ROOT,
-        env=env(tmp_path),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
+    proc = launch(tmp_path, "proxy", "serve", "--config", str(config))
     try:
         wait_for_port(port, proc)
         yield Served(f"http://127.0.0.1:{port}", fake_llm, data, story)
