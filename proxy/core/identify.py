@@ -41,11 +41,9 @@ def fingerprint(text: str) -> int:
     return hash(normalize(text))
 
 
-@lru_cache(maxsize=2048)
-def message_fingerprint(text: str) -> int:
-    """`fingerprint` of a request message, memoised: consecutive requests of a chat carry
-    mostly the same messages, and normalising them is most of identifying a request."""
-    return hash(normalize(text))
+# `fingerprint` of a request message, memoised: consecutive requests of a chat carry
+# mostly the same messages, and normalising them is most of identifying a request.
+message_fingerprint = lru_cache(maxsize=2048)(fingerprint)
 
 
 @dataclass(frozen=True, slots=True)
