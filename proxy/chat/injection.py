@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from adapters import Adapter
-from proxy.chat.providers import MemoryProvider, NoMemory
+from proxy.chat.providers import MemoryProvider
 from proxy.core.models import ChatMessage, Insertion, Memory
 from proxy.core.plan import InjectionPolicy, MemoryTemplates, covers_history, plan_insertions
 from proxy.core.render import Template
@@ -83,7 +83,7 @@ class Injector:
         self,
         policy: InjectionPolicy,
         templates: MemoryTemplates,
-        provider: MemoryProvider,
+        provider: MemoryProvider | None,
         counter: TokenCounter | None = None,
     ) -> None:
         self.policy = policy
@@ -107,13 +107,15 @@ class Injector:
         upkeep is not started by it. `route`, `path`: the upstream route prefix it came
         under and its path there."""
         memory: Memory | None = None
-        if isinstance(self.provider, NoMemory) and not preview:
-            # Nothing could change the body: not even decoding it is worth its time.
+        provider = self.provider
+        if provider is None and not preview:
+            # No memory to give (no data folder): not even decoding the body is worth it.
             return Outcome(body=raw)
         try:
             parsed = adapter.parse(raw)
             parsed.route, parsed.path = route, path
-            memory = await self.provider.memory_for(parsed, headers, preview=preview)
+            if provider is not None:
+                memory = await provider.memory_for(parsed, headers, preview=preview)
             insertions = plan_insertions(
                 parsed.messages, memory, self.policy, self.templates, self.counter.count
             )

@@ -1,8 +1,9 @@
 """The memory provider seam: what the chat path asks for the memory of a request.
 
 The server asks its provider once per chat request: `ChatMemory` identifies the chat and
-takes its memory from the memory engine (no store reads on the request path); `NoMemory`
-runs without an ST data folder; tests fill the seam with `StaticMemory`.
+takes its memory from the memory engine (no store reads on the request path). Without an
+ST data folder there is no provider at all (the body is not even decoded); tests fill the
+seam with `StaticMemory`, or `NoMemory` for a provider that never has any.
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ from adapters import formats
 from proxy.cassette import Recorder
 from proxy.chat.injection import Injector, load_injection_templates, policy_from
 from proxy.chat.lore import LoreService
-from proxy.chat.providers import ChatMemory, MemoryProvider, NoMemory
+from proxy.chat.providers import ChatMemory, MemoryProvider
 from proxy.core.guard import GuardPolicy, LivePolicy
 from proxy.core.tokens import TokenCounter
 from proxy.events import EventBus
@@ -147,7 +147,7 @@ def make_app(
         provider = ChatMemory(library, markers, engine=engine)
     if store is not None:
         app[STORE] = store
-    injector = Injector(policy, templates, provider or NoMemory(), counter)
+    injector = Injector(policy, templates, provider, counter)
     app[RELOADER] = Reloader(
         reload_from or (lambda: settings),
         settings,
