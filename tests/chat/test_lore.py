@@ -81,6 +81,32 @@ def keys(entries: list[dict[str, Any]]) -> set[tuple[str, int]]:
     return {(e["world"], e["uid"]) for e in entries}
 
 
+async def request_of(
+    library: ChatLibrary, lines: list[dict[str, Any]], *system: str
+) -> tuple[Any, list[Any]]:
+    """ST's request for a chat file's `lines` (header first) after `system` prompts, and
+    how the library identifies it."""
+    body = {
+        "messages": [
+            *({"role": "system", "content": text} for text in system),
+            {"role": "system", "content": "[Start a new Chat]"},
+            *(
+                {"role": "user" if x["is_user"] else "assistant", "content": x["mes"]}
+                for x in lines[1:]
+            ),
+        ]
+    }
+    parsed = ADAPTER.parse(json.dumps(body).encode())
+    found = await library.identify_request(parsed.messages, MARKERS)
+    assert found.identification is not None
+    return found.identification, parsed.messages
+
+
+async def save_lines(library: ChatLibrary, chat: Path, lines: list[dict[str, Any]]) -> None:
+    save_like_st(chat, b"\n".join(json.dumps(x).encode() for x in lines))
+    await library.refresh([chat])
+
+
 @pytest.fixture
 async def replayed(tmp_path: Path):  # type: ignore[no-untyped-def]
     library, service = await replay(tmp_path)
@@ -164,25 +190,11 @@ async def test_a_book_edited_between_generations(tmp_path: Path) -> None:
     await library.index_all()
 
     async def generate(prompt_lore: str, reply: str) -> None:
-        body = {
-            "messages": [
-                {"role": "system", "content": "Main."},
-                {"role": "system", "content": prompt_lore},
-                {"role": "system", "content": "[Start a new Chat]"},
-                *(
-                    {"role": "user" if x["is_user"] else "assistant", "content": x["mes"]}
-                    for x in lines[1:]
-                ),
-            ]
-        }
-        parsed = ADAPTER.parse(json.dumps(body).encode())
-        found = await library.identify_request(parsed.messages, MARKERS)
-        assert found.identification is not None
-        service.record_later(found.identification, parsed.messages)
+        ident, messages = await request_of(library, lines, "Main.", prompt_lore)
+        service.record_later(ident, messages)
         await service.drain()
         lines.append({"name": "Seraphina", "is_user": False, "mes": reply})
-        save_like_st(chat, b"\n".join(json.dumps(x).encode() for x in lines))
-        await library.refresh([chat])
+        await save_lines(library, chat, lines)
 
     await generate("Seraphina guards the Shadowfang border for User.", "I do.")
     new_text = "{{char}} watches the northern border for {{user}}."
@@ -305,28 +317,15 @@ async def test_a_chat_no_book_applies_to_skips_the_store_until_one_does(tmp_path
     async def generate(text: str) -> tuple[dict[str, Any] | None, int]:
         """A request and its reply: the reply's snapshot, and the store calls it took."""
         lines.append({"name": "User", "is_user": True, "mes": text})
-        save_like_st(chat, b"\n".join(json.dumps(x).encode() for x in lines))
-        await library.refresh([chat])
-        body = {
-            "messages": [
-                {"role": "system", "content": "The moon is silver."},  # as ST puts an entry
-                {"role": "system", "content": "[Start a new Chat]"},
-                *(
-                    {"role": "user" if x["is_user"] else "assistant", "content": x["mes"]}
-                    for x in lines[1:]
-                ),
-            ]
-        }
-        parsed = ADAPTER.parse(json.dumps(body).encode())
-        found = await library.identify_request(parsed.messages, MARKERS)
-        assert found.identification is not None
+        await save_lines(library, chat, lines)
+        # The entry's text in the prompt, as ST puts an active entry there.
+        ident, messages = await request_of(library, lines, "The moon is silver.")
         calls.clear()
-        service.record_later(found.identification, parsed.messages)
+        service.record_later(ident, messages)
         await service.drain()
         used = len(calls)
         lines.append({"name": "Orin", "is_user": False, "mes": "Yes."})
-        save_like_st(chat, b"\n".join(json.dumps(x).encode() for x in lines))
-        await library.refresh([chat])
+        await save_lines(library, chat, lines)
         return await lore_of(library, "default-user/chats/Orin/c", len(lines) - 2, 0), used
 
     assert await generate("The moon?") == (None, 1)  # worked out once
