@@ -201,8 +201,7 @@ async def test_a_book_edited_between_generations(tmp_path: Path) -> None:
     path = write_world(user, "Eldoria", {"1": entry(1, new_text, key=["border"])})
     service.invalidate([path])
     lines.append({"name": "User", "is_user": True, "mes": "And now?"})
-    save_like_st(chat, b"\n".join(json.dumps(x).encode() for x in lines))
-    await library.refresh([chat])
+    await save_lines(library, chat, lines)
     await generate("Seraphina watches the northern border for User.", "Still.")
     chat_id = "default-user/chats/default_Seraphina/c"
     before, after = await lore_of(library, chat_id, 2, 0), await lore_of(library, chat_id, 4, 0)
