@@ -9,7 +9,6 @@ commands do, so that the user sees what runs.
 from __future__ import annotations
 
 import os
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from xml.sax.saxutils import escape
@@ -186,7 +185,3 @@ def _usage(found: ServiceFile, prefix: str) -> str:
     if found.path is None:
         lines.insert(1, f"start it: {found.start}")
     return "\n".join(lines) + "\n"
-
-
-def current_python() -> str:
-    return sys.executable
