@@ -26,7 +26,7 @@ from proxy.core.tokens import TokenCounter
 from proxy.errors import ConfigError
 from proxy.settings import Settings, default_config_path, load_settings
 from proxy.sillytavern.connection import connection, points_at, proxy_urls
-from proxy.sillytavern.layout import find_data_dir
+from proxy.sillytavern.layout import find_data_dir, scan
 
 PROBE_SECONDS = 5.0
 
@@ -181,9 +181,7 @@ def _data(settings: Settings, data_dir: Path | None) -> Check:
             "default-user/",
         )  # fmt: skip
     users = [p for p in sorted(data_dir.iterdir()) if p.is_dir() and (p / "chats").is_dir()]
-    chats = sum(1 for u in users for _ in (u / "chats").rglob("*.jsonl"))
-    chats += sum(1 for u in users if (u / "group chats").is_dir()
-                 for _ in (u / "group chats").glob("*.jsonl"))  # fmt: skip
+    chats = sum(1 for _ in scan(data_dir))  # as the library indexes them
     cards = sum(1 for u in users if (u / "characters").is_dir()
                 for _ in (u / "characters").glob("*.png"))  # fmt: skip
     worlds = sum(1 for u in users if (u / "worlds").is_dir() for _ in (u / "worlds").glob("*.json"))

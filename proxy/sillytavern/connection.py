@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
-LOOPBACK_NAMES = {"localhost", "127.0.0.1", "::1", "[::1]", "0.0.0.0"}
+from proxy.core.guard import is_loopback
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,7 +104,7 @@ def points_at(
 def _normal(url: str) -> str:
     parts = urlsplit(url.strip())
     host = (parts.hostname or "").lower()
-    if host in LOOPBACK_NAMES:
+    if is_loopback(host):  # localhost, 127.0.0.1, ::1: one host
         host = "127.0.0.1"
     port = parts.port or (443 if parts.scheme == "https" else 80)
     return f"{parts.scheme}://{host}:{port}{parts.path.rstrip('/')}"
