@@ -12,7 +12,7 @@ without a restart; those settings are named, never their values (keys among them
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -112,10 +112,7 @@ def _needs_restart(name: str) -> bool:
 
 def _changed(old: Settings, new: Settings) -> Iterator[str]:
     """The dotted names of the settings that differ (secrets compared, never shown)."""
-    yield from _diff(_flat(old), _flat(new))
-
-
-def _diff(a: Mapping[str, Any], b: Mapping[str, Any]) -> Iterator[str]:
+    a, b = _flat(old), _flat(new)
     for key in sorted(set(a) | set(b)):
         if a.get(key) != b.get(key):
             yield key
