@@ -25,13 +25,13 @@ from proxy.core.identify import (
     ChatIndex,
     find_st_metadata,
     identify,
-    index_message,
+    indexed_message,
     likely_chats,
     unidentified_reason,
 )
 from proxy.core.models import ChatMessage, Identification
 from proxy.core.placement import find_history
-from proxy.sillytavern.chatfile import file_digest, parse_chat
+from proxy.sillytavern.chatfile import RecentSplits, file_digest, parse_chat
 from proxy.sillytavern.layout import (
     SUFFIX,
     ChatLocation,
@@ -88,6 +88,9 @@ class ChatLibrary:
         # check. Only the event loop writes it, right after installing what the read found,
         # so a request can never be told a file is fresh while its entry is not installed.
         self._stats: dict[str, Stat] = {}
+        # The last split of each chat file re-read after start-up (the chats being saved):
+        # its next save is split without hashing the lines it kept. Worker thread only.
+        self._splits = RecentSplits()
 
     # -- indexing ------------------------------------------------------------------------
 
@@ -326,7 +329,10 @@ class ChatLibrary:
             renamed_from = self._adopt_renamed(db, location, data)
         chat_id = location.chat_id
         layout = db.layout(chat_id)
-        parsed = parse_chat(data, source=str(path), known={d for _, d in layout})
+        before = self._splits.take(chat_id)
+        parsed = parse_chat(data, source=str(path), known={d for _, d in layout}, before=before)
+        if not startup:  # not every chat at start-up: those ST is saving now
+            self._splits.keep(chat_id, parsed.split)
         file_hash = file_digest(parsed.lines)
         if record is not None and not record.deleted and record.file_hash == file_hash:
             db.update_stat(chat_id, *stat_key)
@@ -382,6 +388,7 @@ class ChatLibrary:
         return None
 
     def _deleted(self, db: Database, chat_id: str) -> Refreshed:
+        self._splits.take(chat_id)
         db.mark_deleted(chat_id)
         log.info("chat deleted (its data is kept): %s", chat_id)
         return Refreshed(chat_id, (), None)
@@ -413,19 +420,16 @@ class ChatLibrary:
             self._read_prompt_format(parts[0])
 
     def _entry(self, db: Database, record: ChatRecord) -> ChatEntry:
-        total, visible = db.tail(record.id, TAIL)
-        persona = next(
-            (m.message.name for m in reversed(visible) if m.message.is_user),
-            self.persona(record.user),
-        )
+        total, visible = db.speakers_tail(record.id, TAIL)
+        persona = next((m.name for m in reversed(visible) if m.is_user), self.persona(record.user))
         tail = [
-            index_message(
+            indexed_message(
                 m.position,
-                m.message.is_user,
-                m.message.name,
-                m.message.mes,
+                m.is_user,
+                m.name,
+                m.text,
                 # A group's {{char}} is whoever speaks; a character chat's, its character.
-                char=m.message.name if record.kind == "group" else record.display_name,
+                char=m.name if record.kind == "group" else record.display_name,
                 user=persona,
             )
             for m in visible

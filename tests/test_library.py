@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import random
 from pathlib import Path
 
 import pytest
@@ -13,10 +14,11 @@ from adapters.openai_chat import OpenAIChatAdapter
 from proxy.core.identify import message_fingerprint
 from proxy.core.models import ChatMessage
 from proxy.library import ChatLibrary
+from proxy.sillytavern.chatfile import parse_chat
 from proxy.store import Store
 from proxy.watcher import Watcher
 from tests.memory.story import Story
-from tests.st_data import GROUP_ID, MARKERS, SOLO_ID, save_like_st, timeline
+from tests.st_data import GROUP_ID, MARKERS, SOLO, SOLO_ID, save_like_st, timeline
 
 ADAPTER = OpenAIChatAdapter()
 
@@ -231,6 +233,53 @@ async def test_a_request_at_any_moment_around_a_save_is_identified(tmp_path: Pat
                 misses.append((attempt, delay, repr(found)))
     await library.store.close()
     assert misses == [], f"{len(misses)} of 240 requests not identified: {misses[:5]}"
+
+
+async def test_a_chat_saved_over_and_over_mirrors_as_a_fresh_read_would(tmp_path: Path) -> None:
+    """Re-reads after the first take over the lines a save kept (no digest, no parse):
+    whatever the saves did, the mirror is what reading each file from scratch gives."""
+    data = tmp_path / "data"
+    path = data / "default-user" / SOLO
+    lines = [json.dumps({"chat_metadata": {"integrity": "x"}, "user_name": "unused"})]
+    lines += [json.dumps({"name": "A", "is_user": i % 2 == 1, "mes": f"m{i}"}) for i in range(6)]
+    save_like_st(path, "\n".join(lines).encode())
+    library = ChatLibrary(data, Store(tmp_path / "store.sqlite3"))
+    await library.index_all()
+    rng = random.Random(4)
+    kept = 0
+    for step in range(60):
+        change = rng.choice(["append", "append", "last", "middle", "delete", "header"])
+        text = json.dumps({"name": "A", "is_user": step % 2 == 0, "mes": f"s{step}"})
+        if change == "append":
+            lines.append(text)
+        elif change == "last":
+            lines[-1] = text
+        elif change == "middle" and len(lines) > 2:
+            lines[rng.randrange(1, len(lines) - 1)] = text
+        elif change == "delete" and len(lines) > 2:
+            del lines[rng.randrange(1, len(lines))]
+        elif change == "header":
+            lines[0] = json.dumps({"chat_metadata": {"integrity": f"h{step}"}})
+        raw = "\n".join(lines).encode()
+        save_like_st(path, raw)
+        assert await library.ensure_fresh(SOLO_ID)
+        split = library._splits.take(SOLO_ID)
+        assert split is not None
+        kept += split.reused
+        library._splits.keep(SOLO_ID, split)
+        mirrored = await library.store.call(lambda db: db.messages(SOLO_ID))
+        fresh = parse_chat(raw)
+        assert [(m.position, m.digest, m.message.mes) for m in mirrored] == [
+            (i, line.digest, message.mes)
+            for i, (line, message) in enumerate(zip(fresh.lines, fresh.messages, strict=True))
+            if message is not None
+        ], (step, change)
+        entry = library.index.entries[SOLO_ID]
+        assert [m.text for m in entry.tail] == [
+            m.mes for m in fresh.messages if m is not None and not m.is_system
+        ][-len(entry.tail) :]
+    assert kept > 0  # the fast path was taken, not only the full one
+    await library.store.close()
 
 
 async def test_a_request_that_fits_no_chat_says_why_in_the_debug_log(

@@ -74,6 +74,11 @@ def index_message(
     )
 
 
+# `index_message`, memoised: after each save a chat's newest messages are indexed again,
+# and all but the one or two the save added or changed are the same as last time.
+indexed_message = lru_cache(maxsize=4096)(index_message)
+
+
 @dataclass(slots=True)
 class ChatEntry:
     chat_id: str

@@ -15,6 +15,7 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import logging
+from collections import OrderedDict
 from collections.abc import Container
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
@@ -128,13 +129,15 @@ class ChatHeader(BaseModel):
 
 
 class Line(NamedTuple):
-    """One non-empty line of a chat file: its 1-based number, bytes and hash.
+    """One non-empty line of a chat file: its 1-based number, where its bytes are in the
+    (normalised) file, and their hash.
 
-    A NamedTuple over a memoryview of the file: a 10k-message chat has 10k of them, built
-    on every re-read, and copying tens of megabytes into line objects would dominate."""
+    Offsets, not bytes: a 10k-message chat has 10k of them, and the lines a save kept are
+    at the same offsets in the next version, so they are taken over as they are."""
 
     number: int
-    raw: memoryview
+    start: int
+    end: int
     digest: bytes
 
 
@@ -155,12 +158,19 @@ class ChatFile:
     lines: list[Line] = field(default_factory=list)
     messages: list[STMessage | None] = field(default_factory=list)
     bad: list[BadLine] = field(default_factory=list)
+    split: SplitFile | None = None  # the file in lines: `parse_chat(before=...)` next time
+
+    def raw(self, i: int) -> memoryview:
+        """The bytes of message `i`'s line."""
+        line = self.lines[i]
+        assert self.split is not None
+        return memoryview(self.split.data)[line.start : line.end]
 
     def message(self, i: int) -> STMessage:
         """Message `i`, parsed now if it was skipped as known."""
         found = self.messages[i]
         if found is None:
-            found = self.messages[i] = parse_message(self.lines[i].raw)
+            found = self.messages[i] = parse_message(self.raw(i))
         return found
 
     def character_name(self, look_back: int = 50) -> str | None:
@@ -187,27 +197,89 @@ def file_digest(lines: list[Line]) -> bytes:
     return hashlib.sha1(b"".join(line.digest for line in lines)).digest()
 
 
+@dataclass(slots=True)
+class SplitFile:
+    """A chat file's bytes (BOM and CRLF normalised) and its lines, with where each starts
+    and ends. Kept so that the file's next version is split without hashing again what it
+    shares with this one: ST rewrites the whole file on every save, but a save usually adds
+    or changes only the last lines."""
+
+    data: bytes
+    lines: list[Line] = field(default_factory=list)
+    reused: int = 0  # lines taken over from the version before (not hashed again)
+
+
+class RecentSplits:
+    """The splits of the chat files read most recently, within a budget of bytes (LRU).
+
+    ST saves the open chat before every generation request, and the request waits for
+    the re-read: keeping that file's last split turns hashing every line into one
+    comparison of memory. One owner thread (the store's): no lock."""
+
+    def __init__(self, budget: int = 32 * 1024 * 1024) -> None:
+        self.budget = budget
+        self._kept: OrderedDict[str, SplitFile] = OrderedDict()
+        self._size = 0
+
+    def take(self, key: str) -> SplitFile | None:
+        found = self._kept.pop(key, None)
+        if found is not None:
+            self._size -= len(found.data)
+        return found
+
+    def keep(self, key: str, split: SplitFile | None) -> None:
+        self.take(key)
+        if split is None or len(split.data) > self.budget:
+            return
+        self._kept[key] = split
+        self._size += len(split.data)
+        while self._size > self.budget:
+            _, old = self._kept.popitem(last=False)
+            self._size -= len(old.data)
+
+    def __len__(self) -> int:
+        return len(self._kept)
+
+    @property
+    def size(self) -> int:
+        return self._size
+
+
 def split_lines(data: bytes) -> list[Line]:
+    return split_file(data).lines
+
+
+def split_file(data: bytes, before: SplitFile | None = None) -> SplitFile:
+    """`data` in lines; the lines before `before`'s last one are taken over, not hashed,
+    when `data` starts with the same bytes (one comparison of memory, no digest)."""
     if data.startswith(b"\xef\xbb\xbf"):
         data = data[3:]
     if b"\r" in data:
         data = data.replace(b"\r\n", b"\n")
-    view = memoryview(data)
+    split = SplitFile(data)
+    lines = split.lines
+    start, number, size = 0, 1, len(data)
+    if before is not None and len(before.lines) > 1:
+        # Everything up to the start of the old last line: that line may have changed
+        # (a reply finished, a swipe) even when nothing before it did.
+        last = before.lines[-1]
+        if size >= last.start and data.startswith(memoryview(before.data)[: last.start]):
+            lines.extend(before.lines[:-1])
+            start, number = last.start, last.number
+            split.reused = len(lines)
     # Change detection, not security: SHA-1 is the fastest hashlib digest here (SHA-NI).
     sha1 = hashlib.sha1
     find = data.find
-    lines: list[Line] = []
-    start, number, size = 0, 1, len(data)
+    view = memoryview(data)
     while start <= size:
         end = find(b"\n", start)
         if end < 0:
             end = size
         # A JSON line starts with "{"; anything else is checked for being blank.
         if end > start and (data[start] == 0x7B or not data[start:end].isspace()):
-            raw = view[start:end]
-            lines.append(Line(number, raw, sha1(raw).digest()))
+            lines.append(Line(number, start, end, sha1(view[start:end]).digest()))
         start, number = end + 1, number + 1
-    return lines
+    return split
 
 
 def _is_header(obj: dict[str, Any]) -> bool:
@@ -232,13 +304,22 @@ def parse_message(raw: bytes | memoryview) -> STMessage:
         raise ValueError(f"bad message field {where}: {first['msg']}") from None
 
 
-def parse_chat(data: bytes, *, source: str = "", known: Container[bytes] = ()) -> ChatFile:
-    """Parse a chat file; lines whose digest is in `known` are left unparsed (None)."""
-    lines = split_lines(data)
+def parse_chat(
+    data: bytes,
+    *,
+    source: str = "",
+    known: Container[bytes] = (),
+    before: SplitFile | None = None,
+) -> ChatFile:
+    """Parse a chat file; lines whose digest is in `known` are left unparsed (None).
+    `before`: the split of the file's previous version (`ChatFile.split`), to split faster."""
+    split = split_file(data, before)
+    lines = split.lines
+    view = memoryview(split.data)
     header: ChatHeader | None = None
     if lines:
         try:
-            first = orjson.loads(lines[0].raw)
+            first = orjson.loads(view[lines[0].start : lines[0].end])
         except orjson.JSONDecodeError:
             first = None
         if isinstance(first, dict) and _is_header(first):
@@ -247,12 +328,12 @@ def parse_chat(data: bytes, *, source: str = "", known: Container[bytes] = ()) -
             except ValidationError:
                 header = ChatHeader()
             lines = lines[1:]
-    result = ChatFile(header=header)
+    result = ChatFile(header=header, split=split)
     for line in lines:
         message: STMessage | None = None
         if line.digest not in known:
             try:
-                message = parse_message(line.raw)
+                message = parse_message(view[line.start : line.end])
             except ValueError as exc:
                 result.bad.append(BadLine(line.number, str(exc)))
                 continue

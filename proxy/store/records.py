@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sqlite3
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 
@@ -69,6 +69,17 @@ CHAT_COLUMNS = (
     "enabled, size, mtime_ns, file_hash, messages, bad_lines, updated, deleted, metadata, "
     "character_name"
 )
+
+
+class Spoken(NamedTuple):
+    """A visible message as identification indexes it."""
+
+    position: int
+    is_user: bool
+    name: str
+    text: str
+
+
 MESSAGE_COLUMNS = (
     "uid, position, digest, name, is_user, is_system, narrator, send_date, text, swipe_id, "
     "swipe_hashes, extra_type"

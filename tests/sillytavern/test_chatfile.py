@@ -4,13 +4,22 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Mapping
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from proxy.sillytavern.chatfile import ChatFile, STMessage, normalize_send_date, parse_chat
-from tests.st_data import CAPTURE
+from proxy.sillytavern.chatfile import (
+    ChatFile,
+    RecentSplits,
+    SplitFile,
+    STMessage,
+    normalize_send_date,
+    parse_chat,
+    split_file,
+)
+from tests.st_data import CAPTURE, SOLO, timeline
 
 HEADER_115 = {
     "chat_metadata": {"integrity": "0d1f", "main_chat": "Parent"},
@@ -212,3 +221,74 @@ def test_the_character_is_named_by_the_chat_never_by_its_folder() -> None:
     chat = parse_chat(jsonl(HEADER_115, GREETING, renamed, USER, NARRATOR))
     assert chat.character_name() == "Sera"
     assert parse_chat(jsonl(HEADER_115, USER, NARRATOR)).character_name() is None
+
+
+def test_each_save_is_split_from_the_lines_the_previous_version_kept() -> None:
+    # ST's own saves of one chat, in order: sends, replies, a swipe, an edit, a delete.
+    versions = [step.data for step in timeline() if step.kind == "file" and step.file == SOLO]
+    before: SplitFile | None = None
+    reused = []
+    for data in versions:
+        split = split_file(data, before)
+        # The same lines, offsets and digests as splitting the file from scratch.
+        assert split.lines == split_file(data).lines
+        again, fresh = parse_chat(data, before=before), parse_chat(data)
+        assert again.lines == fresh.lines and again.messages == fresh.messages
+        reused.append(split.reused)
+        if split.reused:  # all of the old file's lines but its last
+            assert before is not None and split.reused == len(before.lines) - 1
+        before = split
+    # Every save kept the lines before its last one, except the first version, the second
+    # (ST's first save rewrote the header) and the edit and the delete of an older message
+    # (16 and 17): those are split whole.
+    assert [i for i, n in enumerate(reused) if n == 0] == [0, 1, 16, 17], reused
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(st.text(max_size=12), min_size=1, max_size=8),
+    st.sampled_from(["append", "last", "middle", "delete", "header", "crlf", "bom", "blank"]),
+    st.text(max_size=12),
+)
+def test_a_split_taken_over_from_before_equals_a_fresh_one(
+    texts: list[str], change: str, new_text: str
+) -> None:
+    def file(items: list[str], *, header: Mapping[str, object] = HEADER_115) -> bytes:
+        return jsonl(header, *({**USER, "mes": t} for t in items))
+
+    old = file(texts)
+    if change == "append":
+        new = file([*texts, new_text])
+    elif change == "last":
+        new = file([*texts[:-1], new_text])
+    elif change == "middle":
+        new = file([new_text, *texts[1:]])
+    elif change == "delete":
+        new = file(texts[1:])
+    elif change == "header":
+        new = file(texts, header={**HEADER_115, "chat_metadata": {"integrity": new_text}})
+    elif change == "crlf":
+        new = file([*texts, new_text]).replace(b"\n", b"\r\n")
+    elif change == "bom":
+        new = b"\xef\xbb\xbf" + file([*texts, new_text])
+    else:
+        new = file(texts) + b"\n\n   \n" + json.dumps({**USER, "mes": new_text}).encode()
+    before = split_file(old)
+    assert split_file(new, before).lines == split_file(new).lines
+    assert parse_chat(new, before=before).messages == parse_chat(new).messages
+
+
+def test_recent_splits_keep_the_newest_within_their_budget() -> None:
+    def split(size: int) -> SplitFile:
+        return split_file(b"{}" + b" " * (size - 2))
+
+    kept = RecentSplits(budget=100)
+    kept.keep("a", split(40))
+    kept.keep("b", split(40))
+    kept.keep("a", split(30))  # saved again: replaces its old split, becomes the newest
+    assert (len(kept), kept.size) == (2, 70)
+    kept.keep("c", split(50))  # over budget: the oldest ("b") goes
+    assert kept.take("b") is None
+    assert kept.take("a") is not None and kept.size == 50
+    kept.keep("huge", split(101))  # larger than the whole budget: never kept
+    assert kept.take("huge") is None and len(kept) == 1
