@@ -7,6 +7,8 @@
   store and index are updated, through the real watcher;
 - a 10,000-message chat carrying ST-Auto-Recap's and MessageSummarize's data: the import
   at its first planning, and what importing costs each later planning;
+- chats of 300, 1,000 and 10,000 messages: how long a request waits for the re-read of
+  the file ST saved just before sending it (the first after start-up, then later ones);
 - 2,000 indexed chats: identification latency of a request (p50/p99, in-process,
   including the freshness stat);
 - the process's RSS.
@@ -137,6 +139,36 @@ async def big_chat(root: Path) -> None:
     await library.store.close()
 
 
+async def save_then_request(root: Path, n: int) -> None:
+    """ST saves the user's message, then sends the request at once: the request waits for
+    the chat file's re-read (the stat differs). The first re-read after start-up splits
+    the whole file; later ones take over the lines the save kept."""
+    data = root / f"save{n}" / "data"
+    folder = data / "default-user" / "chats" / "Seraphina"
+    folder.mkdir(parents=True)
+    path = folder / "Seraphina - 2026-05-01@12h00m00s000ms.jsonl"
+    save_like_st(path, chat_lines(n, 2, 220))
+    library = ChatLibrary(data, Store(root / f"save{n}.sqlite3"))
+    await library.index_all()
+    chat_id = next(iter(library.index.entries))
+    rng = random.Random(9)
+    timings = []
+    for k in range(11):
+        current = path.read_bytes()
+        save_like_st(path, [current, json.dumps(message(n + k, rng, 220)).encode()])
+        del current
+        started = time.perf_counter()
+        assert await library.ensure_fresh(chat_id)
+        timings.append(time.perf_counter() - started)
+    first, later = timings[0], sorted(timings[1:])
+    print(
+        f"  {n:,} messages ({path.stat().st_size / 1e6:.1f} MB): ST saves one more message "
+        f"and sends the request: it waits {first * 1000:.1f} ms for the first re-read, then "
+        f"p50 {statistics.median(later) * 1000:.1f} ms, max {later[-1] * 1000:.1f} ms"
+    )
+    await library.store.close()
+
+
 async def many_chats(root: Path) -> None:
     data = root / "many" / "data"
     adapter = OpenAIChatAdapter()
@@ -246,6 +278,9 @@ async def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         await big_chat(root)
+        print("the request right after a save (no watcher: the request's own re-read):")
+        for n in (300, 1_000, 10_000):
+            await save_then_request(root, n)
         await extension_chat(root)
         await many_chats(root)
     print(f"RSS of this process: {rss_mb('VmRSS'):.0f} MB now, peak {rss_mb():.0f} MB")
