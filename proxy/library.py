@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from functools import partial
@@ -88,6 +89,7 @@ class ChatLibrary:
         # check. Only the event loop writes it, right after installing what the read found,
         # so a request can never be told a file is fresh while its entry is not installed.
         self._stats: dict[str, Stat] = {}
+        self._files: dict[str, str] = {}  # chat id -> its file (the freshness stat's)
         # The last split of each chat file re-read after start-up (the chats being saved):
         # its next save is split without hashing the lines it kept. Worker thread only.
         self._splits = RecentSplits()
@@ -154,14 +156,18 @@ class ChatLibrary:
         record = self.index.entries.get(chat_id)
         if record is None or self.data_dir is None:
             return False
-        path = self.data_dir / f"{chat_id}.jsonl"
+        name = self._files.get(chat_id)
+        if name is None:
+            # A string, not a Path: this stat is on every chat request.
+            name = self._files[chat_id] = os.fspath(self.data_dir / f"{chat_id}.jsonl")
         try:
-            stat = path.stat()
+            stat = os.stat(name)
         except OSError:
             return False
         known = self._stats.get(chat_id)
         if known == (stat.st_size, stat.st_mtime_ns):
             return False
+        path = Path(name)
         try:
             # Bounded: a request never waits long for the mirror; past this it is
             # identified against what is indexed, and the re-read finishes anyway.
@@ -185,9 +191,11 @@ class ChatLibrary:
         if result.renamed_from:
             self.index.remove(result.renamed_from)
             self._stats.pop(result.renamed_from, None)
+            self._files.pop(result.renamed_from, None)
         if result.entry is None:
             self.index.remove(result.chat_id)
             self._stats.pop(result.chat_id, None)
+            self._files.pop(result.chat_id, None)
         else:
             self.index.put(result.entry)
         for listener in self.listeners:

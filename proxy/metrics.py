@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any, TypeVar
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
@@ -23,6 +24,9 @@ _LATENCY = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0)
 _FIRST_BYTE = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
 _TOKENS = (0, 100, 250, 500, 1000, 1500, 2500, 4000, 8000)
 _MESSAGES = (0, 1, 5, 10, 25, 50, 100, 250, 500, 1000, 5000)
+
+
+_Labelled = TypeVar("_Labelled", Counter, Histogram)
 
 
 class Metrics:
@@ -107,14 +111,30 @@ class Metrics:
         )
         if store_path is not None:
             self.store_size.set_function(_file_size(store_path))
+        # The chat path's series by their labels: `labels()` takes a lock and validates
+        # its arguments on every call, and a request counts four figures.
+        self._children: dict[tuple[object, ...], Any] = {}
+
+    def _child(self, metric: _Labelled, *labels: str) -> _Labelled:
+        key = (metric, *labels)
+        child: _Labelled | None = self._children.get(key)
+        if child is None:
+            child = self._children[key] = metric.labels(*labels)
+        return child
 
     # -- reported by the chat path ---------------------------------------------------------
 
     def relayed(self, route: str, status: int | str, wire: str) -> None:
-        self.requests.labels(route or "/", str(status), wire).inc()
+        self._child(self.requests, route or "/", str(status), wire).inc()
+
+    def latency(self, wire: str, seconds: float) -> None:
+        self._child(self.added_latency, wire).observe(seconds)
+
+    def first_byte_after(self, wire: str, seconds: float) -> None:
+        self._child(self.first_byte, wire).observe(seconds)
 
     def chat_request(self, outcome: str, tokens: int, left_out: int) -> None:
-        self.identification.labels(outcome).inc()
+        self._child(self.identification, outcome).inc()
         if outcome == "identified":
             self.memory_tokens.observe(tokens)
             self.left_out.observe(left_out)

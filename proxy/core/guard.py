@@ -19,6 +19,7 @@ import hmac
 import ipaddress
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
+from functools import lru_cache
 from urllib.parse import urlsplit
 
 ST_PORTS = (8000,)  # SillyTavern's default port: its pages may call the proxy from there
@@ -66,6 +67,7 @@ def _ip(name: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
         return None
 
 
+@lru_cache(maxsize=256)  # asked for every request's `Host`; parsing an address is not free
 def is_loopback(name: str) -> bool:
     address = _ip(name)
     return name == "localhost" or (address is not None and address.is_loopback)

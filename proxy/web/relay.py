@@ -109,7 +109,7 @@ class Relay:
     ) -> web.StreamResponse:
         started = time.monotonic()
         metrics = self.metrics
-        metrics.added_latency.labels(timing.wire).observe(time.perf_counter() - timing.arrived)
+        metrics.latency(timing.wire, time.perf_counter() - timing.arrived)
         try:
             upstream = await self.upstream.send_to(request.method, url, headers, body)
         except UpstreamError as exc:
@@ -143,7 +143,7 @@ class Relay:
                 if first:
                     first = False
                     elapsed = time.perf_counter() - timing.arrived
-                    metrics.first_byte.labels(timing.wire).observe(elapsed)
+                    metrics.first_byte_after(timing.wire, elapsed)
             await response.write_eof()
             complete = True
         except ConnectionResetError:
