@@ -235,4 +235,10 @@ MIGRATIONS: tuple[str, ...] = (
         PRIMARY KEY (chat_id, day, operation)
     );
     """,
+    # v9: a chat's layout (uid and digest in order) read from the index alone: it is read
+    # on every re-read of a saved chat, and a row lookup per message was most of it.
+    """
+    CREATE INDEX messages_layout ON messages(chat_id, position, digest);
+    DROP INDEX messages_chat;
+    """,
 )
