@@ -158,12 +158,12 @@ class ChatFile:
     lines: list[Line] = field(default_factory=list)
     messages: list[STMessage | None] = field(default_factory=list)
     bad: list[BadLine] = field(default_factory=list)
-    split: SplitFile | None = None  # the file in lines: `parse_chat(before=...)` next time
+    # The whole file in lines (header and bad lines too): `parse_chat(before=...)` next time.
+    split: SplitFile = field(default_factory=lambda: SplitFile(b""))
 
     def raw(self, i: int) -> memoryview:
         """The bytes of message `i`'s line."""
         line = self.lines[i]
-        assert self.split is not None
         return memoryview(self.split.data)[line.start : line.end]
 
     def message(self, i: int) -> STMessage:
@@ -243,10 +243,6 @@ class RecentSplits:
     @property
     def size(self) -> int:
         return self._size
-
-
-def split_lines(data: bytes) -> list[Line]:
-    return split_file(data).lines
 
 
 def split_file(data: bytes, before: SplitFile | None = None) -> SplitFile:
