@@ -210,14 +210,17 @@ class SplitFile:
 
 
 class RecentSplits:
-    """The splits of the chat files read most recently, within a budget of bytes (LRU).
+    """The splits of the chat files read most recently, at most `count` of them within a
+    budget of bytes (LRU).
 
     ST saves the open chat before every generation request, and the request waits for
     the re-read: keeping that file's last split turns hashing every line into one
-    comparison of memory. One owner thread (the store's): no lock."""
+    comparison of memory. A few chats are enough (the ones being written in now); more
+    would only hold memory. One owner thread (the store's): no lock."""
 
-    def __init__(self, budget: int = 32 * 1024 * 1024) -> None:
+    def __init__(self, budget: int = 32 * 1024 * 1024, count: int = 4) -> None:
         self.budget = budget
+        self.count = count
         self._kept: OrderedDict[str, SplitFile] = OrderedDict()
         self._size = 0
 
@@ -233,7 +236,7 @@ class RecentSplits:
             return
         self._kept[key] = split
         self._size += len(split.data)
-        while self._size > self.budget:
+        while self._size > self.budget or len(self._kept) > self.count:
             _, old = self._kept.popitem(last=False)
             self._size -= len(old.data)
 

@@ -292,3 +292,7 @@ def test_recent_splits_keep_the_newest_within_their_budget() -> None:
     assert kept.take("a") is not None and kept.size == 50
     kept.keep("huge", split(101))  # larger than the whole budget: never kept
     assert kept.take("huge") is None and len(kept) == 1
+    few = RecentSplits(budget=1000, count=2)
+    for key in "xyz":
+        few.keep(key, split(10))
+    assert few.take("x") is None and len(few) == 2  # the oldest of three goes
