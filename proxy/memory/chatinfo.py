@@ -25,15 +25,11 @@ def chat_names(db: Database, chat_id: str, persona: PersonaLookup) -> dict[str, 
     chat = db.chat(chat_id)
     if chat is None:
         return {"char": "", "user": ""}
-    _, visible = db.tail(chat_id, 40)
-    user = next((m.message.name for m in reversed(visible) if m.message.is_user), "")
+    _, visible = db.speakers_tail(chat_id, 40)
+    user = next((m.name for m in reversed(visible) if m.is_user), "")
     char = chat.display_name
     if chat.kind == "group":
-        speakers = [
-            m.message.name
-            for m in visible
-            if not (m.message.is_user or m.message.narrator) and m.message.name
-        ]
+        speakers = [m.name for m in visible if not (m.is_user or m.narrator) and m.name]
         *others, last = list(dict.fromkeys(speakers)) or [char]
         char = f"{', '.join(others)} and {last}" if others else last
     return {"char": char, "user": user or persona(chat.user)}

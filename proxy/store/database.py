@@ -142,30 +142,20 @@ class Database:
         )
         return [message_from_row(r) for r in rows]
 
-    def tail(self, chat_id: str, limit: int) -> tuple[int, list[MessageRecord]]:
-        """The message count and the newest `limit` visible messages, oldest first."""
-        count = self.db.execute(
-            "SELECT COUNT(*) FROM messages WHERE chat_id=?", (chat_id,)
-        ).fetchone()[0]
-        rows = self.db.execute(
-            f"SELECT {MESSAGE_COLUMNS} FROM messages WHERE chat_id=? AND is_system=0 "
-            "ORDER BY position DESC LIMIT ?",
-            (chat_id, limit),
-        )
-        return int(count), [message_from_row(r) for r in reversed(rows.fetchall())]
-
     def speakers_tail(self, chat_id: str, limit: int) -> tuple[int, list[Spoken]]:
-        """`tail` for identification: the message count and the newest `limit` visible
-        messages as (position, is_user, name, text), oldest first; read after every save."""
+        """The message count and the newest `limit` visible messages (who spoke, what),
+        oldest first: read after every save, so no full message rows."""
         count = self.db.execute(
             "SELECT COUNT(*) FROM messages WHERE chat_id=?", (chat_id,)
         ).fetchone()[0]
         rows = self.db.execute(
-            "SELECT position, is_user, name, text FROM messages WHERE chat_id=? AND "
+            "SELECT position, is_user, narrator, name, text FROM messages WHERE chat_id=? AND "
             "is_system=0 ORDER BY position DESC LIMIT ?",
             (chat_id, limit),
         ).fetchall()
-        return int(count), [Spoken(r[0], bool(r[1]), r[2], r[3]) for r in reversed(rows)]
+        return int(count), [
+            Spoken(r[0], bool(r[1]), bool(r[2]), r[3], r[4]) for r in reversed(rows)
+        ]
 
     def layout(self, chat_id: str) -> list[tuple[int, bytes]]:
         """(uid, line digest) of every mirrored message, in order: enough to align."""

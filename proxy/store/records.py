@@ -72,10 +72,11 @@ CHAT_COLUMNS = (
 
 
 class Spoken(NamedTuple):
-    """A visible message as identification indexes it."""
+    """A visible message as identification indexes it, and as the chat's names are read."""
 
     position: int
     is_user: bool
+    narrator: bool
     name: str
     text: str
 
