@@ -52,12 +52,13 @@ def connection(settings: Mapping[str, Any]) -> Connection | None:
                 "/v1",
                 direct=source,
             )
+        reverse_proxy = _text(oai.get("reverse_proxy"))
         return Connection(
             f"Chat Completion → {label}",
             f"{label} Reverse Proxy URL (oai_settings.reverse_proxy)",
-            _text(oai.get("reverse_proxy")),
+            reverse_proxy,
             "/v1",
-            direct=None if _text(oai.get("reverse_proxy")) else label,
+            direct=None if reverse_proxy else label,
         )
     if main == "textgenerationwebui":
         text = _table(settings, "textgenerationwebui_settings")
