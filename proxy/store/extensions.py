@@ -6,10 +6,10 @@ index, so a save of a 10,000-message chat costs nothing here unless the extensio
 
 from __future__ import annotations
 
-import sqlite3
-from collections.abc import Callable, Iterable
-from contextlib import AbstractContextManager
+from collections.abc import Iterable
 from typing import NamedTuple
+
+from proxy.store.records import Table
 
 
 class PendingExtension(NamedTuple):
@@ -21,13 +21,7 @@ class PendingExtension(NamedTuple):
     extension: str | None  # None: the data went (the user removed it in ST)
 
 
-class ExtensionTable:
-    def __init__(
-        self, db: sqlite3.Connection, transaction: Callable[[], AbstractContextManager[None]]
-    ) -> None:
-        self.db = db
-        self.transaction = transaction
-
+class ExtensionTable(Table):
     def pending(self, chat_id: str) -> list[PendingExtension]:
         """The messages whose extension data changed since the last import, in order."""
         # Without statistics SQLite would take (chat_id, position) for the ORDER BY and

@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Callable, Collection
-from contextlib import AbstractContextManager
 from dataclasses import dataclass, replace
 from typing import Any
 
 import orjson
 
 from proxy.core.jsontypes import JSONObject
+from proxy.store.records import Table
 
 # A job's payload: what it is about (uids, not positions), stored as JSON.
 Payload = JSONObject
@@ -65,13 +65,7 @@ def _job(row: sqlite3.Row | tuple[Any, ...]) -> Job:
     return Job(*values)
 
 
-class JobTable:
-    def __init__(
-        self, db: sqlite3.Connection, transaction: Callable[[], AbstractContextManager[None]]
-    ) -> None:
-        self.db = db
-        self._transaction = transaction
-
+class JobTable(Table):
     def enqueue(
         self,
         *,
@@ -89,7 +83,7 @@ class JobTable:
         the request, taking the new content if it changed (a running one is redone). A job
         that failed on the same input after `failed_since` (None: ever) stands for it."""
         encoded = orjson.dumps(dict(payload)).decode()
-        with self._transaction():
+        with self.transaction():
             row = self.db.execute(
                 "SELECT id, input_hash FROM jobs WHERE dedup_key=? AND state IN ('queued', "
                 "'running')",
@@ -142,7 +136,7 @@ class JobTable:
         """Mark the most urgent runnable job running and return it."""
         excluded = ",".join("?" * len(busy))
         where = f"AND upstream NOT IN ({excluded})" if busy else ""
-        with self._transaction():
+        with self.transaction():
             row = self.db.execute(
                 f"SELECT {JOB_COLUMNS} FROM jobs WHERE state='queued' AND not_before<=? "
                 f"{where} ORDER BY priority, id LIMIT 1",
@@ -171,7 +165,7 @@ class JobTable:
         """Apply a finished job's result and mark it done, atomically. Returns the state:
         `done`; `queued` when its input changed while it ran (it is redone with the new
         content); `dropped` when what it was made for is gone or different."""
-        with self._transaction():
+        with self.transaction():
             row = self.db.execute(
                 "SELECT input_hash, state FROM jobs WHERE id=?", (job.id,)
             ).fetchone()

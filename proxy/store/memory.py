@@ -9,8 +9,7 @@ recaps, its exclusion and its scene break (with the break's recaps) with it.
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Callable, Iterable
-from contextlib import AbstractContextManager
+from collections.abc import Iterable
 from typing import Any
 
 from proxy.store.records import (
@@ -21,6 +20,7 @@ from proxy.store.records import (
     RunningRecap,
     SceneBreak,
     SceneRecap,
+    Table,
     message_from_row,
 )
 
@@ -37,13 +37,7 @@ def _break(row: sqlite3.Row | tuple[Any, ...]) -> SceneBreak:
     return SceneBreak(uid, position, source, bool(visible), name, bool(edited), rationale, current)
 
 
-class MemoryTable:
-    def __init__(
-        self, db: sqlite3.Connection, transaction: Callable[[], AbstractContextManager[None]]
-    ) -> None:
-        self.db = db
-        self.transaction = transaction
-
+class MemoryTable(Table):
     # -- state -----------------------------------------------------------------------------
 
     def state(self, chat_id: str) -> MemoryState | None:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -69,6 +71,17 @@ CHAT_COLUMNS = (
     "enabled, size, mtime_ns, file_hash, messages, bad_lines, updated, deleted, metadata, "
     "character_name"
 )
+
+
+class Table:
+    """A group of queries over the store's one connection (`Database` owns both);
+    `transaction()` makes several writes one."""
+
+    def __init__(
+        self, db: sqlite3.Connection, transaction: Callable[[], AbstractContextManager[None]]
+    ) -> None:
+        self.db = db
+        self.transaction = transaction
 
 
 class Spoken(NamedTuple):

@@ -6,10 +6,9 @@ a chat's calls and tokens today and in all, the queue page the whole proxy's.
 
 from __future__ import annotations
 
-import sqlite3
 import time
-from collections.abc import Callable
-from contextlib import AbstractContextManager
+
+from proxy.store.records import Table
 
 COUNTS = ("calls", "prompt_tokens", "answer_tokens")
 Totals = dict[str, dict[str, int]]  # {"today": {...}, "total": {...}}
@@ -19,13 +18,7 @@ def utc_day(at: float) -> str:
     return time.strftime("%Y-%m-%d", time.gmtime(at))
 
 
-class UsageTable:
-    def __init__(
-        self, db: sqlite3.Connection, transaction: Callable[[], AbstractContextManager[None]]
-    ) -> None:
-        self.db = db
-        self.transaction = transaction
-
+class UsageTable(Table):
     def add(self, chat_id: str, operation: str, at: float, prompt: int, answer: int) -> None:
         """One call; a chat that is gone from the store is not counted (nothing to show)."""
         with self.transaction():
