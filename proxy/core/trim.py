@@ -141,3 +141,44 @@ def droppable(
             if skipped > MAX_SKIPPED:
                 break
     return dropped
+
+
+def stepped_start(sent_from: int | None, step: int, cutoff: int | None) -> int | None:
+    """Where a request's history is made to start: ST's own cut (`sent_from`, the oldest
+    chat position it sent) moved on to the next multiple of `step`.
+
+    Once ST's context is full it cuts the oldest message at almost every exchange, and a
+    prompt whose start moves shares no prefix with the one before: a provider's prompt
+    cache (and llama.cpp's slot) has to read it all again. Stepped, the start moves every
+    `step / 2` exchanges. Nothing is moved while the covered history's cut (`cutoff`, when
+    trimming applies) already holds the start still, nor when ST sent the whole chat.
+    """
+    if sent_from is None or sent_from <= 0 or step <= 1:
+        return sent_from
+    if cutoff is not None and sent_from <= cutoff + 1:
+        return sent_from
+    return -(-sent_from // step) * step
+
+
+def stepped_drop(
+    history: Sequence[int],
+    matched: Sequence[int],
+    positions: Sequence[int],
+    start: int,
+    keep_at_least: int,
+) -> list[int]:
+    """The history's request indices to leave out so that it starts at chat position
+    `start`: the matched messages (`matched` with their chat `positions`) before it.
+
+    Only when the request's oldest history message is itself matched: its position is
+    then known, where otherwise a message of the chat older than the identified ones
+    could stay behind a left-out one. A message that matches no chat message (an
+    injection of ST's) is never left out, and at least `keep_at_least` history messages
+    stay.
+    """
+    if not history or not matched or matched[0] != history[0]:
+        return []
+    early = [index for index, position in zip(matched, positions, strict=False) if position < start]
+    if len(history) - len(early) < keep_at_least:
+        return []
+    return early

@@ -34,7 +34,7 @@ from proxy.memory.importing import import_chat
 from proxy.memory.jobs import JobQueue, JobSpec, write_job
 from proxy.memory.llm import LLMClient
 from proxy.memory.operations import Operation, job_key
-from proxy.memory.planning import WorkPlanner
+from proxy.memory.planning import Cut, WorkPlanner
 from proxy.memory.prompts import Prompts
 from proxy.memory.running import prune
 from proxy.memory.settings import MemorySettings
@@ -44,6 +44,7 @@ from proxy.memory.views import (
     RequestMemory,
     ViewInputs,
     build_view,
+    history_start,
     present_from,
     request_memory,
 )
@@ -120,8 +121,8 @@ class MemoryEngine:
         self._pending: dict[str, tuple[int | None, bool]] = {}
         self._tasks = TaskSet()
         self._import_failed: set[str] = set()  # logged once per chat
-        # chat -> the oldest chat position its latest request carried (ST's cut)
-        self.sent_from: dict[str, int] = {}
+        # chat -> where ST cut its latest request, and where that request's history began
+        self.sent_from: dict[str, Cut] = {}
 
     def reconfigure(
         self, settings: MemorySettings, policy: InjectionPolicy, frame: Frame, prompts: Prompts
@@ -298,11 +299,12 @@ class MemoryEngine:
         that moved plans the chat again (in the background: the request does not wait)."""
         if self.settings.message_recaps != "needed" or ident.generation == "quiet":
             return
-        sent_from = present_from(ident, history)
-        if sent_from is None or self.sent_from.get(ident.chat_id) == sent_from:
+        cut = present_from(ident, history)
+        start = history_start(self.views.get(ident.chat_id), self.settings, ident, history)
+        if cut is None or start is None or self.sent_from.get(ident.chat_id) == (cut, start):
             return
-        self.sent_from[ident.chat_id] = sent_from
-        if sent_from > 0 and ident.chat_id in self.active:
+        self.sent_from[ident.chat_id] = Cut(cut, start)
+        if cut > 0 and ident.chat_id in self.active:
             self.schedule(ident.chat_id)
 
     # -- store thread ---------------------------------------------------------------------------
@@ -364,7 +366,7 @@ class MemoryEngine:
         policy = self.settings.message_recaps
         if policy != "off":
             # `needed`: only what ST no longer sends (and a few ahead of its cut).
-            cut = None if policy == "always" else self.sent_from.get(chat_id, 0)
+            cut = None if policy == "always" else self.sent_from.get(chat_id, Cut(0, 0))
             due = detect is not None
             jobs.extend(self.work.message_batches(db, chat_id, backfill, last_break, due, cut))
         queued = sum(self.stamp(db, chat_id, *job)[1] for job in jobs)

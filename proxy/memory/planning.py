@@ -7,6 +7,8 @@ after each job costs what planning a short one does.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 from proxy.core.jsontypes import JSONValue, as_int, as_list
 from proxy.core.recaps import RecapRules, exclusion
 from proxy.core.scenes import CONTEXT_BEFORE, detection_window, shown
@@ -19,6 +21,14 @@ from proxy.sillytavern.chatfile import text_hash
 from proxy.store import Database
 from proxy.store.jobs import Payload
 from proxy.store.records import MemoryState, MessageRecord
+
+
+class Cut(NamedTuple):
+    """Where a chat's latest request began: `st`, the oldest chat position ST sent (0:
+    the whole chat); `start`, where its history began once stepped (`history_cut_step`)."""
+
+    st: int
+    start: int
 
 
 class WorkPlanner:
@@ -97,14 +107,14 @@ class WorkPlanner:
         backfill: bool,
         last_break: int,
         detection_due: bool,
-        cut: int | None = None,
+        cut: Cut | None = None,
     ) -> list[tuple[Operation, str, Payload]]:
         """Message recap jobs: the queued batches stamped again, and full batches of the
         open scene's messages that lack a current recap (a partial one too in a backfill).
         `detection_due`: planning is about to queue a scene-break check. `cut` (policy
-        `needed`; None for `always`): the oldest position ST still sends (0: it sends the
-        whole chat); only messages before it and `message_recap_ahead` after it are
-        recapped, and a batch holding one already cut does not wait to be full."""
+        `needed`; None for `always`): where the chat's latest request began; only messages
+        before its start and `message_recap_ahead` after ST's own cut are recapped, and a
+        batch holding one already left out does not wait to be full."""
         memory = db.memory
         jobs = db.jobs.list(chat_id, ("queued", "running"))
         covered = covered_through(db, chat_id)
@@ -134,10 +144,18 @@ class WorkPlanner:
             return specs
         recaps = memory.message_recaps(chat_id)
         excluded = memory.excluded(chat_id)
-        until = None if cut is None else (cut + self.settings.message_recap_ahead if cut else 0)
+        until = None
+        if cut is not None:
+            ahead = cut.st + self.settings.message_recap_ahead
+            until = max(cut.start, ahead) if cut.st else 0
+        size = self.settings.message_recap_batch_size
         pending: list[tuple[int, int, str, int]] = []  # uid, swipe, source hash, position
+        # Past `until`: only to fill up a batch that goes anyway. A call costs far more than
+        # a message's few tokens, and the next one is then that much further off.
+        extra: list[tuple[int, int, str, int]] = []
         for record in memory.messages_from(chat_id, start):
-            if until is not None and record.position >= until:
+            beyond = until is not None and record.position >= until
+            if beyond and (not pending or len(extra) >= size):
                 break
             if record.uid in in_flight:
                 continue
@@ -149,12 +167,13 @@ class WorkPlanner:
             tokens = self.counter.count(record.message.mes)
             if exclusion(record.message, tokens, self.rules, user_excluded=record.uid in excluded):
                 continue
-            pending.append((record.uid, swipe, source, record.position))
-        size = self.settings.message_recap_batch_size
+            (extra if beyond else pending).append((record.uid, swipe, source, record.position))
         batches = [pending[i : i + size] for i in range(0, len(pending), size)]
         if batches and len(batches[-1]) < size and not backfill:
-            cut_already = cut is not None and batches[-1][0][3] < cut
-            if not cut_already:
+            last = batches[-1]
+            if cut is not None and last[0][3] < cut.start:
+                last.extend(extra[: size - len(last)])  # one already left out: it goes now
+            else:
                 batches.pop()  # a partial batch waits for more messages
         for batch in batches:
             items: list[JSONValue] = [[uid, swipe, source] for uid, swipe, source, _ in batch]

@@ -222,6 +222,16 @@ class MemorySettings(Section):
         description="Leave out of requests the chat messages before the last N scenes, "
         "when the running recap covers them (-1: never leave anything out).",
     )
+    history_cut_step: int = Field(
+        4,
+        ge=1,
+        description="When ST's context is full and it cuts the chat's oldest messages "
+        "itself, the history starts at the next multiple of this many messages: up to this "
+        "many minus one more of the oldest ones are left out (their message recaps stand in), "
+        "so that the prompt's start changes every few exchanges instead of at each one and a "
+        "provider's prompt cache (or llama.cpp's) can reuse it. 1: start exactly where ST "
+        "cuts.",
+    )
     llm: LLMSettings = Field(
         default_factory=LLMSettings, description="The LLM that writes the memory."
     )

@@ -36,7 +36,7 @@ from proxy.core.recaps import (
     select_recaps,
 )
 from proxy.core.tokens import TokenCounter
-from proxy.core.trim import Covered, droppable, trim_cutoff
+from proxy.core.trim import Covered, droppable, stepped_drop, stepped_start, trim_cutoff
 from proxy.memory.chatinfo import PersonaLookup, chat_names, swipe_of
 from proxy.memory.settings import MemorySettings
 from proxy.sillytavern.chatfile import text_hash
@@ -95,11 +95,20 @@ def request_memory(
     """The macro values and the request indices to leave out, for one request."""
     if view is None:
         return RequestMemory({}, ())
-    sent_from = present_from(ident, history)
+    cut = present_from(ident, history)
     drop: list[int] = []
     if view.cutoff is not None and view.running:
         keep = {i for i, p in zip(ident.history, ident.positions, strict=False) if p > view.cutoff}
         drop = droppable(messages, history, view.covered, keep)
+    sent_from = history_start(view, settings, ident, history)
+    if sent_from is not None and cut is not None and sent_from > cut:
+        stepped = stepped_drop(
+            history, ident.history, ident.positions, sent_from, settings.history_cut_step
+        )
+        if stepped:
+            drop = sorted({*drop, *stepped})
+        else:
+            sent_from = cut
     left = view.budget - view.running_tokens
     candidates = [c for c in view.recaps if sent_from is None or c.position < sent_from]
     budget = budget_tokens(
@@ -297,6 +306,22 @@ def _covered(
     ]
     texts = [text for *_, text in visible]
     return before.extended(fps, texts) if before is not None else Covered.of(fps, texts)
+
+
+def history_start(
+    view: MemoryView | None,
+    settings: MemorySettings,
+    ident: Identification,
+    history: Sequence[int],
+) -> int | None:
+    """The oldest chat position a request is to carry: where ST cut it, moved on in steps
+    of `history_cut_step` (`proxy.core.trim.stepped_start`) unless trimming's own cut
+    holds the history's start still already. As with trimming, only once the chat has a
+    running recap: the memory's part that goes with left-out history."""
+    sent_from = present_from(ident, history)
+    if view is None or not view.running:
+        return sent_from
+    return stepped_start(sent_from, settings.history_cut_step, view.cutoff)
 
 
 def present_from(ident: Identification, history: Sequence[int]) -> int | None:

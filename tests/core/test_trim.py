@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from proxy.core.identify import index_message
 from proxy.core.models import ChatMessage
-from proxy.core.trim import Covered, droppable, trim_cutoff
+from proxy.core.trim import Covered, droppable, stepped_drop, stepped_start, trim_cutoff
 
 
 def covered(texts: list[str], *, exact: bool = True) -> Covered:
@@ -70,3 +70,27 @@ def test_extending_the_covered_messages_equals_building_them_whole() -> None:
     )
     # The value it grew from is untouched (a request may still be reading it).
     assert first.by_fp == Covered.of(fps[:2], texts[:2]).by_fp and len(first.fps) == 2
+
+
+def test_the_history_start_steps_on_only_where_st_cut_into_uncovered_messages() -> None:
+    # ST's cut moving by two per exchange: the start moves every other exchange.
+    assert [stepped_start(cut, 4, None) for cut in (21, 22, 23, 24, 25)] == [24, 24, 24, 24, 28]
+    assert stepped_start(0, 4, None) == 0  # ST sent the whole chat
+    assert stepped_start(None, 4, None) is None
+    assert stepped_start(21, 1, None) == 21
+    # Trimming's own cut (covered through 30) holds the start at 31 already.
+    assert stepped_start(29, 4, 30) == 29
+    assert stepped_start(31, 4, 30) == 31
+    assert stepped_start(33, 4, 30) == 36
+
+
+def test_only_matched_messages_before_the_start_go() -> None:
+    history = [2, 3, 4, 5, 6, 7, 8, 9]
+    # Request index 5 is ST's injection (it matches no chat message).
+    matched, positions = [2, 3, 4, 6, 7, 8, 9], [21, 22, 23, 24, 25, 26, 27]
+    assert stepped_drop(history, matched, positions, 24, 4) == [2, 3, 4]
+    assert stepped_drop(history, matched, positions, 21, 4) == []
+    # Too little would be left: nothing goes.
+    assert stepped_drop(history, matched, positions, 26, 4) == []
+    # The oldest history message is not identified: its position is not known.
+    assert stepped_drop(history, matched[1:], positions[1:], 24, 4) == []

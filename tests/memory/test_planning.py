@@ -4,6 +4,7 @@ open scene (a backfill of thousands of messages) is the one reading the whole sc
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from proxy.core.jsontypes import as_int, as_list
 from proxy.core.scenes import Window, detection_window
@@ -16,7 +17,7 @@ from proxy.store import Database
 from proxy.store.jobs import Payload
 from proxy.store.records import MemoryState
 from tests.memory.story import CHAT_ID
-from tests.memory_env import MemoryFactory
+from tests.memory_env import Memory, MemoryFactory
 from tests.test_store import clock, record
 
 CHAT = "u/chats/S/c"
@@ -75,6 +76,12 @@ def test_a_long_open_scene_is_checked_as_if_read_whole() -> None:
 # -- message recaps: only what ST no longer sends ------------------------------------------
 
 
+def recapped(db: Database) -> set[int]:
+    """The positions of the chat's messages that have a message recap."""
+    found = db.memory.messages_by_uid([uid for uid, _ in db.memory.message_recaps(CHAT_ID)])
+    return {m.position for m in found.values()}
+
+
 async def test_needed_recaps_only_what_st_no_longer_sends(memory_proxy: MemoryFactory) -> None:
     memory = await memory_proxy(
         40, {8}, **{"memory.message_recaps": "needed", "memory.message_recap_ahead": 4}
@@ -86,10 +93,6 @@ async def test_needed_recaps_only_what_st_no_longer_sends(memory_proxy: MemoryFa
     # ST's context is full: it sends the chat from message 20 on.
     cut = {**whole, "messages": whole["messages"][:2] + whole["messages"][2 + 20 :]}
     await memory.client.post("/v1/chat/completions", json=cut)
-
-    def recapped(db: Database) -> set[int]:
-        found = db.memory.messages_by_uid([uid for uid, _ in db.memory.message_recaps(CHAT_ID)])
-        return {m.position for m in found.values()}
 
     await memory.until(lambda db: recapped(db))
     # The open scene (9 on: the running recap covers 0-8) up to the cut and 4 ahead, the
@@ -107,3 +110,68 @@ def test_a_switch_from_before_reads_as_a_policy() -> None:
     assert MemorySettings(message_recaps=True).message_recaps == "always"
     assert MemorySettings(message_recaps=False).message_recaps == "off"
     assert MemorySettings().message_recaps == "needed"
+
+
+# -- the history's start, stepped: the prompt's prefix holds for a few exchanges ---------
+
+
+def sent_history(memory: Memory) -> list[str]:
+    """The chat messages of the last forwarded request (memory and ST's own parts aside)."""
+    sent = json.loads(memory.fake.state.seen[-1].body)["messages"]
+    return [m["content"] for m in sent if m["role"] != "system"]
+
+
+def cut_at(whole: dict[str, Any], first: int) -> dict[str, Any]:
+    """ST's request once its context is full: the chat from message `first` on."""
+    return {**whole, "messages": whole["messages"][:2] + whole["messages"][2 + first :]}
+
+
+async def test_st_cutting_the_chat_moves_the_history_start_in_steps(
+    memory_proxy: MemoryFactory,
+) -> None:
+    memory = await memory_proxy(
+        40,
+        {8},
+        **{
+            "memory.message_recaps": "needed",
+            "memory.message_recap_ahead": 4,
+            "memory.history_cut_step": 4,
+        },
+    )
+    whole = memory.story.request()
+    await memory.client.post("/v1/chat/completions", json=whole)
+    await memory.until(lambda db: db.memory.current_running(CHAT_ID) is not None)
+    chat = [m["mes"] for m in memory.story.messages]
+
+    # ST cuts at 21: the history starts at 24 (21-23 left out with it), and the recap of
+    # 22 (the character's) is written at once: a message already left out never waits.
+    response = await memory.client.post("/v1/chat/completions", json=cut_at(whole, 21))
+    assert response.headers["X-Recap-Trimmed"] == "3"
+    assert sent_history(memory)[0] == chat[24]
+    await memory.until(lambda db: 22 in recapped(db))
+    # A batch that goes anyway is filled up past the ones due (batches of three).
+    assert await memory.run(recapped) == {10, 12, 14, 16, 18, 20, 22, 24, 26}
+
+    # The next exchanges: ST cuts at 22, then 23, the history still starts at 24, and the
+    # memory before the changing part stays as it was: a provider's cache holds.
+    await memory.client.post("/v1/chat/completions", json=cut_at(whole, 22))
+    before = json.loads(memory.fake.state.seen[-1].body)["messages"]
+    assert "#22" in before[-3]["content"]  # its recap stands in for it
+    await memory.client.post("/v1/chat/completions", json=cut_at(whole, 23))
+    after = json.loads(memory.fake.state.seen[-1].body)["messages"]
+    assert after[:-3] == before[:-3] and sent_history(memory)[0] == chat[24]
+    # ST passes 24: the start steps on to 28.
+    await memory.client.post("/v1/chat/completions", json=cut_at(whole, 25))
+    assert sent_history(memory)[0] == chat[28]
+
+
+async def test_a_step_of_one_starts_where_st_cuts(memory_proxy: MemoryFactory) -> None:
+    memory = await memory_proxy(
+        40, {8}, **{"memory.message_recaps": "needed", "memory.history_cut_step": 1}
+    )
+    whole = memory.story.request()
+    await memory.client.post("/v1/chat/completions", json=whole)
+    await memory.until(lambda db: db.memory.current_running(CHAT_ID) is not None)
+    response = await memory.client.post("/v1/chat/completions", json=cut_at(whole, 21))
+    assert response.headers["X-Recap-Trimmed"] == "0"
+    assert sent_history(memory)[0] == memory.story.messages[21]["mes"]
