@@ -68,6 +68,17 @@ def _merge_neighbours(wire: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
+def _user_first(turns: Sequence[dict[str, Any]], gone: set[int]) -> set[int]:
+    """The turns to leave out, less the newest user turn before the first one kept when
+    that one is the assistant's: Claude refuses a conversation that starts with it
+    ("first message must use the user role")."""
+    first = next((i for i in range(len(turns)) if i not in gone), None)
+    if first is None or turns[first].get("role") != "assistant":
+        return gone
+    back = next((i for i in range(first - 1, -1, -1) if turns[i].get("role") == "user"), None)
+    return gone if back is None else gone - {back}
+
+
 def _gap(where: tuple[int, ...], insertion: Insertion, turns: int) -> int | None:
     """The turn a memory part goes before (`turns`: after the last), or None for `system`:
     its place is at the top or inside the prompt."""
@@ -146,7 +157,7 @@ class AnthropicMessagesAdapter:
         heads = [i for i in into_system if i.index == 0]
         for insertion in [*reversed(heads), *(i for i in into_system if i.index != 0)]:
             body["system"] = self._system(body.get("system"), insertion)
-        gone = {where[i] for i in drop if 0 <= i < len(where) and where[i] >= 0}
+        gone = _user_first(turns, {where[i] for i in drop if 0 <= i < len(where) and where[i] >= 0})
         kept: list[dict[str, Any]] = []
         for i in range(len(turns) + 1):
             kept.extend(self._turn(insertion) for insertion in before.get(i, ()))

@@ -120,6 +120,28 @@ def test_left_out_turns_keep_the_rest_alternating() -> None:
     assert out["messages"][0]["content"] == original[0]["content"] + "\n\n" + original[4]["content"]
 
 
+@pytest.mark.parametrize(
+    "variant", ["stream", "nonstream", "stream_sysprompt", "stream_authorsnote"]
+)
+def test_left_out_turns_never_leave_the_assistant_first(variant: str) -> None:
+    # Claude refuses a conversation that starts with the assistant. With the system prompt
+    # apart, ST's first turn is the user's and the greeting follows: leaving out the
+    # oldest turns (trimming, a stepped start) keeps the newest user turn before the rest.
+    for raw in generations(variant).values():
+        parsed = ADAPTER.parse(raw)
+        span = find_history(parsed.messages, MARKERS)
+        for count in range(1, len(span.indices)):
+            turns = body_of(ADAPTER.apply(parsed, (), None, span.indices[:count]))["messages"]
+            assert turns[0]["role"] == "user"
+    raw = generations("stream_sysprompt")["05_send_03"]
+    parsed = ADAPTER.parse(raw)
+    span = find_history(parsed.messages, MARKERS)
+    original = body_of(raw)["messages"]
+    assert [m["role"] for m in original[:4]] == ["user", "assistant", "user", "assistant"]
+    turns = body_of(ADAPTER.apply(parsed, (), None, span.indices[:3]))["messages"]
+    assert turns == original[2:]  # the third turn, the user's, stays with what follows
+
+
 def test_the_head_and_the_replacements_stay_whole() -> None:
     raw = generations("stream")["05_send_03"]
     parsed = ADAPTER.parse(raw)
