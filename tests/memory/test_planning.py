@@ -82,16 +82,26 @@ def recapped(db: Database) -> set[int]:
     return {m.position for m in found.values()}
 
 
-async def test_needed_recaps_only_what_st_no_longer_sends(memory_proxy: MemoryFactory) -> None:
-    memory = await memory_proxy(
-        40, {8}, **{"memory.message_recaps": "needed", "memory.message_recap_ahead": 4}
-    )
+async def folded(memory_proxy: MemoryFactory, **dotted: Any) -> tuple[Memory, dict[str, Any]]:
+    """A 40-message story whose first scene (0-8) is in the running recap, sent whole
+    once (`message_recaps = "needed"`), and that request."""
+    memory = await memory_proxy(40, {8}, **{"memory.message_recaps": "needed", **dotted})
     whole = memory.story.request()
     await memory.client.post("/v1/chat/completions", json=whole)
     await memory.until(lambda db: db.memory.current_running(CHAT_ID) is not None)
+    return memory, whole
+
+
+def cut_at(whole: dict[str, Any], first: int) -> dict[str, Any]:
+    """ST's request once its context is full: the chat from message `first` on."""
+    return {**whole, "messages": whole["messages"][:2] + whole["messages"][2 + first :]}
+
+
+async def test_needed_recaps_only_what_st_no_longer_sends(memory_proxy: MemoryFactory) -> None:
+    memory, whole = await folded(memory_proxy, **{"memory.message_recap_ahead": 4})
     assert await memory.run(lambda db: db.memory.message_recaps(CHAT_ID)) == {}  # all sent
     # ST's context is full: it sends the chat from message 20 on.
-    cut = {**whole, "messages": whole["messages"][:2] + whole["messages"][2 + 20 :]}
+    cut = cut_at(whole, 20)
     await memory.client.post("/v1/chat/completions", json=cut)
 
     await memory.until(lambda db: recapped(db))
@@ -121,26 +131,12 @@ def sent_history(memory: Memory) -> list[str]:
     return [m["content"] for m in sent if m["role"] != "system"]
 
 
-def cut_at(whole: dict[str, Any], first: int) -> dict[str, Any]:
-    """ST's request once its context is full: the chat from message `first` on."""
-    return {**whole, "messages": whole["messages"][:2] + whole["messages"][2 + first :]}
-
-
 async def test_st_cutting_the_chat_moves_the_history_start_in_steps(
     memory_proxy: MemoryFactory,
 ) -> None:
-    memory = await memory_proxy(
-        40,
-        {8},
-        **{
-            "memory.message_recaps": "needed",
-            "memory.message_recap_ahead": 4,
-            "memory.history_cut_step": 4,
-        },
+    memory, whole = await folded(
+        memory_proxy, **{"memory.message_recap_ahead": 4, "memory.history_cut_step": 4}
     )
-    whole = memory.story.request()
-    await memory.client.post("/v1/chat/completions", json=whole)
-    await memory.until(lambda db: db.memory.current_running(CHAT_ID) is not None)
     chat = [m["mes"] for m in memory.story.messages]
 
     # ST cuts at 21: the history starts at 24 (21-23 left out with it), and the recap of
@@ -166,12 +162,7 @@ async def test_st_cutting_the_chat_moves_the_history_start_in_steps(
 
 
 async def test_a_step_of_one_starts_where_st_cuts(memory_proxy: MemoryFactory) -> None:
-    memory = await memory_proxy(
-        40, {8}, **{"memory.message_recaps": "needed", "memory.history_cut_step": 1}
-    )
-    whole = memory.story.request()
-    await memory.client.post("/v1/chat/completions", json=whole)
-    await memory.until(lambda db: db.memory.current_running(CHAT_ID) is not None)
+    memory, whole = await folded(memory_proxy, **{"memory.history_cut_step": 1})
     response = await memory.client.post("/v1/chat/completions", json=cut_at(whole, 21))
     assert response.headers["X-Recap-Trimmed"] == "0"
     assert sent_history(memory)[0] == memory.story.messages[21]["mes"]
