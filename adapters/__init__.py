@@ -38,6 +38,10 @@ class Adapter(Protocol):
         `drop` (of the parsed list) left out."""
         ...
 
+    def leaves_out(self, parsed: ParsedRequest, drop: Collection[int]) -> tuple[int, ...]:
+        """Which of `drop` the format lets go: `apply` leaves out exactly these."""
+        ...
+
 
 ADAPTERS: dict[str, Adapter] = {
     "chat/completions": OpenAIChatAdapter(),

@@ -130,6 +130,12 @@ class AnthropicMessagesAdapter:
             api=self.name,
         )
 
+    def leaves_out(self, parsed: ParsedRequest, drop: Collection[int]) -> tuple[int, ...]:
+        where = parsed.layout
+        turns: list[dict[str, Any]] = parsed.body["messages"]
+        gone = _user_first(turns, {where[i] for i in drop if 0 <= i < len(where) and where[i] >= 0})
+        return tuple(i for i in drop if 0 <= i < len(where) and where[i] in gone)
+
     def apply(
         self,
         parsed: ParsedRequest,

@@ -120,6 +120,9 @@ class OpenAIChatAdapter:
             model=model if isinstance(model, str) else None,
         )
 
+    def leaves_out(self, parsed: ParsedRequest, drop: Collection[int]) -> tuple[int, ...]:
+        return tuple(drop)
+
     def apply(
         self,
         parsed: ParsedRequest,

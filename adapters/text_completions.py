@@ -334,6 +334,9 @@ class TextCompletionAdapter:
             writer=partial(write_prompt, template),
         )
 
+    def leaves_out(self, parsed: ParsedRequest, drop: Collection[int]) -> tuple[int, ...]:
+        return tuple(drop)
+
     def apply(
         self,
         parsed: ParsedRequest,

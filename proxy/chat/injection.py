@@ -122,6 +122,8 @@ class Injector:
             replacements = memory.replacements if memory is not None else {}
             # Covered history goes only when the memory that covers it goes in.
             drop = memory.drop if memory is not None and covers_history(insertions) else ()
+            if drop:
+                drop = adapter.leaves_out(parsed, drop)
             body = raw
             if insertions or replacements:
                 body = adapter.apply(parsed, insertions, replacements, drop)

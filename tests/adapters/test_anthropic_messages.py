@@ -140,6 +140,9 @@ def test_left_out_turns_never_leave_the_assistant_first(variant: str) -> None:
     assert [m["role"] for m in original[:4]] == ["user", "assistant", "user", "assistant"]
     turns = body_of(ADAPTER.apply(parsed, (), None, span.indices[:3]))["messages"]
     assert turns == original[2:]  # the third turn, the user's, stays with what follows
+    # What is reported as left out (`X-Recap-Trimmed`, the preview) is what went.
+    assert ADAPTER.leaves_out(parsed, span.indices[:3]) == tuple(span.indices[:2])
+    assert ADAPTER.leaves_out(parsed, span.indices[:2]) == tuple(span.indices[:2])
 
 
 def test_the_head_and_the_replacements_stay_whole() -> None:

@@ -105,3 +105,26 @@ async def test_a_claude_chat_gets_its_memory_written_through_the_messages_api(
     assert running.content in last["system"]
     turns = last["messages"]
     assert all(a["role"] != b["role"] for a, b in itertools.pairwise(turns))
+
+
+async def test_a_stepped_start_never_leaves_the_assistant_first(
+    memory_proxy: MemoryFactory,
+) -> None:
+    memory = await memory_proxy(
+        40,
+        {8},
+        **{"memory.message_recaps": "needed", "memory.history_cut_step": 4},
+    )
+    await memory.client.post("/v1/messages", json=claude_request(memory.story), headers=HEADERS)
+    await memory.until(lambda db: db.memory.current_running(CHAT_ID) is not None)
+    # "Use system prompt" on: the system apart, and ST's context full from message 21 on
+    # (the user's). The stepped start, 24, is Ava's: the user's 23 stays before it.
+    chat = memory.story.messages
+    turns = [
+        {"role": "user" if m["is_user"] else "assistant", "content": m["mes"]} for m in chat[21:]
+    ]
+    body = {"system": "You are Ava.", "messages": turns, "model": "claude-fake", "max_tokens": 9}
+    response = await memory.client.post("/v1/messages", json=body, headers=HEADERS)
+    assert response.status == 200 and response.headers["X-Recap-Trimmed"] == "2"
+    sent = json.loads(memory.fake.state.seen[-1].body)["messages"]
+    assert sent[0] == {"role": "user", "content": chat[23]["mes"]}
