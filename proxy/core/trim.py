@@ -145,19 +145,22 @@ def droppable(
 
 def stepped_start(sent_from: int | None, step: int, cutoff: int | None) -> int | None:
     """Where a request's history is made to start: ST's own cut (`sent_from`, the oldest
-    chat position it sent) moved on to the next multiple of `step`.
+    chat position it sent) moved on to the next of every `step`-th position counted from
+    the first one trimming keeps (`cutoff` + 1, when trimming applies; else from 0).
 
     Once ST's context is full it cuts the oldest message at almost every exchange, and a
     prompt whose start moves shares no prefix with the one before: a provider's prompt
     cache (and llama.cpp's slot) has to read it all again. Stepped, the start moves every
-    `step / 2` exchanges. Nothing is moved while the covered history's cut (`cutoff`, when
-    trimming applies) already holds the start still, nor when ST sent the whole chat.
+    `step / 2` exchanges; counted from trimming's cut, its first move is a whole step too.
+    Nothing is moved while trimming's cut already holds the start still, nor when ST sent
+    the whole chat.
     """
     if sent_from is None or sent_from <= 0 or step <= 1:
         return sent_from
-    if cutoff is not None and sent_from <= cutoff + 1:
+    base = 0 if cutoff is None else cutoff + 1
+    if sent_from <= base:
         return sent_from
-    return -(-sent_from // step) * step
+    return base + -(-(sent_from - base) // step) * step
 
 
 def stepped_drop(

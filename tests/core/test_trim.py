@@ -78,10 +78,11 @@ def test_the_history_start_steps_on_only_where_st_cut_into_uncovered_messages() 
     assert stepped_start(0, 4, None) == 0  # ST sent the whole chat
     assert stepped_start(None, 4, None) is None
     assert stepped_start(21, 1, None) == 21
-    # Trimming's own cut (covered through 30) holds the start at 31 already.
+    # Trimming's own cut (30: it keeps 31 on) holds the start at 31 already; past it,
+    # the steps count from 31, so that the first one is a whole step too.
     assert stepped_start(29, 4, 30) == 29
     assert stepped_start(31, 4, 30) == 31
-    assert stepped_start(33, 4, 30) == 36
+    assert [stepped_start(cut, 4, 30) for cut in (32, 33, 35, 36)] == [35, 35, 35, 39]
 
 
 def test_only_matched_messages_before_the_start_go() -> None:

@@ -139,26 +139,28 @@ async def test_st_cutting_the_chat_moves_the_history_start_in_steps(
     )
     chat = [m["mes"] for m in memory.story.messages]
 
-    # ST cuts at 21: the history starts at 24 (21-23 left out with it), and the recap of
-    # 22 (the character's) is written at once: a message already left out never waits.
-    response = await memory.client.post("/v1/chat/completions", json=cut_at(whole, 21))
+    # Trimming leaves out 0-8 (the first scene, in the running recap): the start steps by
+    # four from 9 on. ST cuts at 22: the history starts at 25 (22-24 left out with it),
+    # and the recap of 22 (the character's) is written at once: a message already left
+    # out never waits.
+    response = await memory.client.post("/v1/chat/completions", json=cut_at(whole, 22))
     assert response.headers["X-Recap-Trimmed"] == "3"
-    assert sent_history(memory)[0] == chat[24]
+    assert sent_history(memory)[0] == chat[25]
     await memory.until(lambda db: 22 in recapped(db))
     # A batch that goes anyway is filled up past the ones due (batches of three).
     assert await memory.run(recapped) == {10, 12, 14, 16, 18, 20, 22, 24, 26}
 
-    # The next exchanges: ST cuts at 22, then 23, the history still starts at 24, and the
+    # The next exchanges: ST cuts at 23, then 25, the history still starts at 25, and the
     # memory before the changing part stays as it was: a provider's cache holds.
-    await memory.client.post("/v1/chat/completions", json=cut_at(whole, 22))
+    await memory.client.post("/v1/chat/completions", json=cut_at(whole, 23))
     before = json.loads(memory.fake.state.seen[-1].body)["messages"]
     assert "#22" in before[-3]["content"]  # its recap stands in for it
-    await memory.client.post("/v1/chat/completions", json=cut_at(whole, 23))
-    after = json.loads(memory.fake.state.seen[-1].body)["messages"]
-    assert after[:-3] == before[:-3] and sent_history(memory)[0] == chat[24]
-    # ST passes 24: the start steps on to 28.
     await memory.client.post("/v1/chat/completions", json=cut_at(whole, 25))
-    assert sent_history(memory)[0] == chat[28]
+    after = json.loads(memory.fake.state.seen[-1].body)["messages"]
+    assert after[:-3] == before[:-3] and sent_history(memory)[0] == chat[25]
+    # ST passes 25: the start steps on to 29.
+    await memory.client.post("/v1/chat/completions", json=cut_at(whole, 26))
+    assert sent_history(memory)[0] == chat[29]
 
 
 async def test_a_step_of_one_starts_where_st_cuts(memory_proxy: MemoryFactory) -> None:

@@ -113,12 +113,13 @@ async def test_a_stepped_start_never_leaves_the_assistant_first(
     memory = await memory_proxy(
         40,
         {8},
-        **{"memory.message_recaps": "needed", "memory.history_cut_step": 4},
+        **{"memory.message_recaps": "needed", "memory.history_cut_step": 5},
     )
     await memory.client.post("/v1/messages", json=claude_request(memory.story), headers=HEADERS)
     await memory.until(lambda db: db.memory.current_running(CHAT_ID) is not None)
     # "Use system prompt" on: the system apart, and ST's context full from message 21 on
-    # (the user's). The stepped start, 24, is Ava's: the user's 23 stays before it.
+    # (the user's). The stepped start (9, 14, 19, 24: steps of five from trimming's cut)
+    # is Ava's 24: the user's 23 stays before it.
     chat = memory.story.messages
     turns = [
         {"role": "user" if m["is_user"] else "assistant", "content": m["mes"]} for m in chat[21:]
