@@ -184,6 +184,16 @@ async def serve(
     runner = web.AppRunner(app, handler_cancellation=True, access_log=None)
     await runner.setup()
     host, port = settings.server.host, settings.server.port
+    # The signals are ours before the port opens: a SIGHUP sent as soon as it answers
+    # (a service manager, a test) would otherwise end the process, SIGHUP's default.
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError):
+            loop.add_signal_handler(sig, stop.set)
+    if hasattr(signal, "SIGHUP"):  # not on Windows: POST /recap/api/reload there
+        with contextlib.suppress(NotImplementedError):
+            loop.add_signal_handler(signal.SIGHUP, _reload_now, app[RELOADER])
     try:
         site = web.TCPSite(runner, host, port)
         await site.start()
@@ -195,14 +205,6 @@ async def serve(
             f" (recording into {settings.server.record_dir})" if settings.server.record_dir else "",
         )
         log.info("the memory dashboard: http://%s:%d/recap/", host, port)
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            with contextlib.suppress(NotImplementedError):
-                loop.add_signal_handler(sig, stop.set)
-        if hasattr(signal, "SIGHUP"):  # not on Windows: POST /recap/api/reload there
-            with contextlib.suppress(NotImplementedError):
-                loop.add_signal_handler(signal.SIGHUP, _reload_now, app[RELOADER])
         if ready is not None:
             ready.set()
         await stop.wait()

@@ -300,7 +300,7 @@ class MemoryEngine:
         if self.settings.message_recaps != "needed" or ident.generation == "quiet":
             return
         cut = present_from(ident, history)
-        start = history_start(self.views.get(ident.chat_id), self.settings, ident, history)
+        start, _ = history_start(self.views.get(ident.chat_id), self.settings, ident, history)
         if cut is None or start is None or self.sent_from.get(ident.chat_id) == (cut, start):
             return
         self.sent_from[ident.chat_id] = Cut(cut, start)

@@ -228,10 +228,9 @@ class MemorySettings(Section):
         description="When ST's context is full and it cuts the chat's oldest messages "
         "itself, the history's start moves in steps of this many messages (counted from the "
         "first one trimming keeps): up to this many minus one more of the oldest ones are "
-        "left out (their message recaps stand in), "
-        "so that the prompt's start changes every few exchanges instead of at each one and a "
-        "provider's prompt cache (or llama.cpp's) can reuse it. 1: start exactly where ST "
-        "cuts.",
+        "left out (their message recaps stand in), so that the prompt's start changes every "
+        "few exchanges instead of at each one and a provider's prompt cache (or llama.cpp's) "
+        "can reuse it. 1: start exactly where ST cuts.",
     )
     llm: LLMSettings = Field(
         default_factory=LLMSettings, description="The LLM that writes the memory."

@@ -95,20 +95,13 @@ def request_memory(
     """The macro values and the request indices to leave out, for one request."""
     if view is None:
         return RequestMemory({}, ())
-    cut = present_from(ident, history)
     drop: list[int] = []
     if view.cutoff is not None and view.running:
         keep = {i for i, p in zip(ident.history, ident.positions, strict=False) if p > view.cutoff}
         drop = droppable(messages, history, view.covered, keep)
-    sent_from = history_start(view, settings, ident, history)
-    if sent_from is not None and cut is not None and sent_from > cut:
-        stepped = stepped_drop(
-            history, ident.history, ident.positions, sent_from, settings.history_cut_step
-        )
-        if stepped:
-            drop = sorted({*drop, *stepped})
-        else:
-            sent_from = cut
+    sent_from, stepped = history_start(view, settings, ident, history)
+    if stepped:
+        drop = sorted({*drop, *stepped})
     left = view.budget - view.running_tokens
     candidates = [c for c in view.recaps if sent_from is None or c.position < sent_from]
     budget = budget_tokens(
@@ -313,15 +306,22 @@ def history_start(
     settings: MemorySettings,
     ident: Identification,
     history: Sequence[int],
-) -> int | None:
-    """The oldest chat position a request is to carry: where ST cut it, moved on in steps
-    of `history_cut_step` (`proxy.core.trim.stepped_start`) unless trimming's own cut
-    holds the history's start still already. As with trimming, only once the chat has a
-    running recap: the memory's part that goes with left-out history."""
-    sent_from = present_from(ident, history)
-    if view is None or not view.running:
-        return sent_from
-    return stepped_start(sent_from, settings.history_cut_step, view.cutoff)
+) -> tuple[int | None, list[int]]:
+    """The oldest chat position a request is to carry, and the request indices to leave
+    out for it: where ST cut it, moved on in steps of `history_cut_step`
+    (`proxy.core.trim.stepped_start`) unless trimming's own cut holds the history's start
+    still already. As with trimming, only once the chat has a running recap: the
+    memory's part that goes with left-out history. ST's cut stays the start when its
+    messages cannot be left out (`stepped_drop`)."""
+    cut = present_from(ident, history)
+    if view is None or not view.running or cut is None:
+        return cut, []
+    start = stepped_start(cut, settings.history_cut_step, view.cutoff)
+    if start is None or start <= cut:
+        return cut, []
+    step = settings.history_cut_step
+    stepped = stepped_drop(history, ident.history, ident.positions, start, step)
+    return (start, stepped) if stepped else (cut, [])
 
 
 def present_from(ident: Identification, history: Sequence[int]) -> int | None:
