@@ -294,7 +294,7 @@ def report(label: str, n: int, result: dict[str, Any]) -> None:
     print(
         f"prompt prefix kept from one request to the next: {prefix['kept']:.0f} % of "
         f"{prefix['pairs']} pairs; within a scene (same running recap) "
-        f"{prefix['within_kept']:.0f} % of {prefix['within']} (target 90 %); shared prefix "
+        f"{prefix['within_kept']:.1f} % of {prefix['within']} (target 90 %); shared prefix "
         f"{prefix['shared_tokens']:,.0f} tokens on average of {prefix['request_tokens']:,.0f}"
     )
     print(
