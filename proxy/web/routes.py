@@ -96,11 +96,15 @@ async def handle_api(request: web.Request) -> web.StreamResponse:
             {"part": i.part, "index": i.index, "role": i.role.value, "tokens": i.tokens}
             for i in outcome.insertions
         ]
+    body = outcome.body
+    # While the answer streams only the body sent is kept: the parsed request (most of a
+    # megabyte for a 100k-token chat) goes now, not when the stream ends.
+    del outcome
     return await relay.forward(
         request,
         target,
         path,
-        outcome.body,
+        body,
         headers,
         extra=extra,
         exchange=exchange,

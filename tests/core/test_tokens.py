@@ -12,6 +12,24 @@ def test_offline_encoding_counts_real_tokens() -> None:
     assert counter.count("hello world") == 2
 
 
+def test_counts_equal_tiktokens_own_encoding() -> None:
+    # The counter builds tiktoken's core itself (its `Encoding` keeps 15 MB it never
+    # reads): the counts must be the ones the public encoding gives.
+    import tiktoken
+
+    public = tiktoken.get_encoding(tokens.OFFLINE_ENCODING)
+    counter = TokenCounter()
+    texts = [
+        "",
+        "Seraphina smiles. «Добро пожаловать», she says — 你好!\n\n  *waves*",
+        "A special token's text: <|endoftext|> and <|fim_prefix|> stay ordinary text.",
+        "x" * 5000,
+        "emoji 🧙‍♀️ and tabs\tand CRLF\r\nlines",
+    ]
+    for text in texts:
+        assert counter.count(text) == len(public.encode(text, disallowed_special=()))
+
+
 def test_counts_are_cached_per_text() -> None:
     calls: list[str] = []
 
