@@ -230,7 +230,7 @@ class MemorySettings(Section):
         "first one trimming keeps): up to this many minus one more of the oldest ones are "
         "left out (their message recaps stand in), so that the prompt's start changes every "
         "few exchanges instead of at each one and a provider's prompt cache (or llama.cpp's) "
-        "can reuse it. 1: start exactly where ST cuts.",
+        "can reuse it. 1: start exactly where ST cuts (as with `auto_hide_scene_count = -1`).",
     )
     llm: LLMSettings = Field(
         default_factory=LLMSettings, description="The LLM that writes the memory."

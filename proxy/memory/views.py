@@ -311,10 +311,11 @@ def history_start(
     out for it: where ST cut it, moved on in steps of `history_cut_step`
     (`proxy.core.trim.stepped_start`) unless trimming's own cut holds the history's start
     still already. As with trimming, only once the chat has a running recap: the
-    memory's part that goes with left-out history. ST's cut stays the start when its
+    memory's part that goes with left-out history, and never with trimming off
+    (`auto_hide_scene_count = -1`: nothing is left out). ST's cut stays the start when its
     messages cannot be left out (`stepped_drop`)."""
     cut = present_from(ident, history)
-    if view is None or not view.running or cut is None:
+    if view is None or not view.running or cut is None or settings.auto_hide_scene_count < 0:
         return cut, []
     start = stepped_start(cut, settings.history_cut_step, view.cutoff)
     if start is None or start <= cut:

@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
+
 from proxy.core.jsontypes import as_int, as_list
 from proxy.core.scenes import Window, detection_window
 from proxy.core.tokens import TokenCounter
@@ -163,8 +165,13 @@ async def test_st_cutting_the_chat_moves_the_history_start_in_steps(
     assert sent_history(memory)[0] == chat[29]
 
 
-async def test_a_step_of_one_starts_where_st_cuts(memory_proxy: MemoryFactory) -> None:
-    memory, whole = await folded(memory_proxy, **{"memory.history_cut_step": 1})
-    response = await memory.client.post("/v1/chat/completions", json=cut_at(whole, 21))
+@pytest.mark.parametrize(
+    "setting", [{"memory.history_cut_step": 1}, {"memory.auto_hide_scene_count": -1}]
+)
+async def test_a_step_of_one_or_trimming_off_starts_where_st_cuts(
+    memory_proxy: MemoryFactory, setting: dict[str, int]
+) -> None:
+    memory, whole = await folded(memory_proxy, **setting)
+    response = await memory.client.post("/v1/chat/completions", json=cut_at(whole, 22))
     assert response.headers["X-Recap-Trimmed"] == "0"
-    assert sent_history(memory)[0] == memory.story.messages[21]["mes"]
+    assert sent_history(memory)[0] == memory.story.messages[22]["mes"]
