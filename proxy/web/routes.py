@@ -97,8 +97,8 @@ async def handle_api(request: web.Request) -> web.StreamResponse:
             for i in outcome.insertions
         ]
     body = outcome.body
-    # While the answer streams only the body sent is kept: the parsed request (most of a
-    # megabyte for a 100k-token chat) goes now, not when the stream ends.
+    # The parsed request (its messages: most of a megabyte for a 100k-token chat) goes
+    # now, not when the answer has streamed; only the bytes are kept.
     del outcome
     return await relay.forward(
         request,
