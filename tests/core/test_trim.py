@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import itertools
+
+from hypothesis import given
+from hypothesis import strategies as st
+
 from proxy.core.identify import index_message
 from proxy.core.models import ChatMessage
 from proxy.core.trim import Covered, droppable, stepped_drop, stepped_start, trim_cutoff
@@ -95,3 +100,27 @@ def test_only_matched_messages_before_the_start_go() -> None:
     assert stepped_drop(history, matched, positions, 26, 4) == []
     # The oldest history message is not identified: its position is not known.
     assert stepped_drop(history, matched[1:], positions[1:], 24, 4) == []
+
+
+@given(
+    step=st.integers(1, 8),
+    cutoff=st.none() | st.integers(0, 50),
+    first=st.integers(1, 60),
+    moves=st.lists(st.integers(0, 3), max_size=40),
+)
+def test_the_start_never_precedes_st_and_moves_at_most_once_a_step(
+    step: int, cutoff: int | None, first: int, moves: list[int]
+) -> None:
+    cuts = [first]
+    for move in moves:
+        cuts.append(cuts[-1] + move)  # ST's cut only moves on as the chat grows
+    starts = [stepped_start(cut, step, cutoff) for cut in cuts]
+    for cut, start in zip(cuts, starts, strict=True):
+        assert start is not None and cut <= start < cut + step
+    # Where the history really starts: trimming leaves out everything to its cutoff.
+    held = 0 if cutoff is None else cutoff + 1
+    real = [max(start or 0, held) for start in starts]
+    changes = sum(a != b for a, b in itertools.pairwise(real))
+    # Each change needs ST's cut to have passed the start before it: a whole step on
+    # (the first one, out of trimming's hold, may take less).
+    assert changes <= (cuts[-1] - cuts[0]) // step + 1
