@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from proxy.core.identify import message_fingerprint
 from proxy.core.models import ChatMessage
@@ -141,6 +142,14 @@ def droppable(
             if skipped > MAX_SKIPPED:
                 break
     return dropped
+
+
+class Cut(NamedTuple):
+    """Where a request of a chat began: `st`, the oldest chat position ST sent (0: the
+    whole chat); `start`, where its history began once stepped (`history_cut_step`)."""
+
+    st: int
+    start: int
 
 
 def stepped_start(sent_from: int | None, step: int, cutoff: int | None) -> int | None:

@@ -24,6 +24,7 @@ from typing import NamedTuple
 from proxy.core.models import Caller, ChatMessage, Identification
 from proxy.core.plan import InjectionPolicy, chat_enabled
 from proxy.core.tokens import TokenCounter
+from proxy.core.trim import Cut
 from proxy.events import EventBus
 from proxy.library import ChatLibrary, Refreshed
 from proxy.memory.branches import inherit
@@ -34,7 +35,7 @@ from proxy.memory.importing import import_chat
 from proxy.memory.jobs import JobQueue, JobSpec, write_job
 from proxy.memory.llm import LLMClient
 from proxy.memory.operations import Operation, job_key
-from proxy.memory.planning import Cut, WorkPlanner
+from proxy.memory.planning import WorkPlanner
 from proxy.memory.prompts import Prompts
 from proxy.memory.running import prune
 from proxy.memory.settings import MemorySettings
@@ -45,7 +46,6 @@ from proxy.memory.views import (
     ViewInputs,
     build_view,
     history_start,
-    present_from,
     request_memory,
 )
 from proxy.settings import QueueSettings
@@ -299,12 +299,11 @@ class MemoryEngine:
         that moved plans the chat again (in the background: the request does not wait)."""
         if self.settings.message_recaps != "needed" or ident.generation == "quiet":
             return
-        cut = present_from(ident, history)
-        start, _ = history_start(self.views.get(ident.chat_id), self.settings, ident, history)
-        if cut is None or start is None or self.sent_from.get(ident.chat_id) == (cut, start):
+        cut, _ = history_start(self.views.get(ident.chat_id), self.settings, ident, history)
+        if cut is None or self.sent_from.get(ident.chat_id) == cut:
             return
-        self.sent_from[ident.chat_id] = Cut(cut, start)
-        if cut > 0 and ident.chat_id in self.active:
+        self.sent_from[ident.chat_id] = cut
+        if cut.st > 0 and ident.chat_id in self.active:
             self.schedule(ident.chat_id)
 
     # -- store thread ---------------------------------------------------------------------------

@@ -7,12 +7,11 @@ after each job costs what planning a short one does.
 
 from __future__ import annotations
 
-from typing import NamedTuple
-
 from proxy.core.jsontypes import JSONValue, as_int, as_list
 from proxy.core.recaps import RecapRules, exclusion
 from proxy.core.scenes import CONTEXT_BEFORE, detection_window, shown
 from proxy.core.tokens import TokenCounter
+from proxy.core.trim import Cut
 from proxy.memory.chatinfo import swipe_of
 from proxy.memory.operations import Operation, job_key
 from proxy.memory.running import covered_through
@@ -21,14 +20,6 @@ from proxy.sillytavern.chatfile import text_hash
 from proxy.store import Database
 from proxy.store.jobs import Payload
 from proxy.store.records import MemoryState, MessageRecord
-
-
-class Cut(NamedTuple):
-    """Where a chat's latest request began: `st`, the oldest chat position ST sent (0:
-    the whole chat); `start`, where its history began once stepped (`history_cut_step`)."""
-
-    st: int
-    start: int
 
 
 class WorkPlanner:

@@ -36,7 +36,7 @@ from proxy.core.recaps import (
     select_recaps,
 )
 from proxy.core.tokens import TokenCounter
-from proxy.core.trim import Covered, droppable, stepped_drop, stepped_start, trim_cutoff
+from proxy.core.trim import Covered, Cut, droppable, stepped_drop, stepped_start, trim_cutoff
 from proxy.memory.chatinfo import PersonaLookup, chat_names, swipe_of
 from proxy.memory.settings import MemorySettings
 from proxy.sillytavern.chatfile import text_hash
@@ -99,9 +99,10 @@ def request_memory(
     if view.cutoff is not None and view.running:
         keep = {i for i, p in zip(ident.history, ident.positions, strict=False) if p > view.cutoff}
         drop = droppable(messages, history, view.covered, keep)
-    sent_from, stepped = history_start(view, settings, ident, history)
+    cut, stepped = history_start(view, settings, ident, history)
     if stepped:
         drop = sorted({*drop, *stepped})
+    sent_from = cut.start if cut is not None else None
     left = view.budget - view.running_tokens
     candidates = [c for c in view.recaps if sent_from is None or c.position < sent_from]
     budget = budget_tokens(
@@ -306,23 +307,26 @@ def history_start(
     settings: MemorySettings,
     ident: Identification,
     history: Sequence[int],
-) -> tuple[int | None, list[int]]:
-    """The oldest chat position a request is to carry, and the request indices to leave
-    out for it: where ST cut it, moved on in steps of `history_cut_step`
-    (`proxy.core.trim.stepped_start`) unless trimming's own cut holds the history's start
-    still already. As with trimming, only once the chat has a running recap: the
-    memory's part that goes with left-out history, and never with trimming off
+) -> tuple[Cut | None, list[int]]:
+    """Where ST cut a request and where its history is to start (None: no history
+    identified), and the request indices to leave out for that: ST's cut moved on in steps
+    of `history_cut_step` (`proxy.core.trim.stepped_start`) unless trimming's own cut holds
+    the history's start still already. As with trimming, only once the chat has a running
+    recap: the memory's part that goes with left-out history, and never with trimming off
     (`auto_hide_scene_count = -1`: nothing is left out). ST's cut stays the start when its
     messages cannot be left out (`stepped_drop`)."""
     cut = present_from(ident, history)
-    if view is None or not view.running or cut is None or settings.auto_hide_scene_count < 0:
-        return cut, []
-    start = stepped_start(cut, settings.history_cut_step, view.cutoff)
-    if start is None or start <= cut:
-        return cut, []
+    if cut is None:
+        return None, []
+    unmoved: tuple[Cut, list[int]] = (Cut(cut, cut), [])
+    if view is None or not view.running or settings.auto_hide_scene_count < 0:
+        return unmoved
     step = settings.history_cut_step
+    start = stepped_start(cut, step, view.cutoff)
+    if start is None or start <= cut:
+        return unmoved
     stepped = stepped_drop(history, ident.history, ident.positions, start, step)
-    return (start, stepped) if stepped else (cut, [])
+    return (Cut(cut, start), stepped) if stepped else unmoved
 
 
 def present_from(ident: Identification, history: Sequence[int]) -> int | None:
