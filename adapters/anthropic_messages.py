@@ -68,10 +68,14 @@ def _merge_neighbours(wire: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def _user_first(turns: Sequence[dict[str, Any]], gone: set[int]) -> set[int]:
-    """The turns to leave out, less the newest user turn before the first one kept when
+def _gone_turns(
+    turns: Sequence[dict[str, Any]], where: Sequence[int], drop: Collection[int]
+) -> set[int]:
+    """The wire turns that the parsed messages in `drop` leave out (`where`: each parsed
+    message's turn, -1 for none), less the newest user turn before the first one kept when
     that one is the assistant's: Claude refuses a conversation that starts with it
     ("first message must use the user role")."""
+    gone = {where[i] for i in drop if 0 <= i < len(where) and where[i] >= 0}
     first = next((i for i in range(len(turns)) if i not in gone), None)
     if first is None or turns[first].get("role") != "assistant":
         return gone
@@ -132,8 +136,7 @@ class AnthropicMessagesAdapter:
 
     def leaves_out(self, parsed: ParsedRequest, drop: Collection[int]) -> tuple[int, ...]:
         where = parsed.layout
-        turns: list[dict[str, Any]] = parsed.body["messages"]
-        gone = _user_first(turns, {where[i] for i in drop if 0 <= i < len(where) and where[i] >= 0})
+        gone = _gone_turns(parsed.body["messages"], where, drop)
         return tuple(i for i in drop if 0 <= i < len(where) and where[i] in gone)
 
     def apply(
@@ -163,7 +166,7 @@ class AnthropicMessagesAdapter:
         heads = [i for i in into_system if i.index == 0]
         for insertion in [*reversed(heads), *(i for i in into_system if i.index != 0)]:
             body["system"] = self._system(body.get("system"), insertion)
-        gone = _user_first(turns, {where[i] for i in drop if 0 <= i < len(where) and where[i] >= 0})
+        gone = _gone_turns(turns, where, drop)
         kept: list[dict[str, Any]] = []
         for i in range(len(turns) + 1):
             kept.extend(self._turn(insertion) for insertion in before.get(i, ()))
