@@ -122,7 +122,7 @@ class MemoryEngine:
         self._tasks = TaskSet()
         self._import_failed: set[str] = set()  # logged once per chat
         # chat -> where ST cut its latest request, and where that request's history began
-        self.sent_from: dict[str, Cut] = {}
+        self.cuts: dict[str, Cut] = {}
 
     def reconfigure(
         self, settings: MemorySettings, policy: InjectionPolicy, frame: Frame, prompts: Prompts
@@ -300,9 +300,9 @@ class MemoryEngine:
         if self.settings.message_recaps != "needed" or ident.generation == "quiet":
             return
         cut, _ = history_start(self.views.get(ident.chat_id), self.settings, ident, history)
-        if cut is None or self.sent_from.get(ident.chat_id) == cut:
+        if cut is None or self.cuts.get(ident.chat_id) == cut:
             return
-        self.sent_from[ident.chat_id] = cut
+        self.cuts[ident.chat_id] = cut
         if cut.st > 0 and ident.chat_id in self.active:
             self.schedule(ident.chat_id)
 
@@ -365,7 +365,7 @@ class MemoryEngine:
         policy = self.settings.message_recaps
         if policy != "off":
             # `needed`: only what ST no longer sends (and a few ahead of its cut).
-            cut = None if policy == "always" else self.sent_from.get(chat_id, Cut(0, 0))
+            cut = None if policy == "always" else self.cuts.get(chat_id, Cut(0, 0))
             due = detect is not None
             jobs.extend(self.work.message_batches(db, chat_id, backfill, last_break, due, cut))
         queued = sum(self.stamp(db, chat_id, *job)[1] for job in jobs)
