@@ -288,18 +288,18 @@ class MemoryEngine:
     ) -> RequestMemory:
         """The macro values and the request indices to leave out, for one request."""
         view = self.views.get(ident.chat_id)
-        self._note_cut(ident, history)
+        start = history_start(view, self.settings, ident, history)
+        self._note_cut(ident, start[0])
         return request_memory(
-            view, self.settings, ident, messages, history, model, self.store.search
+            view, self.settings, ident, messages, history, start, model, self.store.search
         )
 
-    def _note_cut(self, ident: Identification, history: Sequence[int]) -> None:
+    def _note_cut(self, ident: Identification, cut: Cut | None) -> None:
         """Keep where ST cuts the chat (the oldest message its request still carries): with
         `message_recaps = "needed"`, the messages before it are the ones to recap. A cut
         that moved plans the chat again (in the background: the request does not wait)."""
         if self.settings.message_recaps != "needed" or ident.generation == "quiet":
             return
-        cut, _ = history_start(self.views.get(ident.chat_id), self.settings, ident, history)
         if cut is None or self.cuts.get(ident.chat_id) == cut:
             return
         self.cuts[ident.chat_id] = cut

@@ -11,6 +11,7 @@ what is happening now get what is left (at most `relevant_scenes_max_tokens`).
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -89,17 +90,20 @@ def request_memory(
     ident: Identification,
     messages: Sequence[ChatMessage],
     history: Sequence[int],
+    start: tuple[Cut | None, list[int]],
     model: str | None,
     search: SceneRanker | None = None,
 ) -> RequestMemory:
-    """The macro values and the request indices to leave out, for one request."""
+    """The macro values and the request indices to leave out, for one request. `start`:
+    where ST cut it and the history's start, with the indices to leave out for that
+    (`history_start`)."""
     if view is None:
         return RequestMemory({}, ())
     drop: list[int] = []
     if view.cutoff is not None and view.running:
         keep = {i for i, p in zip(ident.history, ident.positions, strict=False) if p > view.cutoff}
         drop = droppable(messages, history, view.covered, keep)
-    cut, stepped = history_start(view, settings, ident, history)
+    cut, stepped = start
     if stepped:
         drop = sorted({*drop, *stepped})
     sent_from = cut.start if cut is not None else None
@@ -334,6 +338,6 @@ def present_from(ident: Identification, history: Sequence[int]) -> int | None:
     less the unmatched history messages before it."""
     if not ident.positions:
         return None
-    first = ident.history[0]
-    before = sum(1 for i in history if i < first)
+    # `history` is in request order: those before the first matched one, by bisection.
+    before = bisect_left(history, ident.history[0])
     return ident.positions[0] - before
