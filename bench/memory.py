@@ -15,7 +15,9 @@ cuts a long chat. Printed for each `message_recaps` policy (`needed`, `always`, 
 - engine CPU time: planning per change, and per job (the proxy's thread, LLM wait excluded);
 - the size of the final outgoing request with memory and trimming against the raw history;
 - the scene breaks found, against those of a check after every message (target: 95 % at
-  the same message).
+  the same message);
+- how often a request lacked a character's message with nothing standing in for it (not
+  sent, not in the running recap, no message recap yet).
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ from bench.overhead import free_port, start  # noqa: E402
 from bench.words import CHAT_WORDS, st_message  # noqa: E402
 from proxy.core.tokens import TokenCounter  # noqa: E402
 from proxy.memory.engine import MemoryEngine  # noqa: E402
+from proxy.memory.views import history_start  # noqa: E402
 from proxy.settings import Settings  # noqa: E402
 from proxy.web import make_app  # noqa: E402
 from proxy.web.keys import ENGINE, INJECTOR, LIBRARY, RELAY  # noqa: E402
@@ -177,6 +180,7 @@ async def replay(
                 await asyncio.sleep(0.01)
             engine = app[ENGINE]
             meter = Meter(engine, counter)
+            gaps = watch_gaps(engine, messages)
             async with aiohttp.ClientSession() as session:
                 for end in range(2, n + 1, 2):
                     save_like_st(path, chat_file(messages[:end]))
@@ -188,6 +192,7 @@ async def replay(
                     await engine.settle()
                     if end % 200 == 0:
                         print(f"  ... {end} messages", file=sys.stderr)
+                lacked = list(gaps)  # the chat requests' (not the preview's below)
                 final = request(messages[:n])
                 async with session.post(f"{url}/recap/api/preview", json=final) as r:
                     preview = await r.json()
@@ -220,7 +225,31 @@ async def replay(
         "raw_bytes": len(json.dumps(final)),
         "sent_bytes": len(json.dumps(preview["body"])),
         "prefix": prefix_figures(sent, counter),
+        "gaps": lacked,
     }
+
+
+def watch_gaps(engine: MemoryEngine, messages: list[dict[str, Any]]) -> list[int]:
+    """For each chat request, the character messages it lacks with nothing standing in
+    for them: before where its history starts (ST's cut, stepped), past what the running
+    recap covers, and with no message recap yet. `needed` writes a recap once ST's cut
+    comes near; this counts what that costs against `always`."""
+    gaps: list[int] = []
+    request_memory = engine.request_memory
+
+    def watched(ident: Any, sent: Any, history: Any, model: Any) -> Any:
+        got = request_memory(ident, sent, history, model)
+        view = engine.views.get(ident.chat_id)
+        cut, _ = history_start(view, engine.settings, ident, history)
+        if view is not None and cut is not None:
+            covered = -1 if view.covered_through is None else view.covered_through
+            recapped = {c.position for c in view.recaps}
+            lacking = range(covered + 1, cut.start)
+            gaps.append(sum(not messages[p]["is_user"] and p not in recapped for p in lacking))
+        return got
+
+    engine.request_memory = watched  # type: ignore[method-assign]
+    return gaps
 
 
 STABLE_MARK, CHANGING_MARK = "<ROLEPLAY_RECAP>", "<RECENT_MEMORY>"
@@ -296,6 +325,11 @@ def report(label: str, n: int, result: dict[str, Any]) -> None:
         f"{prefix['pairs']} pairs; within a scene (same running recap) "
         f"{prefix['within_kept']:.1f} % of {prefix['within']} (target 90 %); shared prefix "
         f"{prefix['shared_tokens']:,.0f} tokens on average of {prefix['request_tokens']:,.0f}"
+    )
+    gaps = result["gaps"]
+    print(
+        f"character messages a request lacked with nothing standing in (no running or "
+        f"message recap): {sum(gaps)} in {sum(1 for g in gaps if g)} of {len(gaps)} requests"
     )
     print(
         f"final request: {result['raw_tokens']:,} tokens raw -> {result['sent_tokens']:,} with "

@@ -18,7 +18,7 @@ from proxy.store import Database
 from proxy.web import make_app
 from proxy.web.keys import ENGINE, LIBRARY, STORE
 from tests.conftest import FakeLLM, make_settings
-from tests.memory.story import Story
+from tests.memory.story import CHAT_ID, Story
 
 T = TypeVar("T")
 
@@ -103,3 +103,9 @@ def memory_proxy(
         return Memory(client, app, story, fake_llm)
 
     return make
+
+
+def recapped(db: Database) -> set[int]:
+    """The positions of the story chat's messages that have a message recap."""
+    found = db.memory.messages_by_uid([uid for uid, _ in db.memory.message_recaps(CHAT_ID)])
+    return {m.position for m in found.values()}

@@ -146,10 +146,13 @@ def droppable(
 
 class Cut(NamedTuple):
     """Where a request of a chat began: `st`, the oldest chat position ST sent (0: the
-    whole chat); `start`, where its history began once stepped (`history_cut_step`)."""
+    whole chat); `start`, where its history began once stepped (`history_cut_step`);
+    `aim`, where the step would have it begin, past messages held back until a recap can
+    stand in for them (`start` otherwise)."""
 
     st: int
     start: int
+    aim: int
 
 
 def stepped_start(sent_from: int | None, step: int, cutoff: int | None) -> int | None:

@@ -365,7 +365,7 @@ class MemoryEngine:
         policy = self.settings.message_recaps
         if policy != "off":
             # `needed`: only what ST no longer sends (and a few ahead of its cut).
-            cut = None if policy == "always" else self.cuts.get(chat_id, Cut(0, 0))
+            cut = None if policy == "always" else self.cuts.get(chat_id, Cut(0, 0, 0))
             due = detect is not None
             jobs.extend(self.work.message_batches(db, chat_id, backfill, last_break, due, cut))
         queued = sum(self.stamp(db, chat_id, *job)[1] for job in jobs)

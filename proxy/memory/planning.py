@@ -8,7 +8,7 @@ after each job costs what planning a short one does.
 from __future__ import annotations
 
 from proxy.core.jsontypes import JSONValue, as_int, as_list
-from proxy.core.recaps import RecapRules, exclusion
+from proxy.core.recaps import exclusion
 from proxy.core.scenes import CONTEXT_BEFORE, detection_window, shown
 from proxy.core.tokens import TokenCounter
 from proxy.core.trim import Cut
@@ -28,14 +28,7 @@ class WorkPlanner:
     def __init__(self, settings: MemorySettings, counter: TokenCounter) -> None:
         self.settings = settings
         self.counter = counter
-        self.rules = RecapRules(
-            include_user=settings.include_user_messages,
-            include_system=settings.include_system_messages,
-            include_narrator=settings.include_narrator_messages,
-            include_thought=settings.include_thought_messages,
-            length_threshold=settings.message_length_threshold,
-            disabled_members=frozenset(settings.disabled_group_members),
-        )
+        self.rules = settings.recap_rules()
 
     def detection(
         self, db: Database, chat_id: str, last_break: int, state: MemoryState
@@ -104,8 +97,8 @@ class WorkPlanner:
         open scene's messages that lack a current recap (a partial one too in a backfill).
         `detection_due`: planning is about to queue a scene-break check. `cut` (policy
         `needed`; None for `always`): where the chat's latest request began; only messages
-        before its start and `message_recap_ahead` after ST's own cut are recapped, and a
-        batch holding one already left out does not wait to be full."""
+        before where it aims to start, or within `message_recap_ahead` of it, are recapped
+        (they are due), without waiting for a full batch."""
         memory = db.memory
         jobs = db.jobs.list(chat_id, ("queued", "running"))
         covered = covered_through(db, chat_id)
@@ -135,10 +128,9 @@ class WorkPlanner:
             return specs
         recaps = memory.message_recaps(chat_id)
         excluded = memory.excluded(chat_id)
-        until = None
+        until = None  # messages from here on are not due yet
         if cut is not None:
-            ahead = cut.st + self.settings.message_recap_ahead
-            until = max(cut.start, ahead) if cut.st else 0
+            until = cut.aim + self.settings.message_recap_ahead if cut.st else 0
         size = self.settings.message_recap_batch_size
         pending: list[tuple[int, int, str, int]] = []  # uid, swipe, source hash, position
         # Past `until`: only to fill up a batch that goes anyway. A call costs far more than
@@ -161,9 +153,10 @@ class WorkPlanner:
             (extra if beyond else pending).append((record.uid, swipe, source, record.position))
         batches = [pending[i : i + size] for i in range(0, len(pending), size)]
         if batches and len(batches[-1]) < size and not backfill:
-            last = batches[-1]
-            if cut is not None and last[0][3] < cut.start:
-                last.extend(extra[: size - len(last)])  # one already left out: it goes now
+            if cut is not None:
+                # Due: left out within `message_recap_ahead` messages, and its recap is to
+                # be there by then. Filled up with the next messages (`extra`).
+                batches[-1].extend(extra[: size - len(batches[-1])])
             else:
                 batches.pop()  # a partial batch waits for more messages
         for batch in batches:

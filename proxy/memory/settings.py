@@ -6,6 +6,7 @@ from typing import Literal
 
 from pydantic import Field, SecretStr, field_validator, model_validator
 
+from proxy.core.recaps import RecapRules
 from proxy.memory.operations import Operation
 from proxy.section import Section, UserPath
 
@@ -97,13 +98,18 @@ class MemorySettings(Section):
         "qvink do; `off`. `true`/`false` read as `always`/`off`.",
     )
     message_recap_ahead: int = Field(
-        6,
+        2,
         ge=0,
-        description="With `needed`: also recap this many messages after the oldest one ST "
-        "still sends, so that they are ready when ST cuts them (two go per exchange).",
+        description="With `needed`: recap a message once it is this close (in messages) to "
+        "being left out of requests, by ST's cut or the stepped start, so that its recap is "
+        "ready when it goes (two go per exchange). 0: only once it is left out.",
     )
     message_recap_batch_size: int = Field(
-        5, ge=1, le=50, description="Messages recapped per LLM call."
+        10,
+        ge=1,
+        le=50,
+        description="Messages recapped per LLM call. A batch that is due goes at once, "
+        "filled up with the messages after it, so a larger one also recaps further ahead.",
     )
     message_recap_lookback: int = Field(
         100,
@@ -223,14 +229,15 @@ class MemorySettings(Section):
         "when the running recap covers them (-1: never leave anything out).",
     )
     history_cut_step: int = Field(
-        4,
+        6,
         ge=1,
         description="When ST's context is full and it cuts the chat's oldest messages "
         "itself, the history's start moves in steps of this many messages (counted from the "
         "first one trimming keeps): up to this many minus one more of the oldest ones are "
-        "left out (their message recaps stand in), so that the prompt's start changes every "
-        "few exchanges instead of at each one and a provider's prompt cache (or llama.cpp's) "
-        "can reuse it. 1: start exactly where ST cuts (as with `auto_hide_scene_count = -1`).",
+        "left out (their message recaps stand in; one that has none yet is not), so that the "
+        "prompt's start changes every few exchanges instead of at each one and a provider's "
+        "prompt cache (or llama.cpp's) can reuse it. 1: start exactly where ST cuts (as with "
+        "`auto_hide_scene_count = -1`).",
     )
     llm: LLMSettings = Field(
         default_factory=LLMSettings, description="The LLM that writes the memory."
@@ -258,3 +265,14 @@ class MemorySettings(Section):
 
     def context_for(self, model: str | None) -> int:
         return self.context_sizes.get(model or "", self.context_size)
+
+    def recap_rules(self) -> RecapRules:
+        """Which messages get a message recap."""
+        return RecapRules(
+            include_user=self.include_user_messages,
+            include_system=self.include_system_messages,
+            include_narrator=self.include_narrator_messages,
+            include_thought=self.include_thought_messages,
+            length_threshold=self.message_length_threshold,
+            disabled_members=frozenset(self.disabled_group_members),
+        )

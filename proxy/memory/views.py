@@ -33,6 +33,7 @@ from proxy.core.recaps import (
     SEPARATOR_TOKENS,
     Candidate,
     budget_tokens,
+    exclusion,
     render_recaps,
     select_recaps,
 )
@@ -56,6 +57,9 @@ class MemoryView:
     cutoff: int | None = None  # newest position that may be left out of requests
     covered: Covered = field(default_factory=lambda: Covered(()))
     recaps: tuple[Candidate, ...] = ()  # recaps of uncovered messages, oldest first
+    # Uncovered messages that are to get a recap and have none yet, oldest first: the
+    # history's stepped start never leaves them out.
+    lacking: tuple[int, ...] = ()
     running_tokens: int = 0
     scenes: dict[int, SceneCard] = field(default_factory=dict)  # break uid -> scene
     names: tuple[str, ...] = ()  # the chat's character and user names
@@ -220,15 +224,26 @@ def build_view(
     else:
         covered = _covered(db, inputs, chat_id, cutoff)
     recaps: list[Candidate] = []
+    lacking: list[int] = []
     stored = memory.message_recaps(chat_id)
-    if stored:
+    stepping = current is not None and settings.history_cut_step > 1
+    rules = settings.recap_rules()
+    if stored or stepping:
         excluded = memory.excluded(chat_id)
         for record in memory.messages_from(chat_id, (through or -1) + 1):
             done = stored.get((record.uid, swipe_of(record)))
-            if done is None or record.uid in excluded or record.message.hidden:
-                continue
-            if done.edited or done.source_hash == text_hash(record.message.mes):
-                recaps.append(Candidate(record.position, count(done.recap), done.recap))
+            if done is not None and (
+                done.edited or done.source_hash == text_hash(record.message.mes)
+            ):
+                if record.uid not in excluded and not record.message.hidden:
+                    recaps.append(Candidate(record.position, count(done.recap), done.recap))
+            elif stepping and not exclusion(
+                record.message,
+                count(record.message.mes),
+                rules,
+                user_excluded=record.uid in excluded,
+            ):
+                lacking.append(record.position)
     scenes: dict[int, SceneCard] = {}
     vocabulary = NO_WORDS
     if settings.relevant_scenes_max_tokens and "relevant_scenes" in inputs.frame.macros:
@@ -262,6 +277,7 @@ def build_view(
         cutoff=cutoff,
         covered=covered,
         recaps=tuple(recaps),
+        lacking=tuple(lacking),
         running_tokens=count(running),
         scenes=scenes,
         names=(names["char"], names["user"]),
@@ -318,19 +334,25 @@ def history_start(
     the history's start still already. As with trimming, only once the chat has a running
     recap: the memory's part that goes with left-out history, and never with trimming off
     (`auto_hide_scene_count = -1`: nothing is left out). ST's cut stays the start when its
-    messages cannot be left out (`stepped_drop`)."""
+    messages cannot be left out (`stepped_drop`).
+
+    A message ST sent is never stepped away while it lacks the recap that stands in for it
+    (`MemoryView.lacking`): the start stops before it, and the cut's `aim` (the step's
+    start) tells planning to write that recap now."""
     cut = present_from(ident, history)
     if cut is None:
         return None, []
-    unmoved: tuple[Cut, list[int]] = (Cut(cut, cut), [])
+    unmoved: tuple[Cut, list[int]] = (Cut(cut, cut, cut), [])
     if view is None or not view.running or settings.auto_hide_scene_count < 0:
         return unmoved
     step = settings.history_cut_step
-    start = stepped_start(cut, step, view.cutoff)
-    if start is None or start <= cut:
+    aim = stepped_start(cut, step, view.cutoff)
+    if aim is None or aim <= cut:
         return unmoved
+    held = bisect_left(view.lacking, cut)
+    start = min(aim, view.lacking[held]) if held < len(view.lacking) else aim
     stepped = stepped_drop(history, ident.history, ident.positions, start, step)
-    return (Cut(cut, start), stepped) if stepped else unmoved
+    return (Cut(cut, start, aim), stepped) if stepped else (Cut(cut, cut, aim), [])
 
 
 def present_from(ident: Identification, history: Sequence[int]) -> int | None:

@@ -3,6 +3,7 @@ open scene (a backfill of thousands of messages) is the one reading the whole sc
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
@@ -19,7 +20,7 @@ from proxy.store import Database
 from proxy.store.jobs import Payload
 from proxy.store.records import MemoryState
 from tests.memory.story import CHAT_ID
-from tests.memory_env import Memory, MemoryFactory
+from tests.memory_env import Memory, MemoryFactory, recapped
 from tests.test_store import clock, record
 
 CHAT = "u/chats/S/c"
@@ -78,12 +79,6 @@ def test_a_long_open_scene_is_checked_as_if_read_whole() -> None:
 # -- message recaps: only what ST no longer sends ------------------------------------------
 
 
-def recapped(db: Database) -> set[int]:
-    """The positions of the chat's messages that have a message recap."""
-    found = db.memory.messages_by_uid([uid for uid, _ in db.memory.message_recaps(CHAT_ID)])
-    return {m.position for m in found.values()}
-
-
 async def folded(memory_proxy: MemoryFactory, **dotted: Any) -> tuple[Memory, dict[str, Any]]:
     """A 40-message story whose first scene (0-8) is in the running recap, sent whole
     once (`message_recaps = "needed"`), and that request."""
@@ -100,17 +95,19 @@ def cut_at(whole: dict[str, Any], first: int) -> dict[str, Any]:
 
 
 async def test_needed_recaps_only_what_st_no_longer_sends(memory_proxy: MemoryFactory) -> None:
-    memory, whole = await folded(memory_proxy, **{"memory.message_recap_ahead": 4})
+    memory, whole = await folded(
+        memory_proxy, **{"memory.message_recap_ahead": 4, "memory.history_cut_step": 1}
+    )
     assert await memory.run(lambda db: db.memory.message_recaps(CHAT_ID)) == {}  # all sent
     # ST's context is full: it sends the chat from message 20 on.
     cut = cut_at(whole, 20)
     await memory.client.post("/v1/chat/completions", json=cut)
 
-    await memory.until(lambda db: recapped(db))
-    # The open scene (9 on: the running recap covers 0-8) up to the cut and 4 ahead, the
-    # character's messages (the user's are not recapped by default), in batches of three:
-    # 22, ahead of the cut, waits for a full batch; those already cut never wait.
-    assert await memory.run(recapped) == {10, 12, 14, 16, 18, 20}
+    await memory.until(lambda db: 22 in recapped(db))
+    # The open scene (9 on: the running recap covers 0-8) before the cut and within 4 of it,
+    # the character's messages (the user's are not recapped by default), in batches of
+    # three: the last, due at once, filled up with the next ones; nothing after that.
+    assert await memory.run(recapped) == {10, 12, 14, 16, 18, 20, 22, 24, 26}
     await memory.client.post("/v1/chat/completions", json=cut)
     sent = json.loads(memory.fake.state.seen[-1].body)
     # The recaps go in: in the memory's changing part, in the chat at depth 2.
@@ -142,19 +139,21 @@ async def test_st_cutting_the_chat_moves_the_history_start_in_steps(
     chat = [m["mes"] for m in memory.story.messages]
 
     # Trimming leaves out 0-8 (the first scene, in the running recap): the start steps by
-    # four from 9 on. ST cuts at 22: the history starts at 25 (22-24 left out with it),
-    # and the recap of 22 (the character's) is written at once: a message already left
-    # out never waits.
+    # four from 9 on. ST first cuts at 22: the step would start the history at 25, but the
+    # character's 22 has no recap yet, and nothing would stand in for it: the history
+    # starts where ST cut it.
     response = await memory.client.post("/v1/chat/completions", json=cut_at(whole, 22))
-    assert response.headers["X-Recap-Trimmed"] == "3"
-    assert sent_history(memory)[0] == chat[25]
+    assert response.headers["X-Recap-Trimmed"] == "0"
+    assert sent_history(memory)[0] == chat[22]
+    # Its recap is written at once, with the others due (before 25, and within 4 of it),
+    # in batches of three, the last filled up with the next messages.
     await memory.until(lambda db: 22 in recapped(db))
-    # A batch that goes anyway is filled up past the ones due (batches of three).
-    assert await memory.run(recapped) == {10, 12, 14, 16, 18, 20, 22, 24, 26}
+    assert await memory.run(recapped) == {10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30, 32}
 
-    # The next exchanges: ST cuts at 23, then 25, the history still starts at 25, and the
+    # The next exchanges: ST cuts at 23, then 25, the history starts at 25, and the
     # memory before the changing part stays as it was: a provider's cache holds.
-    await memory.client.post("/v1/chat/completions", json=cut_at(whole, 23))
+    response = await memory.client.post("/v1/chat/completions", json=cut_at(whole, 23))
+    assert response.headers["X-Recap-Trimmed"] == "2"
     before = json.loads(memory.fake.state.seen[-1].body)["messages"]
     assert "#22" in before[-3]["content"]  # its recap stands in for it
     await memory.client.post("/v1/chat/completions", json=cut_at(whole, 25))
@@ -163,6 +162,44 @@ async def test_st_cutting_the_chat_moves_the_history_start_in_steps(
     # ST passes 25: the start steps on to 29.
     await memory.client.post("/v1/chat/completions", json=cut_at(whole, 26))
     assert sent_history(memory)[0] == chat[29]
+
+
+async def test_a_stale_recap_does_not_stand_in(memory_proxy: MemoryFactory) -> None:
+    memory, whole = await folded(
+        memory_proxy, **{"memory.message_recap_ahead": 4, "memory.history_cut_step": 4}
+    )
+    await memory.client.post("/v1/chat/completions", json=cut_at(whole, 22))
+    await memory.until(lambda db: 24 in recapped(db))
+    # The user edits Ava's 24 in ST, and its new recap is slow to come: the old one is
+    # stale, and the step stops before 24 (only the user's 23 goes).
+    memory.fake.state.faults = {"message_recap": ["hold"]}
+    memory.story.messages[24]["mes"] = "Ava lights a fire in the cave and tells Tom to sleep."
+    memory.story.save()
+    await asyncio.wait_for(memory.fake.state.held.wait(), 5)
+    edited = cut_at(memory.story.request(), 23)
+    try:
+        response = await memory.client.post("/v1/chat/completions", json=edited)
+        assert response.headers["X-Recap-Trimmed"] == "1"
+        assert sent_history(memory)[0] == memory.story.messages[24]["mes"]
+    finally:
+        memory.fake.state.release.set()
+    await memory.until(
+        lambda db: any("fire" in r.recap for r in db.memory.message_recaps(CHAT_ID).values())
+    )
+    response = await memory.client.post("/v1/chat/completions", json=edited)
+    assert response.headers["X-Recap-Trimmed"] == "2"
+
+
+async def test_nothing_standing_in_holds_the_stepped_start(memory_proxy: MemoryFactory) -> None:
+    """With no message recaps, the step leaves out none of the character's messages: only
+    the user's (which get no recap by default) before the first of them."""
+    memory, whole = await folded(
+        memory_proxy, **{"memory.message_recaps": "off", "memory.history_cut_step": 4}
+    )
+    chat = [m["mes"] for m in memory.story.messages]
+    response = await memory.client.post("/v1/chat/completions", json=cut_at(whole, 23))
+    assert response.headers["X-Recap-Trimmed"] == "1"
+    assert sent_history(memory)[0] == chat[24]
 
 
 @pytest.mark.parametrize(

@@ -18,7 +18,7 @@ from tests.conftest import FakeLLM, ProxyFactory, make_settings
 from tests.fakes.fake_llm import REPLY, anthropic_events
 from tests.fakes.fake_upstream import FakeUpstream, Script
 from tests.memory.story import CHAT_ID, Story
-from tests.memory_env import MemoryFactory
+from tests.memory_env import MemoryFactory, recapped
 
 HEADERS = {"anthropic-version": "2023-06-01", "x-api-key": "proxy-password"}
 
@@ -119,12 +119,20 @@ async def test_a_stepped_start_never_leaves_the_assistant_first(
     await memory.until(lambda db: db.memory.current_running(CHAT_ID) is not None)
     # "Use system prompt" on: the system apart, and ST's context full from message 21 on
     # (the user's). The stepped start (9, 14, 19, 24: steps of five from trimming's cut)
-    # is Ava's 24: the user's 23 stays before it.
+    # would be Ava's 24, but her 22 has no recap yet: the start holds before it, and the
+    # user's 21 stays first.
     chat = memory.story.messages
     turns = [
         {"role": "user" if m["is_user"] else "assistant", "content": m["mes"]} for m in chat[21:]
     ]
     body = {"system": "You are Ava.", "messages": turns, "model": "claude-fake", "max_tokens": 9}
+    response = await memory.client.post("/v1/messages", json=body, headers=HEADERS)
+    assert response.status == 200 and response.headers["X-Recap-Trimmed"] == "0"
+    sent = json.loads(memory.fake.state.seen[-1].body)["messages"]
+    assert sent[0] == {"role": "user", "content": chat[21]["mes"]}
+    # Once it has (written at once: it was due), the start is 24, and the user's 23 stays
+    # before it.
+    await memory.until(lambda db: 22 in recapped(db))
     response = await memory.client.post("/v1/messages", json=body, headers=HEADERS)
     assert response.status == 200 and response.headers["X-Recap-Trimmed"] == "2"
     sent = json.loads(memory.fake.state.seen[-1].body)["messages"]
