@@ -93,9 +93,10 @@ class MemorySettings(Section):
         "needed",
         description="Short recaps of messages (in batches), which go into `{{recent_recaps}}` "
         "for messages ST no longer sends and the running recap does not cover. `needed`: "
-        "only for those, once ST starts cutting the chat (and `message_recap_ahead` beyond "
-        "its cut); `always`: every eligible message of the open scene, as ST-Auto-Recap and "
-        "qvink do; `off`. `true`/`false` read as `always`/`off`.",
+        "only for those, once ST starts cutting the chat (and those within "
+        "`message_recap_ahead` of being left out); `always`: every eligible message of the "
+        "open scene, as ST-Auto-Recap and qvink do; `off`. `true`/`false` read as "
+        "`always`/`off`.",
     )
     message_recap_ahead: int = Field(
         2,

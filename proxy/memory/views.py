@@ -226,7 +226,11 @@ def build_view(
     recaps: list[Candidate] = []
     lacking: list[int] = []
     stored = memory.message_recaps(chat_id)
-    stepping = current is not None and settings.history_cut_step > 1
+    stepping = (
+        current is not None
+        and settings.history_cut_step > 1
+        and settings.auto_hide_scene_count >= 0
+    )
     rules = settings.recap_rules()
     if stored or stepping:
         excluded = memory.excluded(chat_id)
