@@ -1,0 +1,59 @@
+"""Where a request's history starts: ST's cut, stepped, and held before a message that
+has nothing to stand in for it yet (`proxy.memory.views.history_start`)."""
+
+from __future__ import annotations
+
+import pytest
+
+from proxy.core.models import Identification
+from proxy.core.trim import Cut
+from proxy.memory.settings import MemorySettings
+from proxy.memory.views import MemoryView, history_start
+
+SETTINGS = MemorySettings(history_cut_step=4)
+# Trimming keeps 9 on (the running recap covers 0-8): the steps are 9, 13, 17, 21, 25, ...
+FOLDED = MemoryView(running="They met at the mill.", covered_through=8, cutoff=8)
+
+
+def sent_from(cut: int, total: int = 40) -> tuple[Identification, list[int]]:
+    """ST's request holding chat positions `cut`.. as request indices 2.. (two system
+    messages before them), every one matched to the chat."""
+    history = list(range(2, 2 + total - cut))
+    ident = Identification(
+        "c", 1.0, "normal", total, tuple(history), len(history), tuple(range(cut, total))
+    )
+    return ident, history
+
+
+def started(view: MemoryView, cut: int) -> tuple[Cut | None, list[int]]:
+    ident, history = sent_from(cut)
+    return history_start(view, SETTINGS, ident, history)
+
+
+def test_the_start_steps_past_messages_that_have_their_recaps() -> None:
+    # ST cuts at 22: the step starts the history at 25, leaving out 22-24 (indices 2-4).
+    assert started(FOLDED, 22) == (Cut(22, 25, 25), [2, 3, 4])
+
+
+@pytest.mark.parametrize(
+    ("lacking", "expected"),
+    [
+        ((24,), (Cut(22, 24, 25), [2, 3])),  # held before 24
+        ((22, 30), (Cut(22, 22, 25), [])),  # the first one ST sent lacks it: nothing goes
+        ((10, 12), (Cut(22, 25, 25), [2, 3, 4])),  # ST cut those itself: they hold nothing
+        ((25, 26), (Cut(22, 25, 25), [2, 3, 4])),  # sent anyway
+    ],
+)
+def test_a_message_lacking_its_recap_holds_the_start_before_it(
+    lacking: tuple[int, ...], expected: tuple[Cut, list[int]]
+) -> None:
+    view = MemoryView(running=FOLDED.running, covered_through=8, cutoff=8, lacking=lacking)
+    assert started(view, 22) == expected
+
+
+def test_without_a_running_recap_or_with_trimming_off_the_start_is_st_cut() -> None:
+    unmoved = (Cut(22, 22, 22), [])
+    assert started(MemoryView(), 22) == unmoved
+    ident, history = sent_from(22)
+    off = MemorySettings(history_cut_step=4, auto_hide_scene_count=-1)
+    assert history_start(FOLDED, off, ident, history) == unmoved
