@@ -52,7 +52,7 @@ def test_a_message_lacking_its_recap_holds_the_start_before_it(
 
 
 def test_without_a_running_recap_or_with_trimming_off_the_start_is_st_cut() -> None:
-    unmoved = (Cut(22, 22, 22), [])
+    unmoved: tuple[Cut, list[int]] = (Cut(22, 22, 22), [])
     assert started(MemoryView(), 22) == unmoved
     ident, history = sent_from(22)
     off = MemorySettings(history_cut_step=4, auto_hide_scene_count=-1)
