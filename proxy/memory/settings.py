@@ -99,11 +99,12 @@ class MemorySettings(Section):
         "`always`/`off`.",
     )
     message_recap_ahead: int = Field(
-        2,
+        3,
         ge=0,
         description="With `needed`: recap a message once it is this close (in messages) to "
         "being left out of requests, by ST's cut or the stepped start, so that its recap is "
-        "ready when it goes (two go per exchange). 0: only once it is left out.",
+        "ready when it goes (two go per exchange, three when a long reply comes in). 0: only "
+        "once it is left out.",
     )
     message_recap_batch_size: int = Field(
         10,
