@@ -57,14 +57,24 @@ class MemoryView:
     cutoff: int | None = None  # newest position that may be left out of requests
     covered: Covered = field(default_factory=lambda: Covered(()))
     recaps: tuple[Candidate, ...] = ()  # recaps of uncovered messages, oldest first
-    # Uncovered messages that are to get a recap and have none yet, oldest first: the
-    # history's stepped start never leaves them out.
+    # Uncovered messages that are to get a recap and have none yet, oldest first, and the
+    # uncovered ones not looked at (older than planning's `message_recap_lookback`): the
+    # history's stepped start leaves out none of them (`held`).
     lacking: tuple[int, ...] = ()
+    unscanned: range = range(0)
     running_tokens: int = 0
     scenes: dict[int, SceneCard] = field(default_factory=dict)  # break uid -> scene
     names: tuple[str, ...] = ()  # the chat's character and user names
     vocabulary: Vocabulary = field(default_factory=lambda: NO_WORDS)  # of its scene recaps
     budget: int = 0  # tokens the memory's macros may fill (the template's text aside)
+
+    def held(self, cut: int) -> int | None:
+        """The first chat position from `cut` on that the history's stepped start must not
+        pass: a message with nothing to stand in for it yet (None: no such message)."""
+        if self.unscanned and cut < self.unscanned.stop:
+            return max(cut, self.unscanned.start)
+        found = bisect_left(self.lacking, cut)
+        return self.lacking[found] if found < len(self.lacking) else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -231,21 +241,34 @@ def build_view(
         and settings.history_cut_step > 1
         and settings.auto_hide_scene_count >= 0
     )
+    first = scan = (through or -1) + 1
+    if stepping:
+        # Planning recaps only the newest `message_recap_lookback` messages by itself: the
+        # uncovered ones before those are not read one by one (a backfill plans after every
+        # job), and hold the stepped start as if none had its recap.
+        chat = db.chat(chat_id)
+        scan = max(
+            first, (chat.messages if chat is not None else 0) - settings.message_recap_lookback
+        )
     rules = settings.recap_rules()
     if stored or stepping:
         excluded = memory.excluded(chat_id)
-        for record in memory.messages_from(chat_id, (through or -1) + 1):
+        for record in memory.messages_from(chat_id, first if stored else scan):
             done = stored.get((record.uid, swipe_of(record)))
             if done is not None and (
                 done.edited or done.source_hash == text_hash(record.message.mes)
             ):
                 if record.uid not in excluded and not record.message.hidden:
                     recaps.append(Candidate(record.position, count(done.recap), done.recap))
-            elif stepping and not exclusion(
-                record.message,
-                count(record.message.mes),
-                rules,
-                user_excluded=record.uid in excluded,
+            elif (
+                stepping
+                and record.position >= scan
+                and not exclusion(
+                    record.message,
+                    count(record.message.mes),
+                    rules,
+                    user_excluded=record.uid in excluded,
+                )
             ):
                 lacking.append(record.position)
     scenes: dict[int, SceneCard] = {}
@@ -282,6 +305,7 @@ def build_view(
         covered=covered,
         recaps=tuple(recaps),
         lacking=tuple(lacking),
+        unscanned=range(first, scan),
         running_tokens=count(running),
         scenes=scenes,
         names=(names["char"], names["user"]),
@@ -341,7 +365,7 @@ def history_start(
     messages cannot be left out (`stepped_drop`).
 
     A message ST sent is never stepped away while it lacks the recap that stands in for it
-    (`MemoryView.lacking`): the start stops before it, and the cut's `aim` (the step's
+    (`MemoryView.held`): the start stops before it, and the cut's `aim` (the step's
     start) tells planning to write that recap now."""
     cut = present_from(ident, history)
     if cut is None:
@@ -353,8 +377,8 @@ def history_start(
     aim = stepped_start(cut, step, view.cutoff)
     if aim is None or aim <= cut:
         return unmoved
-    held = bisect_left(view.lacking, cut)
-    start = min(aim, view.lacking[held]) if held < len(view.lacking) else aim
+    held = view.held(cut)
+    start = aim if held is None else min(aim, held)
     stepped = stepped_drop(history, ident.history, ident.positions, start, step)
     return (Cut(cut, start, aim), stepped) if stepped else (Cut(cut, cut, aim), [])
 

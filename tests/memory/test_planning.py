@@ -190,6 +190,22 @@ async def test_a_stale_recap_does_not_stand_in(memory_proxy: MemoryFactory) -> N
     assert response.headers["X-Recap-Trimmed"] == "2"
 
 
+async def test_messages_older_than_the_lookback_hold_the_stepped_start(
+    memory_proxy: MemoryFactory,
+) -> None:
+    """Planning recaps only the newest `message_recap_lookback` messages by itself: older
+    uncovered ones never get a recap to stand in for them, and are never stepped away."""
+    memory, whole = await folded(
+        memory_proxy,
+        **{"memory.message_recap_lookback": 10, "memory.history_cut_step": 4},
+    )
+    for first in (22, 23):
+        response = await memory.client.post("/v1/chat/completions", json=cut_at(whole, first))
+        assert response.headers["X-Recap-Trimmed"] == "0"
+        await memory.engine.settle()
+    assert 22 not in await memory.run(recapped)
+
+
 async def test_nothing_standing_in_holds_the_stepped_start(memory_proxy: MemoryFactory) -> None:
     """With no message recaps, the step leaves out none of the character's messages: only
     the user's (which get no recap by default) before the first of them."""

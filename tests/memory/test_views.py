@@ -57,3 +57,17 @@ def test_without_a_running_recap_or_with_trimming_off_the_start_is_st_cut() -> N
     ident, history = sent_from(22)
     off = MemorySettings(history_cut_step=4, auto_hide_scene_count=-1)
     assert history_start(FOLDED, off, ident, history) == unmoved
+
+
+def test_uncovered_messages_not_looked_at_hold_the_start_too() -> None:
+    """Older than planning's lookback, the uncovered messages are not read one by one:
+    any of them may lack its recap."""
+    view = MemoryView(
+        running=FOLDED.running,
+        covered_through=8,
+        cutoff=8,
+        lacking=(24,),
+        unscanned=range(9, 20),
+    )
+    assert [view.held(cut) for cut in (5, 12, 20, 25)] == [9, 12, 24, None]
+    assert started(view, 12) == (Cut(12, 12, 13), [])
