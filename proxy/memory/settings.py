@@ -268,6 +268,12 @@ class MemorySettings(Section):
     def context_for(self, model: str | None) -> int:
         return self.context_sizes.get(model or "", self.context_size)
 
+    @property
+    def stepped_history(self) -> bool:
+        """Whether the history's start may be stepped past ST's cut (`history_cut_step`):
+        not with a step of 1, nor with trimming off."""
+        return self.history_cut_step > 1 and self.auto_hide_scene_count >= 0
+
     def recap_rules(self) -> RecapRules:
         """Which messages get a message recap."""
         return RecapRules(

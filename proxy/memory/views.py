@@ -32,6 +32,7 @@ from proxy.core.recall import (
 from proxy.core.recaps import (
     SEPARATOR_TOKENS,
     Candidate,
+    RecapRules,
     budget_tokens,
     exclusion,
     render_recaps,
@@ -233,44 +234,18 @@ def build_view(
         covered = _covered(db, inputs, chat_id, cutoff, before + 1, old.covered)
     else:
         covered = _covered(db, inputs, chat_id, cutoff)
-    recaps: list[Candidate] = []
-    lacking: list[int] = []
-    stored = memory.message_recaps(chat_id)
-    stepping = (
-        current is not None
-        and settings.history_cut_step > 1
-        and settings.auto_hide_scene_count >= 0
-    )
     first = scan = (through or -1) + 1
+    stepping = current is not None and settings.stepped_history
     if stepping:
         # Planning recaps only the newest `message_recap_lookback` messages by itself: the
         # uncovered ones before those are not read one by one (a backfill plans after every
         # job), and hold the stepped start as if none had its recap.
         chat = db.chat(chat_id)
-        scan = max(
-            first, (chat.messages if chat is not None else 0) - settings.message_recap_lookback
-        )
-    rules = settings.recap_rules()
-    if stored or stepping:
-        excluded = memory.excluded(chat_id)
-        for record in memory.messages_from(chat_id, first if stored else scan):
-            done = stored.get((record.uid, swipe_of(record)))
-            if done is not None and (
-                done.edited or done.source_hash == text_hash(record.message.mes)
-            ):
-                if record.uid not in excluded and not record.message.hidden:
-                    recaps.append(Candidate(record.position, count(done.recap), done.recap))
-            elif (
-                stepping
-                and record.position >= scan
-                and not exclusion(
-                    record.message,
-                    count(record.message.mes),
-                    rules,
-                    user_excluded=record.uid in excluded,
-                )
-            ):
-                lacking.append(record.position)
+        total = chat.messages if chat is not None else 0
+        scan = max(first, total - settings.message_recap_lookback)
+    recaps, lacking = _stand_ins(
+        db, chat_id, first, scan, count, settings.recap_rules() if stepping else None
+    )
     scenes: dict[int, SceneCard] = {}
     vocabulary = NO_WORDS
     if settings.relevant_scenes_max_tokens and "relevant_scenes" in inputs.frame.macros:
@@ -325,6 +300,36 @@ def fit_lines(text: str, budget: int, count: Callable[[str], int]) -> str:
     return "\n".join(lines)
 
 
+def _stand_ins(
+    db: Database,
+    chat_id: str,
+    first: int,
+    scan: int,
+    count: Callable[[str], int],
+    rules: RecapRules | None,
+) -> tuple[list[Candidate], list[int]]:
+    """The current message recaps of the uncovered messages (from `first` on), and with
+    `rules` (the history is stepped) the messages from `scan` on that are to get one and
+    have none yet."""
+    memory = db.memory
+    stored = memory.message_recaps(chat_id)
+    recaps: list[Candidate] = []
+    lacking: list[int] = []
+    if not stored and rules is None:
+        return recaps, lacking
+    excluded = memory.excluded(chat_id)
+    for record in memory.messages_from(chat_id, first if stored else scan):
+        done = stored.get((record.uid, swipe_of(record)))
+        if done is not None and (done.edited or done.source_hash == text_hash(record.message.mes)):
+            if record.uid not in excluded and not record.message.hidden:
+                recaps.append(Candidate(record.position, count(done.recap), done.recap))
+        elif rules is not None and record.position >= scan:
+            tokens = count(record.message.mes)
+            if not exclusion(record.message, tokens, rules, user_excluded=record.uid in excluded):
+                lacking.append(record.position)
+    return recaps, lacking
+
+
 def _covered(
     db: Database,
     inputs: ViewInputs,
@@ -371,7 +376,7 @@ def history_start(
     if cut is None:
         return None, []
     unmoved: tuple[Cut, list[int]] = (Cut(cut, cut, cut), [])
-    if view is None or not view.running or settings.auto_hide_scene_count < 0:
+    if view is None or not view.running or not settings.stepped_history:
         return unmoved
     step = settings.history_cut_step
     aim = stepped_start(cut, step, view.cutoff)
