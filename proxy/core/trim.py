@@ -10,6 +10,7 @@ placed, before the running recap held it (its report §15.11).
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
@@ -77,11 +78,13 @@ class Covered:
 
 
 class _Request:
-    """A request's history texts, hashed lazily: the exact text first, the normalised
-    fingerprint only when the exact text does not match."""
+    """A request's history texts, hashed all at once (in C: the exact text is what ST
+    sends almost always), the normalised fingerprint only when the exact text does not
+    match."""
 
     def __init__(self, messages: Sequence[ChatMessage], history: Sequence[int]) -> None:
         self.texts = [messages[i].text for i in history]
+        self.hashes = tuple(map(hash, self.texts))
         self._fps: dict[int, int] = {}
 
     def fp(self, k: int) -> int:
@@ -91,13 +94,35 @@ class _Request:
         return found
 
     def matches(self, k: int, covered: Covered, j: int) -> bool:
-        if covered.raws and hash(self.texts[k]) == covered.raws[j]:
+        if covered.raws and self.hashes[k] == covered.raws[j]:
             return True
         return self.fp(k) in covered.fps[j]
 
     def starts(self, k: int, covered: Covered) -> list[int]:
-        found = covered.by_raw.get(hash(self.texts[k])) if covered.raws else None
+        found = covered.by_raw.get(self.hashes[k]) if covered.raws else None
         return found or covered.by_fp.get(self.fp(k), [])
+
+    def exact_run(self, k: int, covered: Covered, j: int, stop: int) -> int:
+        """How many history messages from `k` (before `stop`) are, text for text, the
+        covered ones from `j`: all of them or none. A long chat's covered history is
+        one such run, compared in one step rather than message by message."""
+        n = min(stop - k, len(covered.raws) - j)
+        if n > 1 and self.hashes[k : k + n] == covered.raws[j : j + n]:
+            return n
+        return 0
+
+
+def _first_kept(history: Sequence[int], keep: Collection[int]) -> int:
+    """Where in `history` the first index of `keep` is (its length: none is)."""
+    if not keep:
+        return len(history)
+    # History is in request order and `keep` is mostly a part of it: its least index,
+    # found by bisection, is then the first one.
+    first = min(keep)
+    at = bisect_left(history, first)
+    if at < len(history) and history[at] == first:
+        return at
+    return next((k for k, index in enumerate(history) if index in keep), len(history))
 
 
 def droppable(
@@ -117,12 +142,12 @@ def droppable(
         return []
     request = _Request(messages, history)
     last = len(covered.fps) - 1
+    stop = _first_kept(history, keep)
     dropped: list[int] = []
     j: int | None = None  # next covered message expected
     skipped = 0
-    for k, index in enumerate(history):
-        if index in keep:
-            break
+    k = 0
+    while k < stop:
         if j is None:
             for start in request.starts(k, covered):
                 following = k + 1 < len(history) and start < last
@@ -130,9 +155,17 @@ def droppable(
                     j = start
                     break
             if j is None:
+                k += 1
+                continue
+            run = request.exact_run(k, covered, j, stop)
+            if run:
+                dropped.extend(history[k : k + run])
+                k, j = k + run, j + run
+                if j > last:
+                    break
                 continue
         if request.matches(k, covered, j):
-            dropped.append(index)
+            dropped.append(history[k])
             j += 1
             skipped = 0
             if j > last:
@@ -141,6 +174,7 @@ def droppable(
             skipped += 1
             if skipped > MAX_SKIPPED:
                 break
+        k += 1
     return dropped
 
 

@@ -72,6 +72,23 @@ def test_apply_handles_integers_beyond_64_bits() -> None:
 
 
 @pytest.mark.parametrize(
+    "message",
+    [
+        # Only messages with more than string values are walked for such numbers: these.
+        '{"role":"tool","content":"x","tool_call_id":"c","n":123456789012345678901234567890}',
+        '{"role":"user","content":[{"type":"text","text":"x","w":123456789012345678901234567}]}',
+        '{"role":"user","content":"x","name":123456789012345678901234567890}',
+    ],
+)
+def test_integers_beyond_64_bits_inside_a_message_survive(message: str) -> None:
+    history = ",".join(f'{{"role":"user","content":"m{i}"}}' for i in range(5))
+    raw = f'{{"messages":[{history},{message}],"seed":1}}'.encode()
+    out = ADAPTER.apply(ADAPTER.parse(raw), (Insertion(0, Role.SYSTEM, "M", 1),))
+    number = message.rsplit(":", 1)[1].rstrip("}]")
+    assert number.encode() in out
+
+
+@pytest.mark.parametrize(
     ("raw", "message"),
     [
         (b"{not json", "not valid JSON"),

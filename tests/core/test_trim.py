@@ -7,7 +7,7 @@ import itertools
 from hypothesis import given
 from hypothesis import strategies as st
 
-from proxy.core.identify import index_message
+from proxy.core.identify import index_message, message_fingerprint
 from proxy.core.models import ChatMessage
 from proxy.core.trim import Covered, droppable, stepped_drop, stepped_start, trim_cutoff
 
@@ -59,6 +59,75 @@ def test_names_in_content_and_whitespace_still_line_up() -> None:
     request = [ChatMessage("assistant", f"Ava:  line {i}\n") for i in range(4)]
     for exact in (True, False):
         assert droppable(request, list(range(4)), covered(chat[:3], exact=exact)) == [0, 1, 2]
+
+
+def one_by_one(
+    messages: list[ChatMessage], history: list[int], covered: Covered, keep: set[int]
+) -> list[int]:
+    """`droppable` as it was before covered runs were compared in one step: the reference."""
+    texts = [messages[i].text for i in history]
+
+    def matches(k: int, j: int) -> bool:
+        if covered.raws and hash(texts[k]) == covered.raws[j]:
+            return True
+        return message_fingerprint(texts[k]) in covered.fps[j]
+
+    def starts(k: int) -> list[int]:
+        found = covered.by_raw.get(hash(texts[k])) if covered.raws else None
+        return found or covered.by_fp.get(message_fingerprint(texts[k]), [])
+
+    if not covered.fps:
+        return []
+    last, dropped, j, skipped = len(covered.fps) - 1, [], None, 0
+    for k, index in enumerate(history):
+        if index in keep:
+            break
+        if j is None:
+            for start in starts(k):
+                following = k + 1 < len(history) and start < last
+                if start == last or (following and matches(k + 1, start + 1)):
+                    j = start
+                    break
+            if j is None:
+                continue
+        if matches(k, j):
+            dropped.append(index)
+            j += 1
+            skipped = 0
+            if j > last:
+                break
+        else:
+            skipped += 1
+            if skipped > 12:
+                break
+    return dropped
+
+
+@given(
+    chat=st.lists(st.sampled_from(["a", "b", "c", "Yes.", "d e", "f"]), min_size=1, max_size=30),
+    cut=st.integers(0, 30),
+    sent_from=st.integers(0, 30),
+    injections=st.lists(st.tuples(st.integers(0, 30), st.sampled_from(["[note]", "b"]))),
+    keep_from=st.integers(0, 40),
+    exact=st.booleans(),
+)
+def test_a_covered_run_compared_at_once_leaves_out_what_one_by_one_would(
+    chat: list[str],
+    cut: int,
+    sent_from: int,
+    injections: list[tuple[int, str]],
+    keep_from: int,
+    exact: bool,
+) -> None:
+    texts = [f"{t} {i % 3}" for i, t in enumerate(chat)]  # repeats, as chats have
+    sent = [ChatMessage("assistant", t) for t in texts[sent_from:]]
+    for at, text in sorted(injections, reverse=True):
+        sent.insert(min(at, len(sent)), ChatMessage("system", text))
+    request = [ChatMessage("system", "main prompt"), *sent]
+    history = list(range(1, len(request)))
+    keep = {i for i in history if i >= keep_from}
+    done = covered(texts[: cut + 1], exact=exact)
+    assert droppable(request, history, done, keep) == one_by_one(request, history, done, keep)
 
 
 def test_extending_the_covered_messages_equals_building_them_whole() -> None:
