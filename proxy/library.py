@@ -30,7 +30,7 @@ from proxy.core.identify import (
     likely_chats,
     unidentified_reason,
 )
-from proxy.core.models import ChatMessage, Identification
+from proxy.core.models import ChatMessage, HistorySpan, Identification
 from proxy.core.placement import find_history
 from proxy.sillytavern.chatfile import RecentSplits, file_digest, parse_chat
 from proxy.sillytavern.layout import (
@@ -57,6 +57,7 @@ class RequestIdentity:
     identification: Identification | None
     replacements: dict[int, str]
     history: tuple[int, ...] = ()  # every chat-history index of the request (not only matched)
+    span: HistorySpan | None = None  # the history as found from the request alone
 
 
 @dataclass(frozen=True, slots=True)
@@ -245,7 +246,7 @@ class ChatLibrary:
         if found is None and log.isEnabledFor(logging.DEBUG):
             why = unidentified_reason(messages, span, self.index, only=named)
             log.debug("request not identified as any chat: %s", why)
-        return RequestIdentity(found, replacements, span.indices)
+        return RequestIdentity(found, replacements, span.indices, span)
 
     # -- worker-thread side --------------------------------------------------------------
 

@@ -111,7 +111,9 @@ class ChatMemory:
         )
         ident = found.identification
         if ident is None:
-            return Memory(replacements=found.replacements)
+            return Memory(
+                replacements=found.replacements, span=found.span, span_markers=self.markers
+            )
         entry = self.library.index.entries.get(ident.chat_id)
         values: Mapping[str, str] = self.values(ident.chat_id) if self.values else {}
         drop: tuple[int, ...] = ()
@@ -136,4 +138,6 @@ class ChatMemory:
             replacements=found.replacements,
             identity=ident,
             drop=drop,
+            span=found.span,
+            span_markers=self.markers,
         )

@@ -24,8 +24,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 
-from proxy.core.models import ChatMessage, Generation, Identification
-from proxy.core.placement import HistorySpan
+from proxy.core.models import ChatMessage, Generation, HistorySpan, Identification
 
 TAIL = 64  # newest visible messages per chat kept for matching
 MAX_SKIPPED = 12  # request messages that match nothing before an alignment gives up

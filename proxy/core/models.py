@@ -121,6 +121,19 @@ class Identification:
 
 
 @dataclass(frozen=True, slots=True)
+class HistorySpan:
+    """The part of a message list that holds chat history.
+
+    `start` is the first index after the prompt block, `end` the first index of the
+    trailing non-history items; `indices` are the history messages inside `[start, end)`.
+    """
+
+    start: int
+    end: int
+    indices: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class Memory:
     """What a memory provider knows for one request.
 
@@ -143,6 +156,10 @@ class Memory:
     identity: Identification | None = None
     # Request indices of chat messages the inserted memory covers: left out when it goes in.
     drop: tuple[int, ...] = ()
+    # The request's history as found from the request alone, and the start markers it was
+    # found with, when the provider looked already: a long request is not searched twice.
+    span: HistorySpan | None = None
+    span_markers: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

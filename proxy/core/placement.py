@@ -22,24 +22,10 @@ have put an extension prompt of that role.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
-from proxy.core.models import ChatMessage, Placement, Position, Role
+from proxy.core.models import ChatMessage, HistorySpan, Placement, Position, Role
 
 EXAMPLE_NAME_PREFIX = "example_"
-
-
-@dataclass(frozen=True, slots=True)
-class HistorySpan:
-    """The part of a message list that holds chat history.
-
-    `start` is the first index after the prompt block, `end` the first index of the
-    trailing non-history items; `indices` are the history messages inside `[start, end)`.
-    """
-
-    start: int
-    end: int
-    indices: tuple[int, ...]
 
 
 def find_history(messages: Sequence[ChatMessage], markers: Sequence[str]) -> HistorySpan:
@@ -58,10 +44,14 @@ def find_history(messages: Sequence[ChatMessage], markers: Sequence[str]) -> His
 
 
 def known_history(
-    messages: Sequence[ChatMessage], markers: Sequence[str], indices: Sequence[int]
+    messages: Sequence[ChatMessage],
+    markers: Sequence[str],
+    indices: Sequence[int],
+    found: HistorySpan | None = None,
 ) -> HistorySpan:
-    """A span for a request whose real chat messages are known (by a matched chat)."""
-    found = find_history(messages, markers)
+    """A span for a request whose real chat messages are known (by a matched chat).
+    `found`: `find_history`'s answer for it, when it is known already."""
+    found = found or find_history(messages, markers)
     ordered = tuple(sorted(i for i in set(indices) if 0 <= i < len(messages)))
     if not ordered:
         return HistorySpan(start=found.start, end=found.start, indices=())

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from proxy.core.models import ChatMessage, Insertion, Memory, Placement, Position, Role
+from proxy.core.models import ChatMessage, HistorySpan, Insertion, Memory, Placement, Position, Role
 from proxy.core.plan import (
     InjectionPolicy,
     MemoryTemplates,
@@ -80,6 +80,21 @@ def test_known_history_is_used_when_given() -> None:
     # Only index 3 is a chat message: depth 1 puts the memory before it.
     (insertion,) = plan(Memory(values={"running_recap": "x"}, history=[3]), policy)
     assert insertion.index == 3
+
+
+def test_the_providers_history_search_is_taken_only_with_the_same_markers() -> None:
+    """A provider that found the history already hands it on; found with other start
+    markers (the settings changed between), the request is searched again."""
+    at_end = Placement(Position.IN_CHAT, 0, Role.SYSTEM)
+    # As if the provider had found the history to end before "hi": depth 0 puts the
+    # memory after it.
+    given = HistorySpan(start=2, end=3, indices=(2,))
+    marker = ("[Start a new Chat]",)
+    policy = InjectionPolicy(placement=at_end, history_start_markers=marker)
+    same = Memory(values={"running_recap": "x"}, span=given, span_markers=marker)
+    other = Memory(values={"running_recap": "x"}, span=given, span_markers=("[Start",))
+    assert [i.index for i in plan(same, policy)] == [3]
+    assert [i.index for i in plan(other, policy)] == [4]  # searched: "hi" is history
 
 
 LONG = [
