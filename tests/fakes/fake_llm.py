@@ -34,6 +34,8 @@ import asyncio
 import gzip
 import json
 import re
+from collections import deque
+from collections.abc import MutableSequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -56,7 +58,10 @@ class Seen:
 
 @dataclass
 class FakeState:
-    seen: list[Seen] = field(default_factory=list)
+    # Every request, for in-process tests to read. A server of its own (`main`: benchmarks,
+    # end-to-end tests) keeps the last few only: no one reads them there, and a benchmark
+    # sends it gigabytes that would stay in its heap.
+    seen: MutableSequence[Seen] = field(default_factory=list)
     cancelled: asyncio.Event = field(default_factory=asyncio.Event)
     started: asyncio.Event = field(default_factory=asyncio.Event)
     chunk_delay: float = 0.0
@@ -448,7 +453,11 @@ def main() -> None:
 
     web.run_app(
         fake_llm.make_fake_llm(
-            fake_llm.FakeState(chat_route=not args.no_chat_route, chunk_delay=args.chunk_delay)
+            fake_llm.FakeState(
+                seen=deque(maxlen=16),
+                chat_route=not args.no_chat_route,
+                chunk_delay=args.chunk_delay,
+            )
         ),
         host=args.host,
         port=args.port,
