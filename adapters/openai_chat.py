@@ -20,7 +20,7 @@ from proxy.errors import AdapterError
 # orjson reads integers past 64 bits as floats. A body holding a number that large is
 # re-read by the exact, slower standard library before it is re-encoded.
 _FLOAT_FROM_BIG_INT = float(2**63)
-# A ChatMessage built without its Python-level __new__: a third of parsing a long history.
+# A ChatMessage built without its Python-level __new__: a quarter of the message loop.
 _message = tuple.__new__
 
 
@@ -72,7 +72,7 @@ def reencode(
 
     `numeric`: when the adapter's parse saw which of `messages` hold anything but
     strings, those messages' indices; only they and the other keys are walked (the whole
-    history would cost a large request a fifth of its memory step)."""
+    history would cost a 300-message request a sixth of its memory step)."""
     if numeric is None:
         huge = _has_huge_number(body)
     else:
