@@ -18,8 +18,9 @@ messages, about 100k tokens, as ST sends a chat that fits a large context). Figu
 added latency p50/p99 and added stream time to first byte over direct, for each proxy;
 the ratio of the memory step's added p50 to the bare hop's (target at most 1.3); requests/s
 at 32 concurrent clients (the median of 5 passes) against the bare hop's (target at least
-0.7 with memory); 64
-concurrent streams without errors; the proxy's resident memory (target under 100 MB).
+0.7 with memory), and the CPU time each proxy and the fake model spent per request in
+those passes; 64 concurrent streams without errors; the proxy's resident memory (target
+under 100 MB).
 """
 
 from __future__ import annotations
@@ -262,6 +263,12 @@ async def throughput(url: str, data: bytes, clients: int, total: int) -> tuple[f
         return total / (time.perf_counter() - started), errors
 
 
+def cpu_seconds(pid: int) -> float:
+    """The process's user and system CPU time so far (/proc/PID/stat)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def rss_mb(pid: int) -> tuple[float, float]:
     fields = {}
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
@@ -355,11 +362,17 @@ async def run(rounds: int, runs: int) -> None:
             )
             passes: dict[str, list[float]] = {"bare": [], "plain": [], "memory": []}
             failed: dict[str, int] = dict.fromkeys(passes, 0)
+            pids = {"bare": procs[1].pid, "plain": procs[2].pid, "memory": memory.pid}
+            llm_pid = procs[0].pid
+            cpu: dict[str, list[float]] = {name: [0.0, 0.0] for name in passes}
             for _ in range(5):
                 order = list(passes)
                 random.shuffle(order)
                 for name in order:
+                    before = cpu_seconds(pids[name]), cpu_seconds(llm_pid)
                     rps, errors = await throughput(urls[name], small, 32, 2000)
+                    cpu[name][0] += cpu_seconds(pids[name]) - before[0]
+                    cpu[name][1] += cpu_seconds(llm_pid) - before[1]
                     passes[name].append(rps)
                     failed[name] += errors
             bare_rps = pct(passes["bare"], 0.5)
@@ -369,6 +382,18 @@ async def run(rounds: int, runs: int) -> None:
                     f"  {name:<8} median {rps:7.0f} req/s (passes {min(got):.0f}-{max(got):.0f}, "
                     f"{failed[name]} errors), {rps / bare_rps:4.2f}x bare"
                 )
+            # CPU time is steadier than requests/s on a shared machine: a neighbour's load
+            # stretches wall time, not the time this process itself runs.
+            used = {name: 1e6 * spent / (5 * 2000) for name, (spent, _) in cpu.items()}
+            print(
+                "CPU per request in the proxy during those passes: "
+                + ", ".join(f"{name} {us:.0f} us" for name, us in used.items())
+                + f"; the memory step {used['memory'] - used['plain']:+.0f} us over plain; "
+                "in the fake model: "
+                + ", ".join(
+                    f"{name} {1e6 * llm / (5 * 2000):.0f} us" for name, (_, llm) in cpu.items()
+                )
+            )
             print("64 concurrent streams through the memory proxy:")
             for label, data_, total in (("small", small_s, 1024), ("large", large_s, 256)):
                 rps, errors = await throughput(urls["memory"], data_, 64, total)
