@@ -56,8 +56,12 @@ FRESHNESS_WAIT = 1.0  # seconds a request may wait for its chat file to be re-re
 class RequestIdentity:
     identification: Identification | None
     replacements: dict[int, str]
-    history: tuple[int, ...] = ()  # every chat-history index of the request (not only matched)
-    span: HistorySpan | None = None  # the history as found from the request alone
+    span: HistorySpan  # the request's history as found from the request alone
+
+    @property
+    def history(self) -> tuple[int, ...]:
+        """Every chat-history index of the request (not only the matched ones)."""
+        return self.span.indices
 
 
 @dataclass(frozen=True, slots=True)
@@ -246,7 +250,7 @@ class ChatLibrary:
         if found is None and log.isEnabledFor(logging.DEBUG):
             why = unidentified_reason(messages, span, self.index, only=named)
             log.debug("request not identified as any chat: %s", why)
-        return RequestIdentity(found, replacements, span.indices, span)
+        return RequestIdentity(found, replacements, span)
 
     # -- worker-thread side --------------------------------------------------------------
 

@@ -115,7 +115,9 @@ class Injector:
             parsed = adapter.parse(raw)
             parsed.route, parsed.path = route, path
             if provider is not None:
-                memory = await provider.memory_for(parsed, headers, preview=preview)
+                memory = await provider.memory_for(
+                    parsed, headers, markers=self.policy.history_start_markers, preview=preview
+                )
             insertions = plan_insertions(
                 parsed.messages, memory, self.policy, self.templates, self.counter.count
             )

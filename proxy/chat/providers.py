@@ -54,11 +54,17 @@ class MemorySource(Protocol):
 
 class MemoryProvider(Protocol):
     async def memory_for(
-        self, parsed: ParsedRequest, headers: Mapping[str, str], *, preview: bool = False
+        self,
+        parsed: ParsedRequest,
+        headers: Mapping[str, str],
+        *,
+        markers: Sequence[str],
+        preview: bool = False,
     ) -> Memory | None:
-        """The memory for this request, or None when there is none to insert. A preview
-        (asked for by the API, never by a header a client can send) shows the memory and
-        starts no upkeep."""
+        """The memory for this request, or None when there is none to insert. `markers`:
+        where the chat history starts (the injection policy's, which places the memory by
+        the same history). A preview (asked for by the API, never by a header a client can
+        send) shows the memory and starts no upkeep."""
         ...
 
 
@@ -66,7 +72,12 @@ class NoMemory:
     """No memory yet: every request goes upstream as it came."""
 
     async def memory_for(
-        self, parsed: ParsedRequest, headers: Mapping[str, str], *, preview: bool = False
+        self,
+        parsed: ParsedRequest,
+        headers: Mapping[str, str],
+        *,
+        markers: Sequence[str],
+        preview: bool = False,
     ) -> Memory | None:
         return None
 
@@ -78,7 +89,12 @@ class StaticMemory:
         self.memory = memory
 
     async def memory_for(
-        self, parsed: ParsedRequest, headers: Mapping[str, str], *, preview: bool = False
+        self,
+        parsed: ParsedRequest,
+        headers: Mapping[str, str],
+        *,
+        markers: Sequence[str],
+        preview: bool = False,
     ) -> Memory | None:
         return self.memory
 
@@ -94,26 +110,27 @@ class ChatMemory:
     def __init__(
         self,
         library: ChatLibrary,
-        markers: Sequence[str],
         values: Callable[[str], Mapping[str, str]] | None = None,
         engine: MemorySource | None = None,
     ) -> None:
         self.library = library
-        self.markers = tuple(markers)
         self.values = values
         self.engine = engine
 
     async def memory_for(
-        self, parsed: ParsedRequest, headers: Mapping[str, str], *, preview: bool = False
+        self,
+        parsed: ParsedRequest,
+        headers: Mapping[str, str],
+        *,
+        markers: Sequence[str],
+        preview: bool = False,
     ) -> Memory | None:
         found = await self.library.identify_request(
-            parsed.messages, self.markers, headers.get(CHAT_ID_HEADER)
+            parsed.messages, markers, headers.get(CHAT_ID_HEADER)
         )
         ident = found.identification
         if ident is None:
-            return Memory(
-                replacements=found.replacements, span=found.span, span_markers=self.markers
-            )
+            return Memory(replacements=found.replacements, span=found.span)
         entry = self.library.index.entries.get(ident.chat_id)
         values: Mapping[str, str] = self.values(ident.chat_id) if self.values else {}
         drop: tuple[int, ...] = ()
@@ -139,5 +156,4 @@ class ChatMemory:
             identity=ident,
             drop=drop,
             span=found.span,
-            span_markers=self.markers,
         )

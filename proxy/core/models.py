@@ -156,10 +156,9 @@ class Memory:
     identity: Identification | None = None
     # Request indices of chat messages the inserted memory covers: left out when it goes in.
     drop: tuple[int, ...] = ()
-    # The request's history as found from the request alone, and the start markers it was
-    # found with, when the provider looked already: a long request is not searched twice.
+    # The request's history as found from the request alone (with the policy's markers),
+    # when the provider looked already: a long request is not searched twice.
     span: HistorySpan | None = None
-    span_markers: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -89,11 +89,10 @@ def plan_insertions(
     if memory is None or not chat_enabled(policy, memory.chat_id, memory.chat_enabled):
         return ()
     markers = policy.history_start_markers
-    searched = memory.span if memory.span_markers == tuple(markers) else None
     if memory.history is not None:
-        span = known_history(messages, markers, memory.history, searched)
+        span = known_history(messages, markers, memory.history, memory.span)
     else:
-        span = searched or find_history(messages, markers)
+        span = memory.span or find_history(messages, markers)
     values = {key.lower(): value for key, value in memory.values.items()}
     taken: set[str] = set()
     found: list[Insertion] = []

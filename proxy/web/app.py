@@ -143,8 +143,7 @@ def make_app(
         )
         app[QUEUE] = engine.queue
         app[ACTIONS] = MemoryActions(store, engine, library)
-        markers = settings.injection.history_start_markers
-        provider = ChatMemory(library, markers, engine=engine)
+        provider = ChatMemory(library, engine=engine)
     if store is not None:
         app[STORE] = store
     injector = Injector(policy, templates, provider, counter)

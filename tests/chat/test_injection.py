@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import pytest
 
+from adapters import ADAPTERS
 from adapters.base import ParsedRequest
+from proxy.chat.injection import Injector, load_injection_templates, policy_from
 from proxy.core.models import Memory
+from proxy.settings.injection import InjectionSettings
 from tests.conftest import FakeLLM, ProxyFactory
 from tests.core.st_requests import st_body, st_json
 
@@ -51,7 +54,12 @@ async def test_disabled_chat_gets_nothing(proxy: ProxyFactory, fake_llm: FakeLLM
 
 class BrokenProvider:
     async def memory_for(
-        self, parsed: ParsedRequest, headers: Mapping[str, str], *, preview: bool = False
+        self,
+        parsed: ParsedRequest,
+        headers: Mapping[str, str],
+        *,
+        markers: Sequence[str],
+        preview: bool = False,
     ) -> Memory:
         raise RuntimeError("store is on fire")
 
@@ -104,3 +112,33 @@ async def test_a_late_failure_still_names_the_chat(proxy: ProxyFactory, fake_llm
     assert fake_llm.state.seen[-1].body == raw
     assert response.headers["X-Recap-Chat"] == "c"
     assert response.headers["X-Recap-Injected"] == "0"
+
+
+class MarkersSeen:
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, ...]] = []
+
+    async def memory_for(
+        self,
+        parsed: ParsedRequest,
+        headers: Mapping[str, str],
+        *,
+        markers: Sequence[str],
+        preview: bool = False,
+    ) -> Memory:
+        self.seen.append(tuple(markers))
+        return Memory(values={"running_recap": "x"})
+
+
+async def test_the_provider_finds_the_history_with_the_policys_markers_after_a_reload() -> None:
+    # The memory is placed by the history the policy's markers find: identification looks
+    # for it with the same ones, also once a reload has changed them.
+    provider = MarkersSeen()
+    settings = InjectionSettings(history_start_markers=["[Story begins]"])
+    injector = Injector(policy_from(settings), load_injection_templates(settings), provider)
+    adapter = ADAPTERS["chat/completions"]
+    await injector.prepare(adapter, st_body("stream-04-05_send_03"), {})
+    changed = InjectionSettings(history_start_markers=["[Once upon a time]"])
+    injector.policy = policy_from(changed)  # what a reload does
+    await injector.prepare(adapter, st_body("stream-04-05_send_03"), {})
+    assert provider.seen == [("[Story begins]",), ("[Once upon a time]",)]

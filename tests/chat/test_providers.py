@@ -53,7 +53,7 @@ async def provider(tmp_path: Path) -> tuple[ChatMemory, Engine, Store]:
     library = ChatLibrary(data, store)
     await library.index_all()
     engine = Engine()
-    return ChatMemory(library, MARKERS, engine=engine), engine, store
+    return ChatMemory(library, engine=engine), engine, store
 
 
 async def test_an_identified_request_gets_its_chats_memory_and_starts_upkeep(
@@ -61,7 +61,7 @@ async def test_an_identified_request_gets_its_chats_memory_and_starts_upkeep(
 ) -> None:
     chat_memory, engine, store = await provider(tmp_path)
     parsed = ADAPTERS["chat/completions"].parse(solo_request())
-    memory = await chat_memory.memory_for(parsed, {})
+    memory = await chat_memory.memory_for(parsed, {}, markers=MARKERS)
     assert memory is not None and memory.chat_id == SOLO_ID
     assert memory.values == {"running_recap": f"recap of {SOLO_ID}"}
     assert memory.drop and memory.identity is not None
@@ -74,10 +74,10 @@ async def test_a_preview_starts_nothing_and_a_clients_header_cannot_ask_for_one(
 ) -> None:
     chat_memory, engine, store = await provider(tmp_path)
     parsed = ADAPTERS["chat/completions"].parse(solo_request())
-    previewed = await chat_memory.memory_for(parsed, {}, preview=True)
+    previewed = await chat_memory.memory_for(parsed, {}, markers=MARKERS, preview=True)
     assert previewed is not None and previewed.chat_id == SOLO_ID
     assert engine.touched == []
-    await chat_memory.memory_for(parsed, {"X-Recap-Preview": "1"})
+    await chat_memory.memory_for(parsed, {"X-Recap-Preview": "1"}, markers=MARKERS)
     assert engine.touched == [SOLO_ID]  # an ordinary request, whatever it claims
     await store.close()
 
@@ -85,7 +85,8 @@ async def test_a_preview_starts_nothing_and_a_clients_header_cannot_ask_for_one(
 async def test_an_unknown_chat_gets_no_memory(tmp_path: Path) -> None:
     chat_memory, engine, store = await provider(tmp_path)
     raw = json.dumps({"messages": [{"role": "user", "content": "a chat nobody saved"}]})
-    memory = await chat_memory.memory_for(ADAPTERS["chat/completions"].parse(raw.encode()), {})
+    parsed = ADAPTERS["chat/completions"].parse(raw.encode())
+    memory = await chat_memory.memory_for(parsed, {}, markers=MARKERS)
     assert memory is not None and memory.chat_id is None and not memory.values
     assert engine.touched == []
     await store.close()
@@ -93,6 +94,6 @@ async def test_an_unknown_chat_gets_no_memory(tmp_path: Path) -> None:
 
 async def test_fixed_providers() -> None:
     parsed = ADAPTERS["chat/completions"].parse(b'{"messages": []}')
-    assert await NoMemory().memory_for(parsed, {}) is None
+    assert await NoMemory().memory_for(parsed, {}, markers=MARKERS) is None
     fixed = Memory(values={"running_recap": "x"})
-    assert await StaticMemory(fixed).memory_for(parsed, {}, preview=True) is fixed
+    assert await StaticMemory(fixed).memory_for(parsed, {}, markers=(), preview=True) is fixed

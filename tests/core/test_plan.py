@@ -82,19 +82,17 @@ def test_known_history_is_used_when_given() -> None:
     assert insertion.index == 3
 
 
-def test_the_providers_history_search_is_taken_only_with_the_same_markers() -> None:
-    """A provider that found the history already hands it on; found with other start
-    markers (the settings changed between), the request is searched again."""
+def test_the_providers_history_search_is_taken_as_it_is() -> None:
+    """A provider that found the history already (with the policy's markers) hands it on:
+    the request is not searched again."""
     at_end = Placement(Position.IN_CHAT, 0, Role.SYSTEM)
+    policy = InjectionPolicy(placement=at_end)
     # As if the provider had found the history to end before "hi": depth 0 puts the
     # memory after it.
     given = HistorySpan(start=2, end=3, indices=(2,))
-    marker = ("[Start a new Chat]",)
-    policy = InjectionPolicy(placement=at_end, history_start_markers=marker)
-    same = Memory(values={"running_recap": "x"}, span=given, span_markers=marker)
-    other = Memory(values={"running_recap": "x"}, span=given, span_markers=("[Start",))
-    assert [i.index for i in plan(same, policy)] == [3]
-    assert [i.index for i in plan(other, policy)] == [4]  # searched: "hi" is history
+    assert [i.index for i in plan(Memory(values={"running_recap": "x"}, span=given), policy)] == [3]
+    # Searched here, "hi" is history too.
+    assert [i.index for i in plan(Memory(values={"running_recap": "x"}), policy)] == [4]
 
 
 LONG = [

@@ -156,7 +156,6 @@ async def test_depth_counts_the_chat_file_not_st_injections(
 
     provider = ChatMemory(
         library,
-        ("[Start a new Chat]",),
         values=lambda chat: {"running_recap": f"memory of {chat.rsplit('/', 1)[-1][:9]}"},
     )
     settings = make_settings(
