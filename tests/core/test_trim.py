@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import itertools
+from unittest.mock import patch
 
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from proxy.core.identify import index_message, message_fingerprint
+from proxy.core.identify import index_message
 from proxy.core.models import ChatMessage
-from proxy.core.trim import Covered, droppable, stepped_drop, stepped_start, trim_cutoff
+from proxy.core.trim import Covered, _Request, droppable, stepped_drop, stepped_start, trim_cutoff
 
 
 def covered(texts: list[str], *, exact: bool = True) -> Covered:
@@ -46,6 +47,11 @@ def test_st_cut_the_oldest_messages_and_newer_ones_are_kept() -> None:
     assert droppable(request, list(range(6)), covered(chat[:6])) == [0, 1]
     # A known newer message stops the run even when its text repeats an old one.
     assert droppable(request, list(range(6)), covered(chat[:6]), keep={1}) == [0]
+    # Known newer messages that are not history (here 9) do not hide those that are.
+    prompted = [ChatMessage("system", "main prompt"), *request]
+    history = list(range(1, 7))
+    assert droppable(prompted, history, covered(chat[:10]), keep={2, 9}) == [1]
+    assert droppable(prompted, history, covered(chat[:10]), keep={0, 3}) == [1, 2]
 
 
 def test_a_lone_repeated_text_does_not_start_a_run() -> None:
@@ -61,54 +67,18 @@ def test_names_in_content_and_whitespace_still_line_up() -> None:
         assert droppable(request, list(range(4)), covered(chat[:3], exact=exact)) == [0, 1, 2]
 
 
-def one_by_one(
-    messages: list[ChatMessage], history: list[int], covered: Covered, keep: set[int]
-) -> list[int]:
-    """`droppable` as it was before covered runs were compared in one step: the reference."""
-    texts = [messages[i].text for i in history]
-
-    def matches(k: int, j: int) -> bool:
-        if covered.raws and hash(texts[k]) == covered.raws[j]:
-            return True
-        return message_fingerprint(texts[k]) in covered.fps[j]
-
-    def starts(k: int) -> list[int]:
-        found = covered.by_raw.get(hash(texts[k])) if covered.raws else None
-        return found or covered.by_fp.get(message_fingerprint(texts[k]), [])
-
-    if not covered.fps:
-        return []
-    last, dropped, j, skipped = len(covered.fps) - 1, [], None, 0
-    for k, index in enumerate(history):
-        if index in keep:
-            break
-        if j is None:
-            for start in starts(k):
-                following = k + 1 < len(history) and start < last
-                if start == last or (following and matches(k + 1, start + 1)):
-                    j = start
-                    break
-            if j is None:
-                continue
-        if matches(k, j):
-            dropped.append(index)
-            j += 1
-            skipped = 0
-            if j > last:
-                break
-        else:
-            skipped += 1
-            if skipped > 12:
-                break
-    return dropped
-
-
+# Sizes such that ST's cut, the covered run and the first known newer message mostly fall
+# inside the chat, where a run compared at once could differ from the walk.
+@settings(max_examples=400, deadline=None)
 @given(
-    chat=st.lists(st.sampled_from(["a", "b", "c", "Yes.", "d e", "f"]), min_size=1, max_size=30),
-    cut=st.integers(0, 30),
-    sent_from=st.integers(0, 30),
-    injections=st.lists(st.tuples(st.integers(0, 30), st.sampled_from(["[note]", "b"]))),
-    keep_from=st.integers(0, 40),
+    chat=st.lists(st.sampled_from(["a", "b", "c", "Yes.", "d e", "f"]), min_size=1, max_size=20),
+    cut=st.integers(0, 20),
+    sent_from=st.integers(0, 8),
+    injections=st.lists(
+        st.tuples(st.integers(0, 20), st.sampled_from(["[note]", "b"])), max_size=2
+    ),
+    keep_from=st.integers(0, 22),
+    outside=st.booleans(),
     exact=st.booleans(),
 )
 def test_a_covered_run_compared_at_once_leaves_out_what_one_by_one_would(
@@ -117,6 +87,7 @@ def test_a_covered_run_compared_at_once_leaves_out_what_one_by_one_would(
     sent_from: int,
     injections: list[tuple[int, str]],
     keep_from: int,
+    outside: bool,
     exact: bool,
 ) -> None:
     texts = [f"{t} {i % 3}" for i, t in enumerate(chat)]  # repeats, as chats have
@@ -125,9 +96,13 @@ def test_a_covered_run_compared_at_once_leaves_out_what_one_by_one_would(
         sent.insert(min(at, len(sent)), ChatMessage("system", text))
     request = [ChatMessage("system", "main prompt"), *sent]
     history = list(range(1, len(request)))
-    keep = {i for i in history if i >= keep_from}
+    # Known newer messages; `outside`: and an index that is not history at all.
+    keep = {i for i in history if i >= keep_from} | ({0} if outside else set())
     done = covered(texts[: cut + 1], exact=exact)
-    assert droppable(request, history, done, keep) == one_by_one(request, history, done, keep)
+    at_once = droppable(request, history, done, keep)
+    # The reference: the same walk with no run compared in one step.
+    with patch.object(_Request, "exact_run", lambda *_: 0):
+        assert at_once == droppable(request, history, done, keep)
 
 
 def test_extending_the_covered_messages_equals_building_them_whole() -> None:
