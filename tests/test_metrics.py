@@ -57,3 +57,31 @@ def test_two_apps_never_add_up() -> None:
     first, second = Metrics(), Metrics()
     first.relayed("", 200, "other")
     assert not any(k.startswith("recap_proxy_requests_total") for k in values(second))
+
+
+def test_chat_path_histograms_count_each_value_in_its_bucket() -> None:
+    """A value on a bucket's bound is in that bucket (Prometheus's `le`), counts are
+    cumulative, and the sum is the values' sum."""
+    metrics = Metrics()
+    for seconds in (0.0004, 0.0005, 0.003, 7.0):
+        metrics.latency("openai_chat", seconds)
+    metrics.chat_request("identified", 100, 0)
+    metrics.chat_request("identified", 9000, 3)
+    found = values(metrics)
+
+    def bucket(name: str, le: str, **labels: str) -> float:
+        key = sorted({**labels, "le": le}.items())
+        return found[f"{name}_bucket{key}"]
+
+    latency = "recap_proxy_added_latency_seconds"
+    assert bucket(latency, "0.0005", format="openai_chat") == 2
+    assert bucket(latency, "0.001", format="openai_chat") == 2
+    assert bucket(latency, "0.005", format="openai_chat") == 3
+    assert bucket(latency, "1.0", format="openai_chat") == 3
+    assert bucket(latency, "+Inf", format="openai_chat") == 4
+    assert found[f"{latency}_count[('format', 'openai_chat')]"] == 4
+    assert abs(found[f"{latency}_sum[('format', 'openai_chat')]"] - 7.0039) < 1e-9
+    tokens = "recap_proxy_inserted_memory_tokens"
+    assert bucket(tokens, "0.0") == 0 and bucket(tokens, "100.0") == 1
+    assert bucket(tokens, "8000.0") == 1 and bucket(tokens, "+Inf") == 2
+    assert found["recap_proxy_messages_left_out_sum[]"] == 3
