@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import re
 import time
+from functools import lru_cache
 from urllib.parse import quote, unquote
 
 from aiohttp import web
@@ -23,6 +24,8 @@ INJECTED_HEADER = "X-Recap-Injected"
 TRIMMED_HEADER = "X-Recap-Trimmed"
 _SLASHES = re.compile(r"/{2,}")
 _SEPARATORS = re.compile(r"[/\\]")
+# What makes a path need the slow look: a doubled slash, an escape, a dot, a backslash.
+_SPECIAL = ("//", "%", ".", "\\")
 
 
 def proxied_path(raw_path: str) -> str:
@@ -31,6 +34,8 @@ def proxied_path(raw_path: str) -> str:
     ST builds its URL as `<custom_url>/chat/completions`, so a URL typed with a trailing
     slash arrives with a doubled one.
     """
+    if raw_path[:1] == "/" and not any(c in raw_path for c in _SPECIAL):
+        return raw_path  # nothing to fold, decode or refuse: every chat request's case
     path = "/" + _SLASHES.sub("/", raw_path).lstrip("/")
     # `.` and `..`, written or percent-encoded, would climb out of the upstream's base URL
     # once the upstream decodes them: they never go there. Nor does one hidden behind an
@@ -67,7 +72,7 @@ async def handle_api(request: web.Request) -> web.StreamResponse:
         path=path,
     )
     extra = [
-        (CHAT_HEADER, quote(outcome.chat_id or "", safe="")),
+        (CHAT_HEADER, _header_value(outcome.chat_id or "")),
         (INJECTED_HEADER, str(outcome.tokens)),
         (TRIMMED_HEADER, str(len(outcome.dropped))),
     ]
@@ -111,6 +116,12 @@ async def handle_api(request: web.Request) -> web.StreamResponse:
         wire=adapter.name,
         arrived=arrived,
     )
+
+
+@lru_cache(maxsize=256)
+def _header_value(chat_id: str) -> str:
+    """`X-Recap-Chat`: the chat id percent-encoded (a header is Latin-1, ids are not)."""
+    return quote(chat_id, safe="")
 
 
 async def handle_root(request: web.Request) -> web.Response:
