@@ -88,7 +88,9 @@ class _ChatPath:
 
 
 class Metrics:
-    """Every figure the proxy exposes; methods are called from any thread."""
+    """Every figure the proxy exposes. The chat path reports from the event loop (its
+    figures are plain numbers, and `exposition` runs there too); events come from any
+    thread, into prometheus-client's own thread-safe metrics."""
 
     def __init__(self, store_path: Path | None = None) -> None:
         self.registry = registry = CollectorRegistry()

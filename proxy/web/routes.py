@@ -25,7 +25,7 @@ TRIMMED_HEADER = "X-Recap-Trimmed"
 _SLASHES = re.compile(r"/{2,}")
 _SEPARATORS = re.compile(r"[/\\]")
 # What makes a path need the slow look: a doubled slash, an escape, a dot, a backslash.
-_SPECIAL = ("//", "%", ".", "\\")
+_SPECIAL: tuple[str, ...] = ("//", "%", ".", "\\")
 
 
 def proxied_path(raw_path: str) -> str:
