@@ -57,6 +57,8 @@ class _Buckets:
     ) -> None:
         self.name, self.doc, self.bounds, self.labels = name, doc, bounds, labels
         self.series: dict[tuple[str, ...], list[float]] = {}
+        if not labels:  # shown from the start, at zero, as prometheus-client shows its own
+            self.series[()] = [0.0] * (len(bounds) + 2)
 
     def observe(self, labels: tuple[str, ...], value: float) -> None:
         series = self.series.get(labels)

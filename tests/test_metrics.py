@@ -53,6 +53,13 @@ def test_events_and_reports_become_counts(tmp_path: Path) -> None:
     assert found["recap_proxy_store_size_bytes[]"] == 1024
 
 
+def test_unlabelled_histograms_are_shown_at_zero_before_any_request() -> None:
+    found = values(Metrics())
+    assert found["recap_proxy_inserted_memory_tokens_count[]"] == 0
+    assert found["recap_proxy_messages_left_out_bucket[('le', '+Inf')]"] == 0
+    assert not any(k.startswith("recap_proxy_requests_total") for k in found)
+
+
 def test_two_apps_never_add_up() -> None:
     first, second = Metrics(), Metrics()
     first.relayed("", 200, "other")
