@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 from bisect import bisect_left
 from collections.abc import Callable, Iterator, Mapping
+from itertools import accumulate
 from pathlib import Path
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
@@ -72,8 +73,7 @@ class _Buckets:
         family = HistogramMetricFamily(self.name, self.doc, labels=self.labels)
         edges = [repr(float(bound)) for bound in self.bounds] + ["+Inf"]  # as Go writes them
         for labels, series in list(self.series.items()):
-            counts = series[:-1]
-            cumulative = [sum(counts[: i + 1]) for i in range(len(counts))]
+            cumulative = accumulate(series[:-1])  # Prometheus's buckets count all below
             family.add_metric(labels, list(zip(edges, cumulative, strict=True)), series[-1])
         return family
 
