@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Mapping, Sequence
+from unittest.mock import AsyncMock
 
 import pytest
 
@@ -114,26 +115,11 @@ async def test_a_late_failure_still_names_the_chat(proxy: ProxyFactory, fake_llm
     assert response.headers["X-Recap-Injected"] == "0"
 
 
-class MarkersSeen:
-    def __init__(self) -> None:
-        self.seen: list[tuple[str, ...]] = []
-
-    async def memory_for(
-        self,
-        parsed: ParsedRequest,
-        headers: Mapping[str, str],
-        *,
-        markers: Sequence[str],
-        preview: bool = False,
-    ) -> Memory:
-        self.seen.append(tuple(markers))
-        return Memory(values={"running_recap": "x"})
-
-
 async def test_the_provider_finds_the_history_with_the_policys_markers_after_a_reload() -> None:
     # The memory is placed by the history the policy's markers find: identification looks
     # for it with the same ones, also once a reload has changed them.
-    provider = MarkersSeen()
+    provider = AsyncMock()
+    provider.memory_for.return_value = Memory(values={"running_recap": "x"})
     settings = InjectionSettings(history_start_markers=["[Story begins]"])
     injector = Injector(policy_from(settings), load_injection_templates(settings), provider)
     adapter = ADAPTERS["chat/completions"]
@@ -141,4 +127,5 @@ async def test_the_provider_finds_the_history_with_the_policys_markers_after_a_r
     changed = InjectionSettings(history_start_markers=["[Once upon a time]"])
     injector.policy = policy_from(changed)  # what a reload does
     await injector.prepare(adapter, st_body("stream-04-05_send_03"), {})
-    assert provider.seen == [("[Story begins]",), ("[Once upon a time]",)]
+    seen = [tuple(call.kwargs["markers"]) for call in provider.memory_for.await_args_list]
+    assert seen == [("[Story begins]",), ("[Once upon a time]",)]
