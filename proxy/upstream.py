@@ -1,31 +1,30 @@
-"""The only owner of the `aiohttp.ClientSession` towards LLM APIs, and the one place
-where the client library's errors become ours.
+"""The only owner of the connections towards LLM APIs (`proxy.http1.Pool`), and the one
+place where connection failures become the proxy's own errors.
 
 `send_to` answers with an `UpstreamResponse`: status, headers and the body as an async
-iterator of the bytes as they arrive. Nothing else in the proxy sees aiohttp's client
-types, so the relay and the LLM client have one seam to fake in tests.
+iterator of the bytes as they arrive. Nothing else in the proxy sees the client's types,
+so the relay and the LLM client have one seam to fake in tests.
 
-Responses are never decoded here (`auto_decompress=False`): the bytes a client receives
-are the bytes the upstream sent, compressed or not, and the `Content-Encoding` header
-travels with them. aiohttp's automatic `User-Agent`, `Accept-Encoding` and `Content-Type`
-are suppressed so that the upstream sees the client's headers, not ours.
+Responses are never decoded here: the bytes a client receives are the bytes the upstream
+sent, compressed or not, and the `Content-Encoding` header travels with them. The
+upstream sees the client's headers, not ours: no `User-Agent`, `Accept-Encoding` or
+`Content-Type` of the proxy's own is added.
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass, field
+from functools import partial
 from types import TracebackType
 
-import aiohttp
 from pydantic import SecretStr
 from yarl import URL
 
 from proxy.core.headers import Headers
-from proxy.errors import UpstreamError, UpstreamTimeout, UpstreamUnreachable
+from proxy.errors import UpstreamError
+from proxy.http1 import Pool
 from proxy.settings import UpstreamSettings
-
-SKIP_AUTO_HEADERS = ("User-Agent", "Accept-Encoding", "Content-Type")
 
 
 def _nothing() -> None:
@@ -104,7 +103,7 @@ class Upstream:
     def __init__(self, settings: UpstreamSettings) -> None:
         self.settings = settings
         self.retarget(settings)
-        self._session: aiohttp.ClientSession | None = None
+        self._pool: Pool | None = None
 
     def retarget(self, settings: UpstreamSettings) -> None:
         """The APIs and keys from `settings` (a reload: requests under way keep theirs;
@@ -131,17 +130,8 @@ class Upstream:
         return self.default, path
 
     async def __aenter__(self) -> Upstream:
-        self._session = aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(limit=self.settings.max_connections),
-            timeout=aiohttp.ClientTimeout(
-                total=None,
-                connect=self.settings.connect_timeout,
-                sock_read=self.settings.read_timeout,
-            ),
-            auto_decompress=False,
-            skip_auto_headers=SKIP_AUTO_HEADERS,
-            cookie_jar=aiohttp.DummyCookieJar(),
-        )
+        settings = self.settings
+        self._pool = Pool(settings.max_connections, settings.connect_timeout, settings.read_timeout)
         return self
 
     async def __aexit__(
@@ -150,9 +140,9 @@ class Upstream:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
+        if self._pool is not None:
+            self._pool.close()
+            self._pool = None
 
     def url_for(self, tail: str, query: str = "") -> URL:
         """`<base_url>/<tail>?<query>`, with the query string kept as it came."""
@@ -168,52 +158,20 @@ class Upstream:
         """Send one request to a whole URL (`Target.url_for`, `url_for`); the caller must
         release or close the response. Raises `UpstreamUnreachable` or `UpstreamTimeout`
         when no response arrives."""
-        if self._session is None:
+        if self._pool is None:
             raise RuntimeError("Upstream used outside its `async with`")
-        try:
-            response = await self._session.request(
-                method,
-                url,
-                headers=list(headers),
-                data=body if body else None,
-                allow_redirects=False,
-            )
-        except (TimeoutError, aiohttp.ClientError) as exc:
-            raise _mapped(exc, url, started=False) from exc
-        chunked = "chunked" in response.headers.get("Transfer-Encoding", "")
+        conn, exchange = await self._pool.request(
+            method, url, headers if isinstance(headers, list) else list(headers), body
+        )
         return UpstreamResponse(
-            status=response.status,
-            reason=response.reason or "",
-            headers=list(response.headers.items()),
-            chunks=_chunks(response, url),
-            content_length=None if chunked else response.content_length,
-            on_release=response.release,
-            on_close=response.close,
+            status=conn.status,
+            reason=conn.reason,
+            headers=conn.headers,
+            chunks=conn.chunks(),
+            content_length=None if conn.chunked else conn.length,
+            on_release=partial(conn.release, exchange),
+            on_close=partial(conn.drop, exchange),
         )
-
-
-async def _chunks(response: aiohttp.ClientResponse, url: URL) -> AsyncIterator[bytes]:
-    try:
-        async for chunk in response.content.iter_any():
-            yield chunk
-    except (TimeoutError, aiohttp.ClientError) as exc:
-        raise _mapped(exc, url, started=True) from exc
-
-
-def _mapped(exc: Exception, url: URL, *, started: bool) -> UpstreamError:
-    """The client library's failure as ours."""
-    if isinstance(exc, TimeoutError):
-        if started:
-            return UpstreamTimeout(f"upstream stopped sending ({exc!r})", code="upstream_timeout")
-        return UpstreamTimeout(
-            f"upstream {url.origin()} did not answer in time ({type(exc).__name__})",
-            code="upstream_timeout",
-        )
-    if started:
-        return UpstreamUnreachable(f"upstream connection broke ({exc!r})", code="upstream_broken")
-    return UpstreamUnreachable(
-        f"cannot reach upstream {url.origin()}: {exc}", code="upstream_unreachable"
-    )
 
 
 __all__ = ["Target", "Upstream", "UpstreamError", "UpstreamResponse"]

@@ -1,0 +1,414 @@
+"""The client side of the relay: HTTP/1.1 over pooled keep-alive connections, each answer
+parsed by httptools (llhttp, the parser Node.js uses) and handed on as it arrives.
+
+Why not aiohttp's client, which the proxy used before: measured on a relayed chat
+request, it ran some 350 Python calls per request (request and response objects, a
+multidict per side, cookie, redirect, trace and timer machinery that a relay never uses),
+about 40 % of what a bare aiohttp hop spends, and the largest part of what a request costs
+the proxy. Here a request is one write of its head and body, and its answer a few parser
+callbacks: the body's chunks go to the reader as they were read from the socket, never
+decoded (no `Content-Encoding` or chunked framing is undone but the transfer coding).
+
+One `Pool` per `proxy.upstream.Upstream`: at most `limit` connections open at once, idle
+ones reused newest first and dropped after `KEEP_IDLE` seconds (before the server's own
+keep-alive timeout closes them under a request). A reused connection that breaks before
+any byte of the answer is retried once on a new one, for idempotent methods only (RFC
+9112 §9.3.1): a POST may have reached the model.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+from collections import deque
+from collections.abc import AsyncIterator
+from typing import Final
+
+import httptools
+from yarl import URL
+
+from proxy.core.headers import Headers
+from proxy.errors import UpstreamError, UpstreamTimeout, UpstreamUnreachable
+
+KEEP_IDLE: Final = 15.0  # seconds an idle connection is kept for reuse (aiohttp's default)
+HIGH_WATER: Final = 256 * 1024  # bytes read ahead of the reader before reading pauses
+IDEMPOTENT: Final = frozenset({"GET", "HEAD", "OPTIONS", "TRACE", "PUT", "DELETE"})
+_FORBIDDEN: Final = ("\r", "\n", "\x00")  # in a header: would split the request
+
+Key = tuple[str, str, int]  # scheme, host, port
+
+
+class Connection(asyncio.Protocol):
+    """One connection to an upstream, carrying one exchange at a time."""
+
+    def __init__(self, pool: Pool, key: Key, origin: str) -> None:
+        self.pool, self.key, self.origin = pool, key, origin
+        self.loop = asyncio.get_running_loop()
+        self.transport: asyncio.Transport | None = None
+        self.closed = False
+        self.reused = False  # it carried an exchange before this one
+        self.idle_since = 0.0
+        self.exchange = 0  # numbers the exchanges: a late release of an old one is no-op
+        self.busy = False
+        self._waiter: asyncio.Future[None] | None = None
+        self._timer: asyncio.TimerHandle | None = None
+        self._paused = False
+        self._begin(head_only=False)
+
+    def _begin(self, *, head_only: bool) -> None:
+        """Fresh state for the next exchange (and a fresh parser: one never carries a
+        HEAD answer's state, whose length it would wait for, into the next)."""
+        self.parser = httptools.HttpResponseParser(self)
+        self.head_only = head_only
+        self.status = 0
+        self.reason = ""
+        self.headers: Headers = []
+        self.length: int | None = None
+        self.chunked = False
+        self.informational = False
+        self.head_done = False
+        self.complete = False
+        self.keep_alive = False
+        self.received = False  # any byte of this exchange's answer
+        self.error: UpstreamError | None = None
+        self.buffer: list[bytes] = []
+        self.buffered = 0
+
+    # -- asyncio.Protocol ------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        if not self.busy or self.complete:
+            # Bytes on an idle connection, or after the whole answer: it is in no state
+            # to carry another exchange.
+            self.keep_alive = False
+            if not self.busy:
+                self.close()
+            return
+        self.received = True
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserError as exc:
+            message = f"upstream sent a malformed answer ({exc})"
+            self._fail(UpstreamUnreachable(message, code="upstream_broken"))
+            self.close()
+            return
+        if self.buffered > HIGH_WATER and not self._paused and self.transport is not None:
+            self._paused = True
+            self.transport.pause_reading()
+        self._wake()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        if self.head_done and not self.complete and self.error is None:
+            if self.length is None and not self.chunked and exc is None:
+                self.complete = True  # an answer without a length ends with its connection
+            else:
+                self._fail(_broken(self.origin, exc, started=True))
+        elif not self.head_done and self.error is None:
+            self._fail(_broken(self.origin, exc, started=False))
+        self.pool.lost(self)
+        self._wake()
+
+    # -- httptools callbacks ---------------------------------------------------------------
+
+    def on_message_begin(self) -> None:
+        self.reason, self.headers = "", []
+
+    def on_status(self, status: bytes) -> None:
+        self.reason += status.decode("latin-1")
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        key, text = name.decode("latin-1"), value.decode("latin-1")
+        self.headers.append((key, text))
+        lowered = key.lower()
+        if lowered == "content-length" and text.strip().isdigit():
+            self.length = int(text)
+        elif lowered == "transfer-encoding" and "chunked" in text.lower():
+            self.chunked = True
+
+    def on_headers_complete(self) -> None:
+        status = self.parser.get_status_code()
+        if 100 <= status < 200 and status != 101:
+            self.informational = True  # 100 Continue, 103 Early Hints: the answer follows
+            self.length, self.chunked = None, False
+            return
+        self.status, self.head_done = status, True
+        if status in (204, 304):
+            self.length = 0
+        if self.head_only:
+            # llhttp would wait for the body a HEAD answer's length announces: this
+            # exchange ends here, and the connection with it.
+            self.complete = True
+
+    def on_body(self, body: bytes) -> None:
+        if not self.head_only:
+            self.buffer.append(body)
+            self.buffered += len(body)
+
+    def on_message_complete(self) -> None:
+        if self.informational:
+            self.informational = False
+            return
+        self.complete = True
+        self.keep_alive = self.parser.should_keep_alive() and not self.head_only
+
+    # -- the exchange ----------------------------------------------------------------------
+
+    def send(self, head: bytes, body: bytes | None, head_only: bool) -> int:
+        """Start an exchange; answers its number (for `release` and `close`)."""
+        self._begin(head_only=head_only)
+        self.exchange += 1
+        self.busy = True
+        assert self.transport is not None
+        self.transport.write(head + body if body else head)
+        return self.exchange
+
+    async def answer(self) -> None:
+        """Wait for the answer's status line and headers."""
+        while not self.head_done:
+            if self.error is not None:
+                raise self.error
+            await self._wait()
+
+    async def chunks(self) -> AsyncIterator[bytes]:
+        """The body as it arrives; raises `UpstreamError` when it breaks off."""
+        while True:
+            if self.buffer:
+                data = self.buffer[0] if len(self.buffer) == 1 else b"".join(self.buffer)
+                self.buffer.clear()
+                self.buffered = 0
+                if self._paused and self.transport is not None and not self.closed:
+                    self._paused = False
+                    self.transport.resume_reading()
+                yield data
+            elif self.complete:
+                return
+            elif self.error is not None:
+                raise self.error
+            else:
+                await self._wait()
+
+    def release(self, exchange: int) -> None:
+        """The reader is done with `exchange`: a whole answer's connection goes back to
+        the pool, any other is closed."""
+        if exchange != self.exchange or not self.busy:
+            return
+        self.busy = False
+        if self.complete and self.keep_alive and not self.closed and not self.buffer:
+            self.pool.put(self)
+        else:
+            self.close()
+
+    def drop(self, exchange: int) -> None:
+        """Close the connection under `exchange` (the upstream stops generating)."""
+        if exchange == self.exchange and self.busy:
+            self.close()
+
+    def close(self) -> None:
+        self.busy = False
+        if self.transport is not None and not self.closed:
+            self.transport.close()
+        self.closed = True
+        self.pool.lost(self)
+
+    async def _wait(self) -> None:
+        waiter = self._waiter = self.loop.create_future()
+        timer = self.loop.call_later(self.pool.read_timeout, self._timed_out)
+        try:
+            await waiter
+        finally:
+            timer.cancel()
+            self._waiter = None
+
+    def _wake(self) -> None:
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    def _timed_out(self) -> None:
+        seconds = f"{self.pool.read_timeout:g} s"
+        if self.head_done:
+            message = f"upstream stopped sending (no data for {seconds})"
+        else:
+            message = f"upstream {self.origin} did not answer in time ({seconds})"
+        self._fail(UpstreamTimeout(message, code="upstream_timeout"))
+        self.close()
+        self._wake()
+
+    def _fail(self, error: UpstreamError) -> None:
+        if self.error is None:
+            self.error = error
+
+
+def _broken(origin: str, exc: Exception | None, *, started: bool) -> UpstreamError:
+    why = repr(exc) if exc is not None else "the server closed the connection"
+    if started:
+        return UpstreamUnreachable(f"upstream connection broke ({why})", code="upstream_broken")
+    message = f"cannot reach upstream {origin}: {why}"
+    return UpstreamUnreachable(message, code="upstream_unreachable")
+
+
+class Pool:
+    """The connections to every upstream of one `Upstream`, at most `limit` open at once."""
+
+    def __init__(
+        self,
+        limit: int,
+        connect_timeout: float,
+        read_timeout: float,
+        ssl_context: ssl.SSLContext | None = None,
+    ) -> None:
+        """`ssl_context`: how HTTPS upstreams are verified (default: the system's CAs)."""
+        self.limit = limit
+        self.connect_timeout = connect_timeout
+        self.read_timeout = read_timeout
+        self._idle: dict[Key, list[Connection]] = {}
+        self._open: set[Connection] = set()
+        self._opening = 0
+        self._waiters: deque[asyncio.Future[None]] = deque()
+        self._ssl = ssl_context
+
+    async def request(
+        self, method: str, url: URL, headers: Headers, body: bytes | None
+    ) -> tuple[Connection, int]:
+        """Send a request; answers the connection and the exchange's number once its
+        answer's head is in (the caller reads `chunks`, then `release`s or `drop`s it)."""
+        head = request_head(method, url, headers, body)
+        head_only = method == "HEAD"
+        for attempt in (1, 2):
+            conn = await self._acquire(url)
+            try:
+                exchange = conn.send(head, body, head_only)
+                await conn.answer()
+                return conn, exchange
+            except UpstreamUnreachable:
+                conn.close()
+                retry = conn.reused and not conn.received and method in IDEMPOTENT
+                if attempt == 2 or not retry:
+                    raise
+            except BaseException:
+                conn.close()  # cancelled (the client left) or timed out: it stops here
+                raise
+        raise AssertionError("unreachable")
+
+    async def _acquire(self, url: URL) -> Connection:
+        scheme = url.scheme
+        host = url.raw_host or ""
+        port = url.port or (443 if scheme == "https" else 80)
+        key = (scheme, host, port)
+        loop = asyncio.get_running_loop()
+        while True:
+            idle = self._idle.get(key)
+            while idle:
+                conn = idle.pop()
+                if not conn.closed and loop.time() - conn.idle_since < KEEP_IDLE:
+                    conn.reused = True
+                    return conn
+                conn.close()
+            if len(self._open) + self._opening < self.limit:
+                return await self._connect(key, str(url.origin()))
+            if not self._close_an_idle():  # another upstream's: this one has none idle
+                waiter = loop.create_future()
+                self._waiters.append(waiter)
+                try:
+                    await waiter
+                finally:
+                    if waiter in self._waiters:
+                        self._waiters.remove(waiter)
+
+    async def _connect(self, key: Key, origin: str) -> Connection:
+        scheme, host, port = key
+        loop = asyncio.get_running_loop()
+        context = self._context() if scheme == "https" else None
+        self._opening += 1
+        try:
+            async with asyncio.timeout(self.connect_timeout):
+                _, conn = await loop.create_connection(
+                    lambda: Connection(self, key, origin),
+                    host,
+                    port,
+                    ssl=context,
+                    server_hostname=host if context is not None else None,
+                )
+        except TimeoutError:
+            raise UpstreamTimeout(
+                f"upstream {origin} did not answer in time (no connection in "
+                f"{self.connect_timeout:g} s)",
+                code="upstream_timeout",
+            ) from None
+        except OSError as exc:
+            why = exc.strerror or str(exc)
+            raise UpstreamUnreachable(
+                f"cannot reach upstream {origin}: {why}", code="upstream_unreachable"
+            ) from exc
+        finally:
+            self._opening -= 1
+            self._wake_one()
+        self._open.add(conn)
+        return conn
+
+    def _context(self) -> ssl.SSLContext:
+        if self._ssl is None:
+            self._ssl = ssl.create_default_context()
+        return self._ssl
+
+    def put(self, conn: Connection) -> None:
+        """A connection whose answer was read whole: kept for the next request."""
+        conn.idle_since = conn.loop.time()
+        self._idle.setdefault(conn.key, []).append(conn)
+        self._wake_one()
+
+    def lost(self, conn: Connection) -> None:
+        """A connection closed (by either side): it no longer counts, nor waits idle."""
+        if conn in self._open:
+            self._open.discard(conn)
+            idle = self._idle.get(conn.key)
+            if idle and conn in idle:
+                idle.remove(conn)
+            self._wake_one()
+
+    def _close_an_idle(self) -> bool:
+        for idle in self._idle.values():
+            if idle:
+                idle.pop(0).close()
+                return True
+        return False
+
+    def _wake_one(self) -> None:
+        while self._waiters:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+                return
+
+    def close(self) -> None:
+        for conn in list(self._open):
+            conn.close()
+        self._idle.clear()
+
+
+def request_head(method: str, url: URL, headers: Headers, body: bytes | None) -> bytes:
+    """The request line and headers: `Host` and `Content-Length` set here (the caller's
+    framing headers are dropped before: `proxy.core.headers.request_headers`)."""
+    host = url.raw_host or ""
+    if ":" in host:
+        host = f"[{host}]"  # IPv6
+    if not url.is_default_port():
+        host = f"{host}:{url.port}"
+    lines = [f"{method} {url.raw_path_qs} HTTP/1.1", f"Host: {host}"]
+    lines.extend(f"{name}: {value}" for name, value in headers)
+    if body is not None or method in ("POST", "PUT", "PATCH"):
+        lines.append(f"Content-Length: {len(body) if body else 0}")
+    probe = "\x01".join(lines)
+    if any(c in probe for c in _FORBIDDEN):
+        raise UpstreamUnreachable(
+            "a header to send upstream holds a line break; not sent", code="bad_header"
+        )
+    lines.append("\r\n")
+    # surrogateescape: the bytes a client sent (which aiohttp's server decoded so) go on
+    # as they came.
+    return "\r\n".join(lines).encode("utf-8", "surrogateescape")

@@ -1,0 +1,368 @@
+"""The relay's HTTP/1.1 client: answers as they arrive, connections reused only when an
+answer was read whole, and every way an upstream can misbehave ends as the proxy's own
+error, never as a hang or a connection counted forever."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ssl
+from collections.abc import AsyncIterator, Awaitable, Callable
+
+import pytest
+import trustme
+from aiohttp import web
+from aiohttp.test_utils import TestServer
+from yarl import URL
+
+from proxy.errors import UpstreamTimeout, UpstreamUnreachable
+from proxy.http1 import Connection, Pool, request_head
+
+ServerFactory = Callable[..., Awaitable[TestServer]]
+Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
+
+
+async def body_of(conn: Connection) -> bytes:
+    return b"".join([chunk async for chunk in conn.chunks()])
+
+
+@pytest.fixture
+async def raw_server() -> AsyncIterator[Callable[[Handler], Awaitable[URL]]]:
+    """A socket server that answers with whatever bytes a test writes."""
+    servers: list[asyncio.Server] = []
+
+    async def start(handler: Handler) -> URL:
+        server = await asyncio.start_server(handler, "127.0.0.1", 0)
+        servers.append(server)
+        port = server.sockets[0].getsockname()[1]
+        return URL(f"http://127.0.0.1:{port}")
+
+    yield start
+    for server in servers:
+        server.close()
+        await server.wait_closed()
+
+
+async def read_request(reader: asyncio.StreamReader) -> bytes:
+    head = await reader.readuntil(b"\r\n\r\n")
+    length = 0
+    for line in head.split(b"\r\n"):
+        if line.lower().startswith(b"content-length:"):
+            length = int(line.split(b":")[1])
+    return head + (await reader.readexactly(length) if length else b"")
+
+
+def echo_app(connections: list[object]) -> web.Application:
+    async def echo(request: web.Request) -> web.Response:
+        connections.append(request.transport)
+        return web.Response(body=await request.read(), headers={"X-Method": request.method})
+
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", echo)
+    return app
+
+
+async def test_a_connection_is_reused_once_its_answer_was_read(
+    aiohttp_server: ServerFactory,
+) -> None:
+    seen: list[object] = []
+    server = await aiohttp_server(echo_app(seen))
+    pool = Pool(10, 5, 5)
+    for text in (b"one", b"two"):
+        conn, exchange = await pool.request("POST", server.make_url("/x"), [], text)
+        assert (conn.status, conn.length, conn.chunked) == (200, len(text), False)
+        assert await body_of(conn) == text
+        conn.release(exchange)
+    assert len(seen) == 2 and seen[0] is seen[1]  # one connection carried both
+    pool.close()
+
+
+async def test_an_answer_left_unread_closes_its_connection(aiohttp_server: ServerFactory) -> None:
+    seen: list[object] = []
+    server = await aiohttp_server(echo_app(seen))
+    pool = Pool(10, 5, 5)
+    conn, exchange = await pool.request("POST", server.make_url("/x"), [], b"x" * 100_000)
+    conn.release(exchange)  # before reading the body
+    assert conn.closed
+    conn2, exchange2 = await pool.request("GET", server.make_url("/y"), [], None)
+    assert conn2 is not conn and await body_of(conn2) == b""
+    conn2.release(exchange2)
+    pool.close()
+
+
+async def test_a_late_release_of_an_old_exchange_leaves_the_new_one_alone(
+    aiohttp_server: ServerFactory,
+) -> None:
+    server = await aiohttp_server(echo_app([]))
+    pool = Pool(10, 5, 5)
+    conn, first = await pool.request("GET", server.make_url("/a"), [], None)
+    await body_of(conn)
+    conn.release(first)
+    again, second = await pool.request("GET", server.make_url("/b"), [], None)
+    assert again is conn and second == first + 1
+    conn.drop(first)  # the old exchange's owner, too late
+    conn.release(first)
+    assert not conn.closed
+    assert await body_of(conn) == b""
+    conn.release(second)
+    pool.close()
+
+
+async def test_the_request_goes_as_given(raw_server: Callable[[Handler], Awaitable[URL]]) -> None:
+    got: list[bytes] = []
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        got.append(await read_request(reader))
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n")
+        await writer.drain()
+        writer.close()
+
+    base = await raw_server(handler)
+    pool = Pool(10, 5, 5)
+    headers = [("Authorization", "Bearer k"), ("x-Mixed-Case", "v")]
+    url = URL(f"{base}/v1/a%20b?q=%2F", encoded=True)
+    conn, exchange = await pool.request("POST", url, headers, b"{}")
+    conn.release(exchange)
+    request = got[0]
+    assert request.startswith(b"POST /v1/a%20b?q=%2F HTTP/1.1\r\n")
+    assert f"\r\nHost: 127.0.0.1:{base.port}\r\n".encode() in request
+    assert b"\r\nAuthorization: Bearer k\r\nx-Mixed-Case: v\r\nContent-Length: 2\r\n" in request
+    assert request.endswith(b"\r\n\r\n{}")
+    assert b"User-Agent" not in request and b"Accept-Encoding" not in request
+    pool.close()
+
+
+def test_a_header_with_a_line_break_is_not_sent() -> None:
+    with pytest.raises(UpstreamUnreachable, match="line break"):
+        request_head("GET", URL("http://h/"), [("X", "a\r\nEvil: 1")], None)
+    assert b"Content-Length" not in request_head("GET", URL("http://h/"), [], None)
+    assert b"Content-Length: 0\r\n" in request_head("POST", URL("http://h/"), [], None)
+    assert b"Host: [::1]:81\r\n" in request_head("GET", URL("http://[::1]:81/"), [], None)
+
+
+async def test_an_answer_without_a_length_ends_with_its_connection(
+    raw_server: Callable[[Handler], Awaitable[URL]],
+) -> None:
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n\r\nhello, ")
+        await writer.drain()
+        await asyncio.sleep(0.05)
+        writer.write(b"world")
+        writer.close()
+
+    pool = Pool(10, 5, 5)
+    conn, exchange = await pool.request("GET", await raw_server(handler), [], None)
+    assert conn.length is None and not conn.chunked
+    assert await body_of(conn) == b"hello, world"
+    conn.release(exchange)
+    assert conn.closed  # nothing marks where a next answer would start
+    pool.close()
+
+
+async def test_an_answer_cut_short_is_a_broken_upstream(
+    raw_server: Callable[[Handler], Awaitable[URL]],
+) -> None:
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\npartial")
+        await writer.drain()
+        writer.close()
+
+    pool = Pool(10, 5, 5)
+    conn, exchange = await pool.request("GET", await raw_server(handler), [], None)
+    received = []
+    with pytest.raises(UpstreamUnreachable, match="connection broke") as caught:
+        async for chunk in conn.chunks():
+            received.append(chunk)
+    assert received == [b"partial"] and caught.value.code == "upstream_broken"
+    conn.drop(exchange)
+    pool.close()
+
+
+@pytest.mark.parametrize(
+    ("answer", "match"),
+    [
+        (b"NOT HTTP AT ALL\r\n\r\n", "malformed answer"),
+        (b"", "cannot reach upstream"),  # closed without a word
+    ],
+)
+async def test_no_answer_or_a_malformed_one_is_an_error(
+    raw_server: Callable[[Handler], Awaitable[URL]], answer: bytes, match: str
+) -> None:
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(answer)
+        await writer.drain()
+        writer.close()
+
+    pool = Pool(10, 5, 5)
+    with pytest.raises(UpstreamUnreachable, match=match):
+        await pool.request("POST", await raw_server(handler), [], b"{}")
+    assert not pool._open  # the failed connection is not counted any more
+    pool.close()
+
+
+async def test_informational_answers_are_skipped_and_bodiless_ones_end_at_once(
+    raw_server: Callable[[Handler], Awaitable[URL]],
+) -> None:
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        for answer in (
+            b"HTTP/1.1 103 Early Hints\r\nLink: </a>\r\n\r\n"
+            b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nX-Final: 1\r\n\r\nok",
+            b"HTTP/1.1 204 No Content\r\n\r\n",
+            b"HTTP/1.1 200 OK\r\nContent-Length: 1000\r\n\r\n",  # the answer to a HEAD
+            b"HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\nnext",
+        ):
+            await read_request(reader)
+            writer.write(answer)
+            await writer.drain()
+        writer.close()
+
+    base = await raw_server(handler)
+    pool = Pool(10, 5, 5)
+    conn, exchange = await pool.request("GET", base, [], None)
+    assert conn.status == 200 and conn.headers == [("Content-Length", "2"), ("X-Final", "1")]
+    assert await body_of(conn) == b"ok"
+    conn.release(exchange)
+    conn, exchange = await pool.request("DELETE", base, [], None)
+    assert conn.status == 204 and await body_of(conn) == b""
+    conn.release(exchange)
+    conn, exchange = await pool.request("HEAD", base, [], None)
+    assert conn.length == 1000 and await asyncio.wait_for(body_of(conn), 2) == b""
+    conn.release(exchange)
+    assert conn.closed  # a HEAD answer's connection is not reused
+    pool.close()
+
+
+async def test_a_stale_connection_is_retried_for_idempotent_methods_only(
+    raw_server: Callable[[Handler], Awaitable[URL]],
+) -> None:
+    """The server takes a request on a kept connection and closes it unanswered (its
+    keep-alive ran out as the request came): a GET goes again on a new connection, a POST
+    may have reached the model and is not sent twice."""
+    requests: list[bytes] = []
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        requests.append(await read_request(reader))
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+        await writer.drain()
+        with contextlib.suppress(asyncio.IncompleteReadError):
+            requests.append(await read_request(reader))
+        writer.close()  # the second request on this connection goes unanswered
+
+    base = await raw_server(handler)
+    for method, retried in (("GET", True), ("POST", False)):
+        pool = Pool(10, 5, 5)
+        conn, exchange = await pool.request(method, base, [], None)
+        assert await body_of(conn) == b"ok"
+        conn.release(exchange)
+        if retried:
+            again, exchange = await pool.request(method, base, [], None)
+            assert again is not conn and await body_of(again) == b"ok"
+            again.release(exchange)
+        else:
+            with pytest.raises(UpstreamUnreachable):
+                await pool.request(method, base, [], b"{}")
+        pool.close()
+    assert len(requests) == 5  # GET, GET unanswered, GET again; POST, POST unanswered
+
+
+async def test_at_most_limit_connections_are_open(aiohttp_server: ServerFactory) -> None:
+    gate = asyncio.Event()
+    opened: set[object] = set()
+
+    async def held(request: web.Request) -> web.Response:
+        opened.add(request.transport)
+        await gate.wait()
+        return web.Response(text="done")
+
+    app = web.Application()
+    app.router.add_get("/", held)
+    server = await aiohttp_server(app)
+    pool = Pool(1, 5, 5)
+
+    async def one() -> bytes:
+        conn, exchange = await pool.request("GET", server.make_url("/"), [], None)
+        try:
+            return await body_of(conn)
+        finally:
+            conn.release(exchange)
+
+    tasks = [asyncio.create_task(one()) for _ in range(3)]
+    await asyncio.sleep(0.1)
+    assert len(opened) == 1  # the others wait for that connection
+    gate.set()
+    assert await asyncio.gather(*tasks) == [b"done"] * 3
+    assert len(opened) == 1
+    pool.close()
+
+
+async def test_a_silent_upstream_times_out_and_a_cancelled_request_frees_its_place(
+    raw_server: Callable[[Handler], Awaitable[URL]],
+) -> None:
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        await asyncio.sleep(5)
+
+    base = await raw_server(handler)
+    pool = Pool(1, 5, 0.2)
+    with pytest.raises(UpstreamTimeout, match="did not answer in time") as caught:
+        await pool.request("POST", base, [], b"{}")
+    assert caught.value.code == "upstream_timeout"
+    pool.read_timeout = 30
+    task = asyncio.create_task(pool.request("POST", base, [], b"{}"))
+    await asyncio.sleep(0.1)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert not pool._open and pool._opening == 0  # the one place is free again
+    pool.close()
+
+
+async def test_a_slow_reader_pauses_the_upstream_and_gets_every_byte(
+    aiohttp_server: ServerFactory,
+) -> None:
+    payload = bytes(range(256)) * 8 * 1024  # 2 MiB
+
+    async def big(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse()
+        await response.prepare(request)
+        for i in range(0, len(payload), 64 * 1024):
+            await response.write(payload[i : i + 64 * 1024])
+        await response.write_eof()
+        return response
+
+    app = web.Application()
+    app.router.add_get("/", big)
+    server = await aiohttp_server(app)
+    pool = Pool(10, 5, 5)
+    conn, exchange = await pool.request("GET", server.make_url("/"), [], None)
+    assert conn.chunked and conn.length is None
+    got = []
+    async for chunk in conn.chunks():
+        got.append(chunk)
+        await asyncio.sleep(0.01)
+    assert b"".join(got) == payload
+    conn.release(exchange)
+    assert not conn.closed
+    pool.close()
+
+
+async def test_https_upstreams_are_verified(aiohttp_server: ServerFactory) -> None:
+    authority = trustme.CA()
+    served = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    authority.issue_cert("127.0.0.1").configure_cert(served)
+    server = await aiohttp_server(echo_app([]), ssl=served)
+    url = server.make_url("/secure").with_scheme("https")
+    trusting = ssl.create_default_context()
+    authority.configure_trust(trusting)
+    pool = Pool(10, 5, 5, ssl_context=trusting)
+    conn, exchange = await pool.request("POST", url, [], b"sealed")
+    assert await body_of(conn) == b"sealed"
+    conn.release(exchange)
+    pool.close()
+    strict = Pool(10, 5, 5)  # the system's CAs do not know this one
+    with pytest.raises(UpstreamUnreachable, match="cannot reach upstream"):
+        await strict.request("GET", url, [], None)
+    strict.close()
