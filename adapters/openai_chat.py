@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Collection, Mapping, Sequence
+from itertools import pairwise
 from typing import Any
 
 import orjson
@@ -106,6 +107,20 @@ def content_text(content: Any) -> str:
     return ""
 
 
+def _run_edges(indices: Collection[int]) -> set[int]:
+    """Where runs of consecutive `indices` start and end (one past their last)."""
+    if not indices:
+        return set()
+    ordered = sorted(indices)
+    if ordered[-1] - ordered[0] + 1 == len(ordered):
+        return {ordered[0], ordered[-1] + 1}  # one run: every trimmed chat's case
+    edges = {ordered[0], ordered[-1] + 1}
+    for before, after in pairwise(ordered):
+        if after != before + 1:
+            edges |= {before + 1, after}
+    return edges
+
+
 class OpenAIChatAdapter:
     name = "openai_chat"
 
@@ -155,20 +170,30 @@ class OpenAIChatAdapter:
         replaced = replacements or {}
         if any(not 0 <= i < len(wire) for i in replaced):
             raise AdapterError("a replacement names a message the request does not have")
-        gone = set(drop)
         at: dict[int, list[dict[str, str]]] = {}  # index -> the parts before it, in order
         for insertion in insertions:
             new = {"role": insertion.role.value, "content": insertion.text}
             at.setdefault(insertion.index, []).append(new)
+        # Copied by slices between the places where something changes (an insertion, a
+        # replacement, the edges of a left-out run): a long history goes in one step, not
+        # message by message. Each slice is wholly left out or wholly kept.
+        n = len(wire)
+        gone = set(drop)
+        cuts = sorted({0, n, *(i for i in at if i <= n), *replaced, *_run_edges(gone)})
         out: list[Any] = []
-        for i in range(len(wire) + 1):
-            out.extend(at.get(i, ()))
-            if i == len(wire) or i in gone:
+        for k, start in enumerate(cuts):
+            out.extend(at.get(start, ()))
+            if start >= n:
+                break
+            end = cuts[k + 1]
+            if start in gone:
                 continue
-            message = wire[i]
-            if i in replaced and isinstance(message.get("content"), str):
-                message = {**message, "content": replaced[i]}
-            out.append(message)
+            first = wire[start]
+            if start in replaced and isinstance(first.get("content"), str):
+                out.append({**first, "content": replaced[start]})
+                out.extend(wire[start + 1 : end])
+            else:
+                out.extend(wire[start:end])
         body = dict(source)
         body["messages"] = out
         return encode_json(body, fast=fast)

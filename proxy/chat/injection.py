@@ -56,6 +56,36 @@ def policy_from(settings: InjectionSettings) -> InjectionPolicy:
     )
 
 
+# How far the history may have moved between two requests for the same messages to be
+# found again (ST cuts a few of the oldest when its context is full, a deletion shifts).
+MAX_SHIFT = 32
+
+
+def reused(new: list[ChatMessage], old: Sequence[ChatMessage]) -> list[ChatMessage]:
+    """`new`, with each message that equals the one at its place in `old` (the previous
+    request's, the history shifted as one block) replaced by that same object.
+
+    Consecutive requests of a chat carry mostly the same messages. A string keeps its
+    hash once computed, and two references to one string compare at once, so the memory
+    step hashes and compares only the messages that are new, where a 300-message request
+    would otherwise hash all of its text (about a sixth of its memory step). Equal values
+    only are swapped: what the step decides cannot change."""
+    n, m = len(new), len(old)
+    if not n or not m:
+        return new
+    middle = n // 2  # chat history, in any request long enough for this to matter
+    probe = new[middle]
+    for shift in (0, *(d * sign for d in range(1, MAX_SHIFT + 1) for sign in (1, -1))):
+        if 0 <= middle + shift < m and old[middle + shift] == probe:
+            break
+    else:
+        return new
+    lo, hi = max(0, -shift), min(n, m - shift)
+    pairs = zip(new[lo:hi], old[lo + shift : hi + shift], strict=True)
+    same = [o if o == c else c for c, o in pairs]
+    return [*new[:lo], *same, *new[hi:]]
+
+
 @dataclass(frozen=True, slots=True)
 class Outcome:
     """The body to send upstream and what was done to it."""
@@ -91,6 +121,7 @@ class Injector:
         self.provider = provider
         self.counter = counter or TokenCounter()
         self._unknown_logged: set[str] = set()  # once per format: it repeats every request
+        self._last: dict[str, list[ChatMessage]] = {}  # per format: the previous request's
 
     async def prepare(
         self,
@@ -114,6 +145,8 @@ class Injector:
         try:
             parsed = adapter.parse(raw)
             parsed.route, parsed.path = route, path
+            parsed.messages = reused(parsed.messages, self._last.get(adapter.name, ()))
+            self._last[adapter.name] = parsed.messages
             if provider is not None:
                 memory = await provider.memory_for(
                     parsed, headers, markers=self.policy.history_start_markers, preview=preview

@@ -3,6 +3,8 @@ from __future__ import annotations
 import json
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from adapters.openai_chat import OpenAIChatAdapter
 from proxy.core.models import Insertion, Role
@@ -130,3 +132,33 @@ def test_two_parts_and_left_out_messages_in_one_go() -> None:
     out = json.loads(ADAPTER.apply(parsed, same))
     assert [m["content"] for m in out["messages"][-2:]] == ["A", "B"]
     assert out["messages"][-1]["role"] == "user"
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    size=st.integers(0, 12),
+    places=st.lists(st.integers(0, 12), max_size=3),
+    edits=st.sets(st.integers(0, 11), max_size=3),
+    drop=st.sets(st.integers(0, 11), max_size=12),
+)
+def test_apply_by_slices_is_apply_message_by_message(
+    size: int, places: list[int], edits: set[int], drop: set[int]
+) -> None:
+    """Whatever the insertions, replacements and left-out runs: each message goes once,
+    in order, and each part goes before the message at its index (after the last one at
+    the end)."""
+    wire = [{"role": "user", "content": f"m{i}", "name": "x"} for i in range(size)]
+    parsed = ADAPTER.parse(json.dumps({"messages": wire, "n": 1}).encode())
+    parts = tuple(Insertion(min(p, size), Role.SYSTEM, f"P{k}", 1) for k, p in enumerate(places))
+    replaced = {i: f"r{i}" for i in edits if i < size}
+    gone = {i for i in drop if i < size}
+    expected: list[str] = []
+    for i in range(size + 1):
+        expected += [part.text for part in parts if part.index == i]
+        if i < size and i not in gone:
+            expected.append(replaced.get(i, f"m{i}"))
+    out = json.loads(ADAPTER.apply(parsed, parts, replaced, gone))
+    assert [m["content"] for m in out["messages"]] == expected
+    assert out["n"] == 1 and all(
+        m.get("name") == "x" for m in out["messages"] if m["role"] == "user"
+    )

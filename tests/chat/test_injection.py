@@ -8,11 +8,13 @@ from collections.abc import Mapping, Sequence
 from unittest.mock import AsyncMock
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from adapters import ADAPTERS
 from adapters.base import ParsedRequest
-from proxy.chat.injection import Injector, load_injection_templates, policy_from
-from proxy.core.models import Memory
+from proxy.chat.injection import MAX_SHIFT, Injector, load_injection_templates, policy_from, reused
+from proxy.core.models import ChatMessage, Memory
 from proxy.settings.injection import InjectionSettings
 from tests.conftest import FakeLLM, ProxyFactory
 from tests.core.st_requests import st_body, st_json
@@ -129,3 +131,46 @@ async def test_the_provider_finds_the_history_with_the_policys_markers_after_a_r
     await injector.prepare(adapter, st_body("stream-04-05_send_03"), {})
     seen = [tuple(call.kwargs["markers"]) for call in provider.memory_for.await_args_list]
     assert seen == [("[Story begins]",), ("[Once upon a time]",)]
+
+
+def chat_messages(texts: Sequence[str]) -> list[ChatMessage]:
+    return [ChatMessage("user" if i % 2 else "assistant", t) for i, t in enumerate(texts)]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    size=st.integers(0, 60),
+    cut=st.integers(0, 40),
+    added=st.integers(0, 3),
+    edits=st.sets(st.integers(0, 60), max_size=3),
+    deleted=st.sets(st.integers(0, 60), max_size=2),
+)
+def test_the_previous_requests_messages_stand_in_for_equal_ones(
+    size: int, cut: int, added: int, edits: set[int], deleted: set[int]
+) -> None:
+    """The next request of a chat: ST's cut moved on, new messages at the end, some
+    edited or deleted. What comes back equals the new request message for message, and
+    where the shared history lines up as one block, the old objects are what it holds
+    (their text's hash is computed already)."""
+    system = [ChatMessage("system", "main prompt")]
+    old = system + chat_messages([f"message {i} " + "x" * (i % 7) for i in range(size)])
+    history = old[1 + min(cut, size) :]
+    history = history + chat_messages([f"new {k}" for k in range(added)])
+    history = [
+        ChatMessage(m.role, m.text + " (edited)") if i in edits else m
+        for i, m in enumerate(history)
+        if i not in deleted
+    ]
+    new = [ChatMessage(m.role, m.text, m.name) for m in system + history]  # fresh objects
+    got = reused(new, old)
+    assert got == new
+    if not edits and not deleted and min(cut, size) <= MAX_SHIFT and len(history) > 2 * added:
+        shared = [i for i, m in enumerate(new) if m.text.startswith("message")]
+        assert all(any(got[i] is o for o in old) for i in shared)
+
+
+def test_nothing_is_reused_from_an_unrelated_request() -> None:
+    old = chat_messages([f"old {i}" for i in range(10)])
+    new = chat_messages([f"new {i}" for i in range(10)])
+    assert all(a is b for a, b in zip(reused(new, old), new, strict=True))
+    assert reused(new, []) is new and reused([], old) == []
