@@ -59,6 +59,7 @@ def policy_from(settings: InjectionSettings) -> InjectionPolicy:
 # How far the history may have moved between two requests for the same messages to be
 # found again (ST cuts a few of the oldest when its context is full, a deletion shifts).
 MAX_SHIFT = 32
+_SHIFTS = (0, *(d * sign for d in range(1, MAX_SHIFT + 1) for sign in (1, -1)))  # nearest first
 
 
 def reused(new: list[ChatMessage], old: Sequence[ChatMessage]) -> list[ChatMessage]:
@@ -75,7 +76,7 @@ def reused(new: list[ChatMessage], old: Sequence[ChatMessage]) -> list[ChatMessa
         return new
     middle = n // 2  # chat history, in any request long enough for this to matter
     probe = new[middle]
-    for shift in (0, *(d * sign for d in range(1, MAX_SHIFT + 1) for sign in (1, -1))):
+    for shift in _SHIFTS:
         if 0 <= middle + shift < m and old[middle + shift] == probe:
             break
     else:
