@@ -51,6 +51,10 @@ class Connection(asyncio.Protocol):
         self.exchange = 0  # numbers the exchanges: a late release of an old one is no-op
         self.busy = False
         self._waiter: asyncio.Future[None] | None = None
+        # One timer per connection, armed at most once per read timeout: a reader that
+        # waits sets `_deadline`, and the timer, when it fires, looks whether that passed
+        # (a timer per wait cost a heap push and a cancelled entry per request).
+        self._deadline: float | None = None
         self._timer: asyncio.TimerHandle | None = None
         self._paused = False
         self._begin(head_only=False)
@@ -213,16 +217,34 @@ class Connection(asyncio.Protocol):
         if self.transport is not None and not self.closed:
             self.transport.close()
         self.closed = True
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
         self.pool.lost(self)
 
     async def _wait(self) -> None:
         waiter = self._waiter = self.loop.create_future()
-        timer = self.loop.call_later(self.pool.read_timeout, self._timed_out)
+        self._deadline = deadline = self.loop.time() + self.pool.read_timeout
+        timer = self._timer
+        if (timer is None or deadline < timer.when()) and not self.closed:
+            if timer is not None:
+                timer.cancel()
+            self._timer = self.loop.call_at(deadline, self._check_deadline)
         try:
             await waiter
         finally:
-            timer.cancel()
             self._waiter = None
+            self._deadline = None
+
+    def _check_deadline(self) -> None:
+        self._timer = None
+        deadline = self._deadline
+        if deadline is None or self.closed:
+            return  # nobody waits now: the next wait arms it again
+        if self.loop.time() < deadline:
+            self._timer = self.loop.call_at(deadline, self._check_deadline)
+        else:
+            self._timed_out()
 
     def _wake(self) -> None:
         waiter = self._waiter

@@ -366,3 +366,55 @@ async def test_https_upstreams_are_verified(aiohttp_server: ServerFactory) -> No
     with pytest.raises(UpstreamUnreachable, match="cannot reach upstream"):
         await strict.request("GET", url, [], None)
     strict.close()
+
+
+async def test_the_read_timeout_counts_from_each_wait_on_a_kept_connection(
+    aiohttp_server: ServerFactory,
+) -> None:
+    async def answer(request: web.Request) -> web.Response:
+        await asyncio.sleep(float(request.query["after"]))
+        return web.Response(text="late" if request.query["after"] != "0" else "now")
+
+    app = web.Application()
+    app.router.add_get("/", answer)
+    server = await aiohttp_server(app)
+    pool = Pool(1, 5, 0.3)
+
+    async def ask(after: float) -> bytes:
+        conn, exchange = await pool.request("GET", server.make_url(f"/?after={after}"), [], None)
+        try:
+            return await body_of(conn)
+        finally:
+            conn.release(exchange)
+
+    assert await ask(0) == b"now"
+    await asyncio.sleep(0.4)  # the first wait's deadline passes while nobody waits
+    assert await ask(0.2) == b"late"  # within its own 0.3 s
+    assert await ask(0.1) == b"late"
+    started = asyncio.get_running_loop().time()
+    with pytest.raises(UpstreamTimeout, match="did not answer in time"):
+        await ask(2)
+    assert asyncio.get_running_loop().time() - started < 1.5
+    pool.close()
+
+
+async def test_a_slow_steady_stream_never_times_out(aiohttp_server: ServerFactory) -> None:
+    """Each gap is within the read timeout, the whole answer is not: no timeout."""
+
+    async def trickle(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse()
+        await response.prepare(request)
+        for i in range(5):
+            await asyncio.sleep(0.15)
+            await response.write(b"%d" % i)
+        await response.write_eof()
+        return response
+
+    app = web.Application()
+    app.router.add_get("/", trickle)
+    server = await aiohttp_server(app)
+    pool = Pool(1, 5, 0.25)
+    conn, exchange = await pool.request("GET", server.make_url("/"), [], None)
+    assert await body_of(conn) == b"01234"
+    conn.release(exchange)
+    pool.close()
