@@ -355,6 +355,9 @@ class Pool:
                     port,
                     ssl=context,
                     server_hostname=host if context is not None else None,
+                    # A name with IPv6 and IPv4 addresses (`localhost`): the next address
+                    # is tried after a quarter second, not after a whole connect timeout.
+                    happy_eyeballs_delay=0.25,
                 )
         except TimeoutError:
             raise UpstreamTimeout(
