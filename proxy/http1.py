@@ -6,8 +6,10 @@ request, it ran some 350 Python calls per request (request and response objects,
 multidict per side, cookie, redirect, trace and timer machinery that a relay never uses),
 about 40 % of what a bare aiohttp hop spends, and the largest part of what a request costs
 the proxy. Here a request is one write of its head and body, and its answer a few parser
-callbacks: the body's chunks go to the reader as they were read from the socket, never
-decoded (no `Content-Encoding` or chunked framing is undone but the transfer coding).
+callbacks: the body's chunks go to the reader as they were read from the socket. Only the
+chunked transfer coding is undone, as aiohttp did; a `Content-Encoding` stays as it came.
+Header bytes are read as UTF-8 with `surrogateescape`, as aiohttp read them, so that they
+go back to the client as they came.
 
 One `Pool` per `proxy.upstream.Upstream`: at most `limit` connections open at once, idle
 ones reused newest first and dropped after `KEEP_IDLE` seconds (before the server's own
@@ -123,10 +125,13 @@ class Connection(asyncio.Protocol):
         self.reason, self.headers = "", []
 
     def on_status(self, status: bytes) -> None:
-        self.reason += status.decode("latin-1")
+        self.reason += status.decode("utf-8", "surrogateescape")
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        key, text = name.decode("latin-1"), value.decode("latin-1")
+        key, text = (
+            name.decode("utf-8", "surrogateescape"),
+            value.decode("utf-8", "surrogateescape"),
+        )
         self.headers.append((key, text))
         lowered = key.lower()
         if lowered == "content-length" and text.strip().isdigit():

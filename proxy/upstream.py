@@ -1,5 +1,5 @@
-"""The only owner of the connections towards LLM APIs (`proxy.http1.Pool`), and the one
-place where connection failures become the proxy's own errors.
+"""The only owner of the connections towards LLM APIs (`proxy.http1.Pool`, whose
+failures are the proxy's own `UpstreamError`s), and where each route's API is found.
 
 `send_to` answers with an `UpstreamResponse`: status, headers and the body as an async
 iterator of the bytes as they arrive. Nothing else in the proxy sees the client's types,
