@@ -13,7 +13,14 @@ from hypothesis import strategies as st
 
 from adapters import ADAPTERS
 from adapters.base import ParsedRequest
-from proxy.chat.injection import MAX_SHIFT, Injector, load_injection_templates, policy_from, reused
+from proxy.chat.injection import (
+    MAX_SHIFT,
+    MIN_REUSED,
+    Injector,
+    load_injection_templates,
+    policy_from,
+    reused,
+)
 from proxy.core.models import ChatMessage, Memory
 from proxy.settings.injection import InjectionSettings
 from tests.conftest import FakeLLM, ProxyFactory
@@ -139,11 +146,11 @@ def chat_messages(texts: Sequence[str]) -> list[ChatMessage]:
 
 @settings(max_examples=300, deadline=None)
 @given(
-    size=st.integers(0, 60),
+    size=st.integers(0, 120),
     cut=st.integers(0, 40),
     added=st.integers(0, 3),
-    edits=st.sets(st.integers(0, 60), max_size=3),
-    deleted=st.sets(st.integers(0, 60), max_size=2),
+    edits=st.sets(st.integers(0, 120), max_size=3),
+    deleted=st.sets(st.integers(0, 120), max_size=2),
 )
 def test_the_previous_requests_messages_stand_in_for_equal_ones(
     size: int, cut: int, added: int, edits: set[int], deleted: set[int]
@@ -164,13 +171,15 @@ def test_the_previous_requests_messages_stand_in_for_equal_ones(
     new = [ChatMessage(m.role, m.text, m.name) for m in system + history]  # fresh objects
     got = reused(new, old)
     assert got == new
-    if not edits and not deleted and min(cut, size) <= MAX_SHIFT and len(history) > 2 * added:
+    if len(new) < MIN_REUSED:
+        assert got is new  # a short request is hashed afresh: cheaper than lining it up
+    elif not edits and not deleted and min(cut, size) <= MAX_SHIFT and len(history) > 2 * added:
         shared = [i for i, m in enumerate(new) if m.text.startswith("message")]
         assert all(any(got[i] is o for o in old) for i in shared)
 
 
 def test_nothing_is_reused_from_an_unrelated_request() -> None:
-    old = chat_messages([f"old {i}" for i in range(10)])
-    new = chat_messages([f"new {i}" for i in range(10)])
+    old = chat_messages([f"old {i}" for i in range(40)])
+    new = chat_messages([f"new {i}" for i in range(40)])
     assert all(a is b for a, b in zip(reused(new, old), new, strict=True))
     assert reused(new, []) is new and reused([], old) == []
