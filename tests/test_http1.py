@@ -52,6 +52,37 @@ async def read_request(reader: asyncio.StreamReader) -> bytes:
     return head + (await reader.readexactly(length) if length else b"")
 
 
+def replies(*answers: bytes) -> Handler:
+    """A connection's handler: each request in turn gets the next answer's bytes, then
+    the connection is closed."""
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        for answer in answers:
+            await read_request(reader)
+            writer.write(answer)
+            await writer.drain()
+        writer.close()
+
+    return handler
+
+
+def streamed_app(pieces: list[bytes], gap: float = 0.0) -> web.Application:
+    """`GET /` answers `pieces` as a chunked stream, `gap` seconds before each."""
+
+    async def stream(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse()
+        await response.prepare(request)
+        for piece in pieces:
+            await asyncio.sleep(gap)
+            await response.write(piece)
+        await response.write_eof()
+        return response
+
+    app = web.Application()
+    app.router.add_get("/", stream)
+    return app
+
+
 def echo_app(connections: list[object]) -> web.Application:
     async def echo(request: web.Request) -> web.Response:
         connections.append(request.transport)
@@ -163,12 +194,7 @@ async def test_an_answer_without_a_length_ends_with_its_connection(
 async def test_an_answer_cut_short_is_a_broken_upstream(
     raw_server: Callable[[Handler], Awaitable[URL]],
 ) -> None:
-    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await read_request(reader)
-        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\npartial")
-        await writer.drain()
-        writer.close()
-
+    handler = replies(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\npartial")
     pool = Pool(10, 5, 5)
     conn, exchange = await pool.request("GET", await raw_server(handler), [], None)
     received = []
@@ -190,15 +216,9 @@ async def test_an_answer_cut_short_is_a_broken_upstream(
 async def test_no_answer_or_a_malformed_one_is_an_error(
     raw_server: Callable[[Handler], Awaitable[URL]], answer: bytes, match: str
 ) -> None:
-    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await read_request(reader)
-        writer.write(answer)
-        await writer.drain()
-        writer.close()
-
     pool = Pool(10, 5, 5)
     with pytest.raises(UpstreamUnreachable, match=match):
-        await pool.request("POST", await raw_server(handler), [], b"{}")
+        await pool.request("POST", await raw_server(replies(answer)), [], b"{}")
     assert not pool._open  # the failed connection is not counted any more
     pool.close()
 
@@ -206,19 +226,13 @@ async def test_no_answer_or_a_malformed_one_is_an_error(
 async def test_informational_answers_are_skipped_and_bodiless_ones_end_at_once(
     raw_server: Callable[[Handler], Awaitable[URL]],
 ) -> None:
-    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        for answer in (
-            b"HTTP/1.1 103 Early Hints\r\nLink: </a>\r\n\r\n"
-            b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nX-Final: caf\xc3\xa9\r\n\r\nok",
-            b"HTTP/1.1 204 No Content\r\n\r\n",
-            b"HTTP/1.1 200 OK\r\nContent-Length: 1000\r\n\r\n",  # the answer to a HEAD
-            b"HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\nnext",
-        ):
-            await read_request(reader)
-            writer.write(answer)
-            await writer.drain()
-        writer.close()
-
+    handler = replies(
+        b"HTTP/1.1 103 Early Hints\r\nLink: </a>\r\n\r\n"
+        b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nX-Final: caf\xc3\xa9\r\n\r\nok",
+        b"HTTP/1.1 204 No Content\r\n\r\n",
+        b"HTTP/1.1 200 OK\r\nContent-Length: 1000\r\n\r\n",  # the answer to a HEAD
+        b"HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\nnext",
+    )
     base = await raw_server(handler)
     pool = Pool(10, 5, 5)
     conn, exchange = await pool.request("GET", base, [], None)
@@ -324,18 +338,8 @@ async def test_a_slow_reader_pauses_the_upstream_and_gets_every_byte(
     aiohttp_server: ServerFactory,
 ) -> None:
     payload = bytes(range(256)) * 8 * 1024  # 2 MiB
-
-    async def big(request: web.Request) -> web.StreamResponse:
-        response = web.StreamResponse()
-        await response.prepare(request)
-        for i in range(0, len(payload), 64 * 1024):
-            await response.write(payload[i : i + 64 * 1024])
-        await response.write_eof()
-        return response
-
-    app = web.Application()
-    app.router.add_get("/", big)
-    server = await aiohttp_server(app)
+    pieces = [payload[i : i + 64 * 1024] for i in range(0, len(payload), 64 * 1024)]
+    server = await aiohttp_server(streamed_app(pieces))
     pool = Pool(10, 5, 5)
     conn, exchange = await pool.request("GET", server.make_url("/"), [], None)
     assert conn.chunked and conn.length is None
@@ -401,18 +405,7 @@ async def test_the_read_timeout_counts_from_each_wait_on_a_kept_connection(
 async def test_a_slow_steady_stream_never_times_out(aiohttp_server: ServerFactory) -> None:
     """Each gap is within the read timeout, the whole answer is not: no timeout."""
 
-    async def trickle(request: web.Request) -> web.StreamResponse:
-        response = web.StreamResponse()
-        await response.prepare(request)
-        for i in range(5):
-            await asyncio.sleep(0.15)
-            await response.write(b"%d" % i)
-        await response.write_eof()
-        return response
-
-    app = web.Application()
-    app.router.add_get("/", trickle)
-    server = await aiohttp_server(app)
+    server = await aiohttp_server(streamed_app([b"%d" % i for i in range(5)], gap=0.15))
     pool = Pool(1, 5, 0.25)
     conn, exchange = await pool.request("GET", server.make_url("/"), [], None)
     assert await body_of(conn) == b"01234"
