@@ -382,7 +382,7 @@ async def test_the_read_timeout_counts_from_each_wait_on_a_kept_connection(
     app = web.Application()
     app.router.add_get("/", answer)
     server = await aiohttp_server(app)
-    pool = Pool(1, 5, 0.3)
+    pool = Pool(1, 5, 0.5)
 
     async def ask(after: float) -> bytes:
         conn, exchange = await pool.request("GET", server.make_url(f"/?after={after}"), [], None)
@@ -392,8 +392,8 @@ async def test_the_read_timeout_counts_from_each_wait_on_a_kept_connection(
             conn.release(exchange)
 
     assert await ask(0) == b"now"
-    await asyncio.sleep(0.4)  # the first wait's deadline passes while nobody waits
-    assert await ask(0.2) == b"late"  # within its own 0.3 s
+    await asyncio.sleep(0.6)  # the first wait's deadline passes while nobody waits
+    assert await ask(0.25) == b"late"  # within its own 0.5 s
     assert await ask(0.1) == b"late"
     started = asyncio.get_running_loop().time()
     with pytest.raises(UpstreamTimeout, match="did not answer in time"):
@@ -405,8 +405,8 @@ async def test_the_read_timeout_counts_from_each_wait_on_a_kept_connection(
 async def test_a_slow_steady_stream_never_times_out(aiohttp_server: ServerFactory) -> None:
     """Each gap is within the read timeout, the whole answer is not: no timeout."""
 
-    server = await aiohttp_server(streamed_app([b"%d" % i for i in range(5)], gap=0.15))
-    pool = Pool(1, 5, 0.25)
+    server = await aiohttp_server(streamed_app([b"%d" % i for i in range(5)], gap=0.1))
+    pool = Pool(1, 5, 0.4)
     conn, exchange = await pool.request("GET", server.make_url("/"), [], None)
     assert await body_of(conn) == b"01234"
     conn.release(exchange)
