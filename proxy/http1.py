@@ -289,7 +289,9 @@ class Pool:
         read_timeout: float,
         ssl_context: ssl.SSLContext | None = None,
     ) -> None:
-        """`ssl_context`: how HTTPS upstreams are verified (default: the system's CAs)."""
+        """`ssl_context`: how HTTPS upstreams are verified; without one, only plain HTTP
+        is spoken (building one reads the system's CA files, some 20 ms: its owner does
+        that once, off the event loop)."""
         self.limit = limit
         self.connect_timeout = connect_timeout
         self.read_timeout = read_timeout
@@ -350,7 +352,13 @@ class Pool:
     async def _connect(self, key: Key, origin: str) -> Connection:
         scheme, host, port = key
         loop = asyncio.get_running_loop()
-        context = self._context() if scheme == "https" else None
+        context = None
+        if scheme == "https":
+            if self._ssl is None:
+                raise UpstreamUnreachable(
+                    f"cannot reach upstream {origin}: no TLS context", code="upstream_unreachable"
+                )
+            context = self._ssl
         self._opening += 1
         try:
             async with asyncio.timeout(self.connect_timeout):
@@ -380,11 +388,6 @@ class Pool:
             self._wake_one()
         self._open.add(conn)
         return conn
-
-    def _context(self) -> ssl.SSLContext:
-        if self._ssl is None:
-            self._ssl = ssl.create_default_context()
-        return self._ssl
 
     def put(self, conn: Connection) -> None:
         """A connection whose answer was read whole: kept for the next request."""

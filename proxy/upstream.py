@@ -13,6 +13,8 @@ upstream sees the client's headers, not ours: no `User-Agent`, `Accept-Encoding`
 
 from __future__ import annotations
 
+import asyncio
+import ssl
 from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass, field
 from functools import partial
@@ -131,7 +133,12 @@ class Upstream:
 
     async def __aenter__(self) -> Upstream:
         settings = self.settings
-        self._pool = Pool(settings.max_connections, settings.connect_timeout, settings.read_timeout)
+        # The system's CA files are read here, off the loop, not under the first HTTPS
+        # request (a route may turn HTTPS on a reload, so it is built whatever the URLs).
+        context = await asyncio.to_thread(ssl.create_default_context)
+        self._pool = Pool(
+            settings.max_connections, settings.connect_timeout, settings.read_timeout, context
+        )
         return self
 
     async def __aexit__(

@@ -366,10 +366,14 @@ async def test_https_upstreams_are_verified(aiohttp_server: ServerFactory) -> No
     assert await body_of(conn) == b"sealed"
     conn.release(exchange)
     pool.close()
-    strict = Pool(10, 5, 5)  # the system's CAs do not know this one
+    strict = Pool(10, 5, 5, ssl_context=ssl.create_default_context())  # the system's CAs
     with pytest.raises(UpstreamUnreachable, match="cannot reach upstream"):
         await strict.request("GET", url, [], None)
     strict.close()
+    plain = Pool(10, 5, 5)  # no context: plain HTTP only
+    with pytest.raises(UpstreamUnreachable, match="no TLS context"):
+        await plain.request("GET", url, [], None)
+    plain.close()
 
 
 async def test_the_read_timeout_counts_from_each_wait_on_a_kept_connection(

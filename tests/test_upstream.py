@@ -4,9 +4,11 @@ client library's failures come out as the proxy's own errors, before and mid-ans
 from __future__ import annotations
 
 import asyncio
+import ssl
 from collections.abc import Awaitable, Callable
 
 import pytest
+import trustme
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 from pydantic import ValidationError
@@ -135,3 +137,24 @@ def test_a_route_prefix_is_given_once() -> None:
                 UpstreamRoute(prefix="a/", base_url="http://y"),
             ]
         )
+
+
+async def test_https_upstreams_are_checked_against_the_systems_authorities(
+    aiohttp_server: ServerFactory,
+) -> None:
+    """The owner builds the TLS context (off the loop, at start): a certificate no system
+    authority signed is refused, not sent to in the clear or unchecked."""
+    authority = trustme.CA()
+    served = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    authority.issue_cert("127.0.0.1").configure_cert(served)
+
+    async def models(request: web.Request) -> web.Response:
+        return web.json_response({"data": []})
+
+    app = web.Application()
+    app.router.add_get("/v1/models", models)
+    server = await aiohttp_server(app, ssl=served)
+    base = str(server.make_url("/v1").with_scheme("https"))
+    async with Upstream(UpstreamSettings(base_url=base)) as upstream:
+        with pytest.raises(UpstreamUnreachable, match="CERTIFICATE_VERIFY_FAILED"):
+            await upstream.send_to("GET", upstream.url_for("models"), [], None)
