@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import ssl
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable
 from typing import Final
 
 import httptools
@@ -302,7 +302,7 @@ class Pool:
         self._ssl = ssl_context
 
     async def request(
-        self, method: str, url: URL, headers: Headers, body: bytes | None
+        self, method: str, url: URL, headers: Iterable[tuple[str, str]], body: bytes | None
     ) -> tuple[Connection, int]:
         """Send a request; answers the connection and the exchange's number once its
         answer's head is in (the caller reads `chunks`, then `release`s or `drop`s it)."""
@@ -424,7 +424,9 @@ class Pool:
         self._idle.clear()
 
 
-def request_head(method: str, url: URL, headers: Headers, body: bytes | None) -> bytes:
+def request_head(
+    method: str, url: URL, headers: Iterable[tuple[str, str]], body: bytes | None
+) -> bytes:
     """The request line and headers: `Host` and `Content-Length` set here (the caller's
     framing headers are dropped before: `proxy.core.headers.request_headers`)."""
     host = url.raw_host or ""

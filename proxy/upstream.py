@@ -167,9 +167,7 @@ class Upstream:
         when no response arrives."""
         if self._pool is None:
             raise RuntimeError("Upstream used outside its `async with`")
-        conn, exchange = await self._pool.request(
-            method, url, headers if isinstance(headers, list) else list(headers), body
-        )
+        conn, exchange = await self._pool.request(method, url, headers, body)
         return UpstreamResponse(
             status=conn.status,
             reason=conn.reason,
