@@ -16,7 +16,7 @@ from aiohttp.test_utils import TestServer
 from yarl import URL
 
 from proxy.errors import UpstreamTimeout, UpstreamUnreachable
-from proxy.http1 import Connection, Pool, request_head
+from proxy.http1 import HIGH_WATER, KEEP_IDLE, Connection, Pool, request_head
 
 ServerFactory = Callable[..., Awaitable[TestServer]]
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
@@ -105,6 +105,11 @@ async def test_a_connection_is_reused_once_its_answer_was_read(
         assert await body_of(conn) == text
         conn.release(exchange)
     assert len(seen) == 2 and seen[0] is seen[1]  # one connection carried both
+    conn.idle_since -= KEEP_IDLE  # idle too long: the server may be closing it now
+    again, exchange = await pool.request("POST", server.make_url("/x"), [], b"three")
+    assert again is not conn and conn.closed and await body_of(again) == b"three"
+    again.release(exchange)
+    assert len(seen) == 3 and seen[2] is not seen[0]
     pool.close()
 
 
@@ -343,6 +348,10 @@ async def test_a_slow_reader_pauses_the_upstream_and_gets_every_byte(
     pool = Pool(10, 5, 5)
     conn, exchange = await pool.request("GET", server.make_url("/"), [], None)
     assert conn.chunked and conn.length is None
+    assert conn.transport is not None
+    await asyncio.sleep(0.2)  # the upstream writes ahead while nobody reads
+    assert not conn.transport.is_reading()  # paused: at most a little past the mark held
+    assert HIGH_WATER < conn.buffered < len(payload)
     got = []
     async for chunk in conn.chunks():
         got.append(chunk)
