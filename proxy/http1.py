@@ -308,7 +308,8 @@ class Pool:
         answer's head is in (the caller reads `chunks`, then `release`s or `drop`s it)."""
         head = request_head(method, url, headers, body)
         head_only = method == "HEAD"
-        for attempt in (1, 2):
+        retried = False
+        while True:
             conn = await self._acquire(url)
             try:
                 exchange = conn.send(head, body, head_only)
@@ -316,13 +317,13 @@ class Pool:
                 return conn, exchange
             except UpstreamUnreachable:
                 conn.close()
-                retry = conn.reused and not conn.received and method in IDEMPOTENT
-                if attempt == 2 or not retry:
+                stale = conn.reused and not conn.received and method in IDEMPOTENT
+                if retried or not stale:
                     raise
+                retried = True
             except BaseException:
                 conn.close()  # cancelled (the client left) or timed out: it stops here
                 raise
-        raise AssertionError("unreachable")
 
     async def _acquire(self, url: URL) -> Connection:
         scheme = url.scheme
