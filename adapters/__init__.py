@@ -22,8 +22,9 @@ from proxy.core.models import Insertion
 class Adapter(Protocol):
     name: str
 
-    def parse(self, raw: bytes) -> ParsedRequest:
-        """Decode a request body; raises `AdapterError` when it does not fit."""
+    def parse(self, raw: bytes, previous: ParsedRequest | None = None) -> ParsedRequest:
+        """Decode a request body; raises `AdapterError` when it does not fit. `previous`:
+        the last request this adapter parsed, whose work the format may reuse."""
         ...
 
     def apply(

@@ -97,7 +97,7 @@ def _gap(where: tuple[int, ...], insertion: Insertion, turns: int) -> int | None
 class AnthropicMessagesAdapter:
     name = "anthropic_messages"
 
-    def parse(self, raw: bytes) -> ParsedRequest:
+    def parse(self, raw: bytes, previous: ParsedRequest | None = None) -> ParsedRequest:
         body = decode_object(raw, "messages", list)
         wire = body["messages"]
         if not wire:

@@ -25,3 +25,6 @@ class ParsedRequest:
     path: str = ""  # the path it came to, under that prefix (set by the shell)
     # Text formats: how the proxy's own prompts are written in this request's template.
     writer: PromptWriter | None = None
+    # How many of the first messages were taken from the previous request as they were
+    # (the same objects), not decoded again.
+    carried: int = 0

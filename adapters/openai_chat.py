@@ -1,20 +1,24 @@
 """OpenAI `POST /chat/completions`: the format ST's Chat Completion "Custom" source speaks.
 
-Only `messages` is read closely. When memory is inserted the body is re-encoded from the
-decoded JSON with one new message spliced in, so every other key keeps its value and
-order (unknown keys, `name` fields, content arrays with images, tool calls).
+Only `messages` is read closely. When memory is inserted, the body is put together from
+its own bytes with the new messages spliced in (`adapters.spans`), or, for a body laid out
+otherwise than ST's compact JSON, re-encoded from the decoded JSON; either way every other
+key keeps its value and order (unknown keys, `name` fields, content arrays with images,
+tool calls).
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass
 from itertools import pairwise
 from typing import Any
 
 import orjson
 
 from adapters.base import ParsedRequest
+from adapters.spans import HEAD, MAP_FROM, Spans, decode, measure, splice
 from proxy.core.models import ChatMessage, Insertion
 from proxy.errors import AdapterError
 
@@ -121,30 +125,62 @@ def _run_edges(indices: Collection[int]) -> set[int]:
     return edges
 
 
+@dataclass(frozen=True, slots=True)
+class _Layout:
+    """What `parse` saw that `apply` needs: the messages holding more than strings (see
+    `reencode`), and where each message is in the bytes (`adapters.spans`), if mapped."""
+
+    numeric: tuple[int, ...]
+    spans: Spans | None
+
+
+def _read(wire: Sequence[Any], first: int) -> tuple[list[ChatMessage], list[int]]:
+    """The canonical messages of `wire`, the request's messages from index `first` on, and
+    the indices of those holding more than strings."""
+    messages: list[ChatMessage] = []
+    numeric: list[int] = []
+    for i, msg in enumerate(wire, first):
+        role = msg.get("role") if type(msg) is dict else None
+        if type(role) is not str:
+            raise AdapterError(f"messages[{i}] is not an object with a string `role`")
+        content = msg.get("content")
+        name = msg.get("name")
+        if type(content) is str:
+            keys = len(msg)
+            if keys != 2 and (keys != 3 or type(name) is not str):
+                numeric.append(i)
+        else:
+            content = content_text(content)
+            numeric.append(i)
+        messages.append(_message(ChatMessage, (role, content, name if type(name) is str else None)))
+    return messages, numeric
+
+
 class OpenAIChatAdapter:
     name = "openai_chat"
 
-    def parse(self, raw: bytes) -> ParsedRequest:
-        body = decode_object(raw, "messages", list)
-        wire = body["messages"]
-        messages: list[ChatMessage] = []
-        numeric: list[int] = []  # messages with more than string values: see `reencode`
-        for i, msg in enumerate(wire):
-            role = msg.get("role") if type(msg) is dict else None
-            if type(role) is not str:
-                raise AdapterError(f"messages[{i}] is not an object with a string `role`")
-            content = msg.get("content")
-            name = msg.get("name")
-            if type(content) is str:
-                keys = len(msg)
-                if keys != 2 and (keys != 3 or type(name) is not str):
-                    numeric.append(i)
-            else:
-                content = content_text(content)
-                numeric.append(i)
-            messages.append(
-                _message(ChatMessage, (role, content, name if type(name) is str else None))
-            )
+    def parse(self, raw: bytes, previous: ParsedRequest | None = None) -> ParsedRequest:
+        """`previous`: the last request parsed; the messages this one shares with it
+        byte for byte are taken from it, not decoded again."""
+        decoded = None
+        layout = previous.layout if previous is not None else None
+        mapped = len(raw) >= MAP_FROM
+        if mapped and previous is not None and type(layout) is _Layout and layout.spans:
+            decoded = decode(raw, previous.raw, previous.body["messages"], layout.spans)
+        if previous is None or decoded is None or type(layout) is not _Layout:
+            body = decode_object(raw, "messages", list)
+            messages, numeric = _read(body["messages"], 0)
+            found = measure(raw, body["messages"]) if mapped and raw.startswith(HEAD) else None
+            taken: list[int] = []
+        else:
+            body, found, taken = decoded.body, decoded.spans, decoded.taken
+            carried = len(taken)
+            messages, numeric = _read(body["messages"][carried:], carried)
+            old = previous.messages
+            messages[:0] = [old[i] for i in taken]
+            if layout.numeric:
+                before = set(layout.numeric)
+                numeric[:0] = [n for n, i in enumerate(taken) if i in before]
         model = body.get("model")
         return ParsedRequest(
             raw=raw,
@@ -152,7 +188,8 @@ class OpenAIChatAdapter:
             messages=messages,
             stream=body.get("stream") is True,
             model=model if isinstance(model, str) else None,
-            layout=tuple(numeric),
+            layout=_Layout(tuple(numeric), found),
+            carried=len(taken),
         )
 
     def leaves_out(self, parsed: ParsedRequest, drop: Collection[int]) -> tuple[int, ...]:
@@ -165,8 +202,9 @@ class OpenAIChatAdapter:
         replacements: Mapping[int, str] | None = None,
         drop: Collection[int] = (),
     ) -> bytes:
-        source, fast = reencode(parsed.raw, parsed.body, parsed.layout)
-        wire = source["messages"]
+        layout = parsed.layout
+        assert type(layout) is _Layout, "parsed by another adapter"
+        wire = parsed.body["messages"]
         replaced = replacements or {}
         if any(not 0 <= i < len(wire) for i in replaced):
             raise AdapterError("a replacement names a message the request does not have")
@@ -174,12 +212,17 @@ class OpenAIChatAdapter:
         for insertion in insertions:
             new = {"role": insertion.role.value, "content": insertion.text}
             at.setdefault(insertion.index, []).append(new)
-        # Copied by slices between the places where something changes (an insertion, a
-        # replacement, the edges of a left-out run): a long history goes in one step, not
-        # message by message. Each slice is wholly left out or wholly kept.
+        # Put together by runs between the places where something changes (an insertion,
+        # a replacement, the edges of a left-out run): a long history goes in one step,
+        # not message by message. Each run is wholly left out or wholly kept.
         n = len(wire)
         gone = set(drop)
         cuts = sorted({0, n, *(i for i in at if i <= n), *replaced, *_run_edges(gone)})
+        spans = layout.spans
+        if spans is not None:
+            return splice(parsed.raw, spans, self._pieces(parsed, spans, cuts, at, replaced, gone))
+        source, fast = reencode(parsed.raw, parsed.body, layout.numeric)
+        wire = source["messages"]
         out: list[Any] = []
         for k, start in enumerate(cuts):
             out.extend(at.get(start, ()))
@@ -197,3 +240,33 @@ class OpenAIChatAdapter:
         body = dict(source)
         body["messages"] = out
         return encode_json(body, fast=fast)
+
+    @staticmethod
+    def _pieces(
+        parsed: ParsedRequest,
+        spans: Spans,
+        cuts: list[int],
+        at: Mapping[int, list[dict[str, str]]],
+        replaced: Mapping[int, str],
+        gone: Collection[int],
+    ) -> list[bytes | tuple[int, int]]:
+        """`apply`'s runs as `splice` takes them: the request's own messages stay the
+        bytes they came as; only what is new is encoded."""
+        wire = parsed.body["messages"]
+        n = len(wire)
+        pieces: list[bytes | tuple[int, int]] = []
+        for k, start in enumerate(cuts):
+            pieces.extend(orjson.dumps(new) for new in at.get(start, ()))
+            if start >= n:
+                break
+            end = cuts[k + 1]
+            if start in gone:
+                continue
+            first = wire[start]
+            if start in replaced and isinstance(first.get("content"), str):
+                # Exact: a mapped message is one that orjson wrote back to its own bytes.
+                pieces.append(orjson.dumps({**first, "content": replaced[start]}))
+                start += 1
+            if start < end:
+                pieces.append((start, end))
+        return pieces

@@ -311,7 +311,7 @@ class TextCompletionAdapter:
             self._active = (templates, list(dict.fromkeys(starts)))
         return self._active
 
-    def parse(self, raw: bytes) -> ParsedRequest:
+    def parse(self, raw: bytes, previous: ParsedRequest | None = None) -> ParsedRequest:
         body = decode_object(raw, "prompt", str)
         found = split_prompt(body, body["prompt"], *self.active())
         if found is None:

@@ -136,6 +136,8 @@ def write_data(folder: Path, messages: list[dict[str, Any]]) -> None:
 
 
 def body(messages: list[dict[str, Any]], stream: bool) -> bytes:
+    """A request as ST sends it: `JSON.stringify`'s compact JSON, `messages` first (the
+    Content-Length of every request captured from a real ST is that of this encoding)."""
     history = [
         {"role": "user" if m["is_user"] else "assistant", "content": m["mes"]} for m in messages
     ]
@@ -146,7 +148,9 @@ def body(messages: list[dict[str, Any]], stream: bool) -> bytes:
             "temperature": 1,
             "max_tokens": 300,
             "stream": stream,
-        }
+        },
+        ensure_ascii=False,
+        separators=(",", ":"),
     ).encode()
 
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from adapters import Adapter
+from adapters.base import ParsedRequest
 from proxy.chat.providers import MemoryProvider
 from proxy.core.models import ChatMessage, Insertion, Memory
 from proxy.core.plan import InjectionPolicy, MemoryTemplates, covers_history, plan_insertions
@@ -126,7 +127,7 @@ class Injector:
         self.provider = provider
         self.counter = counter or TokenCounter()
         self._unknown_logged: set[str] = set()  # once per format: it repeats every request
-        self._last: dict[str, list[ChatMessage]] = {}  # per format: the previous request's
+        self._last: dict[str, ParsedRequest] = {}  # per format: the previous request
 
     async def prepare(
         self,
@@ -148,10 +149,12 @@ class Injector:
             # No memory to give (no data folder): not even decoding the body is worth it.
             return Outcome(body=raw)
         try:
-            parsed = adapter.parse(raw)
+            last = self._last.get(adapter.name)
+            parsed = adapter.parse(raw, last)
             parsed.route, parsed.path = route, path
-            parsed.messages = reused(parsed.messages, self._last.get(adapter.name, ()))
-            self._last[adapter.name] = parsed.messages
+            if last is not None and not parsed.carried:
+                parsed.messages = reused(parsed.messages, last.messages)
+            self._last[adapter.name] = parsed
             if provider is not None:
                 memory = await provider.memory_for(
                     parsed, headers, markers=self.policy.history_start_markers, preview=preview

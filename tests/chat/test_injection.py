@@ -183,3 +183,25 @@ def test_nothing_is_reused_from_an_unrelated_request() -> None:
     new = chat_messages([f"new {i}" for i in range(40)])
     assert all(a is b for a, b in zip(reused(new, old), new, strict=True))
     assert reused(new, []) is new and reused([], old) == []
+
+
+async def test_consecutive_requests_get_the_body_a_fresh_injector_gives() -> None:
+    """The injector hands each request the previous one (whose bytes it may reuse): the
+    body sent upstream is what it would be without that."""
+    provider = AsyncMock()
+    provider.memory_for.return_value = Memory(values={"running_recap": "The story."}, drop=(3, 4))
+    settings = InjectionSettings(position="in_chat", depth=2)
+    injector = Injector(policy_from(settings), load_injection_templates(settings), provider)
+    adapter = ADAPTERS["chat/completions"]
+    system = [{"role": "system", "content": "main " * 8000}, {"role": "system", "content": "x"}]
+    turns = [{"role": ("user", "assistant")[i % 2], "content": f"turn {i}"} for i in range(60)]
+    bodies = [
+        json.dumps({"messages": system + turns[cut:end], "model": "m"}, separators=(",", ":"))
+        for cut, end in ((0, 40), (0, 42), (3, 44), (3, 44), (5, 46))
+    ]
+    for raw in (body.encode() for body in bodies):
+        got = await injector.prepare(adapter, raw, {})
+        fresh = Injector(policy_from(settings), load_injection_templates(settings), provider)
+        assert got.body == (await fresh.prepare(adapter, raw, {})).body
+        assert got.dropped == (3, 4) and got.tokens > 0
+    assert injector._last[adapter.name].carried > 40  # the last one reused the one before
