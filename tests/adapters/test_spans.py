@@ -109,7 +109,7 @@ def test_a_bad_body_after_a_good_one_is_still_refused() -> None:
         raise AssertionError("a broken body was accepted")
 
 
-texts = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=30)
+texts = st.text(st.characters(codec="utf-8"), max_size=30)  # no lone surrogates
 messages = st.builds(
     lambda role, content, name, parts: (
         {"role": role, "content": [{"type": "text", "text": content}, {"n": 2**70}]}
