@@ -125,7 +125,9 @@ def _run_edges(indices: Collection[int]) -> set[int]:
     return edges
 
 
-@dataclass(frozen=True, slots=True)
+# Not frozen, never changed: built for every chat request, where a frozen dataclass's
+# __init__ (an object.__setattr__ per field) costs three times as much.
+@dataclass(slots=True)
 class _Layout:
     """What `parse` saw that `apply` needs: the messages holding more than strings (see
     `reencode`), and where each message is in the bytes (`adapters.spans`), if mapped."""

@@ -92,7 +92,9 @@ def reused(new: list[ChatMessage], old: Sequence[ChatMessage]) -> list[ChatMessa
     return [*new[:lo], *same, *new[hi:]]
 
 
-@dataclass(frozen=True, slots=True)
+# Not frozen, never changed: built for every chat request, where a frozen dataclass's
+# __init__ (an object.__setattr__ per field) costs three times as much.
+@dataclass(slots=True)
 class Outcome:
     """The body to send upstream and what was done to it."""
 

@@ -78,7 +78,9 @@ class MemoryView:
         return self.lacking[found] if found < len(self.lacking) else None
 
 
-@dataclass(frozen=True, slots=True)
+# Not frozen, never changed: built for every chat request, where a frozen dataclass's
+# __init__ (an object.__setattr__ per field) costs three times as much.
+@dataclass(slots=True)
 class RequestMemory:
     values: dict[str, str]
     drop: tuple[int, ...]
