@@ -119,7 +119,7 @@ class Identification:
     target_message: int | None  # ST index the reply will have or replace
     history: tuple[int, ...]  # request indices that are this chat's messages
     matched: int
-    positions: tuple[int, ...] = ()  # the chat position of each of `history`
+    positions: tuple[int, ...] = ()  # the chat position of each of `history` (ascending)
 
 
 # Not frozen, never changed: built for every chat request, where a frozen dataclass's

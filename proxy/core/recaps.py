@@ -9,6 +9,7 @@ the user excluded.
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 
@@ -124,4 +125,41 @@ def render_recaps(chosen: Sequence[Candidate]) -> str:
     if not chosen:
         return ""
     lines = "\n".join(f"- {c.text}" for c in chosen)
-    return f"Recent events, oldest first:\n{lines}"
+    return f"{RECAPS_HEADING}\n{lines}"
+
+
+RECAPS_HEADING = "Recent events, oldest first:"
+
+
+@dataclass(frozen=True, slots=True)
+class RecapShelf:
+    """Candidates (oldest first) ready for the chat path: `select_recaps` and
+    `render_recaps` of those before a position, by bisection over what is worked out once
+    per memory view (positions, the running sum of their costs, their lines), not by a
+    walk over every recap on every request."""
+
+    positions: tuple[int, ...] = ()
+    sums: tuple[int, ...] = (0,)  # sums[i]: the cost of the first i, separators included
+    lines: tuple[str, ...] = ()
+
+    @classmethod
+    def of(cls, candidates: Sequence[Candidate]) -> RecapShelf:
+        sums = [0]
+        for candidate in candidates:
+            sums.append(sums[-1] + candidate.tokens + SEPARATOR_TOKENS)
+        return cls(
+            tuple(c.position for c in candidates),
+            tuple(sums),
+            tuple(f"- {c.text}" for c in candidates),
+        )
+
+    def newest(self, before: int | None, budget: int) -> tuple[str, int]:
+        """`render_recaps(select_recaps(<those before position before>, budget))`, and the
+        tokens the chosen recaps take (their separators included)."""
+        end = len(self.positions) if before is None else bisect_left(self.positions, before)
+        sums = self.sums
+        # select_recaps: the longest run ending at `end` whose cost, plus 1, fits.
+        first = bisect_left(sums, sums[end] - (budget - 1), 0, end)
+        if first >= end:
+            return "", 0
+        return RECAPS_HEADING + "\n" + "\n".join(self.lines[first:end]), sums[end] - sums[first]

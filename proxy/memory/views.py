@@ -11,7 +11,7 @@ what is happening now get what is left (at most `relevant_scenes_max_tokens`).
 
 from __future__ import annotations
 
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -33,10 +33,9 @@ from proxy.core.recaps import (
     SEPARATOR_TOKENS,
     Candidate,
     RecapRules,
+    RecapShelf,
     budget_tokens,
     exclusion,
-    render_recaps,
-    select_recaps,
 )
 from proxy.core.tokens import TokenCounter
 from proxy.core.trim import Covered, Cut, droppable, stepped_drop, stepped_start, trim_cutoff
@@ -58,6 +57,7 @@ class MemoryView:
     cutoff: int | None = None  # newest position that may be left out of requests
     covered: Covered = field(default_factory=lambda: Covered(()))
     recaps: tuple[Candidate, ...] = ()  # recaps of uncovered messages, oldest first
+    shelf: RecapShelf = field(init=False)  # the same, for the chat path
     # Uncovered messages that are to get a recap and have none yet, oldest first, and the
     # uncovered ones not looked at (older than planning's `message_recap_lookback`): the
     # history's stepped start leaves out none of them (`held`).
@@ -68,6 +68,9 @@ class MemoryView:
     names: tuple[str, ...] = ()  # the chat's character and user names
     vocabulary: Vocabulary = field(default_factory=lambda: NO_WORDS)  # of its scene recaps
     budget: int = 0  # tokens the memory's macros may fill (the template's text aside)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "shelf", RecapShelf.of(self.recaps))
 
     def held(self, cut: int) -> int | None:
         """The first chat position from `cut` on that the history's stepped start must not
@@ -118,22 +121,23 @@ def request_memory(
         return RequestMemory({}, ())
     drop: list[int] = []
     if view.cutoff is not None and view.running:
-        keep = {i for i, p in zip(ident.history, ident.positions, strict=False) if p > view.cutoff}
+        # Matched positions rise with the request's order: those past the cutoff are a tail.
+        newer = bisect_right(ident.positions, view.cutoff)
+        keep = set(ident.history[newer : len(ident.positions)])
         drop = droppable(messages, history, view.covered, keep)
     cut, stepped = start
     if stepped:
         drop = sorted({*drop, *stepped})
     sent_from = cut.start if cut is not None else None
     left = view.budget - view.running_tokens
-    candidates = [c for c in view.recaps if sent_from is None or c.position < sent_from]
     budget = budget_tokens(
         settings.message_recap_context_limit,
         settings.message_recap_context_type,
         settings.context_for(model),
     )
-    recent = select_recaps(candidates, min(budget, left - FRAME_TOKENS))
+    recent, spent = view.shelf.newest(sent_from, min(budget, left - FRAME_TOKENS))
     if recent:
-        left -= FRAME_TOKENS + sum(c.tokens + SEPARATOR_TOKENS for c in recent)
+        left -= FRAME_TOKENS + spent
     scenes = ""
     room = min(settings.relevant_scenes_max_tokens, left - FRAME_TOKENS)
     if search is not None and view.scenes and room > 0:
@@ -145,7 +149,7 @@ def request_memory(
         scenes = render_scenes(pick_scenes(ranked, view.scenes, before, room))
     values = {
         "running_recap": view.running,
-        "recent_recaps": render_recaps(recent),
+        "recent_recaps": recent,
         "relevant_scenes": scenes,
     }
     return RequestMemory(values, tuple(drop))

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from proxy.core.recaps import (
     Candidate,
     RecapRules,
+    RecapShelf,
     budget_tokens,
     exclusion,
     numbered,
@@ -66,3 +69,22 @@ def test_budget_fills_newest_first_and_stops_at_the_first_misfit() -> None:
     assert [c.position for c in chosen] == [7, 8, 9]
     assert render_recaps(chosen) == "Recent events, oldest first:\n- r7\n- r8\n- r9"
     assert render_recaps([]) == ""
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    tokens=st.lists(st.integers(0, 50), max_size=30),
+    before=st.one_of(st.none(), st.integers(-2, 70)),
+    budget=st.integers(-5, 400),
+)
+def test_the_shelf_chooses_as_the_walk_does(
+    tokens: list[int], before: int | None, budget: int
+) -> None:
+    """By bisection over sums worked out once, the same recaps and text as filtering,
+    `select_recaps` and `render_recaps` on every request."""
+    candidates = [Candidate(2 * i, t, f"r{i}") for i, t in enumerate(tokens)]
+    older = [c for c in candidates if before is None or c.position < before]
+    chosen = select_recaps(older, budget)
+    text, spent = RecapShelf.of(candidates).newest(before, budget)
+    assert text == render_recaps(chosen)
+    assert spent == sum(c.tokens + 2 for c in chosen)
