@@ -201,6 +201,10 @@ class Connection(asyncio.Protocol):
             else:
                 await self._wait()
 
+    def at_hand(self, exchange: int) -> bool:
+        """Whether `exchange`'s body has bytes, or its end, here already (no wait)."""
+        return exchange == self.exchange and bool(self.buffer or self.complete)
+
     def release(self, exchange: int) -> None:
         """The reader is done with `exchange`: a whole answer's connection goes back to
         the pool, any other is closed."""

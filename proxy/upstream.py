@@ -29,6 +29,10 @@ from proxy.http1 import Pool
 from proxy.settings import UpstreamSettings
 
 
+def _no() -> bool:
+    return False
+
+
 def _nothing() -> None:
     return None
 
@@ -49,6 +53,8 @@ class UpstreamResponse:
     content_length: int | None = None  # only when the upstream sent one (not chunked)
     on_release: Callable[[], None] = field(default=_nothing, repr=False)
     on_close: Callable[[], None] = field(default=_nothing, repr=False)
+    # Whether body bytes (or the body's end) are at hand now, with no wait.
+    at_hand: Callable[[], bool] = field(default=_no, repr=False)
 
     def header(self, name: str) -> str | None:
         wanted = name.lower()
@@ -176,6 +182,7 @@ class Upstream:
             content_length=None if conn.chunked else conn.length,
             on_release=partial(conn.release, exchange),
             on_close=partial(conn.drop, exchange),
+            at_hand=partial(conn.at_hand, exchange),
         )
 
 

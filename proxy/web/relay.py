@@ -122,7 +122,7 @@ class Relay:
         self.vitals.answered(upstream.status)
         metrics.relayed(timing.route, upstream.status, timing.wire)
 
-        response = web.StreamResponse(status=upstream.status, reason=upstream.reason)
+        response = _Answer(status=upstream.status, reason=upstream.reason)
         for name, value in response_headers(upstream.headers):
             response.headers.add(name, value)
         for name, value in extra:
@@ -134,7 +134,11 @@ class Relay:
             exchange.response_headers = list(upstream.headers)
         complete = False
         try:
-            await response.prepare(request)
+            writer = await response.prepare(request)
+            if writer is not None and not upstream.at_hand():
+                # Nothing to send with the headers yet (a stream's first token is to
+                # come): they go now, as the upstream sent them.
+                writer.send_headers()
             first = True
             async for chunk in upstream.chunks:
                 if exchange is not None:
@@ -200,6 +204,15 @@ def _write_quietly(recorder: Recorder, exchange: Exchange) -> None:
         recorder.write(exchange)
     except OSError as exc:
         log.error("cannot write cassette into %s: %s", recorder.folder, exc)
+
+
+class _Answer(web.StreamResponse):
+    """A relayed answer whose headers go out in one write with the first body bytes when
+    those are at hand already (a whole JSON answer, usually): ST gets it in one packet,
+    not two. aiohttp sends a StreamResponse's headers at once unless told otherwise;
+    `_forward` sends them itself when there is nothing to go with them."""
+
+    _send_headers_immediately = False
 
 
 def error_response(exc: UpstreamError, extra: Iterable[tuple[str, str]] = ()) -> web.Response:

@@ -66,6 +66,8 @@ class FakeState:
     started: asyncio.Event = field(default_factory=asyncio.Event)
     chunk_delay: float = 0.0
     gate: asyncio.Event | None = None  # when set: hold the stream after its first event
+    # When set: hold the stream before its first event, its headers sent (a slow first token).
+    first_token: asyncio.Event | None = None
     faults: dict[str, list[str]] = field(default_factory=dict)
     held: asyncio.Event = field(default_factory=asyncio.Event)  # a `hold` call arrived
     release: asyncio.Event = field(default_factory=asyncio.Event)  # lets `hold` calls answer
@@ -368,13 +370,16 @@ async def stream(
     *,
     drop_at: int | None = None,
 ) -> web.StreamResponse:
-    """The chunks as they would come over the network, one write each (held after the
-    first by the state's `gate`, paced by its `chunk_delay`); `drop_at`: the connection
-    drops before that chunk. A client that goes away marks `cancelled`."""
+    """The chunks as they would come over the network, one write each (held before the
+    first by the state's `first_token`, after it by its `gate`, paced by its
+    `chunk_delay`); `drop_at`: the connection drops before that chunk. A client that
+    goes away marks `cancelled`."""
     state = request.app[STATE]
     response = web.StreamResponse(headers={"Content-Type": kind})
     try:
         await response.prepare(request)
+        if state.first_token is not None:
+            await state.first_token.wait()
         for i, chunk in enumerate(chunks):
             if i == drop_at:
                 assert request.transport is not None

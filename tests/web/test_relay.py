@@ -91,6 +91,24 @@ async def test_stream_is_not_buffered(proxy: ProxyFactory, fake_llm: FakeLLM) ->
     assert first + rest == b"".join(sse_chunks(REPLY, model="fake-model"))
 
 
+async def test_a_streams_headers_are_not_held_for_its_first_token(
+    proxy: ProxyFactory, fake_llm: FakeLLM
+) -> None:
+    """The status and headers reach ST as the upstream sends them, before the first token;
+    a whole answer's go out with its body, in one write."""
+    fake_llm.state.first_token = asyncio.Event()
+    client = await proxy()
+    try:
+        response = await asyncio.wait_for(
+            client.post("/v1/chat/completions", data=body(stream=True)), timeout=5
+        )
+        assert response.status == 200
+        assert response.headers["Content-Type"].startswith("text/event-stream")
+    finally:
+        fake_llm.state.first_token.set()
+    assert await response.read() == b"".join(sse_chunks(REPLY, model="fake-model"))
+
+
 async def test_compressed_answer_reaches_the_client_intact(
     proxy: ProxyFactory, fake_llm: FakeLLM
 ) -> None:
