@@ -22,6 +22,7 @@ have put an extension prompt of that role.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from operator import lt
 
 from proxy.core.models import ChatMessage, HistorySpan, Placement, Position, Role
 
@@ -52,12 +53,19 @@ def known_history(
     """A span for a request whose real chat messages are known (by a matched chat).
     `found`: `find_history`'s answer for it, when it is known already."""
     found = found or find_history(messages, markers)
-    ordered = tuple(sorted(i for i in set(indices) if 0 <= i < len(messages)))
+    if indices and indices[0] >= 0 and indices[-1] < len(messages) and _rising(indices):
+        ordered = tuple(indices)  # an identification's, always: in request order already
+    else:
+        ordered = tuple(sorted(i for i in set(indices) if 0 <= i < len(messages)))
     if not ordered:
         return HistorySpan(start=found.start, end=found.start, indices=())
     start = min(found.start, ordered[0])
     end = max(found.end, ordered[-1] + 1)
     return HistorySpan(start=start, end=end, indices=ordered)
+
+
+def _rising(values: Sequence[int]) -> bool:
+    return all(map(lt, values, values[1:]))
 
 
 def insertion_index(

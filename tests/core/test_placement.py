@@ -10,6 +10,8 @@ instructions, `nudge` group nudge, `cont` continue nudge, `inj` one of ST's own 
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from proxy.core.models import ChatMessage, Placement, Position, Role
 from proxy.core.placement import find_history, insertion_index, known_history
@@ -122,6 +124,16 @@ def test_known_history_with_no_messages_goes_to_the_history_start() -> None:
     messages = msgs("main start")
     span = known_history(messages, MARKERS, [])
     assert insertion_index(messages, Placement(Position.IN_CHAT, 0), span) == 2
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(-3, 12), max_size=12))
+def test_known_history_takes_any_indices(indices: list[int]) -> None:
+    """Rising indices in range (an identification's) are taken as they are; any others
+    are put in order, repeats and those outside the request left out."""
+    messages = msgs("main start a u a u a u a u")
+    span = known_history(messages, MARKERS, indices)
+    assert span.indices == tuple(sorted({i for i in indices if 0 <= i < len(messages)}))
 
 
 # Real requests captured from ST 1.12.6 (tests/cassettes/st-1.12.6).
