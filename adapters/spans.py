@@ -119,11 +119,8 @@ def decode(raw: bytes, old: bytes, wire: Sequence[Any], spans: Spans) -> Decoded
                 taken += range(first, first + run)
                 at = new_ends[-1]
                 break
-    rest = raw[at:]
-    if rest.find(KEY) != -1:
-        return None  # another `messages` key (or that word as a value): decode it whole
     try:
-        body = orjson.loads(b'{"messages":[0' + rest)
+        body = orjson.loads(b'{"messages":[0' + raw[at:])
     except orjson.JSONDecodeError:
         return None
     fresh = body["messages"]
@@ -135,8 +132,8 @@ def decode(raw: bytes, old: bytes, wire: Sequence[Any], spans: Spans) -> Decoded
     if not _measure(raw, fresh, at + 1, new_starts, new_ends):
         return None
     close = new_ends[-1]
-    if close >= len(raw) or raw[close] != CLOSE:
-        return None
+    if close >= len(raw) or raw[close] != CLOSE or raw.find(KEY, close) != -1:
+        return None  # a second `messages` key, the one a decoder keeps: decode it whole
     body["messages"] = [*(wire[i] for i in taken), *fresh]
     return Decoded(body, Spans(new_starts, new_ends, close), taken)
 

@@ -15,6 +15,7 @@ from adapters import spans
 from adapters.base import ParsedRequest
 from adapters.openai_chat import OpenAIChatAdapter
 from proxy.core.models import Insertion, Role
+from proxy.errors import AdapterError
 
 ADAPTER = OpenAIChatAdapter()
 PAD = "p" * spans.MAP_FROM  # a main prompt long enough for the body to be mapped
@@ -95,6 +96,28 @@ def test_nothing_shared_decodes_whole() -> None:
     other = [{"role": "system", "content": PAD + "!"}, *[turn(i) for i in range(5)]]
     second = same_as_whole(st_json({"messages": other}), first)
     assert second.carried == 0
+
+
+def test_a_second_messages_key_is_read_as_a_decoder_reads_it() -> None:
+    """The last `messages` key is the one that counts, even behind messages shared with
+    the previous request."""
+    history = [turn(i) for i in range(5)]
+    first = ADAPTER.parse(request(history))
+    x = json.dumps(turn(9), separators=(",", ":"))
+    shared = request(history)[: -len(b'],"model":"m","stream":true}')]
+    for raw in (
+        shared + f',{x}],"messages":[0,{x}]}}'.encode(),
+        shared + f',{x}],"messages":[{x}]}}'.encode(),
+    ):
+        try:
+            whole: Any = ADAPTER.parse(raw).body
+        except AdapterError as exc:
+            whole = str(exc)
+        try:
+            got: Any = ADAPTER.parse(raw, first).body
+        except AdapterError as exc:
+            got = str(exc)
+        assert got == whole
 
 
 def test_a_bad_body_after_a_good_one_is_still_refused() -> None:
