@@ -145,14 +145,46 @@ def request_memory(
         before = sent_from
         if drop and view.cutoff is not None:
             before = max(before or 0, view.cutoff + 1)
-        ranked = rank_scenes(search, view, ident.chat_id, messages, history, settings)
-        scenes = render_scenes(pick_scenes(ranked, view.scenes, before, room))
+        scenes = relevant_scenes(
+            search, view, ident.chat_id, messages, history, settings, before, room
+        )
     values = {
         "running_recap": view.running,
         "recent_recaps": recent,
         "relevant_scenes": scenes,
     }
     return RequestMemory(values, tuple(drop))
+
+
+# `relevant_scenes` answers by what they were asked: the chat's scenes (its vocabulary, replaced
+# whenever one changes), the recent messages, the room. Swipes and regenerations, which
+# a role-play has many of, ask the same again.
+_RELEVANT: dict[Hashable, str] = {}
+RELEVANT_KEPT = 256
+
+
+def relevant_scenes(
+    search: SceneRanker,
+    view: MemoryView,
+    chat_id: str,
+    messages: Sequence[ChatMessage],
+    history: Sequence[int],
+    settings: MemorySettings,
+    before: int | None,
+    room: int,
+) -> str:
+    """`{{relevant_scenes}}`: the older scenes that bear on the recent messages, ending
+    before chat position `before`, within `room` tokens."""
+    recent = tuple([messages[i] for i in history[-settings.relevant_scenes_context :]])
+    key = (search, view.vocabulary, chat_id, view.names, recent, before, room)
+    found = _RELEVANT.get(key)
+    if found is None:
+        ranked = rank_scenes(search, view, chat_id, messages, history, settings)
+        found = render_scenes(pick_scenes(ranked, view.scenes, before, room))
+        if len(_RELEVANT) >= RELEVANT_KEPT:
+            del _RELEVANT[next(iter(_RELEVANT))]  # the oldest
+        _RELEVANT[key] = found
+    return found
 
 
 def rank_scenes(
