@@ -101,8 +101,9 @@ def plan_insertions(
         (CHANGING, templates.changing, policy.changing),
     )
     for part, template, placement in parts:
-        # What an earlier part used is empty here, not left as `{{macro}}`.
-        own = {k: "" if k in taken else v for k, v in values.items()}
+        # What an earlier part used is empty here, not left as `{{macro}}`. Only the
+        # template's own macros: they are the render's memo key, the others not.
+        own = {k: "" if k in taken else values[k] for k in template.macros if k in values}
         taken |= template.macros
         rendered = template.render(own)
         if not rendered.has_content or not rendered.text:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from collections.abc import Collection, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from pydantic import BaseModel, Field
 
@@ -141,6 +141,9 @@ class RecapShelf:
     positions: tuple[int, ...] = ()
     sums: tuple[int, ...] = (0,)  # sums[i]: the cost of the first i, separators included
     lines: tuple[str, ...] = ()
+    # The last answer, by its range: the same text object while ST's cut stays, so that
+    # what is keyed by it (the template's render, the token count) finds it at once.
+    _last: dict[tuple[int, int], str] = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
     def of(cls, candidates: Sequence[Candidate]) -> RecapShelf:
@@ -162,4 +165,9 @@ class RecapShelf:
         first = bisect_left(sums, sums[end] - (budget - 1), 0, end)
         if first >= end:
             return "", 0
-        return RECAPS_HEADING + "\n" + "\n".join(self.lines[first:end]), sums[end] - sums[first]
+        text = self._last.get((first, end))
+        if text is None:
+            text = RECAPS_HEADING + "\n" + "\n".join(self.lines[first:end])
+            self._last.clear()
+            self._last[first, end] = text
+        return text, sums[end] - sums[first]
