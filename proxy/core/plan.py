@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 from proxy.core.models import ChatMessage, Insertion, Memory, Placement, Position
 from proxy.core.placement import find_history, insertion_index, known_history
@@ -93,37 +94,42 @@ def plan_insertions(
         span = known_history(messages, markers, memory.history, memory.span)
     else:
         span = memory.span or find_history(messages, markers)
-    values = {key.lower(): value for key, value in memory.values.items()}
-    taken: set[str] = set()
     found: list[Insertion] = []
-    parts = (
-        (STABLE, templates.stable, policy.placement),
-        (CHANGING, templates.changing, policy.changing),
-    )
-    for part, template, placement in parts:
-        # What an earlier part used is empty here, not left as `{{macro}}`. Only the
-        # template's own macros: they are the render's memo key, the others not.
-        own = {k: "" if k in taken else values[k] for k in template.macros if k in values}
-        taken |= template.macros
-        rendered = template.render(own)
-        if not rendered.has_content or not rendered.text:
+    rendered = _render_parts(templates, tuple(memory.values.items()), count_tokens)
+    for (part, text, tokens, filled), placement in zip(
+        rendered, (policy.placement, policy.changing), strict=True
+    ):
+        if not text:
             continue
         index = insertion_index(messages, placement, span)
         if index is None:
             continue
-        filled = frozenset(m for m in template.macros if own.get(m, "").strip())
-        found.append(
-            Insertion(
-                index=index,
-                role=placement.role,
-                text=rendered.text,
-                tokens=count_tokens(rendered.text),
-                part=part,
-                filled=filled,
-            )
-        )
+        found.append(Insertion(index, placement.role, text, tokens, part, filled))
     found.sort(key=lambda insertion: insertion.index)
     return tuple(found)
+
+
+@lru_cache(maxsize=64)
+def _render_parts(
+    templates: MemoryTemplates,
+    items: tuple[tuple[str, str], ...],
+    count_tokens: Callable[[str], int],
+) -> tuple[tuple[str, str, int, frozenset[str]], ...]:
+    """Each part's text ("" when it has nothing to say), its tokens and the macros that
+    filled it, for these macro values. Memoised: every request of a scene renders the same
+    running recap, and a swipe or regeneration the same everything."""
+    values = {key.lower(): value for key, value in items}
+    taken: set[str] = set()
+    parts = []
+    for part, template in ((STABLE, templates.stable), (CHANGING, templates.changing)):
+        # What an earlier part used is empty here, not left as `{{macro}}`.
+        own = {k: "" if k in taken else values[k] for k in template.macros if k in values}
+        taken |= template.macros
+        rendered = template.render(own)
+        text = rendered.text if rendered.has_content else ""
+        filled = frozenset(m for m in template.macros if own.get(m, "").strip())
+        parts.append((part, text, count_tokens(text) if text else 0, filled))
+    return tuple(parts)
 
 
 def covers_history(insertions: Sequence[Insertion]) -> bool:
