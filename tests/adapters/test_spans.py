@@ -4,6 +4,7 @@ body put together from its own bytes is the body re-encoded."""
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 from typing import Any
 
@@ -16,6 +17,7 @@ from adapters.base import ParsedRequest
 from adapters.openai_chat import OpenAIChatAdapter
 from proxy.core.models import Insertion, Role
 from proxy.errors import AdapterError
+from tests.core.st_requests import ST_CASSETTES, st_body
 
 ADAPTER = OpenAIChatAdapter()
 PAD = "p" * spans.MAP_FROM  # a main prompt long enough for the body to be mapped
@@ -204,3 +206,23 @@ def test_a_message_orjson_would_change_is_not_mapped() -> None:
     assert parsed.layout.spans is None
     out = ADAPTER.apply(parsed, (), {0: "short"})
     assert json.loads(out)["messages"][0] == {"role": "system", "content": "short", "seed": 2**70}
+
+
+def test_every_real_st_request_decodes_as_if_whole_after_the_one_before() -> None:
+    """The requests captured from ST, each after the one before it: each is mapped (ST
+    sends compact JSON), and what is taken from the one before decodes as the whole."""
+    for series in ("stream", "nonstream"):
+        names = sorted(p.stem for p in ST_CASSETTES.glob(f"{series}-*.json"))
+        bodies = [raw for raw in map(st_body, names) if raw]
+        taken = 0
+        for before, raw in itertools.pairwise(bodies):
+            wire = orjson.loads(before)["messages"]
+            found = spans.measure(before, wire)
+            assert found is not None
+            decoded = spans.decode(raw, before, wire, found)
+            whole = orjson.loads(raw)
+            if decoded is not None:
+                assert decoded.body == whole
+                assert decoded.spans == spans.measure(raw, whole["messages"])
+                taken += len(decoded.taken)
+        assert taken > 0, series
