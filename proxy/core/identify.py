@@ -130,8 +130,11 @@ class ChatIndex:
 
     def candidates(self, fps: Iterable[int]) -> set[str]:
         found: set[str] = set()
+        by_fp = self.by_fp
         for fp in fps:
-            found |= self.by_fp.get(fp, set())
+            chats = by_fp.get(fp)
+            if chats:
+                found |= chats
         return found
 
 
