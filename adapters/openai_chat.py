@@ -214,61 +214,56 @@ class OpenAIChatAdapter:
         for insertion in insertions:
             new = {"role": insertion.role.value, "content": insertion.text}
             at.setdefault(insertion.index, []).append(new)
-        # Put together by runs between the places where something changes (an insertion,
-        # a replacement, the edges of a left-out run): a long history goes in one step,
-        # not message by message. Each run is wholly left out or wholly kept.
-        n = len(wire)
         gone = set(drop)
-        cuts = sorted({0, n, *(i for i in at if i <= n), *replaced, *_run_edges(gone)})
+        cuts = sorted(
+            {0, len(wire), *(i for i in at if i <= len(wire)), *replaced, *_run_edges(gone)}
+        )
         spans = layout.spans
         if spans is not None:
-            return splice(parsed.raw, spans, self._pieces(parsed, spans, cuts, at, replaced, gone))
+            runs = _runs(wire, cuts, at, replaced, gone)
+            # The request's own messages stay the bytes they came as; only what is new is
+            # encoded (exact: a mapped message is one that orjson wrote back to its bytes).
+            return splice(
+                parsed.raw, spans, [orjson.dumps(r) if type(r) is dict else r for r in runs]
+            )
         source, fast = reencode(parsed.raw, parsed.body, layout.numeric)
         wire = source["messages"]
         out: list[Any] = []
-        for k, start in enumerate(cuts):
-            out.extend(at.get(start, ()))
-            if start >= n:
-                break
-            end = cuts[k + 1]
-            if start in gone:
-                continue
-            first = wire[start]
-            if start in replaced and isinstance(first.get("content"), str):
-                out.append({**first, "content": replaced[start]})
-                out.extend(wire[start + 1 : end])
+        for run in _runs(wire, cuts, at, replaced, gone):
+            if type(run) is dict:
+                out.append(run)
             else:
-                out.extend(wire[start:end])
+                out.extend(wire[run[0] : run[1]])
         body = dict(source)
         body["messages"] = out
         return encode_json(body, fast=fast)
 
-    @staticmethod
-    def _pieces(
-        parsed: ParsedRequest,
-        spans: Spans,
-        cuts: list[int],
-        at: Mapping[int, list[dict[str, str]]],
-        replaced: Mapping[int, str],
-        gone: Collection[int],
-    ) -> list[bytes | tuple[int, int]]:
-        """`apply`'s runs as `splice` takes them: the request's own messages stay the
-        bytes they came as; only what is new is encoded."""
-        wire = parsed.body["messages"]
-        n = len(wire)
-        pieces: list[bytes | tuple[int, int]] = []
-        for k, start in enumerate(cuts):
-            pieces.extend(orjson.dumps(new) for new in at.get(start, ()))
-            if start >= n:
-                break
-            end = cuts[k + 1]
-            if start in gone:
-                continue
-            first = wire[start]
-            if start in replaced and isinstance(first.get("content"), str):
-                # Exact: a mapped message is one that orjson wrote back to its own bytes.
-                pieces.append(orjson.dumps({**first, "content": replaced[start]}))
-                start += 1
-            if start < end:
-                pieces.append((start, end))
-        return pieces
+
+def _runs(
+    wire: Sequence[Any],
+    cuts: Sequence[int],
+    at: Mapping[int, list[dict[str, str]]],
+    replaced: Mapping[int, str],
+    gone: Collection[int],
+) -> list[Any]:
+    """The new `messages`, in order: new messages (the parts, replaced messages) as dicts,
+    and runs of the request's own as (first, end). Runs go between the places where
+    something changes (an insertion, a replacement, the edges of a left-out run), so a
+    long history goes in one step, not message by message; each is wholly left out or
+    wholly kept."""
+    n = len(wire)
+    out: list[Any] = []
+    for k, start in enumerate(cuts):
+        out.extend(at.get(start, ()))
+        if start >= n:
+            break
+        end = cuts[k + 1]
+        if start in gone:
+            continue
+        first = wire[start]
+        if start in replaced and isinstance(first.get("content"), str):
+            out.append({**first, "content": replaced[start]})
+            start += 1
+        if start < end:
+            out.append((start, end))
+    return out

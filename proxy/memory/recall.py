@@ -1,0 +1,113 @@
+"""Recalling older scenes on the chat path: what a request asks the scene search
+(`proxy.store.search`), memoised, and the `{{relevant_scenes}}` text it makes of the answer
+(`proxy.core.recall` decides the terms and the choice)."""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Mapping, Sequence
+from functools import lru_cache
+from typing import Protocol
+
+from proxy.core.models import ChatMessage
+from proxy.core.recall import (
+    SceneCard,
+    Vocabulary,
+    match_query,
+    pick_scenes,
+    render_scenes,
+    search_terms,
+)
+from proxy.memory.settings import MemorySettings
+
+
+class SceneRanker(Hashable, Protocol):
+    """The scene search, as a request uses it."""
+
+    def ranked(self, chat_id: str, query: str, limit: int, min_score: float) -> list[int]: ...
+
+
+class ChatScenes(Protocol):
+    """What recall reads of a chat's memory view (`proxy.memory.views.MemoryView`)."""
+
+    @property
+    def scenes(self) -> Mapping[int, SceneCard]: ...  # break uid -> scene
+
+    @property
+    def vocabulary(self) -> Vocabulary: ...  # replaced whenever a scene changes
+
+    @property
+    def names(self) -> tuple[str, ...]: ...  # the chat's character and user names
+
+
+# Scenes asked of the search per request, and the least bm25 score that counts as a match
+# (about one term that a tenth of the scenes share: see `proxy.core.recall`).
+SEARCH_LIMIT = 24
+CONTEXT_CHARS = 1200
+MIN_SCORE = 1.0
+
+# `relevant_scenes` answers by what they were asked: the chat's scenes (its vocabulary, replaced
+# whenever one changes), the recent messages, the room. Swipes and regenerations, which
+# a role-play has many of, ask the same again.
+_RELEVANT: dict[Hashable, str] = {}
+RELEVANT_KEPT = 256
+
+
+def relevant_scenes(
+    search: SceneRanker,
+    view: ChatScenes,
+    chat_id: str,
+    messages: Sequence[ChatMessage],
+    history: Sequence[int],
+    settings: MemorySettings,
+    before: int | None,
+    room: int,
+) -> str:
+    """`{{relevant_scenes}}`: the older scenes that bear on the recent messages, ending
+    before chat position `before`, within `room` tokens."""
+    recent = tuple([messages[i] for i in history[-settings.relevant_scenes_context :]])
+    key = (search, view.vocabulary, chat_id, view.names, recent, before, room)
+    found = _RELEVANT.get(key)
+    if found is None:
+        ranked = rank_scenes(search, view, chat_id, messages, history, settings)
+        found = render_scenes(pick_scenes(ranked, view.scenes, before, room))
+        if len(_RELEVANT) >= RELEVANT_KEPT:
+            del _RELEVANT[next(iter(_RELEVANT))]  # the oldest
+        _RELEVANT[key] = found
+    return found
+
+
+def rank_scenes(
+    search: SceneRanker,
+    view: ChatScenes,
+    chat_id: str,
+    messages: Sequence[ChatMessage],
+    history: Sequence[int],
+    settings: MemorySettings,
+) -> list[int]:
+    """The scenes that match the user's last message, best first, then those that match
+    the last few chat messages."""
+    recent = history[-settings.relevant_scenes_context :]
+    users = [i for i in recent if messages[i].role == "user"]
+    words = view.vocabulary
+    asked = search_terms([messages[users[-1]].text], words, view.names) if users else []
+    # The end of each message is what is happening now (and bounds the work per request).
+    tails = [messages[i].text[-CONTEXT_CHARS:] for i in recent]
+    context = [
+        term
+        for term in search_terms(tails, words, view.names, rarest=True, limit=6 + len(asked))
+        if term not in asked
+    ][:6]
+    ranked: list[int] = []
+    for terms in (asked, context):
+        if terms:
+            found = _ranked(search, words, chat_id, match_query(terms))
+            ranked.extend(uid for uid in found if uid not in ranked)
+    return ranked
+
+
+@lru_cache(maxsize=256)
+def _ranked(search: SceneRanker, words: Vocabulary, chat_id: str, query: str) -> tuple[int, ...]:
+    """The search's answer, memoised for as long as the chat's scenes stay the same (its
+    vocabulary is replaced whenever one changes): a regenerated reply, a swipe or a
+    continue asks the same question again."""
+    return tuple(search.ranked(chat_id, query, SEARCH_LIMIT, MIN_SCORE))

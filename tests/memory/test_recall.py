@@ -1,0 +1,57 @@
+"""Older scenes recalled on the chat path (`proxy.memory.recall`)."""
+
+from __future__ import annotations
+
+from proxy.core.models import ChatMessage
+from proxy.core.recall import SceneCard, Vocabulary, words_of
+from proxy.memory.recall import relevant_scenes
+from proxy.memory.settings import MemorySettings
+from proxy.memory.views import MemoryView
+
+SETTINGS = MemorySettings()
+
+
+class CountingSearch:
+    """A scene search that ranks every scene and counts the questions."""
+
+    def __init__(self) -> None:
+        self.asked = 0
+
+    def ranked(self, chat_id: str, query: str, limit: int, min_score: float) -> list[int]:
+        self.asked += 1
+        return [1, 2]
+
+
+def scenes_view(recap: str) -> MemoryView:
+    cards = {
+        uid: SceneCard(uid, uid * 10, f"S{uid}", f"{recap} {uid}", 5, words_of(f"{recap} mill"))
+        for uid in (1, 2)
+    }
+    return MemoryView(
+        running="x",
+        scenes=cards,
+        vocabulary=Vocabulary.of(c.words for c in cards.values()),
+        names=("Seraphina", "Arden"),
+    )
+
+
+def test_relevant_scenes_are_searched_once_per_question() -> None:
+    """A swipe asks again what the last request asked: the answer is the one given, until
+    the chat's scenes or the recent messages change."""
+    search = CountingSearch()
+    messages = [ChatMessage("user", "The mill burned."), ChatMessage("assistant", "Smoke rose.")]
+    view = scenes_view("They met at the mill")
+
+    def ask(view: MemoryView, messages: list[ChatMessage]) -> str:
+        return relevant_scenes(search, view, "c", messages, [0, 1], SETTINGS, None, 100)
+
+    first = ask(view, messages)
+    assert "They met at the mill 1" in first and search.asked
+    asked = search.asked
+    assert ask(view, [ChatMessage(m.role, m.text) for m in messages]) == first
+    assert search.asked == asked
+    changed = scenes_view("They fled the mill")  # a scene recap rewritten: new vocabulary
+    assert "They fled the mill 1" in ask(changed, messages) and search.asked > asked
+    asked = search.asked
+    ask(changed, [*messages[:1], ChatMessage("assistant", "Everyone fled the mill.")])
+    assert search.asked > asked
