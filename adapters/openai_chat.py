@@ -208,7 +208,7 @@ class OpenAIChatAdapter:
         assert type(layout) is _Layout, "parsed by another adapter"
         wire = parsed.body["messages"]
         replaced = replacements or {}
-        if any(not 0 <= i < len(wire) for i in replaced):
+        if replaced and any(not 0 <= i < len(wire) for i in replaced):
             raise AdapterError("a replacement names a message the request does not have")
         at: dict[int, list[dict[str, str]]] = {}  # index -> the parts before it, in order
         for insertion in insertions:

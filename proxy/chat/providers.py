@@ -146,7 +146,7 @@ class ChatMemory:
             # Every history message of the request, not only the matched newest ones:
             # trimming reaches back to the oldest covered message ST sent.
             got = self.engine.request_memory(ident, parsed.messages, found.history, parsed.model)
-            values, drop = {**got.values, **values}, got.drop
+            values, drop = ({**got.values, **values} if values else got.values), got.drop
         return Memory(
             values=values,
             chat_id=ident.chat_id,

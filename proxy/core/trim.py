@@ -138,11 +138,11 @@ def droppable(
     the covered messages in order; it stops at the first message in `keep` (known to be
     newer than the cutoff) and when the covered messages run out.
     """
-    if not covered.fps:
-        return []
+    stop = _first_kept(history, keep)
+    if not covered.fps or not stop:
+        return []  # nothing covered, or the request's history is all newer than the cutoff
     request = _Request(messages, history)
     last = len(covered.fps) - 1
-    stop = _first_kept(history, keep)
     dropped: list[int] = []
     j: int | None = None  # next covered message expected
     skipped = 0
