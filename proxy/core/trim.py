@@ -227,7 +227,8 @@ def stepped_drop(
     """
     if not history or not matched or matched[0] != history[0]:
         return []
-    early = [index for index, position in zip(matched, positions, strict=False) if position < start]
+    # Positions rise with the request's order: those before `start` come first.
+    early = list(matched[: bisect_left(positions, start)])
     if len(history) - len(early) < keep_at_least:
         return []
     return early

@@ -134,6 +134,24 @@ def test_the_history_start_steps_on_only_where_st_cut_into_uncovered_messages() 
     assert [stepped_start(cut, 4, 30) for cut in (32, 33, 35, 36)] == [35, 35, 35, 39]
 
 
+@settings(max_examples=200, deadline=None)
+@given(
+    positions=st.lists(st.integers(0, 60), max_size=30, unique=True).map(sorted),
+    start=st.integers(0, 70),
+    keep=st.integers(0, 10),
+)
+def test_the_matched_messages_before_the_start_are_all_that_go(
+    positions: list[int], start: int, keep: int
+) -> None:
+    """An identification's positions rise with the request's order: the messages before
+    the start are its first ones, found by bisection."""
+    matched = [2 + 2 * k for k in range(len(positions))]
+    history = list(range(2, 2 + 2 * len(positions)))
+    early = [i for i, p in zip(matched, positions, strict=True) if p < start]
+    expected = early if len(history) - len(early) >= keep else []
+    assert stepped_drop(history, matched, positions, start, keep) == expected
+
+
 def test_only_matched_messages_before_the_start_go() -> None:
     history = [2, 3, 4, 5, 6, 7, 8, 9]
     # Request index 5 is ST's injection (it matches no chat message).
