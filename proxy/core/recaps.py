@@ -104,39 +104,14 @@ class Candidate:
 SEPARATOR_TOKENS = 2  # "\n- " between two recaps
 
 
-def select_recaps(candidates: Sequence[Candidate], budget: int) -> list[Candidate]:
-    """The recaps that fit, chosen newest to oldest (qvink's inclusion walk), returned
-    oldest first. The walk stops at the first recap that does not fit, so what goes in
-    is always the most recent stretch, without holes."""
-    chosen: list[Candidate] = []
-    spent = 1
-    for candidate in reversed(candidates):
-        cost = candidate.tokens + SEPARATOR_TOKENS
-        if spent + cost > budget:
-            break
-        spent += cost
-        chosen.append(candidate)
-    chosen.reverse()
-    return chosen
-
-
-def render_recaps(chosen: Sequence[Candidate]) -> str:
-    """`{{recent_recaps}}`: the chosen recaps, newest last, with a one-line frame."""
-    if not chosen:
-        return ""
-    lines = "\n".join(f"- {c.text}" for c in chosen)
-    return f"{RECAPS_HEADING}\n{lines}"
-
-
 RECAPS_HEADING = "Recent events, oldest first:"
 
 
 @dataclass(frozen=True, slots=True)
 class RecapShelf:
-    """Candidates (oldest first) ready for the chat path: `select_recaps` and
-    `render_recaps` of those before a position, by bisection over what is worked out once
-    per memory view (positions, the running sum of their costs, their lines), not by a
-    walk over every recap on every request."""
+    """Candidates (oldest first) ready for the chat path: the ones a request gets, chosen
+    by bisection over what is worked out once per memory view (positions, the running sum
+    of their costs, their lines), not by a walk over every recap on every request."""
 
     positions: tuple[int, ...] = ()
     sums: tuple[int, ...] = (0,)  # sums[i]: the cost of the first i, separators included
@@ -157,11 +132,15 @@ class RecapShelf:
         )
 
     def newest(self, before: int | None, budget: int) -> tuple[str, int]:
-        """`render_recaps(select_recaps(<those before position before>, budget))`, and the
-        tokens the chosen recaps take (their separators included)."""
+        """`{{recent_recaps}}` from the recaps of messages before position `before` ("" when
+        none fits), and the tokens they take, their separators included.
+
+        They are chosen newest to oldest (qvink's inclusion walk) and the walk stops at the
+        first that does not fit in `budget` (one token of it is the frame's): what goes in
+        is always the most recent stretch, without holes, oldest first."""
         end = len(self.positions) if before is None else bisect_left(self.positions, before)
         sums = self.sums
-        # select_recaps: the longest run ending at `end` whose cost, plus 1, fits.
+        # That walk's answer: the longest run ending at `end` whose cost, plus 1, fits.
         first = bisect_left(sums, sums[end] - (budget - 1), 0, end)
         if first >= end:
             return "", 0

@@ -14,8 +14,6 @@ from proxy.core.recaps import (
     exclusion,
     numbered,
     read_message_recaps,
-    render_recaps,
-    select_recaps,
 )
 from proxy.core.replies import ReplyError
 from proxy.sillytavern.chatfile import STMessage
@@ -64,11 +62,24 @@ def test_batch_answers_name_messages_by_their_number() -> None:
 def test_budget_fills_newest_first_and_stops_at_the_first_misfit() -> None:
     assert budget_tokens(10, "percent", 16384) == 1638
     assert budget_tokens(300, "absolute", 16384) == 300
-    candidates = [Candidate(i, 10, f"r{i}") for i in range(10)]
-    chosen = select_recaps(candidates, 1 + 3 * 12)
-    assert [c.position for c in chosen] == [7, 8, 9]
-    assert render_recaps(chosen) == "Recent events, oldest first:\n- r7\n- r8\n- r9"
-    assert render_recaps([]) == ""
+    shelf = RecapShelf.of([Candidate(i, 10, f"r{i}") for i in range(10)])
+    text, spent = shelf.newest(None, 1 + 3 * 12)
+    assert text == "Recent events, oldest first:\n- r7\n- r8\n- r9"
+    assert spent == 3 * 12
+    assert shelf.newest(None, 1) == ("", 0)
+    assert shelf.newest(0, 100) == ("", 0)  # none is older than position 0
+
+
+def walk(candidates: list[Candidate], budget: int) -> list[Candidate]:
+    """qvink's inclusion walk, newest to oldest, stopping at the first misfit."""
+    chosen: list[Candidate] = []
+    spent = 1
+    for candidate in reversed(candidates):
+        if spent + candidate.tokens + 2 > budget:
+            break
+        spent += candidate.tokens + 2
+        chosen.append(candidate)
+    return chosen[::-1]
 
 
 @settings(max_examples=300, deadline=None)
@@ -80,11 +91,12 @@ def test_budget_fills_newest_first_and_stops_at_the_first_misfit() -> None:
 def test_the_shelf_chooses_as_the_walk_does(
     tokens: list[int], before: int | None, budget: int
 ) -> None:
-    """By bisection over sums worked out once, the same recaps and text as filtering,
-    `select_recaps` and `render_recaps` on every request."""
+    """By bisection over sums worked out once, the same recaps and text as filtering and
+    walking every recap on every request."""
     candidates = [Candidate(2 * i, t, f"r{i}") for i, t in enumerate(tokens)]
     older = [c for c in candidates if before is None or c.position < before]
-    chosen = select_recaps(older, budget)
+    chosen = walk(older, budget)
     text, spent = RecapShelf.of(candidates).newest(before, budget)
-    assert text == render_recaps(chosen)
+    lines = "\n".join(f"- {c.text}" for c in chosen)
+    assert text == (f"Recent events, oldest first:\n{lines}" if chosen else "")
     assert spent == sum(c.tokens + 2 for c in chosen)
