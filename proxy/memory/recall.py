@@ -68,7 +68,7 @@ def relevant_scenes(
     key = (search, view.vocabulary, chat_id, view.names, recent, before, room)
     found = _RELEVANT.get(key)
     if found is None:
-        ranked = rank_scenes(search, view, chat_id, messages, history, settings)
+        ranked = rank_scenes(search, view, chat_id, recent)
         found = render_scenes(pick_scenes(ranked, view.scenes, before, room))
         if len(_RELEVANT) >= RELEVANT_KEPT:
             del _RELEVANT[next(iter(_RELEVANT))]  # the oldest
@@ -77,21 +77,15 @@ def relevant_scenes(
 
 
 def rank_scenes(
-    search: SceneRanker,
-    view: ChatScenes,
-    chat_id: str,
-    messages: Sequence[ChatMessage],
-    history: Sequence[int],
-    settings: MemorySettings,
+    search: SceneRanker, view: ChatScenes, chat_id: str, recent: Sequence[ChatMessage]
 ) -> list[int]:
-    """The scenes that match the user's last message, best first, then those that match
-    the last few chat messages."""
-    recent = history[-settings.relevant_scenes_context :]
-    users = [i for i in recent if messages[i].role == "user"]
+    """The scenes that match the user's last message of `recent` (the newest chat
+    messages), best first, then those that match all of them."""
+    users = [m for m in recent if m.role == "user"]
     words = view.vocabulary
-    asked = search_terms([messages[users[-1]].text], words, view.names) if users else []
+    asked = search_terms([users[-1].text], words, view.names) if users else []
     # The end of each message is what is happening now (and bounds the work per request).
-    tails = [messages[i].text[-CONTEXT_CHARS:] for i in recent]
+    tails = [m.text[-CONTEXT_CHARS:] for m in recent]
     context = [
         term
         for term in search_terms(tails, words, view.names, rarest=True, limit=6 + len(asked))
