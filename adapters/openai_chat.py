@@ -164,25 +164,24 @@ class OpenAIChatAdapter:
     def parse(self, raw: bytes, previous: ParsedRequest | None = None) -> ParsedRequest:
         """`previous`: the last request parsed; the messages this one shares with it
         byte for byte are taken from it, not decoded again."""
-        decoded = None
-        layout = previous.layout if previous is not None else None
         mapped = len(raw) >= MAP_FROM
-        if mapped and previous is not None and type(layout) is _Layout and layout.spans:
-            decoded = decode(raw, previous.raw, previous.body["messages"], layout.spans)
-        if previous is None or decoded is None or type(layout) is not _Layout:
+        before = previous.layout if previous is not None else None
+        decoded = None
+        if mapped and previous is not None and type(before) is _Layout and before.spans is not None:
+            decoded = decode(raw, previous.raw, previous.body["messages"], before.spans)
+        if decoded is None:
             body = decode_object(raw, "messages", list)
             messages, numeric = _read(body["messages"], 0)
             found = measure(raw, body["messages"]) if mapped and raw.startswith(HEAD) else None
             taken: list[int] = []
         else:
+            assert previous is not None and type(before) is _Layout  # as `decode` was called
             body, found, taken = decoded.body, decoded.spans, decoded.taken
-            carried = len(taken)
-            messages, numeric = _read(body["messages"][carried:], carried)
-            old = previous.messages
-            messages[:0] = [old[i] for i in taken]
-            if layout.numeric:
-                before = set(layout.numeric)
-                numeric[:0] = [n for n, i in enumerate(taken) if i in before]
+            messages, numeric = _read(body["messages"][len(taken) :], len(taken))
+            messages[:0] = [previous.messages[i] for i in taken]
+            if before.numeric:
+                was = set(before.numeric)
+                numeric[:0] = [n for n, i in enumerate(taken) if i in was]
         model = body.get("model")
         return ParsedRequest(
             raw=raw,
@@ -224,16 +223,16 @@ class OpenAIChatAdapter:
             # The request's own messages stay the bytes they came as; only what is new is
             # encoded (exact: a mapped message is one that orjson wrote back to its bytes).
             return splice(
-                parsed.raw, spans, [orjson.dumps(r) if type(r) is dict else r for r in runs]
+                parsed.raw, spans, [r if isinstance(r, tuple) else orjson.dumps(r) for r in runs]
             )
         source, fast = reencode(parsed.raw, parsed.body, layout.numeric)
         wire = source["messages"]
         out: list[Any] = []
         for run in _runs(wire, cuts, at, replaced, gone):
-            if type(run) is dict:
-                out.append(run)
-            else:
+            if isinstance(run, tuple):
                 out.extend(wire[run[0] : run[1]])
+            else:
+                out.append(run)
         body = dict(source)
         body["messages"] = out
         return encode_json(body, fast=fast)
@@ -245,14 +244,14 @@ def _runs(
     at: Mapping[int, list[dict[str, str]]],
     replaced: Mapping[int, str],
     gone: Collection[int],
-) -> list[Any]:
+) -> list[dict[str, Any] | tuple[int, int]]:
     """The new `messages`, in order: new messages (the parts, replaced messages) as dicts,
     and runs of the request's own as (first, end). Runs go between the places where
     something changes (an insertion, a replacement, the edges of a left-out run), so a
     long history goes in one step, not message by message; each is wholly left out or
     wholly kept."""
     n = len(wire)
-    out: list[Any] = []
+    out: list[dict[str, Any] | tuple[int, int]] = []
     for k, start in enumerate(cuts):
         out.extend(at.get(start, ()))
         if start >= n:
