@@ -52,8 +52,7 @@ Stat = tuple[int, int]  # a chat file's (size, mtime_ns)
 FRESHNESS_WAIT = 1.0  # seconds a request may wait for its chat file to be re-read
 
 
-# Not frozen, never changed: built for every chat request, where a frozen dataclass's
-# __init__ (an object.__setattr__ per field) costs three times as much.
+# Not frozen: built for every chat request (see proxy.core.models).
 @dataclass(slots=True)
 class RequestIdentity:
     identification: Identification | None

@@ -138,8 +138,7 @@ class ChatIndex:
         return found
 
 
-# Not frozen, never changed: built for every chat request, where a frozen dataclass's
-# __init__ (an object.__setattr__ per field) costs three times as much.
+# Not frozen: built for every chat request (see proxy.core.models).
 @dataclass(slots=True)
 class _Fit:
     generation: Generation

@@ -109,8 +109,10 @@ class ChatMessage(NamedTuple):
 Generation = Literal["normal", "swipe", "continue", "quiet"]
 
 
-# Not frozen, never changed: built for every chat request, where a frozen dataclass's
-# __init__ (an object.__setattr__ per field) costs three times as much.
+# The records built for every chat request (these four, and RequestIdentity,
+# RequestMemory, Outcome, _Fit, an adapter's layout) are not frozen, and never
+# changed once built: a frozen dataclass's __init__ (an object.__setattr__ per
+# field) costs three times as much.
 @dataclass(slots=True)
 class Identification:
     chat_id: str
@@ -122,8 +124,6 @@ class Identification:
     positions: tuple[int, ...] = ()  # the chat position of each of `history` (ascending)
 
 
-# Not frozen, never changed: built for every chat request, where a frozen dataclass's
-# __init__ (an object.__setattr__ per field) costs three times as much.
 @dataclass(slots=True)
 class HistorySpan:
     """The part of a message list that holds chat history.
@@ -137,8 +137,6 @@ class HistorySpan:
     indices: tuple[int, ...]
 
 
-# Not frozen, never changed: built for every chat request, where a frozen dataclass's
-# __init__ (an object.__setattr__ per field) costs three times as much.
 @dataclass(slots=True)
 class Memory:
     """What a memory provider knows for one request.
@@ -167,8 +165,6 @@ class Memory:
     span: HistorySpan | None = None
 
 
-# Not frozen, never changed: built for every chat request, where a frozen dataclass's
-# __init__ (an object.__setattr__ per field) costs three times as much.
 @dataclass(slots=True)
 class Insertion:
     """One part of the memory for one request: insert `text` as a `role` message before
