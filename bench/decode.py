@@ -16,7 +16,6 @@ anew.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import time
@@ -28,34 +27,33 @@ sys.path.insert(0, str(ROOT))
 
 from adapters.base import ParsedRequest  # noqa: E402
 from adapters.openai_chat import OpenAIChatAdapter  # noqa: E402
-from bench.overhead import SYSTEM, story  # noqa: E402
+from bench.overhead import st_request, story, turns  # noqa: E402
 from proxy.core.models import Insertion, Role  # noqa: E402
 
 ADAPTER = OpenAIChatAdapter()
 NOTE = {"role": "system", "content": "[Author's note: it is raining.]"}
 
 
-def st_body(history: list[dict[str, Any]], note: bool = False) -> bytes:
-    if note:
-        history = [*history[:-4], NOTE, *history[-4:]]
-    body = {"messages": [*SYSTEM, *history], "model": "fake-model", "max_tokens": 300}
-    return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
+def with_note(history: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [*history[:-4], NOTE, *history[-4:]]
 
 
 def cases() -> list[tuple[str, bytes, bytes | None]]:
     """(label, the body, the body before it)."""
-    turns = [
-        {"role": "user" if m["is_user"] else "assistant", "content": m["mes"]} for m in story()
-    ]
-    old, new = turns[:-2], turns
+    new = turns(story())
+    old = new[:-2]
     other = [{**t, "content": t["content"] + " (another chat)"} for t in new]
+
+    def st(history: list[dict[str, Any]]) -> bytes:
+        return st_request(history, False)
+
     return [
-        ("decoded whole (no request before it)", st_body(new), None),
-        ("the same again (a swipe)", st_body(new), st_body(new)),
-        ("a new turn", st_body(new), st_body(old)),
-        ("a new turn, ST cut the two oldest", st_body(new[4:]), st_body(old[2:])),
-        ("a new turn, Author's Note at depth 4", st_body(new, True), st_body(old, True)),
-        ("another chat", st_body(other), st_body(new)),
+        ("decoded whole (no request before it)", st(new), None),
+        ("the same again (a swipe)", st(new), st(new)),
+        ("a new turn", st(new), st(old)),
+        ("a new turn, ST cut the two oldest", st(new[4:]), st(old[2:])),
+        ("a new turn, Author's Note at depth 4", st(with_note(new)), st(with_note(old))),
+        ("another chat", st(other), st(new)),
     ]
 
 

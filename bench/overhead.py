@@ -135,12 +135,16 @@ def write_data(folder: Path, messages: list[dict[str, Any]]) -> None:
     path.write_text("\n".join(json.dumps(m) for m in [header, *messages]) + "\n")
 
 
-def body(messages: list[dict[str, Any]], stream: bool) -> bytes:
-    """A request as ST sends it: `JSON.stringify`'s compact JSON, `messages` first (the
-    Content-Length of every request captured from a real ST is that of this encoding)."""
-    history = [
+def turns(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """ST chat-file messages as a chat completion's history."""
+    return [
         {"role": "user" if m["is_user"] else "assistant", "content": m["mes"]} for m in messages
     ]
+
+
+def st_request(history: list[dict[str, Any]], stream: bool) -> bytes:
+    """A request as ST sends it: `JSON.stringify`'s compact JSON, `messages` first (the
+    Content-Length of every request captured from a real ST is that of this encoding)."""
     return json.dumps(
         {
             "messages": [*SYSTEM, *history],
@@ -152,6 +156,10 @@ def body(messages: list[dict[str, Any]], stream: bool) -> bytes:
         ensure_ascii=False,
         separators=(",", ":"),
     ).encode()
+
+
+def body(messages: list[dict[str, Any]], stream: bool) -> bytes:
+    return st_request(turns(messages), stream)
 
 
 def config(folder: Path, name: str, llm: str, data: Path | None, trim: bool) -> Path:
