@@ -45,8 +45,9 @@ SEARCH_LIMIT = 24
 CONTEXT_CHARS = 1200
 MIN_SCORE = 1.0
 
-# `relevant_scenes` answers by what they were asked: the chat's scenes (its vocabulary, replaced
-# whenever one changes), the recent messages, the room. Swipes and regenerations, which
+# `relevant_scenes` answers by what it was asked: the chat's scenes (their vocabulary, which
+# is replaced whenever one changes, stands for them in the key: the scenes themselves are
+# a dict, so no lru_cache), the recent messages, the room. Swipes and regenerations, which
 # a role-play has many of, ask the same again.
 _RELEVANT: dict[Hashable, str] = {}
 RELEVANT_KEPT = 256

@@ -106,7 +106,7 @@ def request_memory(
     if view.cutoff is not None and view.running:
         # Matched positions rise with the request's order: those past the cutoff are a tail.
         newer = bisect_right(ident.positions, view.cutoff)
-        keep = set(ident.history[newer : len(ident.positions)])
+        keep = set(ident.history[newer:])
         drop = droppable(messages, history, view.covered, keep)
     cut, stepped = start
     if stepped:
