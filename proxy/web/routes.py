@@ -103,7 +103,8 @@ async def handle_api(request: web.Request) -> web.StreamResponse:
         ]
     body = outcome.body
     # The parsed request (its messages: most of a megabyte for a 100k-token chat) goes
-    # now, not when the answer has streamed; only the bytes are kept.
+    # now, not when the answer has streamed; only the bytes are kept (and the injector
+    # keeps the newest parsed request of each format, for the next one to build on).
     del outcome
     return await relay.forward(
         request,
