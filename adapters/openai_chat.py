@@ -138,6 +138,34 @@ class _Layout:
 def _read(wire: Sequence[Any], first: int) -> tuple[list[ChatMessage], list[int]]:
     """The canonical messages of `wire`, the request's messages from index `first` on, and
     the indices of those holding more than strings."""
+    # The common message (string role and content) read at C speed: `+ ""` is a type
+    # check that costs next to nothing (a string plus "" is itself). Anything unusual is
+    # read again by `_read_each`, the checked loop, a third slower.
+    try:
+        messages = [
+            _message(ChatMessage, (m["role"] + "", m["content"] + "", m.get("name")))
+            for m in wire
+        ]
+    except (TypeError, KeyError, AttributeError):
+        return _read_each(wire, first)
+    sizes = list(map(len, wire))
+    if sizes.count(2) == len(sizes):
+        return messages, []
+    numeric: list[int] = []
+    for i, keys in enumerate(sizes, first):
+        if keys != 2:
+            name = messages[i - first].name
+            if name is not None and type(name) is not str:
+                return _read_each(wire, first)
+            # A string `name` beside role and content: such a message holds only strings.
+            if keys != 3 or name is None:
+                numeric.append(i)
+    return messages, numeric
+
+
+def _read_each(wire: Sequence[Any], first: int) -> tuple[list[ChatMessage], list[int]]:
+    """`_read`, message by message: content arrays, missing keys, and the error that
+    names a malformed message."""
     messages: list[ChatMessage] = []
     numeric: list[int] = []
     for i, msg in enumerate(wire, first):

@@ -28,6 +28,7 @@ from proxy.core.identify import (
     identify,
     indexed_message,
     likely_chats,
+    prints,
     unidentified_reason,
 )
 from proxy.core.models import ChatMessage, HistorySpan, Identification
@@ -245,9 +246,10 @@ class ChatLibrary:
             await self.ensure_fresh(named)
             found = identify(messages, span, self.index, only=named)
         else:
-            for chat_id in likely_chats(messages, span, self.index):
+            newest = prints(messages, span)
+            for chat_id in likely_chats(newest, self.index):
                 await self.ensure_fresh(chat_id)
-            found = identify(messages, span, self.index)
+            found = identify(messages, span, self.index, printed=newest)
         if found is None and log.isEnabledFor(logging.DEBUG):
             why = unidentified_reason(messages, span, self.index, only=named)
             log.debug("request not identified as any chat: %s", why)

@@ -96,9 +96,11 @@ class ChatIndex:
 
     entries: dict[str, ChatEntry] = field(default_factory=dict)
     by_fp: dict[int, set[str]] = field(default_factory=dict)
+    version: int = 0  # counts changes: what was looked up before one may be stale
 
     def put(self, entry: ChatEntry) -> None:
         self.remove(entry.chat_id)
+        self.version += 1
         entry.tail = entry.tail[-TAIL:]
         self.entries[entry.chat_id] = entry
         for message in entry.tail:
@@ -109,6 +111,7 @@ class ChatIndex:
         old = self.entries.pop(chat_id, None)
         if old is None:
             return
+        self.version += 1
         for message in old.tail:
             for fp in message.fps:
                 holders = self.by_fp.get(fp)
@@ -148,13 +151,38 @@ class _Fit:
     positions: tuple[int, ...] = ()
 
 
-def likely_chats(
-    messages: Sequence[ChatMessage], span: HistorySpan, index: ChatIndex, limit: int = 3
-) -> list[str]:
+# Not frozen: built for every chat request (see proxy.core.models).
+@dataclass(slots=True)
+class Prints:
+    """The request history messages that identification compares (the newest ones) and
+    their fingerprints, worked out once for finding the chats to check and for matching
+    them; with the chats holding its newest messages, as the index had them."""
+
+    history: list[int]
+    fps: dict[int, int]
+    _found: tuple[int, set[str]] | None = None  # (the index's version, the chats)
+
+    def candidates(self, index: ChatIndex) -> set[str]:
+        found = self._found
+        if found is None or found[0] != index.version:
+            # Only the newest four: a chat that holds one of them is worth aligning.
+            chats = index.candidates([self.fps[i] for i in self.history[-4:]])
+            found = self._found = (index.version, chats)
+        return found[1]
+
+
+def prints(messages: Sequence[ChatMessage], span: HistorySpan) -> Prints:
+    history = list(span.indices[-TAIL - MAX_SKIPPED :])
+    return Prints(history, {i: message_fingerprint(messages[i].text) for i in history})
+
+
+def likely_chats(printed: Prints, index: ChatIndex, limit: int = 3) -> list[str]:
     """The chats that share the request's newest messages, most recently saved first."""
-    fps = [message_fingerprint(messages[i].text) for i in span.indices[-4:]]
-    found = index.candidates(fps)
-    return sorted(found, key=lambda c: index.entries[c].updated, reverse=True)[:limit]
+    entries = index.entries
+    chats = printed.candidates(index)
+    if len(chats) <= 1:
+        return list(chats)
+    return sorted(chats, key=lambda c: entries[c].updated, reverse=True)[:limit]
 
 
 def identify(
@@ -163,14 +191,16 @@ def identify(
     index: ChatIndex,
     *,
     only: str | None = None,
+    printed: Prints | None = None,
 ) -> Identification | None:
     """The most likely chat of a request, or None when no indexed chat fits.
 
     `only` names the chat when the request said it (header, metadata): then only the
-    generation kind and the history are worked out, against that chat.
+    generation kind and the history are worked out, against that chat. `printed`: the
+    request's `prints`, when they were worked out already.
     """
-    history = list(span.indices[-TAIL - MAX_SKIPPED :])
-    fps = {i: message_fingerprint(messages[i].text) for i in history}
+    printed = printed or prints(messages, span)
+    history, fps = printed.history, printed.fps
     trailing = messages[span.end :]
     if only is not None:
         entry = index.entries.get(only)
@@ -183,16 +213,16 @@ def identify(
         )
     if not history:
         return None
-    candidates = index.candidates(fps[i] for i in history[-4:])
     fits: list[tuple[_Fit, ChatEntry]] = []
-    for chat_id in candidates:
+    for chat_id in printed.candidates(index):
         entry = index.entries[chat_id]
         fit = _best_fit(messages, history, fps, trailing, entry)
         if fit is not None:
             fits.append((fit, entry))
     if not fits:
         return None
-    fits.sort(key=lambda pair: (pair[0].matched, pair[1].updated), reverse=True)
+    if len(fits) > 1:
+        fits.sort(key=lambda pair: (pair[0].matched, pair[1].updated), reverse=True)
     best, entry = fits[0]
     tied = len(fits) > 1 and fits[1][0].matched == best.matched
     coverage = best.matched / min(len(history), len(entry.tail))
@@ -271,9 +301,9 @@ def _best_fit(
         matched, used, at = _align(history, fps, tail, len(tail) - 2)
         kind: Generation = "continue" if _prefilled(trailing, last) else "swipe"
         fits.append(_Fit(kind, matched, used, last.position, at))
-    if not fits:
-        return None
-    return max(fits, key=lambda fit: fit.matched)
+    if len(fits) == 1:
+        return fits[0]
+    return max(fits, key=lambda fit: fit.matched) if fits else None
 
 
 def _align(

@@ -1,12 +1,13 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from adapters.openai_chat import OpenAIChatAdapter
+from adapters.openai_chat import OpenAIChatAdapter, _read, _read_each
 from proxy.core.models import Insertion, Role
 from proxy.errors import AdapterError
 from tests.core.st_requests import st_body
@@ -162,3 +163,38 @@ def test_apply_by_slices_is_apply_message_by_message(
     assert out["n"] == 1 and all(
         m.get("name") == "x" for m in out["messages"] if m["role"] == "user"
     )
+
+
+_VALUES = st.one_of(
+    st.none(),
+    st.integers(-3, 3),
+    st.text(max_size=3),
+    st.lists(st.fixed_dictionaries({"type": st.just("text"), "text": st.text(max_size=3)})),
+)
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    st.lists(
+        st.one_of(
+            st.fixed_dictionaries(
+                {"role": st.sampled_from(["user", "assistant"]), "content": st.text(max_size=5)},
+                optional={"name": _VALUES, "tool_call_id": _VALUES},
+            ),
+            st.fixed_dictionaries({}, optional={"role": _VALUES, "content": _VALUES}),
+            _VALUES,
+        ),
+        max_size=6,
+    ),
+    st.integers(0, 3),
+)
+def test_the_fast_read_is_the_checked_one(wire: list[object], first: int) -> None:
+    """Whatever the messages hold: the same messages and the same indices of those holding
+    more than strings as the message-by-message loop, or the same error."""
+    try:
+        expected = _read_each(wire, first)
+    except AdapterError as exc:
+        with pytest.raises(AdapterError, match=re.escape(str(exc))):
+            _read(wire, first)
+        return
+    assert _read(wire, first) == expected

@@ -223,3 +223,23 @@ def test_the_fast_path_answers_as_the_full_path_through_edits_swipes_and_deletio
         if step % 50 == 0:
             message_fingerprint.cache_clear()  # a cold memo answers alike too
     assert {"normal", "swipe", "continue"} <= kinds
+
+
+def test_prints_taken_before_the_index_changed_see_the_change() -> None:
+    """The library works a request's prints out once, then re-reads the likely chats: the
+    chats those prints hold are looked up again when the index changed in between."""
+    index = ChatIndex()
+    turns = [(False, "Seraphina", GREETING), (True, "Alex", "Where am I?")]
+    index.put(entry("u/chats/S/a", 100.0, turns))
+    messages = request(
+        ("assistant", "*You wake in a glade.* Welcome, Alex."), ("user", "Where am I?")
+    )
+    span = find_history(messages, MARKERS)
+    printed = module.prints(messages, span)
+    assert module.likely_chats(printed, index) == ["u/chats/S/a"]
+    index.put(entry("u/chats/S/b", 200.0, turns))  # saved meanwhile, the same start
+    found = identify(messages, span, index, printed=printed)
+    assert found is not None and found.chat_id == "u/chats/S/b" and found.confidence < 0.5
+    assert module.likely_chats(printed, index) == ["u/chats/S/b", "u/chats/S/a"]
+    index.remove("u/chats/S/b")
+    assert identify(messages, span, index, printed=printed) == run(index, messages)
