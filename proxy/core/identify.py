@@ -314,7 +314,7 @@ def _align(
     # Most requests meet the file message for message at their end: that run is taken in
     # one go, and the walk goes on (skipping) from the first message that differs.
     same = 0
-    for i, message in zip(reversed(history), reversed(tail[: start + 1])):
+    for i, message in zip(reversed(history), reversed(tail[: start + 1]), strict=False):
         if fps[i] not in message.fps:
             break
         same += 1
