@@ -143,8 +143,7 @@ def _read(wire: Sequence[Any], first: int) -> tuple[list[ChatMessage], list[int]
     # read again by `_read_each`, the checked loop, a third slower.
     try:
         messages = [
-            _message(ChatMessage, (m["role"] + "", m["content"] + "", m.get("name")))
-            for m in wire
+            _message(ChatMessage, (m["role"] + "", m["content"] + "", m.get("name"))) for m in wire
         ]
     except (TypeError, KeyError, AttributeError):
         return _read_each(wire, first)

@@ -248,9 +248,12 @@ def test_prints_taken_before_the_index_changed_see_the_change() -> None:
     assert identify(messages, span, index, printed=printed) == run(index, messages)
 
 
-def _walk(history, fps, tail, start):  # type: ignore[no-untyped-def]
+def _walk(
+    history: list[int], fps: dict[int, int], tail: list[module.IndexedMessage], start: int
+) -> tuple[int, tuple[int, ...], tuple[int, ...]]:
     """The alignment one message at a time: the oracle for `_align`'s run taken at once."""
-    matched, positions = [], []
+    matched: list[int] = []
+    positions: list[int] = []
     r, f, skipped = len(history) - 1, start, 0
     while r >= 0 and f >= 0:
         if fps[history[r]] in tail[f].fps:
