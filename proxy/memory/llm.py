@@ -87,14 +87,22 @@ class LLMClient:
     def remember(self, chat_id: str, headers: Mapping[str, str], caller: Caller) -> bool:
         """Keep the key, model and way of a chat's latest request (the chat path calls
         this); True when the chat had none before."""
-        new = chat_id not in self._credentials
-        self._credentials[chat_id] = Credentials(
+        known = self._credentials.get(chat_id)
+        now = (
             headers.get("Authorization"),
             caller,
             headers.get("x-api-key"),
             headers.get("anthropic-version"),
         )
-        return new
+        # Mostly the same as the chat's last request: then nothing is built.
+        if known is None or now != (
+            known.authorization,
+            known.caller,
+            known.api_key,
+            known.version,
+        ):
+            self._credentials[chat_id] = Credentials(*now)
+        return known is None
 
     def secrets(self) -> set[str]:
         """Every key this client may send: redacted from whatever it reports."""

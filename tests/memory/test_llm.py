@@ -58,6 +58,20 @@ async def test_uses_the_chats_own_key_and_model(
     assert "sk-chat-secret" not in caplog.text
 
 
+async def test_the_chats_newest_key_and_model_are_the_ones_used(
+    fake_llm: FakeLLM, chat_upstream: Upstream
+) -> None:
+    """The key or model changed in ST between two requests: the next call goes with the
+    new ones (and the same again keeps them); only a chat's first request is news."""
+    client = LLMClient(LLMSettings(), chat_upstream, None)
+    assert client.remember("c", {"Authorization": "Bearer sk-old"}, Caller("fake-model"))
+    assert not client.remember("c", {"Authorization": "Bearer sk-new"}, Caller("other-model"))
+    assert not client.remember("c", {"Authorization": "Bearer sk-new"}, Caller("other-model"))
+    await client.complete(Operation.SCENE_RECAP, "c", PROMPT)
+    headers, body = last(fake_llm)
+    assert (headers["Authorization"], body["model"]) == ("Bearer sk-new", "other-model")
+
+
 async def test_settings_and_per_operation_overrides(
     fake_llm: FakeLLM, chat_upstream: Upstream
 ) -> None:
