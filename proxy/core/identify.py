@@ -311,20 +311,9 @@ def _align(
 ) -> tuple[int, tuple[int, ...], tuple[int, ...]]:
     """Walk back from request `history[-1]` and file `tail[start]`; skip unmatched requests.
     Returns the count, the matched request indices and their chat positions."""
-    # Most requests meet the file message for message at their end: that run is taken in
-    # one go, and the walk goes on (skipping) from the first message that differs.
-    same = 0
-    for i, message in zip(reversed(history), reversed(tail[: start + 1]), strict=False):
-        if fps[i] not in message.fps:
-            break
-        same += 1
-    r, f = len(history) - 1 - same, start - same
-    run = history[r + 1 :], [m.position for m in tail[f + 1 : start + 1]]
-    if r < 0 or f < 0:
-        return same, tuple(run[0]), tuple(run[1])
-    matched: list[int] = []  # newest first
+    matched: list[int] = []
     positions: list[int] = []
-    skipped = 0
+    r, f, skipped = len(history) - 1, start, 0
     while r >= 0 and f >= 0:
         if fps[history[r]] in tail[f].fps:
             matched.append(history[r])
@@ -336,9 +325,7 @@ def _align(
             if skipped > MAX_SKIPPED:
                 break
         r -= 1
-    matched.reverse()
-    positions.reverse()
-    return len(matched) + same, (*matched, *run[0]), (*positions, *run[1])
+    return len(matched), tuple(reversed(matched)), tuple(reversed(positions))
 
 
 def _nudged(trailing: Sequence[ChatMessage]) -> bool:

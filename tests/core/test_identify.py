@@ -4,9 +4,6 @@ from __future__ import annotations
 
 import random
 
-from hypothesis import given, settings
-from hypothesis import strategies as st
-
 import proxy.core.identify as module
 from proxy.core.identify import (
     ChatEntry,
@@ -246,42 +243,3 @@ def test_prints_taken_before_the_index_changed_see_the_change() -> None:
     assert module.likely_chats(printed, index) == ["u/chats/S/b", "u/chats/S/a"]
     index.remove("u/chats/S/b")
     assert identify(messages, span, index, printed=printed) == run(index, messages)
-
-
-def _walk(
-    history: list[int], fps: dict[int, int], tail: list[module.IndexedMessage], start: int
-) -> tuple[int, tuple[int, ...], tuple[int, ...]]:
-    """The alignment one message at a time: the oracle for `_align`'s run taken at once."""
-    matched: list[int] = []
-    positions: list[int] = []
-    r, f, skipped = len(history) - 1, start, 0
-    while r >= 0 and f >= 0:
-        if fps[history[r]] in tail[f].fps:
-            matched.append(history[r])
-            positions.append(tail[f].position)
-            f -= 1
-            skipped = 0
-        else:
-            skipped += 1
-            if skipped > module.MAX_SKIPPED:
-                break
-        r -= 1
-    return len(matched), tuple(reversed(matched)), tuple(reversed(positions))
-
-
-@settings(max_examples=400, deadline=None)
-@given(
-    st.lists(st.integers(0, 5), max_size=20),
-    st.lists(st.integers(0, 5), min_size=1, max_size=20),
-    st.integers(1, 2),
-)
-def test_align_takes_the_matching_run_as_the_walk_would(
-    request_texts: list[int], file_texts: list[int], back: int
-) -> None:
-    """Any request history against any file tail (few distinct texts: runs, repeats,
-    injections that match nothing): the same count, indices and positions as the walk."""
-    history = [3 + 2 * k for k in range(len(request_texts))]  # ST's injections between
-    fps = {i: hash(f"t{text}") for i, text in zip(history, request_texts, strict=True)}
-    tail = [index_message(10 + k, False, "S", f"t{text}") for k, text in enumerate(file_texts)]
-    start = len(tail) - back
-    assert module._align(history, fps, tail, start) == _walk(history, fps, tail, start)
