@@ -172,6 +172,7 @@ class Prints:
 
 
 def prints(messages: Sequence[ChatMessage], span: HistorySpan) -> Prints:
+    """The `Prints` of a request whose history is `span`."""
     history = list(span.indices[-TAIL - MAX_SKIPPED :])
     return Prints(history, {i: message_fingerprint(messages[i].text) for i in history})
 
