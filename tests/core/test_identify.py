@@ -194,6 +194,7 @@ def test_the_fast_path_answers_as_the_full_path_through_edits_swipes_and_deletio
         return (is_user, "Alex" if is_user else "Seraphina", text.capitalize() + ".")
 
     kinds: set[str] = set()
+    index = ChatIndex()
     for step in range(300):
         action = rng.random()
         if action < 0.5 or len(chat) < 6:
@@ -205,8 +206,6 @@ def test_the_fast_path_answers_as_the_full_path_through_edits_swipes_and_deletio
             del chat[rng.randrange(1, len(chat))]
         elif chat[-1][0] is True:  # a reply, then its swipe
             chat.append(say(False))
-        index = ChatIndex()
-        index.put(entry("u/chats/S/chat", float(step), chat))
         window = chat[rng.randint(0, max(0, len(chat) - 20)) :]  # ST's context cut
         turns = [
             ("user" if u else "assistant", t.replace("{{user}}", "Alex")) for u, _, t in window
@@ -215,9 +214,15 @@ def test_the_fast_path_answers_as_the_full_path_through_edits_swipes_and_deletio
         if chat[-1][0] is False:  # the last reply regenerated: ST leaves it out
             variants.append(request(*turns[:-1]))
             variants.append(request(*turns, trailing=(("system", "[Continue your last message]"),)))
-        for messages in variants:
-            fast = run(index, messages)
-            assert fast == full_path(messages, index), step
+        # As the library goes: the request's prints and likely chats first, against the
+        # index as it was; then the re-read of ST's save; then the identification.
+        early = [(m, module.prints(m, find_history(m, MARKERS))) for m in variants]
+        for _, printed in early:
+            module.likely_chats(printed, index)
+        index.put(entry("u/chats/S/chat", float(step), chat))
+        for messages, printed in early:
+            fast = identify(messages, find_history(messages, MARKERS), index, printed=printed)
+            assert fast == run(index, messages) == full_path(messages, index), step
             if fast is not None:
                 kinds.add(fast.generation)
         if step % 50 == 0:
