@@ -63,9 +63,7 @@ def measure(raw: bytes, wire: Sequence[Any], at: int = len(HEAD)) -> Spans | Non
     if not _measure(raw, wire, at, starts, ends):
         return None
     close = ends[-1] if ends else at
-    if close >= len(raw) or raw[close] != CLOSE or raw.find(KEY, close) != -1:
-        return None  # a second `messages` key would be the one a decoder keeps
-    return Spans(starts, ends, close)
+    return Spans(starts, ends, close) if _closed(raw, close) else None
 
 
 def _measure(raw: bytes, wire: Sequence[Any], at: int, starts: list[int], ends: list[int]) -> bool:
@@ -132,10 +130,16 @@ def decode(raw: bytes, old: bytes, wire: Sequence[Any], spans: Spans) -> Decoded
     if not _measure(raw, fresh, at + 1, new_starts, new_ends):
         return None
     close = new_ends[-1]
-    if close >= len(raw) or raw[close] != CLOSE or raw.find(KEY, close) != -1:
-        return None  # a second `messages` key, the one a decoder keeps: decode it whole
+    if not _closed(raw, close):
+        return None
     body["messages"] = [*(wire[i] for i in taken), *fresh]
     return Decoded(body, Spans(new_starts, new_ends, close), taken)
+
+
+def _closed(raw: bytes, close: int) -> bool:
+    """Whether the `messages` array ends at `close`, and no second `messages` key follows
+    (a decoder keeps the last one: such a body is decoded whole)."""
+    return close < len(raw) and raw[close] == CLOSE and raw.find(KEY, close) == -1
 
 
 def _extent(
