@@ -151,7 +151,7 @@ class _Fit:
     positions: tuple[int, ...] = ()
 
 
-# Not frozen: built for every chat request (see proxy.core.models).
+# Not frozen: it keeps the chats it looked up (`candidates`).
 @dataclass(slots=True)
 class Prints:
     """The request history messages that identification compares (the newest ones) and
@@ -179,11 +179,8 @@ def prints(messages: Sequence[ChatMessage], span: HistorySpan) -> Prints:
 
 def likely_chats(printed: Prints, index: ChatIndex, limit: int = 3) -> list[str]:
     """The chats that share the request's newest messages, most recently saved first."""
-    entries = index.entries
     chats = printed.candidates(index)
-    if len(chats) <= 1:
-        return list(chats)
-    return sorted(chats, key=lambda c: entries[c].updated, reverse=True)[:limit]
+    return sorted(chats, key=lambda c: index.entries[c].updated, reverse=True)[:limit]
 
 
 def identify(
@@ -222,8 +219,7 @@ def identify(
             fits.append((fit, entry))
     if not fits:
         return None
-    if len(fits) > 1:
-        fits.sort(key=lambda pair: (pair[0].matched, pair[1].updated), reverse=True)
+    fits.sort(key=lambda pair: (pair[0].matched, pair[1].updated), reverse=True)
     best, entry = fits[0]
     tied = len(fits) > 1 and fits[1][0].matched == best.matched
     coverage = best.matched / min(len(history), len(entry.tail))
@@ -302,9 +298,9 @@ def _best_fit(
         matched, used, at = _align(history, fps, tail, len(tail) - 2)
         kind: Generation = "continue" if _prefilled(trailing, last) else "swipe"
         fits.append(_Fit(kind, matched, used, last.position, at))
-    if len(fits) == 1:
-        return fits[0]
-    return max(fits, key=lambda fit: fit.matched) if fits else None
+    if not fits:
+        return None
+    return max(fits, key=lambda fit: fit.matched)
 
 
 def _align(
