@@ -87,22 +87,14 @@ class LLMClient:
     def remember(self, chat_id: str, headers: Mapping[str, str], caller: Caller) -> bool:
         """Keep the key, model and way of a chat's latest request (the chat path calls
         this); True when the chat had none before."""
-        known = self._credentials.get(chat_id)
-        now = (
+        new = chat_id not in self._credentials
+        self._credentials[chat_id] = Credentials(
             headers.get("Authorization"),
             caller,
             headers.get("x-api-key"),
             headers.get("anthropic-version"),
         )
-        # Mostly the same as the chat's last request: then nothing is built.
-        if known is None or now != (
-            known.authorization,
-            known.caller,
-            known.api_key,
-            known.version,
-        ):
-            self._credentials[chat_id] = Credentials(*now)
-        return known is None
+        return new
 
     def secrets(self) -> set[str]:
         """Every key this client may send: redacted from whatever it reports."""
