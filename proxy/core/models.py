@@ -109,10 +109,9 @@ class ChatMessage(NamedTuple):
 Generation = Literal["normal", "swipe", "continue", "quiet"]
 
 
-# The records built for every chat request (these four, and RequestIdentity,
-# RequestMemory, Outcome, _Fit, an adapter's layout) are not frozen, and never
-# changed once built: a frozen dataclass's __init__ (an object.__setattr__ per
-# field) costs three times as much.
+# The records built for every chat request (these four, and the others whose comment
+# points here) are not frozen, and never changed once built: a frozen dataclass's
+# __init__ (an object.__setattr__ per field) costs three times as much.
 @dataclass(slots=True)
 class Identification:
     chat_id: str
