@@ -94,8 +94,9 @@ async def test_stream_is_not_buffered(proxy: ProxyFactory, fake_llm: FakeLLM) ->
 async def test_a_streams_headers_are_not_held_for_its_first_token(
     proxy: ProxyFactory, fake_llm: FakeLLM
 ) -> None:
-    """The status and headers reach ST as the upstream sends them, before the first token;
-    a whole answer's go out with its body, in one write."""
+    """The status and headers reach ST as the upstream sends them, before the first token
+    (the relay holds an answer's headers back only to send them with body bytes that are
+    there already)."""
     fake_llm.state.first_token = asyncio.Event()
     client = await proxy()
     try:
