@@ -243,7 +243,7 @@ def watch_gaps(engine: MemoryEngine, messages: list[dict[str, Any]]) -> list[int
         cut, _ = history_start(view, engine.settings, ident, history)
         if view is not None and cut is not None:
             covered = -1 if view.covered_through is None else view.covered_through
-            recapped = {c.position for c in view.recaps}
+            recapped = set(view.shelf.positions)
             lacking = range(covered + 1, cut.start)
             gaps.append(sum(not messages[p]["is_user"] and p not in recapped for p in lacking))
         return got

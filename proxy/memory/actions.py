@@ -316,7 +316,7 @@ class MemoryActions:
             recaps = db.memory.message_recaps(chat_id)
             excluded = db.memory.excluded(chat_id)
             view = self.engine.views.get(chat_id)
-            injected = {c.position for c in view.recaps} if view else set()
+            injected = set(view.shelf.positions) if view else set()
             out: list[JSONObject] = []
             for record in db.memory.messages_from(chat_id):
                 done = recaps.get((record.uid, swipe_of(record)))

@@ -51,8 +51,8 @@ class MemoryView:
     covered_through: int | None = None  # newest position the running recap covers
     cutoff: int | None = None  # newest position that may be left out of requests
     covered: Covered = field(default_factory=lambda: Covered(()))
-    recaps: tuple[Candidate, ...] = ()  # recaps of uncovered messages, oldest first
-    shelf: RecapShelf = field(init=False)  # the same, for the chat path
+    # The recaps of uncovered messages, oldest first, ready for the chat path.
+    shelf: RecapShelf = field(default_factory=RecapShelf)
     # Uncovered messages that are to get a recap and have none yet, oldest first, and the
     # uncovered ones not looked at (older than planning's `message_recap_lookback`): the
     # history's stepped start leaves out none of them (`held`).
@@ -63,9 +63,6 @@ class MemoryView:
     names: tuple[str, ...] = ()  # the chat's character and user names
     vocabulary: Vocabulary = field(default_factory=lambda: NO_WORDS)  # of its scene recaps
     budget: int = 0  # tokens the memory's macros may fill (the template's text aside)
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "shelf", RecapShelf.of(self.recaps))
 
     def held(self, cut: int) -> int | None:
         """The first chat position from `cut` on that the history's stepped start must not
@@ -231,7 +228,7 @@ def build_view(
         covered_through=through,
         cutoff=cutoff,
         covered=covered,
-        recaps=tuple(recaps),
+        shelf=RecapShelf.of(recaps),
         lacking=tuple(lacking),
         unscanned=range(first, scan),
         running_tokens=count(running),
