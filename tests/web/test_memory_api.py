@@ -113,6 +113,8 @@ async def test_message_recaps_edit_exclude_and_memory_off(memory_proxy: MemoryFa
     await memory.engine.settle()
     recaps = await get(memory, "/recaps")
     assert [r["index"] for r in recaps] == [0, 2, 4, 6, 8, 10, 12, 14]  # Ava's only
+    # No running recap yet: each of them is one the memory may carry.
+    assert all(r["can_be_injected"] for r in recaps)
 
     await memory.client.put(BASE + "/messages/4/recap", json={"recap": "Ava found the cave."})
     await memory.client.put(BASE + "/messages/6/excluded", json={"excluded": True})
