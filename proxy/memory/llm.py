@@ -39,7 +39,8 @@ ANTHROPIC_VERSION = "2023-06-01"
 _DIRECT = Caller(None)  # a chat seen through `upstream.base_url` as OpenAI chat
 
 
-@dataclass(frozen=True, slots=True)
+# Not frozen: built for every chat request (see proxy.core.models).
+@dataclass(slots=True)
 class Credentials:
     """What a chat's latest request used: kept in memory only."""
 
