@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 from adapters.openai_chat import OpenAIChatAdapter, _read, _read_each
 from proxy.core.models import Insertion, Role
 from proxy.errors import AdapterError
+from tests.adapters.edits import memory_edits
 from tests.core.st_requests import st_body
 
 ADAPTER = OpenAIChatAdapter()
@@ -136,23 +137,14 @@ def test_two_parts_and_left_out_messages_in_one_go() -> None:
 
 
 @settings(max_examples=300, deadline=None)
-@given(
-    size=st.integers(0, 12),
-    places=st.lists(st.integers(0, 12), max_size=3),
-    edits=st.sets(st.integers(0, 11), max_size=3),
-    drop=st.sets(st.integers(0, 11), max_size=12),
-)
-def test_apply_by_slices_is_apply_message_by_message(
-    size: int, places: list[int], edits: set[int], drop: set[int]
-) -> None:
+@given(size=st.integers(0, 12), data=st.data())
+def test_apply_by_slices_is_apply_message_by_message(size: int, data: st.DataObject) -> None:
     """Whatever the insertions, replacements and left-out runs: each message goes once,
     in order, and each part goes before the message at its index (after the last one at
     the end)."""
     wire = [{"role": "user", "content": f"m{i}", "name": "x"} for i in range(size)]
     parsed = ADAPTER.parse(json.dumps({"messages": wire, "n": 1}).encode())
-    parts = tuple(Insertion(min(p, size), Role.SYSTEM, f"P{k}", 1) for k, p in enumerate(places))
-    replaced = {i: f"r{i}" for i in edits if i < size}
-    gone = {i for i in drop if i < size}
+    parts, replaced, gone = data.draw(memory_edits(size))
     expected: list[str] = []
     for i in range(size + 1):
         expected += [part.text for part in parts if part.index == i]

@@ -16,8 +16,8 @@ from hypothesis import strategies as st
 from adapters import spans
 from adapters.base import ParsedRequest
 from adapters.openai_chat import OpenAIChatAdapter
-from proxy.core.models import Insertion, Role
 from proxy.errors import AdapterError
+from tests.adapters.edits import memory_edits
 from tests.core.st_requests import ST_CASSETTES, st_body
 
 ADAPTER = OpenAIChatAdapter()
@@ -171,23 +171,13 @@ def test_any_next_request_decodes_as_if_whole(
 
 
 @settings(max_examples=200, deadline=None)
-@given(
-    size=st.integers(0, 12),
-    places=st.lists(st.integers(0, 14), max_size=3),
-    edits=st.sets(st.integers(0, 13), max_size=3),
-    drop=st.sets(st.integers(0, 13), max_size=14),
-)
-def test_spliced_bytes_are_the_re_encoded_body(
-    size: int, places: list[int], edits: set[int], drop: set[int]
-) -> None:
+@given(size=st.integers(0, 12), data=st.data())
+def test_spliced_bytes_are_the_re_encoded_body(size: int, data: st.DataObject) -> None:
     raw = request([turn(i, "x") for i in range(size)], max_tokens=300)
     parsed = ADAPTER.parse(raw)
     assert parsed.layout.spans is not None
-    n = len(parsed.messages)
     whole = dataclasses.replace(parsed, layout=dataclasses.replace(parsed.layout, spans=None))
-    parts = tuple(Insertion(min(p, n), Role.SYSTEM, f"P{k}", 1) for k, p in enumerate(places))
-    replaced = {i: f"r{i}" for i in edits if i < n}
-    gone = {i for i in drop if i < n}
+    parts, replaced, gone = data.draw(memory_edits(len(parsed.messages)))
     assert ADAPTER.apply(parsed, parts, replaced, gone) == ADAPTER.apply(
         whole, parts, replaced, gone
     )
