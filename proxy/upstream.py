@@ -17,7 +17,7 @@ import asyncio
 import ssl
 from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass, field
-from functools import partial
+from functools import lru_cache, partial
 from types import TracebackType
 
 from pydantic import SecretStr
@@ -96,8 +96,17 @@ class Target:
         return self._url((base[:-3] if base.endswith("/v1") else base) + path, query)
 
     def _url(self, path: str, query: str) -> URL:
+        if not query:
+            return _joined(self.base_url, path or "/")
         url = self.base_url.with_path(path or "/", encoded=True)
-        return url.with_query(None) if not query else URL(f"{url}?{query}", encoded=True)
+        return URL(f"{url}?{query}", encoded=True)  # as it came (it may hold a key)
+
+
+# Memoised: a chat client asks for the same few paths all along, and a URL built anew
+# works out its host, port and path again for the request line.
+@lru_cache(maxsize=256)
+def _joined(base: URL, path: str) -> URL:
+    return base.with_path(path, encoded=True).with_query(None)
 
 
 def _key(secret: SecretStr | None) -> str | None:

@@ -47,6 +47,7 @@ class GuardPolicy:
         return cls(bind_host.lower(), frozenset(origins), frozenset(hosts), access_key or None)
 
 
+@lru_cache(maxsize=256)  # every request's `Host`, and few distinct ones
 def split_host(host: str) -> tuple[str, int | None]:
     """`[::1]:8765` -> ("::1", 8765); `localhost` -> ("localhost", None)."""
     host = host.strip().lower()

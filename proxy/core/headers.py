@@ -54,30 +54,43 @@ REDACTED = "<redacted>"
 REDACTED_IN_URL = "REDACTED"  # needs no percent-encoding, so a replay sends it as written
 
 Headers = list[tuple[str, str]]
+Lowered = list[tuple[str, str, str]]  # (lowered name, name, value)
+# `Connection` options that name no header.
+_CONNECTION_OPTIONS = frozenset({"", "keep-alive", "close"})
 
 
-def _connection_tokens(headers: Iterable[tuple[str, str]]) -> set[str]:
-    tokens: set[str] = set()
+# What never crosses, whatever `Connection` names besides (those go too).
+_NOT_TO_UPSTREAM = HOP_BY_HOP | REQUEST_FRAMING | NOT_FORWARDED
+_NOT_TO_CLIENT = HOP_BY_HOP | {"content-length"}
+
+
+def _crossing(headers: Iterable[tuple[str, str]], dropped: frozenset[str]) -> Lowered:
+    """The headers not in `dropped` nor named by a `Connection` header, each with its name
+    lowered: one pass over them, a second only when `Connection` names more than
+    `keep-alive` or `close` (this is on every request and every answer)."""
+    named: set[str] = set()
+    kept: Lowered = []
     for name, value in headers:
-        if name.lower() == "connection":
-            tokens.update(t.strip().lower() for t in value.split(",") if t.strip())
-    return tokens
+        lowered = name.lower()
+        if lowered == "connection":
+            named.update(t.strip().lower() for t in value.split(","))
+        elif lowered not in dropped:
+            kept.append((lowered, name, value))
+    named -= _CONNECTION_OPTIONS
+    return [row for row in kept if row[0] not in named] if named else kept
 
 
 def request_headers(headers: Iterable[tuple[str, str]], api_key: str | None) -> Headers:
     """Headers to send upstream: end-to-end ones, with `api_key` replacing the client's,
     in the header the client's API takes it in: `x-api-key` for Anthropic's (the client sent
     `x-api-key` or `anthropic-version`, and no `Authorization`), else `Authorization: Bearer`."""
-    pairs = list(headers)
-    dropped = HOP_BY_HOP | REQUEST_FRAMING | NOT_FORWARDED | _connection_tokens(pairs)
-    out = [(k, v) for k, v in pairs if k.lower() not in dropped]
-    if api_key is not None:
-        names = {k.lower() for k, _ in out}
-        anthropic = (
-            bool(names & {"x-api-key", "anthropic-version"}) and "authorization" not in names
-        )
-        out = [(k, v) for k, v in out if k.lower() not in ("authorization", "x-api-key")]
-        out.append(("x-api-key", api_key) if anthropic else ("Authorization", f"Bearer {api_key}"))
+    kept = _crossing(headers, _NOT_TO_UPSTREAM)
+    if api_key is None:
+        return [(name, value) for _, name, value in kept]
+    names = {lowered for lowered, _, _ in kept}
+    anthropic = bool(names & {"x-api-key", "anthropic-version"}) and "authorization" not in names
+    out = [(k, v) for lowered, k, v in kept if lowered not in ("authorization", "x-api-key")]
+    out.append(("x-api-key", api_key) if anthropic else ("Authorization", f"Bearer {api_key}"))
     return out
 
 
@@ -85,12 +98,10 @@ def response_headers(headers: Iterable[tuple[str, str]]) -> Headers:
     """Headers to relay to the client; the body framing is redone by our server, and CORS
     is the proxy's to answer (an upstream's `Access-Control-Allow-Origin: *` would let
     any page read the answers)."""
-    pairs = list(headers)
-    dropped = HOP_BY_HOP | {"content-length"} | _connection_tokens(pairs)
     return [
-        (k, v)
-        for k, v in pairs
-        if k.lower() not in dropped and not k.lower().startswith("access-control-")
+        (name, value)
+        for lowered, name, value in _crossing(headers, _NOT_TO_CLIENT)
+        if not lowered.startswith("access-control-")
     ]
 
 

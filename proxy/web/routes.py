@@ -71,9 +71,10 @@ async def handle_api(request: web.Request) -> web.StreamResponse:
         route=target.prefix,
         path=path,
     )
+    tokens = outcome.tokens  # summed over the parts: once
     extra = [
         (CHAT_HEADER, _header_value(outcome.chat_id or "")),
-        (INJECTED_HEADER, str(outcome.tokens)),
+        (INJECTED_HEADER, str(tokens)),
         (TRIMMED_HEADER, str(len(outcome.dropped))),
     ]
     lore = request.app.get(LORE)
@@ -82,7 +83,7 @@ async def handle_api(request: web.Request) -> web.StreamResponse:
         seen = "identified"
     else:
         seen = "unidentified" if LIBRARY in request.app else "no_memory"
-    relay.metrics.chat_request(seen, outcome.tokens, len(outcome.dropped))
+    relay.metrics.chat_request(seen, tokens, len(outcome.dropped))
     if seen != "no_memory":
         relay.vitals.saw(seen)
     if lore is not None and identity is not None:
@@ -93,7 +94,7 @@ async def handle_api(request: web.Request) -> web.StreamResponse:
             chat=identity.chat_id,
             generation=identity.generation,
             target=identity.target_message,
-            injected=outcome.tokens,
+            injected=tokens,
             left_out=len(outcome.dropped),
         )
     if exchange is not None and outcome.insertions:

@@ -77,3 +77,23 @@ def test_the_configured_key_goes_where_the_clients_api_takes_it() -> None:
     assert stripped[-1] == ("x-api-key", "sk-ant")
     bare = request_headers([], api_key="sk-mine")
     assert bare == [("Authorization", "Bearer sk-mine")]
+
+
+def test_headers_a_connection_header_names_stay_here_wherever_they_stand() -> None:
+    sent = request_headers(
+        [
+            ("X-Before", "1"),
+            ("Content-Type", "application/json"),
+            ("Connection", "keep-alive, X-BEFORE,x-after , close"),
+            ("X-After", "2"),
+            ("X-Kept", "3"),
+        ],
+        api_key=None,
+    )
+    assert sent == [("Content-Type", "application/json"), ("X-Kept", "3")]
+    relayed = response_headers(
+        [("X-Hop", "1"), ("Content-Length", "9"), ("connection", "X-Hop"), ("Date", "now")]
+    )
+    assert relayed == [("Date", "now")]
+    # `keep-alive` and `close` name no header of their own: nothing else goes.
+    assert response_headers([("Connection", "close"), ("Date", "now")]) == [("Date", "now")]
