@@ -35,7 +35,6 @@ from proxy.errors import UpstreamError, UpstreamTimeout, UpstreamUnreachable
 KEEP_IDLE: Final = 15.0  # seconds an idle connection is kept for reuse (aiohttp's default)
 HIGH_WATER: Final = 256 * 1024  # bytes read ahead of the reader before reading pauses
 IDEMPOTENT: Final = frozenset({"GET", "HEAD", "OPTIONS", "TRACE", "PUT", "DELETE"})
-_HEADER_LINE: Final = "%s: %s"  # from a (name, value) pair
 
 Key = tuple[str, str, int]  # scheme, host, port
 
@@ -440,7 +439,7 @@ def request_head(
     if not url.is_default_port():
         host = f"{host}:{url.port}"
     lines = [f"{method} {url.raw_path_qs} HTTP/1.1", f"Host: {host}"]
-    lines += map(_HEADER_LINE.__mod__, headers)
+    lines.extend(f"{name}: {value}" for name, value in headers)
     if body is not None or method in ("POST", "PUT", "PATCH"):
         lines.append(f"Content-Length: {len(body) if body else 0}")
     probe = "\x01".join(lines)

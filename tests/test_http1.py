@@ -168,9 +168,12 @@ async def test_the_request_goes_as_given(raw_server: Callable[[Handler], Awaitab
     pool.close()
 
 
-def test_a_header_with_a_line_break_is_not_sent() -> None:
+@pytest.mark.parametrize("breaking", ["\r\n", "\n", "\r", "\x00"])
+def test_a_header_with_a_line_break_is_not_sent(breaking: str) -> None:
     with pytest.raises(UpstreamUnreachable, match="line break"):
-        request_head("GET", URL("http://h/"), [("X", "a\r\nEvil: 1")], None)
+        request_head("GET", URL("http://h/"), [("X", f"a{breaking}Evil: 1")], None)
+    with pytest.raises(UpstreamUnreachable, match="line break"):
+        request_head("GET", URL("http://h/"), [(f"X{breaking}Evil", "1")], None)
     assert b"Content-Length" not in request_head("GET", URL("http://h/"), [], None)
     assert b"Content-Length: 0\r\n" in request_head("POST", URL("http://h/"), [], None)
     assert b"Host: [::1]:81\r\n" in request_head("GET", URL("http://[::1]:81/"), [], None)

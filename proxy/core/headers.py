@@ -55,13 +55,12 @@ REDACTED_IN_URL = "REDACTED"  # needs no percent-encoding, so a replay sends it 
 
 Headers = list[tuple[str, str]]
 Lowered = list[tuple[str, str, str]]  # (lowered name, name, value)
-# `Connection` options that name no header.
-_CONNECTION_OPTIONS = frozenset({"", "keep-alive", "close"})
-
 
 # What never crosses, whatever `Connection` names besides (those go too).
 _NOT_TO_UPSTREAM = HOP_BY_HOP | REQUEST_FRAMING | NOT_FORWARDED
 _NOT_TO_CLIENT = HOP_BY_HOP | {"content-length"}
+# `Connection` options that name no header.
+_CONNECTION_OPTIONS = frozenset({"", "keep-alive", "close"})
 
 
 def _crossing(headers: Iterable[tuple[str, str]], dropped: frozenset[str]) -> Lowered:
