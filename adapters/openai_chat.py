@@ -81,10 +81,13 @@ def reencode(
     if numeric is None:
         huge = _has_huge_number(body)
     else:
+        # Lists walked once, not `any` over generators (a generator stopped early costs a
+        # thrown GeneratorExit): this runs for every small request that gets memory.
         wire = body["messages"]
-        huge = any(
-            _has_huge_number(value) for key, value in body.items() if key != "messages"
-        ) or any(_has_huge_number(wire[i]) for i in numeric)
+        others = [value for key, value in body.items() if key != "messages"]
+        huge = _has_huge_number(others) or (
+            bool(numeric) and _has_huge_number([wire[i] for i in numeric])
+        )
     if huge:
         exact: dict[str, Any] = json.loads(raw)
         return exact, False
@@ -237,11 +240,12 @@ class OpenAIChatAdapter:
             raise AdapterError("a replacement names a message the request does not have")
         at: dict[int, list[dict[str, str]]] = {}  # index -> the parts before it, in order
         for insertion in insertions:
-            new = {"role": insertion.role.value, "content": insertion.text}
+            # `_value_`: `.value` is a Python-level descriptor call on 3.11.
+            new = {"role": insertion.role._value_, "content": insertion.text}
             at.setdefault(insertion.index, []).append(new)
         gone = set(drop)
         cuts = sorted(
-            {0, len(wire), *(i for i in at if i <= len(wire)), *replaced, *_run_edges(gone)}
+            {0, len(wire), *[i for i in at if i <= len(wire)], *replaced, *_run_edges(gone)}
         )
         spans = layout.spans
         if spans is not None:

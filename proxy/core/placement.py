@@ -59,8 +59,10 @@ def known_history(
         ordered = tuple(sorted(i for i in set(indices) if 0 <= i < len(messages)))
     if not ordered:
         return HistorySpan(start=found.start, end=found.start, indices=())
-    start = min(found.start, ordered[0])
-    end = max(found.end, ordered[-1] + 1)
+    # Not `min`/`max`: 3.11 parses keywords on every call of those (per request, here).
+    first, end = ordered[0], ordered[-1] + 1
+    start = found.start if found.start <= first else first
+    end = found.end if found.end >= end else end
     return HistorySpan(start=start, end=end, indices=ordered)
 
 

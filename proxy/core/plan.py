@@ -95,9 +95,12 @@ def plan_insertions(
     else:
         span = memory.span or find_history(messages, markers)
     found: list[Insertion] = []
-    rendered = _render_parts(templates, tuple(memory.values.items()), count_tokens)
-    for (part, text, tokens, filled), placement in zip(
-        rendered, (policy.placement, policy.changing), strict=True
+    stable, changing = _render_parts(templates, tuple(memory.values.items()), count_tokens)
+    # Written out, not `zip(strict=True)` and `sort(key=...)`: on 3.11 each parses its
+    # keywords in C on every call, and this runs on every chat request.
+    for (part, text, tokens, filled), placement in (
+        (stable, policy.placement),
+        (changing, policy.changing),
     ):
         if not text:
             continue
@@ -105,7 +108,8 @@ def plan_insertions(
         if index is None:
             continue
         found.append(Insertion(index, placement.role, text, tokens, part, filled))
-    found.sort(key=lambda insertion: insertion.index)
+    if len(found) == 2 and found[1].index < found[0].index:
+        found.reverse()  # by index; the stable part first where both go to one place
     return tuple(found)
 
 
@@ -134,4 +138,6 @@ def _render_parts(
 
 def covers_history(insertions: Sequence[Insertion]) -> bool:
     """Whether the memory that covers left-out history goes in: only then may it go."""
-    return any(COVERING_MACRO in insertion.filled for insertion in insertions)
+    # A list (two parts at most), not a generator: one that `any` stops early costs a
+    # thrown GeneratorExit, on every chat request.
+    return any([COVERING_MACRO in insertion.filled for insertion in insertions])

@@ -115,11 +115,14 @@ def request_memory(
         settings.message_recap_context_type,
         settings.context_for(model),
     )
-    recent, spent = view.shelf.newest(sent_from, min(budget, left - FRAME_TOKENS))
+    # Conditionals, not `min`: 3.11's parses keywords on every call (per request, here).
+    free = left - FRAME_TOKENS
+    recent, spent = view.shelf.newest(sent_from, budget if budget < free else free)
     if recent:
         left -= FRAME_TOKENS + spent
     scenes = ""
-    room = min(settings.relevant_scenes_max_tokens, left - FRAME_TOKENS)
+    room, free = settings.relevant_scenes_max_tokens, left - FRAME_TOKENS
+    room = room if room < free else free
     if search is not None and view.scenes and room > 0:
         # The oldest chat position still in the prompt once covered history is left out.
         before = sent_from
@@ -333,7 +336,7 @@ def history_start(
     if aim is None or aim <= cut:
         return unmoved
     held = view.held(cut)
-    start = aim if held is None else min(aim, held)
+    start = aim if held is None or aim <= held else held
     stepped = stepped_drop(history, ident.history, ident.positions, start, step)
     return (Cut(cut, start, aim), stepped) if stepped else (Cut(cut, cut, aim), [])
 
