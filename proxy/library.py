@@ -160,9 +160,14 @@ class ChatLibrary:
 
     async def ensure_fresh(self, chat_id: str) -> bool:
         """Re-read one chat if ST saved it since it was indexed; True if it was re-read."""
-        record = self.index.entries.get(chat_id)
-        if record is None or self.data_dir is None:
-            return False
+        name = self._saved_since(chat_id)
+        return name is not None and await self._reread(name)
+
+    def _saved_since(self, chat_id: str) -> str | None:
+        """The chat's file if ST saved it since it was indexed (one stat), else None.
+        Not a coroutine: this is on every chat request, and a re-read on few."""
+        if self.data_dir is None or chat_id not in self.index.entries:
+            return None
         name = self._files.get(chat_id)
         if name is None:
             # A string, not a Path: this stat is on every chat request.
@@ -170,10 +175,14 @@ class ChatLibrary:
         try:
             stat = os.stat(name)
         except OSError:
-            return False
-        known = self._stats.get(chat_id)
-        if known == (stat.st_size, stat.st_mtime_ns):
-            return False
+            return None
+        if self._stats.get(chat_id) == (stat.st_size, stat.st_mtime_ns):
+            return None
+        return name
+
+    async def _reread(self, name: str) -> bool:
+        """Re-read the chat file `name`, waiting for it at most `FRESHNESS_WAIT`; True if
+        it was re-read in that time."""
         path = Path(name)
         try:
             # Bounded: a request never waits long for the mirror; past this it is
@@ -248,7 +257,9 @@ class ChatLibrary:
         else:
             newest = prints(messages, span)
             for chat_id in likely_chats(newest, self.index):
-                await self.ensure_fresh(chat_id)
+                saved = self._saved_since(chat_id)
+                if saved is not None:
+                    await self._reread(saved)
             found = identify(messages, span, self.index, printed=newest)
         if found is None and log.isEnabledFor(logging.DEBUG):
             why = unidentified_reason(messages, span, self.index, only=named)

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import re
 import time
+from collections.abc import Sequence
 from functools import lru_cache
 from urllib.parse import quote, unquote
 
@@ -12,6 +14,7 @@ from aiohttp import web
 
 from proxy.chat.injection import Injector
 from proxy.core.headers import safe_url
+from proxy.core.models import ChatMessage, Identification
 from proxy.errors import NotFound, RequestError
 from proxy.web.guard import api_headers
 from proxy.web.keys import EVENTS, FORMATS, INJECTOR, LIBRARY, LORE, RELAY
@@ -49,9 +52,10 @@ def proxied_path(raw_path: str) -> str:
 
 async def handle_api(request: web.Request) -> web.StreamResponse:
     arrived = time.perf_counter()
-    relay = request.app[RELAY]
+    app = request.app
+    relay = app[RELAY]
     target, path = relay.upstream.resolve(proxied_path(request.rel_url.raw_path))
-    adapter = request.app[FORMATS].for_path(path) if request.method == "POST" else None
+    adapter = app[FORMATS].for_path(path) if request.method == "POST" else None
     headers = api_headers(request)
     if adapter is None:
         body = await request.read() if request.body_exists else None
@@ -62,7 +66,7 @@ async def handle_api(request: web.Request) -> web.StreamResponse:
 
     raw = await request.read()
     exchange = relay.start_exchange(request, raw)
-    injector: Injector = request.app[INJECTOR]
+    injector: Injector = app[INJECTOR]
     outcome = await injector.prepare(
         adapter,
         raw,
@@ -77,26 +81,12 @@ async def handle_api(request: web.Request) -> web.StreamResponse:
         (INJECTED_HEADER, str(tokens)),
         (TRIMMED_HEADER, str(len(outcome.dropped))),
     ]
-    lore = request.app.get(LORE)
     identity = outcome.memory.identity if outcome.memory is not None else None
-    if identity is not None:
-        seen = "identified"
-    else:
-        seen = "unidentified" if LIBRARY in request.app else "no_memory"
-    relay.metrics.chat_request(seen, tokens, len(outcome.dropped))
-    if seen != "no_memory":
-        relay.vitals.saw(seen)
-    if lore is not None and identity is not None:
-        lore.record_later(identity, outcome.messages)
-    if identity is not None:
-        request.app[EVENTS].publish(
-            "request",
-            chat=identity.chat_id,
-            generation=identity.generation,
-            target=identity.target_message,
-            injected=tokens,
-            left_out=len(outcome.dropped),
-        )
+    # Counted once the request is on its way: the model takes far longer to answer than
+    # this takes, and the time to the answer's first byte is what ST waits on.
+    asyncio.get_running_loop().call_soon(
+        _account, app, identity, outcome.messages, tokens, len(outcome.dropped)
+    )
     if exchange is not None and outcome.insertions:
         exchange.meta["insertions"] = [
             {"part": i.part, "index": i.index, "role": i.role.value, "tokens": i.tokens}
@@ -118,6 +108,41 @@ async def handle_api(request: web.Request) -> web.StreamResponse:
         wire=adapter.name,
         arrived=arrived,
     )
+
+
+def _account(
+    app: web.Application,
+    identity: Identification | None,
+    messages: Sequence[ChatMessage],
+    tokens: int,
+    left_out: int,
+) -> None:
+    """A chat request's metrics, health, lorebook snapshot and `request` event."""
+    try:
+        relay = app[RELAY]
+        if identity is not None:
+            seen = "identified"
+        else:
+            seen = "unidentified" if LIBRARY in app else "no_memory"
+        relay.metrics.chat_request(seen, tokens, left_out)
+        if seen != "no_memory":
+            relay.vitals.saw(seen)
+        if identity is None:
+            return
+        lore = app.get(LORE)
+        if lore is not None:
+            lore.record_later(identity, messages)
+        app[EVENTS].publish(
+            "request",
+            chat=identity.chat_id,
+            generation=identity.generation,
+            target=identity.target_message,
+            injected=tokens,
+            left_out=left_out,
+        )
+    except Exception:
+        # Bookkeeping: the request it counts is under way, and must stay so.
+        log.exception("accounting for a chat request failed")
 
 
 @lru_cache(maxsize=256)

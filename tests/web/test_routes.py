@@ -1,4 +1,5 @@
-"""The path a request is forwarded to: slashes folded, dot segments refused."""
+"""The path a request is forwarded to: slashes folded, dot segments refused; the counting
+after a chat request, which never fails it."""
 
 from __future__ import annotations
 
@@ -8,7 +9,9 @@ from hypothesis import strategies as st
 
 from proxy.errors import RequestError
 from proxy.web import routes
+from proxy.web.keys import RELAY
 from proxy.web.routes import proxied_path
+from tests.memory_env import MemoryFactory
 
 
 @pytest.mark.parametrize(
@@ -53,3 +56,23 @@ def test_the_shortcut_answers_as_the_full_look(raw: str) -> None:
     except RequestError:
         fast = None
     assert fast == _slow(raw)
+
+
+async def test_the_counting_after_a_chat_request_cannot_fail_it(
+    memory_proxy: MemoryFactory, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Metrics, health, lore and the `request` event are counted once the request is on
+    its way; when that fails, the answer still comes and the log says why."""
+    memory = await memory_proxy(16, {8}, **{"memory.message_recaps": False})
+    metrics = memory.client.app[RELAY].metrics
+
+    def broken(*args: object) -> None:
+        raise RuntimeError("metrics broke")
+
+    metrics.chat_request = broken  # type: ignore[method-assign]
+    response = await memory.client.post("/v1/chat/completions", json=memory.story.request())
+    assert response.status == 200
+    assert response.headers["X-Recap-Chat"]
+    assert (await response.json())["choices"]
+    assert "accounting for a chat request failed" in caplog.text
+    assert "metrics broke" in caplog.text
