@@ -103,8 +103,10 @@ def request_memory(
     if view.cutoff is not None and view.running:
         # Matched positions rise with the request's order: those past the cutoff are a tail.
         newer = bisect_right(ident.positions, view.cutoff)
-        keep = set(ident.history[newer:])
-        drop = droppable(messages, history, view.covered, keep)
+        # Nothing to look for when the request's oldest history message is matched and
+        # newer than the cutoff (ST cut the covered part already): `droppable` stops there.
+        if newer or not history or not ident.history or history[0] != ident.history[0]:
+            drop = droppable(messages, history, view.covered, set(ident.history[newer:]))
     cut, stepped = start
     if stepped:
         drop = sorted({*drop, *stepped})
