@@ -3,6 +3,8 @@ after a chat request, which never fails it."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -40,7 +42,7 @@ def test_dot_segments_are_refused(raw: str) -> None:
 def _slow(raw: str) -> str | None:
     """`proxied_path` with its shortcut off (every path holds a `/`)."""
     special = routes._SPECIAL
-    routes._SPECIAL = ("/",)
+    routes._SPECIAL = re.compile("/")
     try:
         return proxied_path(raw)
     except RequestError:
