@@ -23,7 +23,6 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
-from operator import contains
 
 from proxy.core.models import ChatMessage, Generation, HistorySpan, Identification
 
@@ -317,21 +316,6 @@ def _align(
 ) -> tuple[int, tuple[int, ...], tuple[int, ...]]:
     """Walk back from request `history[-1]` and file `tail[start]`; skip unmatched requests.
     Returns the count, the matched request indices and their chat positions."""
-    n = len(history) if len(history) <= start + 1 else start + 1
-    if n:
-        # Every request's case first, compared at C speed: its newest messages are the
-        # file's, one for one, until either runs out (what the walk would find then).
-        window = tail[start + 1 - n : start + 1]
-        newest = history[len(history) - n :]
-        if all(map(contains, [m.fps for m in window], [fps[i] for i in newest])):
-            return n, tuple(newest), tuple([m.position for m in window])
-    return _walk(history, fps, tail, start)
-
-
-def _walk(
-    history: Sequence[int], fps: dict[int, int], tail: Sequence[IndexedMessage], start: int
-) -> tuple[int, tuple[int, ...], tuple[int, ...]]:
-    """`_align`, message by message."""
     matched: list[int] = []
     positions: list[int] = []
     r, f, skipped = len(history) - 1, start, 0

@@ -4,14 +4,10 @@ from __future__ import annotations
 
 import random
 
-from hypothesis import given
-from hypothesis import strategies as st
-
 import proxy.core.identify as module
 from proxy.core.identify import (
     ChatEntry,
     ChatIndex,
-    IndexedMessage,
     find_st_metadata,
     identify,
     index_message,
@@ -252,23 +248,3 @@ def test_prints_taken_before_the_index_changed_see_the_change() -> None:
     assert module.likely_chats(printed, index) == ["u/chats/S/b", "u/chats/S/a"]
     index.remove("u/chats/S/b")
     assert identify(messages, span, index, printed=printed) == run(index, messages)
-
-
-@given(
-    st.lists(st.integers(0, 3), max_size=12),
-    st.lists(st.integers(0, 3), max_size=12),
-    st.integers(-1, 12),
-)
-def test_the_one_for_one_alignment_answers_as_the_walk(
-    request_texts: list[int], file_texts: list[int], start: int
-) -> None:
-    """`_align` tries the newest messages one for one before walking back; whatever the
-    request and the file hold (gaps, repeats, injections), it answers as the walk does."""
-    history = list(range(2, 2 + len(request_texts)))  # request indices after a system one
-    fps = {i: text for i, text in zip(history, request_texts, strict=True)}
-    tail = [
-        IndexedMessage(position=10 + k, is_user=bool(k % 2), text=str(t), fps=frozenset({t}))
-        for k, t in enumerate(file_texts)
-    ]
-    start = min(start, len(tail) - 1)
-    assert module._align(history, fps, tail, start) == module._walk(history, fps, tail, start)
