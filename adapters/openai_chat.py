@@ -85,9 +85,7 @@ def reencode(
         # thrown GeneratorExit): this runs for every small request that gets memory.
         wire = body["messages"]
         others = [value for key, value in body.items() if key != "messages"]
-        huge = _has_huge_number(others) or (
-            bool(numeric) and _has_huge_number([wire[i] for i in numeric])
-        )
+        huge = _has_huge_number(others) or _has_huge_number([wire[i] for i in numeric])
     if huge:
         exact: dict[str, Any] = json.loads(raw)
         return exact, False

@@ -24,6 +24,7 @@ from proxy.core.identify import (
     TAIL,
     ChatEntry,
     ChatIndex,
+    Prints,
     find_st_metadata,
     identify,
     indexed_message,
@@ -251,16 +252,17 @@ class ChatLibrary:
             replacements[metadata.index] = metadata.stripped
             if named is None and metadata.chat:
                 named = self.index.resolve(metadata.chat)
+        newest: Prints | None = None
         if named is not None:
-            await self.ensure_fresh(named)
-            found = identify(messages, span, self.index, only=named)
+            chats = [named]
         else:
             newest = prints(messages, span)
-            for chat_id in likely_chats(newest, self.index):
-                saved = self._saved_since(chat_id)
-                if saved is not None:
-                    await self._reread(saved)
-            found = identify(messages, span, self.index, printed=newest)
+            chats = likely_chats(newest, self.index)
+        for chat_id in chats:
+            saved = self._saved_since(chat_id)
+            if saved is not None:
+                await self._reread(saved)
+        found = identify(messages, span, self.index, only=named, printed=newest)
         if found is None and log.isEnabledFor(logging.DEBUG):
             why = unidentified_reason(messages, span, self.index, only=named)
             log.debug("request not identified as any chat: %s", why)

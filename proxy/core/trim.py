@@ -116,6 +116,8 @@ def _first_kept(history: Sequence[int], keep: Collection[int]) -> int:
     """Where in `history` the first index of `keep` is (its length: none is)."""
     if not keep:
         return len(history)
+    if history and history[0] in keep:
+        return 0  # all of the request is newer: a request ST cut past the covered part
     # History is in request order and `keep` is mostly a part of it: its least index,
     # found by bisection, is then the first one.
     first = min(keep)

@@ -103,10 +103,7 @@ def request_memory(
     if view.cutoff is not None and view.running:
         # Matched positions rise with the request's order: those past the cutoff are a tail.
         newer = bisect_right(ident.positions, view.cutoff)
-        # Nothing to look for when the request's oldest history message is matched and
-        # newer than the cutoff (ST cut the covered part already): `droppable` stops there.
-        if newer or not history or not ident.history or history[0] != ident.history[0]:
-            drop = droppable(messages, history, view.covered, set(ident.history[newer:]))
+        drop = droppable(messages, history, view.covered, set(ident.history[newer:]))
     cut, stepped = start
     if stepped:
         drop = sorted({*drop, *stepped})
@@ -123,8 +120,9 @@ def request_memory(
     if recent:
         left -= FRAME_TOKENS + spent
     scenes = ""
-    room, free = settings.relevant_scenes_max_tokens, left - FRAME_TOKENS
-    room = room if room < free else free
+    room = settings.relevant_scenes_max_tokens
+    if room > left - FRAME_TOKENS:
+        room = left - FRAME_TOKENS
     if search is not None and view.scenes and room > 0:
         # The oldest chat position still in the prompt once covered history is left out.
         before = sent_from

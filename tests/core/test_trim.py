@@ -101,8 +101,8 @@ def test_a_covered_run_compared_at_once_leaves_out_what_one_by_one_would(
     done = covered(texts[: cut + 1], exact=exact)
     at_once = droppable(request, history, done, keep)
     if history and history[0] in keep:
-        # Nothing goes when the oldest history message is known newer: the memory step
-        # takes that for granted and does not ask (`proxy.memory.views.request_memory`).
+        # Nothing goes when the oldest history message is known newer (answered at once,
+        # without looking for the first kept one: most small requests' case).
         assert at_once == []
     # The reference: the same walk with no run compared in one step.
     with patch.object(_Request, "exact_run", lambda *_: 0):
