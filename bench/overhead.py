@@ -12,6 +12,8 @@ Five targets, each in its own process on 127.0.0.1 (this process is the client):
 - memory, no trimming: the same with `auto_hide_scene_count = -1`, so that the upstream
   gets every message and its answer time does not flatter the figure.
 Each round visits the targets in a shuffled order, so all see the same machine load.
+Every target gets the large and the small body once before any round, so that each is
+measured in the state it keeps once it has relayed a long chat (see `run`).
 
 Bodies: small (the chat's newest 10 messages, about 1k tokens) and large (all 300
 messages, about 100k tokens, as ST sends a chat that fits a large context). Figures:
@@ -359,6 +361,17 @@ async def run(rounds: int, runs: int) -> None:
                     "memory": f"{base['memory']}/v1/chat/completions",
                     "memory, no trimming": f"{base['notrim']}/v1/chat/completions",
                 }
+                # Every target in its steady state before anything is counted: a process
+                # that has not yet freed a large buffer (the 460 KiB body) keeps glibc's
+                # malloc thresholds at their start values, and then each answer's 256 KiB
+                # socket read buffer costs an mmap and munmap or a heap trim (page faults,
+                # TLB shootdowns: about 110 us of CPU per request in the bare hop, measured
+                # with `perf`). Our proxies free one at start-up; the bare hop did only
+                # after the large-body rounds, so its first small-body figures ran slower.
+                for url in urls.values():
+                    for data_ in (large, small):
+                        async with session.post(url, data=data_) as r:
+                            await r.read()
                 worst: dict[str, float] = {}
                 for run_no in range(runs):
                     print(f"run {run_no + 1} of {runs}, {rounds} rounds per body:")

@@ -176,6 +176,10 @@ class MemoryEngine:
         elif result.chat_id in self.active and result.saved:
             self.schedule(result.chat_id)  # a save without message changes: metadata
 
+    def started(self, chat_id: str) -> bool:
+        """Whether the chat's upkeep runs (a request of it was seen, or it was activated)."""
+        return chat_id in self.active
+
     def touch(
         self, ident: Identification, headers: Mapping[str, str], caller: Caller
     ) -> asyncio.Task[None] | None:
