@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import gc
 import json
 from pathlib import Path
 
 import pytest
 
-from proxy.cli import main
+from proxy.cli import GC_YOUNG, main, tune_gc
 from tests.core.st_requests import st_body
 
 REQUEST = st_body("stream-04-05_send_03")  # 10 messages, history from index 4
@@ -110,3 +111,13 @@ def test_serve_refuses_a_reachable_address_without_an_access_key(
     assert main(["serve", "--host", "0.0.0.0", "--port", "1"]) == 2
     err = capsys.readouterr().err
     assert "server.access_key is not set" in err and "RECAP_PROXY_SERVER__ACCESS_KEY" in err
+
+
+def test_a_server_collects_young_objects_less_often() -> None:
+    before = gc.get_threshold()
+    try:
+        gc.set_threshold(700, 10, 10)
+        tune_gc()
+        assert gc.get_threshold() == (GC_YOUNG, 10, 10) and GC_YOUNG > 700
+    finally:
+        gc.set_threshold(*before)
