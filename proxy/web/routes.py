@@ -16,6 +16,7 @@ from proxy.chat.injection import Injector
 from proxy.core.headers import safe_url
 from proxy.core.models import ChatMessage, Identification
 from proxy.errors import NotFound, RequestError
+from proxy.web.body import read_body
 from proxy.web.guard import api_headers
 from proxy.web.keys import EVENTS, FORMATS, INJECTOR, LIBRARY, LORE, RELAY
 
@@ -55,26 +56,23 @@ async def handle_api(request: web.Request) -> web.StreamResponse:
     arrived = time.perf_counter()
     app = request.app
     relay = app[RELAY]
-    target, path = relay.upstream.resolve(proxied_path(request.rel_url.raw_path))
+    raw_path = request.rel_url.raw_path
+    target, path = relay.upstream.resolve(proxied_path(raw_path))
     adapter = app[FORMATS].for_path(path) if request.method == "POST" else None
     headers = api_headers(request)
     if adapter is None:
-        body = await request.read() if request.body_exists else None
+        body = await read_body(request) if request.body_exists else None
         exchange = relay.start_exchange(request, body or b"")
         return await relay.forward(
             request, target, path, body, headers, exchange=exchange, arrived=arrived
         )
 
-    raw = await request.read()
+    raw = await read_body(request)
     exchange = relay.start_exchange(request, raw)
     injector: Injector = app[INJECTOR]
+    # `where`: for a log line, if any (a chat format's requests are all POSTs).
     outcome = await injector.prepare(
-        adapter,
-        raw,
-        headers,
-        where=f"{request.method} {request.rel_url.raw_path}",
-        route=target.prefix,
-        path=path,
+        adapter, raw, headers, where="POST " + raw_path, route=target.prefix, path=path
     )
     tokens = outcome.tokens  # summed over the parts: once
     extra = [
