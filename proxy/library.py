@@ -34,6 +34,7 @@ from proxy.core.identify import (
 )
 from proxy.core.models import ChatMessage, HistorySpan, Identification
 from proxy.core.placement import find_history
+from proxy.sillytavern.changes import Freshness
 from proxy.sillytavern.chatfile import RecentSplits, file_digest, parse_chat
 from proxy.sillytavern.layout import (
     SUFFIX,
@@ -98,6 +99,9 @@ class ChatLibrary:
         # so a request can never be told a file is fresh while its entry is not installed.
         self._stats: dict[str, Stat] = {}
         self._files: dict[str, str] = {}  # chat id -> its file (the freshness stat's)
+        # Which chats' files may have changed since a stat found them as indexed (the OS's
+        # notifications, once `follow_changes` turned them on).
+        self.freshness = Freshness(os.fspath(data_dir)) if data_dir is not None else None
         # The last split of each chat file re-read after start-up (the chats being saved):
         # its next save is split without hashing the lines it kept. Worker thread only.
         self._splits = RecentSplits()
@@ -124,13 +128,14 @@ class ChatLibrary:
         count = 0
         for location in locations:
             read: dict[str, Stat] = {}
+            watched = self._watching()
             result = await self.store.call(
                 partial(self._refresh_location, location=location, startup=True, read=read)
             )
             if result is not None:
                 self._install(result)
                 count += 1
-            self._stats.update(read)
+            self._took(read, watched)
         seen = {location.chat_id for location in locations}
         for result in await self.store.call(lambda db: self._forget_missing(db, seen)):
             self._install(result)
@@ -152,12 +157,21 @@ class ChatLibrary:
                     files.append(path)
             return self._refresh_many(db, [r for r in map(self._rel, files) if r], read)
 
+        watched = self._watching()
         results = await self.store.call(work)
         for result in results:
             self._install(result)
+        self._took(read, watched)
+        return results
+
+    def _watching(self) -> frozenset[str]:
+        return self.freshness.watching() if self.freshness is not None else frozenset()
+
+    def _took(self, read: dict[str, Stat], watched: frozenset[str]) -> None:
         # After the entries are in: from now on a request may take these files as read.
         self._stats.update(read)
-        return results
+        if self.freshness is not None and read:
+            self.freshness.read([(c, self._file(c)) for c in read], watched)
 
     async def ensure_fresh(self, chat_id: str) -> bool:
         """Re-read one chat if ST saved it since it was indexed; True if it was re-read."""
@@ -165,21 +179,43 @@ class ChatLibrary:
         return name is not None and await self._reread(name)
 
     def _saved_since(self, chat_id: str) -> str | None:
-        """The chat's file if ST saved it since it was indexed (one stat), else None.
-        Not a coroutine: this is on every chat request, and a re-read on few."""
-        if self.data_dir is None or chat_id not in self.index.entries:
+        """The chat's file if ST saved it since it was indexed (one stat, unless the OS
+        says nothing was written to it since the last), else None. Not a coroutine: this
+        is on every chat request, and a re-read on few."""
+        fresh = self.freshness
+        if fresh is None or chat_id not in self.index.entries or fresh.unchanged(chat_id):
             return None
-        name = self._files.get(chat_id)
-        if name is None:
-            # A string, not a Path: this stat is on every chat request.
-            name = self._files[chat_id] = os.fspath(self.data_dir / f"{chat_id}.jsonl")
+        name = self._file(chat_id)
         try:
             stat = os.stat(name)
         except OSError:
             return None
-        if self._stats.get(chat_id) == (stat.st_size, stat.st_mtime_ns):
-            return None
+        same = self._stats.get(chat_id) == (stat.st_size, stat.st_mtime_ns)
+        fresh.checked(chat_id, name, same)
+        return None if same else name
+
+    def _file(self, chat_id: str) -> str:
+        name = self._files.get(chat_id)
+        if name is None:
+            # A string, not a Path: it is stat'ed on chat requests.
+            assert self.data_dir is not None  # a chat is only indexed from a data folder
+            name = self._files[chat_id] = os.fspath(self.data_dir / f"{chat_id}.jsonl")
         return name
+
+    def follow_changes(self) -> bool:
+        """Take the OS's notifications of writes to the chat folders (on the running loop),
+        so that a request skips the stat of a chat nothing was written to; True when they
+        are on (Linux). `stop_following` ends them."""
+        fresh = self.freshness
+        if fresh is None or not fresh.start():
+            return False
+        for chat_id in list(self.index.entries):
+            fresh.follow(self._file(chat_id))
+        return True
+
+    def stop_following(self) -> None:
+        if self.freshness is not None:
+            self.freshness.stop()
 
     async def _reread(self, name: str) -> bool:
         """Re-read the chat file `name`, waiting for it at most `FRESHNESS_WAIT`; True if
@@ -215,6 +251,8 @@ class ChatLibrary:
             self._files.pop(result.chat_id, None)
         else:
             self.index.put(result.entry)
+            if self.freshness is not None and self.freshness.feed is not None:
+                self.freshness.follow(self._file(result.chat_id))
         for listener in self.listeners:
             try:
                 listener(result)

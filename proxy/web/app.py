@@ -284,6 +284,9 @@ async def _watching(
         except Exception:
             log.exception("indexing %s failed", library.data_dir)
 
+    if settings.sillytavern.watch and not settings.sillytavern.force_polling:
+        # Before indexing, so that every chat it installs is followed from then on.
+        library.follow_changes()
     task = asyncio.create_task(index_then_watch(), name="st-initial-index")
     try:
         yield
@@ -292,3 +295,4 @@ async def _watching(
         with contextlib.suppress(asyncio.CancelledError):
             await task
         await watcher.__aexit__(None, None, None)
+        library.stop_following()

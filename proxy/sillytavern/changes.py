@@ -1,0 +1,247 @@
+"""Which chat files a request need not stat: the OS's notifications of writes to them.
+
+Before a request is identified, its chat's file is checked (`ChatLibrary._saved_since`):
+ST saves the user's message just before it sends the request, and the index must have
+it. That stat is one of the dearest steps of a small request on a busy server: a system
+call, and the caches it leaves cold (15-25 us of a small request's added latency,
+measured against the same server without it). On Linux, an inotify watch on each folder
+that holds indexed chats tells the event loop of every write and rename there. The
+kernel queues the event inside the write or rename itself, before ST even answers its own
+save; the loop reads it before it starts the handler of a request that came after (both
+are ready in the same poll at the latest, and a handler's first step is scheduled behind
+the callbacks of that poll). So a chat whose file was found as indexed since, with no
+event for it, needs no stat.
+
+Notifications do not reach every file system (network shares, some container mounts),
+and nothing says so. A chat is therefore checked again once `RECHECK` seconds have passed
+since its last check, and a check that finds a change no event announced turns the feed
+off for good: every request stats its chat again, as it always did.
+
+Three libc calls through ctypes, not a dependency: watchfiles (the proxy's watcher) keeps
+its events in its own thread and hands them over in debounced batches, too late for this.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ctypes
+import ctypes.util
+import logging
+import os
+import struct
+import sys
+import time
+from collections.abc import Callable, Iterable
+from typing import Final
+
+log = logging.getLogger(__name__)
+
+RECHECK: Final = 1.0  # seconds a chat's last check stands without an event
+
+IN_MODIFY, IN_ATTRIB, IN_CLOSE_WRITE = 0x2, 0x4, 0x8
+IN_MOVED_FROM, IN_MOVED_TO, IN_CREATE, IN_DELETE = 0x40, 0x80, 0x100, 0x200
+IN_DELETE_SELF, IN_MOVE_SELF, IN_Q_OVERFLOW, IN_IGNORED = 0x400, 0x800, 0x4000, 0x8000
+IN_ONLYDIR: Final = 0x1000000
+# Whatever can change a chat file's bytes, its name, or the folder itself.
+MASK: Final = (
+    IN_MODIFY
+    | IN_ATTRIB
+    | IN_CLOSE_WRITE
+    | IN_MOVED_FROM
+    | IN_MOVED_TO
+    | IN_CREATE
+    | IN_DELETE
+    | IN_DELETE_SELF
+    | IN_MOVE_SELF
+    | IN_ONLYDIR
+)
+_GONE: Final = IN_Q_OVERFLOW | IN_IGNORED | IN_DELETE_SELF | IN_MOVE_SELF
+_EVENT = struct.Struct("iIII")  # struct inotify_event: wd, mask, cookie, len (then name)
+
+
+class _Inotify(ctypes.CDLL):
+    inotify_init1: Callable[[int], int]
+    inotify_add_watch: Callable[[int, bytes, int], int]
+
+
+def _libc() -> _Inotify | None:
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        init, add = libc.inotify_init1, libc.inotify_add_watch
+    except (OSError, AttributeError):
+        return None
+    init.argtypes, init.restype = [ctypes.c_int], ctypes.c_int
+    add.argtypes, add.restype = [ctypes.c_int, ctypes.c_char_p, ctypes.c_uint32], ctypes.c_int
+    return libc  # type: ignore[return-value]  # the two functions typed above
+
+
+class ChangeFeed:
+    """An inotify instance on the running loop: `on_change(path)` for each file written,
+    created, renamed or deleted in a watched folder; `on_lost()` when events may have
+    been lost (the kernel's queue overflowed, a folder went away)."""
+
+    def __init__(
+        self,
+        libc: _Inotify,
+        fd: int,
+        on_change: Callable[[str], None],
+        on_lost: Callable[[], None],
+    ) -> None:
+        self._libc, self._fd = libc, fd
+        self._on_change, self._on_lost = on_change, on_lost
+        self._folders: dict[int, str] = {}  # watch descriptor -> folder
+        self.folders: set[str] = set()
+        self._loop = asyncio.get_running_loop()
+        self._loop.add_reader(fd, self._read)
+
+    @classmethod
+    def open(
+        cls, on_change: Callable[[str], None], on_lost: Callable[[], None]
+    ) -> ChangeFeed | None:
+        """A feed on the running loop, or None where the OS has no inotify for us."""
+        libc = _libc()
+        if libc is None:
+            return None
+        fd = libc.inotify_init1(os.O_NONBLOCK | os.O_CLOEXEC)
+        if fd < 0:
+            log.info("no OS change notifications (%s)", os.strerror(ctypes.get_errno()))
+            return None
+        return cls(libc, fd, on_change, on_lost)
+
+    def watch(self, folder: str) -> bool:
+        """Follow `folder`; False when it cannot be (the user's watch limit, gone)."""
+        if folder in self.folders:
+            return True
+        wd = self._libc.inotify_add_watch(self._fd, os.fsencode(folder), MASK)
+        if wd < 0:
+            return False
+        self._folders[wd] = folder
+        self.folders.add(folder)
+        return True
+
+    def close(self) -> None:
+        if self._fd < 0:
+            return
+        self._loop.remove_reader(self._fd)
+        os.close(self._fd)
+        self._fd = -1
+        self.folders.clear()
+        self._folders.clear()
+
+    def _read(self) -> None:
+        while True:
+            try:
+                data = os.read(self._fd, 64 * 1024)
+            except BlockingIOError:
+                return
+            except OSError as exc:
+                log.warning("OS change notifications failed (%s); stopped", exc)
+                self.close()
+                self._on_lost()
+                return
+            self._events(data)
+
+    def _events(self, data: bytes) -> None:
+        at, size = 0, _EVENT.size
+        while at + size <= len(data):
+            wd, mask, _, length = _EVENT.unpack_from(data, at)
+            name = data[at + size : at + size + length].rstrip(b"\0")
+            at += size + length
+            if mask & _GONE:
+                # The folder went (or the queue overflowed): what was checked is unsure.
+                folder = self._folders.pop(wd, None)
+                if folder is not None:
+                    self.folders.discard(folder)
+                self._on_lost()
+                continue
+            folder = self._folders.get(wd)
+            if folder is not None and name:
+                self._on_change(os.path.join(folder, os.fsdecode(name)))
+
+
+class Freshness:
+    """Which chats' files may have changed since a stat found them as indexed.
+
+    Without a feed (not started, not Linux, turned off) every chat may have: the chat path
+    stats its chat on every request. With one, a chat checked less than `recheck` seconds
+    ago, in a watched folder, with no event since, is as it was."""
+
+    def __init__(
+        self, data_dir: str, clock: Callable[[], float] = time.monotonic, recheck: float = RECHECK
+    ) -> None:
+        self._prefix = data_dir.rstrip(os.sep) + os.sep
+        self._clock, self._recheck = clock, recheck
+        self.feed: ChangeFeed | None = None
+        self._checked: dict[str, float] = {}  # chat id -> when a stat found it as indexed
+        self._changed: set[str] = set()  # chat ids with an event since their last check
+
+    def start(self) -> bool:
+        """Open the feed on the running loop; True when it is on."""
+        if self.feed is None:
+            self.feed = ChangeFeed.open(self._change, self._lost)
+        return self.feed is not None
+
+    def stop(self) -> None:
+        if self.feed is not None:
+            self.feed.close()
+            self.feed = None
+        self._checked.clear()
+        self._changed.clear()
+
+    def follow(self, name: str) -> None:
+        """`name`, a chat file now indexed: its folder is watched from now on."""
+        if self.feed is not None:
+            self.feed.watch(os.path.dirname(name))
+
+    def unchanged(self, chat_id: str) -> bool:
+        """Whether the chat's file is surely as its last check found it (no stat needed)."""
+        checked = self._checked.get(chat_id)
+        return (
+            checked is not None
+            and chat_id not in self._changed
+            and self._clock() - checked < self._recheck
+        )
+
+    def watching(self) -> frozenset[str]:
+        """The folders watched now (for `read`, after a read that starts now)."""
+        return frozenset(self.feed.folders) if self.feed is not None else frozenset()
+
+    def read(self, files: Iterable[tuple[str, str]], watched: frozenset[str]) -> None:
+        """`files` (chat id, file) were just read into the index: each is as the index
+        has it, if its folder was watched (`watching`) before the read began, so that a
+        write after the read announced itself."""
+        if self.feed is None:
+            return
+        now = self._clock()
+        for chat_id, name in files:
+            if chat_id not in self._changed and os.path.dirname(name) in watched:
+                self._checked[chat_id] = now
+
+    def checked(self, chat_id: str, name: str, same: bool) -> None:
+        """What a stat of the chat's file `name` found (`same`: as the index has it)."""
+        feed = self.feed
+        if feed is None:
+            return
+        announced = chat_id in self._changed
+        self._changed.discard(chat_id)
+        last = self._checked.pop(chat_id, None)
+        if same:
+            if os.path.dirname(name) in feed.folders:
+                self._checked[chat_id] = self._clock()
+        elif last is not None and not announced:
+            log.warning(
+                "%s changed without an OS notification (a network share or a container "
+                "mount?): chat files are checked on every request from now on; set "
+                "sillytavern.force_polling = true if the chats live on such a folder",
+                name,
+            )
+            self.stop()
+
+    def _change(self, path: str) -> None:
+        if path.startswith(self._prefix) and path.endswith(".jsonl"):
+            self._changed.add(path[len(self._prefix) : -len(".jsonl")])
+
+    def _lost(self) -> None:
+        self._checked.clear()

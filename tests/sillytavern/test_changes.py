@@ -1,0 +1,205 @@
+"""The OS's notifications of writes to chat folders, and when a request may skip the stat
+of its chat's file: never past a write, never for long, never again once one was missed."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from proxy.core.models import ChatMessage
+from proxy.library import ChatLibrary
+from proxy.sillytavern.changes import RECHECK, ChangeFeed, Freshness
+from proxy.store import Store
+from proxy.watcher import Watcher
+from tests.memory.story import Story
+from tests.st_data import MARKERS, save_like_st
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="inotify")
+
+
+async def until(condition: Callable[[], bool]) -> None:
+    for _ in range(200):
+        if condition():
+            return
+        await asyncio.sleep(0.005)
+    raise AssertionError("the notification never came")
+
+
+async def arrive() -> None:
+    """What a request sent from now on goes through: the server waits on its socket, and
+    the loop's poll finds the bytes there."""
+    loop = asyncio.get_running_loop()
+    a, b = socket.socketpair()
+    with a, b:
+        a.setblocking(False)
+        received = asyncio.ensure_future(loop.sock_recv(a, 1))
+        await asyncio.sleep(0)  # the server is waiting before the client sends
+        b.send(b"x")
+        await received
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+async def test_a_save_renamed_into_a_watched_folder_is_reported(tmp_path: Path) -> None:
+    changed: list[str] = []
+    lost: list[bool] = []
+    feed = ChangeFeed.open(changed.append, lambda: lost.append(True))
+    assert feed is not None
+    folder = tmp_path / "chats" / "Seraphina"
+    folder.mkdir(parents=True)
+    assert feed.watch(str(folder)) and feed.watch(str(folder))  # once is enough
+    save_like_st(folder / "chat.jsonl", b"{}")
+    await until(lambda: str(folder / "chat.jsonl") in changed)
+    # The folder going is a loss: whatever was checked there is unsure now.
+    (folder / "chat.jsonl").unlink()
+    folder.rmdir()
+    await until(lambda: bool(lost))
+    assert str(folder) not in feed.folders
+    assert not feed.watch(str(tmp_path / "missing"))
+    feed.close()
+
+
+async def test_a_checked_chat_is_unchanged_until_written_or_for_a_while(tmp_path: Path) -> None:
+    clock = Clock()
+    fresh = Freshness(str(tmp_path), clock)
+    name = str(tmp_path / "default-user/chats/A/a.jsonl")
+    save_like_st(Path(name), b"{}")
+    assert not fresh.unchanged("default-user/chats/A/a")  # no feed: every request stats
+    assert fresh.start()
+    fresh.follow(name)
+    fresh.checked("default-user/chats/A/a", name, same=True)
+    assert fresh.unchanged("default-user/chats/A/a")
+    save_like_st(Path(name), b'{"a": 1}')
+    await arrive()
+    assert not fresh.unchanged("default-user/chats/A/a")
+    fresh.checked("default-user/chats/A/a", name, same=False)  # announced: no alarm
+    assert fresh.feed is not None
+    fresh.checked("default-user/chats/A/a", name, same=True)
+    assert fresh.unchanged("default-user/chats/A/a")
+    clock.now += RECHECK
+    assert not fresh.unchanged("default-user/chats/A/a")  # checked again now and then
+    # A folder that is not watched is never taken as unchanged.
+    other = str(tmp_path / "elsewhere/b.jsonl")
+    fresh.checked("../elsewhere/b", other, same=True)
+    assert not fresh.unchanged("../elsewhere/b")
+    fresh.stop()
+
+
+async def test_a_change_no_notification_announced_turns_the_feed_off(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    clock = Clock()
+    fresh = Freshness(str(tmp_path), clock)
+    name = str(tmp_path / "u/chats/A/a.jsonl")
+    save_like_st(Path(name), b"{}")
+    assert fresh.start()
+    fresh.follow(name)
+    fresh.checked("u/chats/A/a", name, same=True)
+    clock.now += RECHECK  # a network share: the write below is never announced
+    fresh.checked("u/chats/A/a", name, same=False)
+    assert fresh.feed is None and not fresh.unchanged("u/chats/A/a")
+    assert "changed without an OS notification" in caplog.text
+    assert "force_polling" in caplog.text
+
+
+async def test_lost_notifications_forget_every_check(tmp_path: Path) -> None:
+    fresh = Freshness(str(tmp_path))
+    names = [str(tmp_path / f"u/chats/{c}/x.jsonl") for c in "AB"]
+    for name in names:
+        save_like_st(Path(name), b"{}")
+    assert fresh.start()
+    for name in names:
+        fresh.follow(name)
+    fresh.checked("u/chats/A/x", names[0], same=True)
+    fresh.checked("u/chats/B/x", names[1], same=True)
+    Path(names[1]).unlink()
+    Path(names[1]).parent.rmdir()  # B's folder goes: nothing checked holds any more
+    await until(lambda: not fresh.unchanged("u/chats/A/x"))
+    assert not fresh.unchanged("u/chats/B/x")
+    fresh.stop()
+
+
+async def test_with_notifications_a_request_after_a_save_sees_it_and_others_skip_the_stat(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """ST saves the user's message (temp file, then rename) and then sends the request:
+    the request always finds it, with no watcher re-reading at all here; a request after
+    which nothing was written does not stat the file."""
+    data = tmp_path / "data"
+    story = Story(data, ends=set())
+    story.grow(2)
+    library = ChatLibrary(data, Store(tmp_path / "store.sqlite3"))
+    assert library.follow_changes()
+    await library.index_all()
+    stats: list[str] = []
+    real_stat = os.stat
+
+    def counting(path: str, *args: object, **kwargs: object) -> os.stat_result:
+        stats.append(str(path))
+        return real_stat(path, *args, **kwargs)  # type: ignore[arg-type]
+
+    def request() -> list[ChatMessage]:
+        return [ChatMessage(m["role"], m["content"]) for m in story.request()["messages"]]
+
+    monkeypatch.setattr(os, "stat", counting)
+    caplog.set_level(logging.WARNING)
+    for _ in range(40):
+        story.grow(2)  # a reply, then the user's next message: the file ends with it
+        await arrive()
+        found = (await library.identify_request(request(), MARKERS)).identification
+        assert found is not None and found.chat_id == story.chat_id
+        assert found.generation == "normal" and found.target_message == len(story.messages)
+        checked = len(stats)
+        again = (await library.identify_request(request(), MARKERS)).identification
+        assert again == found
+        assert len(stats) == checked  # nothing written since: no stat
+    assert library.freshness is not None and library.freshness.feed is not None
+    assert "without an OS notification" not in caplog.text
+    library.stop_following()
+    await library.store.close()
+
+
+async def test_with_the_watcher_too_a_request_at_any_moment_around_a_save_is_identified(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The watcher re-reads each save while requests come before, during and after that
+    re-read; with notifications on, each request is still identified as the chat, and no
+    re-read is ever taken for a write that went unannounced."""
+    data = tmp_path / "data"
+    story = Story(data, ends=set())
+    story.grow(2)
+    library = ChatLibrary(data, Store(tmp_path / "store.sqlite3"))
+    assert library.follow_changes()
+    await library.index_all()
+    delays = [0.0, 0.002, 0.005, 0.01, 0.015, 0.02, 0.03, 0.05]
+    misses: list[tuple[int, float, str]] = []
+    async with Watcher(library, debounce_ms=10) as watcher:
+        await asyncio.wait_for(watcher.ready.wait(), 5)
+        for attempt in range(160):
+            story.grow(2)
+            delay = delays[attempt % len(delays)]
+            await asyncio.sleep(delay)
+            await arrive()
+            request = story.request()["messages"]
+            messages = [ChatMessage(m["role"], m["content"]) for m in request]
+            found = (await library.identify_request(messages, MARKERS)).identification
+            if found is None or found.chat_id != story.chat_id or found.generation != "normal":
+                misses.append((attempt, delay, repr(found)))
+    assert misses == [], f"{len(misses)} of 160 requests not identified: {misses[:5]}"
+    assert library.freshness is not None and library.freshness.feed is not None
+    assert "without an OS notification" not in caplog.text
+    library.stop_following()
+    await library.store.close()
