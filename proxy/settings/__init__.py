@@ -196,7 +196,7 @@ class SillyTavernSettings(Section):
     force_polling: bool = Field(
         False,
         description="Poll for changes instead of using OS notifications (network shares, "
-        "some Docker volumes).",
+        "some Docker volumes); each chat request then also checks its chat's file.",
     )
 
 
