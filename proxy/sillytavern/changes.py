@@ -130,6 +130,11 @@ class ChangeFeed:
         self.folders.clear()
         self._folders.clear()
 
+    def drain(self) -> None:
+        """Take the events queued now, without waiting for the loop to."""
+        if self._fd >= 0:
+            self._read()
+
     def _read(self) -> None:
         while True:
             try:
@@ -224,9 +229,13 @@ class Freshness:
         feed = self.feed
         if feed is None:
             return
+        last = self._checked.pop(chat_id, None)
+        if not same and last is not None and chat_id not in self._changed:
+            # The write's event is queued by now (the kernel queues it inside the write),
+            # but the loop may not have read it yet: read it before crying wolf.
+            feed.drain()
         announced = chat_id in self._changed
         self._changed.discard(chat_id)
-        last = self._checked.pop(chat_id, None)
         if same:
             if os.path.dirname(name) in feed.folders:
                 self._checked[chat_id] = self._clock()

@@ -115,6 +115,26 @@ async def test_a_change_no_notification_announced_turns_the_feed_off(
     assert "force_polling" in caplog.text
 
 
+async def test_a_change_whose_notification_is_still_queued_is_no_alarm(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A stat that sees a write the loop has not read the event of yet (an unrelated
+    request, right as ST saves): the event is read there and then, and the feed stays."""
+    clock = Clock()
+    fresh = Freshness(str(tmp_path), clock)
+    name = str(tmp_path / "u/chats/A/a.jsonl")
+    save_like_st(Path(name), b"{}")
+    assert fresh.start()
+    fresh.follow(name)
+    fresh.checked("u/chats/A/a", name, same=True)
+    clock.now += RECHECK
+    save_like_st(Path(name), b'{"b": 2}')  # no loop iteration since: the event is queued
+    fresh.checked("u/chats/A/a", name, same=False)
+    assert fresh.feed is not None
+    assert "without an OS notification" not in caplog.text
+    fresh.stop()
+
+
 async def test_lost_notifications_forget_every_check(tmp_path: Path) -> None:
     fresh = Freshness(str(tmp_path))
     names = [str(tmp_path / f"u/chats/{c}/x.jsonl") for c in "AB"]
