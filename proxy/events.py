@@ -57,12 +57,14 @@ class EventBus:
         self._lock = threading.Lock()  # numbering and keeping: any thread
         self._subscribers: set[asyncio.Queue[Event | None]] = set()
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop_thread: int | None = None
         # Called at once, on the publishing thread (the metrics: counting is thread-safe).
         self.listeners: list[Callable[[Event], None]] = []
 
     def bind(self, loop: asyncio.AbstractEventLoop) -> None:
-        """The loop subscribers live on (the app's, at start-up)."""
+        """The loop subscribers live on (the app's, at start-up, from its thread)."""
         self._loop = loop
+        self._loop_thread = threading.get_ident()
 
     @property
     def last_id(self) -> int:
@@ -85,11 +87,9 @@ class EventBus:
         loop = self._loop
         if loop is None or loop.is_closed():
             return event
-        try:
-            running = asyncio.get_running_loop()
-        except RuntimeError:
-            running = None
-        if running is loop:
+        # The thread, not `asyncio.get_running_loop()`: on 3.11 that asks the OS for the
+        # process id on every call, and the chat path publishes on every request.
+        if threading.get_ident() == self._loop_thread:
             self._deliver(event)
         else:
             with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
