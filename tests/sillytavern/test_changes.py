@@ -53,6 +53,18 @@ class Clock:
         return self.now
 
 
+def checked_chat(tmp_path: Path) -> tuple[Clock, Freshness, str]:
+    """A feed on (on the running loop), and chat `u/chats/A/a` found as indexed now."""
+    clock = Clock()
+    fresh = Freshness(str(tmp_path), clock)
+    name = str(tmp_path / "u/chats/A/a.jsonl")
+    save_like_st(Path(name), b"{}")
+    assert fresh.start()
+    fresh.follow(name)
+    fresh.checked("u/chats/A/a", name, same=True)
+    return clock, fresh, name
+
+
 async def test_a_save_renamed_into_a_watched_folder_is_reported(tmp_path: Path) -> None:
     changed: list[str] = []
     lost: list[bool] = []
@@ -101,13 +113,7 @@ async def test_a_checked_chat_is_unchanged_until_written_or_for_a_while(tmp_path
 async def test_a_change_no_notification_announced_turns_the_feed_off(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    clock = Clock()
-    fresh = Freshness(str(tmp_path), clock)
-    name = str(tmp_path / "u/chats/A/a.jsonl")
-    save_like_st(Path(name), b"{}")
-    assert fresh.start()
-    fresh.follow(name)
-    fresh.checked("u/chats/A/a", name, same=True)
+    clock, fresh, name = checked_chat(tmp_path)
     clock.now += RECHECK  # a network share: the write below is never announced
     fresh.checked("u/chats/A/a", name, same=False)
     assert fresh.feed is None and not fresh.unchanged("u/chats/A/a")
@@ -120,13 +126,7 @@ async def test_a_change_whose_notification_is_still_queued_is_no_alarm(
 ) -> None:
     """A stat that sees a write the loop has not read the event of yet (an unrelated
     request, right as ST saves): the event is read there and then, and the feed stays."""
-    clock = Clock()
-    fresh = Freshness(str(tmp_path), clock)
-    name = str(tmp_path / "u/chats/A/a.jsonl")
-    save_like_st(Path(name), b"{}")
-    assert fresh.start()
-    fresh.follow(name)
-    fresh.checked("u/chats/A/a", name, same=True)
+    clock, fresh, name = checked_chat(tmp_path)
     clock.now += RECHECK
     save_like_st(Path(name), b'{"b": 2}')  # no loop iteration since: the event is queued
     fresh.checked("u/chats/A/a", name, same=False)
@@ -152,18 +152,25 @@ async def test_lost_notifications_forget_every_check(tmp_path: Path) -> None:
     fresh.stop()
 
 
-async def test_with_notifications_a_request_after_a_save_sees_it_and_others_skip_the_stat(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
-) -> None:
-    """ST saves the user's message (temp file, then rename) and then sends the request:
-    the request always finds it, with no watcher re-reading at all here; a request after
-    which nothing was written does not stat the file."""
+async def following(tmp_path: Path) -> tuple[Story, ChatLibrary]:
+    """A story's chat (greeting and first message) indexed by a library that follows the
+    OS's notifications."""
     data = tmp_path / "data"
     story = Story(data, ends=set())
     story.grow(2)
     library = ChatLibrary(data, Store(tmp_path / "store.sqlite3"))
     assert library.follow_changes()
     await library.index_all()
+    return story, library
+
+
+async def test_with_notifications_a_request_after_a_save_sees_it_and_others_skip_the_stat(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """ST saves the user's message (temp file, then rename) and then sends the request:
+    the request always finds it, with no watcher re-reading at all here; a request after
+    which nothing was written does not stat the file."""
+    story, library = await following(tmp_path)
     stats: list[str] = []
     real_stat = os.stat
 
@@ -198,12 +205,7 @@ async def test_with_the_watcher_too_a_request_at_any_moment_around_a_save_is_ide
     """The watcher re-reads each save while requests come before, during and after that
     re-read; with notifications on, each request is still identified as the chat, and no
     re-read is ever taken for a write that went unannounced."""
-    data = tmp_path / "data"
-    story = Story(data, ends=set())
-    story.grow(2)
-    library = ChatLibrary(data, Store(tmp_path / "store.sqlite3"))
-    assert library.follow_changes()
-    await library.index_all()
+    story, library = await following(tmp_path)
     delays = [0.0, 0.002, 0.005, 0.01, 0.015, 0.02, 0.03, 0.05]
     misses: list[tuple[int, float, str]] = []
     async with Watcher(library, debounce_ms=10) as watcher:
