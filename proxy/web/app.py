@@ -37,7 +37,6 @@ from proxy.upstream import Upstream
 from proxy.vitals import Vitals
 from proxy.watcher import Watcher
 from proxy.web.api import add_api_routes
-from proxy.web.body import MAX_BODY_BYTES
 from proxy.web.errors import error_middleware
 from proxy.web.events_api import add_event_routes
 from proxy.web.guard import POLICY, add_cors_headers, guard_middleware
@@ -65,6 +64,9 @@ from proxy.web.relay import Relay
 from proxy.web.routes import add_routes
 
 log = logging.getLogger(__name__)
+
+# ST sends the whole prompt in one body; 100k-token chats are several MB.
+MAX_BODY_BYTES = 256 * 1024 * 1024
 
 
 def make_app(

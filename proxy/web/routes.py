@@ -16,7 +16,6 @@ from proxy.chat.injection import Injector
 from proxy.core.headers import safe_url
 from proxy.core.models import ChatMessage, Identification
 from proxy.errors import NotFound, RequestError
-from proxy.web.body import read_body
 from proxy.web.guard import api_headers
 from proxy.web.keys import EVENTS, FORMATS, INJECTOR, LIBRARY, LORE, RELAY
 
@@ -61,13 +60,13 @@ async def handle_api(request: web.Request) -> web.StreamResponse:
     adapter = app[FORMATS].for_path(path) if request.method == "POST" else None
     headers = api_headers(request)
     if adapter is None:
-        body = await read_body(request) if request.body_exists else None
+        body = await request.read() if request.body_exists else None
         exchange = relay.start_exchange(request, body or b"")
         return await relay.forward(
             request, target, path, body, headers, exchange=exchange, arrived=arrived
         )
 
-    raw = await read_body(request)
+    raw = await request.read()
     exchange = relay.start_exchange(request, raw)
     injector: Injector = app[INJECTOR]
     # `where`: for a log line, if any (a chat format's requests are all POSTs).
