@@ -9,7 +9,6 @@ seam with `StaticMemory`, or `NoMemory` for a provider that never has any.
 from __future__ import annotations
 
 import asyncio
-import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import Protocol
 
@@ -18,8 +17,6 @@ from proxy.core.models import Caller, ChatMessage, Identification, Memory
 from proxy.library import ChatLibrary
 
 CHAT_ID_HEADER = "X-ST-Chat-Id"
-
-log = logging.getLogger(__name__)
 
 
 class RequestMemory(Protocol):
@@ -44,11 +41,6 @@ class MemorySource(Protocol):
     ) -> asyncio.Task[None] | None:
         """A request of this chat went through: keep its key and model, start its upkeep.
         Returns the start of the upkeep when this request began it."""
-        ...
-
-    def started(self, chat_id: str) -> bool:
-        """Whether the chat's upkeep runs already: touching it then starts nothing, and
-        can wait until the request is on its way."""
         ...
 
     def request_memory(
@@ -143,12 +135,9 @@ class ChatMemory:
         values: Mapping[str, str] = self.values(ident.chat_id) if self.values else {}
         drop: tuple[int, ...] = ()
         if self.engine is not None:
-            if not preview and self.engine.started(ident.chat_id):
-                # Keeping the request's key and model is for the proxy's own calls later:
-                # it runs once the request is on its way, not before its first byte.
-                asyncio.get_running_loop().call_soon(self._touch, ident, headers, parsed)
-            elif not preview:
-                started = self.engine.touch(ident, headers, _caller(parsed))
+            if not preview:
+                caller = Caller(parsed.model, parsed.api, parsed.route, parsed.path, parsed.writer)
+                started = self.engine.touch(ident, headers, caller)
                 if started is not None:
                     # The chat's first request: starting its memory is planning only (and
                     # importing what an extension left), no LLM call; waiting a moment
@@ -168,17 +157,3 @@ class ChatMemory:
             drop=drop,
             span=found.span,
         )
-
-    def _touch(
-        self, ident: Identification, headers: Mapping[str, str], parsed: ParsedRequest
-    ) -> None:
-        assert self.engine is not None  # as the caller checked
-        try:
-            self.engine.touch(ident, headers, _caller(parsed))
-        except Exception:
-            # Bookkeeping for the proxy's own calls: the request is under way regardless.
-            log.exception("noting a request of %s for its memory failed", ident.chat_id)
-
-
-def _caller(parsed: ParsedRequest) -> Caller:
-    return Caller(parsed.model, parsed.api, parsed.route, parsed.path, parsed.writer)

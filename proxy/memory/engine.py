@@ -176,16 +176,13 @@ class MemoryEngine:
         elif result.chat_id in self.active and result.saved:
             self.schedule(result.chat_id)  # a save without message changes: metadata
 
-    def started(self, chat_id: str) -> bool:
-        """Whether the chat's upkeep runs (a request of it was seen, or it was activated)."""
-        return chat_id in self.active
-
     def touch(
         self, ident: Identification, headers: Mapping[str, str], caller: Caller
     ) -> asyncio.Task[None] | None:
         """The chat path saw a request of this chat: keep its key and model (memory only)
         for the proxy's own calls, and start upkeep for the chat if it had none (returned:
-        the start of its upkeep)."""
+        the start of its upkeep). Once upkeep runs, the key and model are kept when the
+        request is on its way, not before its first byte (the chat path calls this)."""
         if ident.confidence < 0.5 or ident.generation == "quiet":
             why = "a quiet generation" if ident.generation == "quiet" else "ambiguous"
             log.debug(
@@ -195,12 +192,22 @@ class MemoryEngine:
                 why,
             )
             return None
-        if self.llm.remember(ident.chat_id, headers, caller):
-            self._tasks.spawn(self.queue.hurry(ident.chat_id), f"hurry {ident.chat_id}")
-        if ident.chat_id not in self.active and self.settings.enabled:
+        if ident.chat_id in self.active:
+            asyncio.get_running_loop().call_soon(self._remember, ident.chat_id, headers, caller)
+            return None
+        self._remember(ident.chat_id, headers, caller)
+        if self.settings.enabled:
             self.active.add(ident.chat_id)
             return self._tasks.spawn(self._activate(ident.chat_id), f"activate {ident.chat_id}")
         return None
+
+    def _remember(self, chat_id: str, headers: Mapping[str, str], caller: Caller) -> None:
+        try:
+            if self.llm.remember(chat_id, headers, caller):
+                self._tasks.spawn(self.queue.hurry(chat_id), f"hurry {chat_id}")
+        except Exception:
+            # Bookkeeping for the proxy's own calls: the request goes on regardless.
+            log.exception("keeping the key and model of a request of %s failed", chat_id)
 
     async def activate(self, chat_id: str, *, backfill: bool = False) -> int:
         """Start upkeep for a chat and plan it now; returns the jobs queued."""

@@ -3,13 +3,10 @@ values for it. A preview is asked for inside the process, never by a client's he
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-
-import pytest
 
 from adapters import ADAPTERS
 from proxy.chat.providers import ChatMemory, NoMemory, StaticMemory
@@ -30,18 +27,9 @@ class Got:
 @dataclass
 class Engine:
     touched: list[str] = field(default_factory=list)
-    callers: list[Caller] = field(default_factory=list)
-    active: set[str] = field(default_factory=set)
-    broken: bool = False
 
     def touch(self, ident: Identification, headers: Mapping[str, str], caller: Caller) -> None:
-        if self.broken:
-            raise RuntimeError("the engine broke")
         self.touched.append(ident.chat_id)
-        self.callers.append(caller)
-
-    def started(self, chat_id: str) -> bool:
-        return chat_id in self.active
 
     def request_memory(
         self,
@@ -91,27 +79,6 @@ async def test_a_preview_starts_nothing_and_a_clients_header_cannot_ask_for_one(
     assert engine.touched == []
     await chat_memory.memory_for(parsed, {"X-Recap-Preview": "1"}, markers=MARKERS)
     assert engine.touched == [SOLO_ID]  # an ordinary request, whatever it claims
-    await store.close()
-
-
-async def test_a_running_chats_request_is_noted_once_it_is_on_its_way(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
-) -> None:
-    chat_memory, engine, store = await provider(tmp_path)
-    engine.active.add(SOLO_ID)
-    parsed = ADAPTERS["chat/completions"].parse(solo_request())
-    memory = await chat_memory.memory_for(parsed, {}, markers=MARKERS)
-    assert memory is not None and memory.values == {"running_recap": f"recap of {SOLO_ID}"}
-    assert engine.touched == []  # not before the request goes
-    await asyncio.sleep(0)
-    assert engine.touched == [SOLO_ID]
-    assert engine.callers == [Caller(parsed.model, "openai_chat", "", "", None)]
-    # A failure there is logged; the request has its memory all the same.
-    engine.broken = True
-    memory = await chat_memory.memory_for(parsed, {}, markers=MARKERS)
-    assert memory is not None and memory.chat_id == SOLO_ID
-    await asyncio.sleep(0)
-    assert "noting a request of" in caplog.text and "the engine broke" in caplog.text
     await store.close()
 
 

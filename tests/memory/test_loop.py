@@ -4,11 +4,13 @@ left out."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
 import pytest
 
+from proxy.core.models import Caller, Identification
 from tests.memory.story import CHAT_ID
 from tests.memory_env import Memory, MemoryFactory
 
@@ -138,3 +140,34 @@ async def test_the_character_is_named_as_the_chat_names_it_not_by_its_folder(
     assert all("a role-play between Tom and Ava" in p for p in prompts)
     [listed] = await (await memory.client.get("/recap/api/chats")).json()
     assert listed["name"] == "Ava"
+
+
+async def test_a_running_chats_key_and_model_are_kept_once_its_request_is_on_its_way(
+    memory_proxy: MemoryFactory, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first request of a chat starts its upkeep and keeps its key at once; once
+    upkeep runs, a request's key and model are kept after it is sent, not before its first
+    byte; a failure there is logged and the request goes on."""
+    memory = await memory_proxy(6, ends=set())
+    engine = memory.engine
+    first = await memory.client.post(
+        "/v1/chat/completions",
+        json=memory.story.request(),
+        headers={"Authorization": "Bearer sk-first-key-0000"},
+    )
+    assert first.status == 200 and "sk-first-key-0000" in engine.llm.secrets()
+    await engine.settle()
+    ident = Identification(CHAT_ID, 1.0, "normal", 6, (2, 3), 2, (4, 5))
+    started = engine.touch(ident, {"Authorization": "Bearer sk-second-key-00"}, Caller("m"))
+    assert started is None and "sk-second-key-00" not in engine.llm.secrets()
+    await asyncio.sleep(0)
+    assert "sk-second-key-00" in engine.llm.secrets()
+
+    def broken(*args: object) -> bool:
+        raise RuntimeError("the credentials broke")
+
+    monkeypatch.setattr(engine.llm, "remember", broken)
+    again = await memory.client.post("/v1/chat/completions", json=memory.story.request())
+    assert again.status == 200 and again.headers["X-Recap-Chat"]
+    await asyncio.sleep(0)
+    assert "keeping the key and model" in caplog.text and "the credentials broke" in caplog.text
