@@ -91,8 +91,7 @@ class ChangeFeed:
     ) -> None:
         self._libc, self._fd = libc, fd
         self._on_change, self._on_lost = on_change, on_lost
-        self._folders: dict[int, str] = {}  # watch descriptor -> folder
-        self.folders: set[str] = set()
+        self.folders: dict[str, int] = {}  # folder -> its watch descriptor
         self._loop = asyncio.get_running_loop()
         self._loop.add_reader(fd, self._read)
 
@@ -117,8 +116,7 @@ class ChangeFeed:
         wd = self._libc.inotify_add_watch(self._fd, os.fsencode(folder), MASK)
         if wd < 0:
             return False
-        self._folders[wd] = folder
-        self.folders.add(folder)
+        self.folders[folder] = wd
         return True
 
     def close(self) -> None:
@@ -128,7 +126,6 @@ class ChangeFeed:
         os.close(self._fd)
         self._fd = -1
         self.folders.clear()
-        self._folders.clear()
 
     def drain(self) -> None:
         """Take the events queued now, without waiting for the loop to."""
@@ -154,16 +151,16 @@ class ChangeFeed:
             wd, mask, _, length = _EVENT.unpack_from(data, at)
             name = data[at + size : at + size + length].rstrip(b"\0")
             at += size + length
+            # Two names of one folder (a link) share a descriptor: events go to both.
+            folders = [folder for folder, watched in self.folders.items() if watched == wd]
             if mask & _GONE:
                 # The folder went (or the queue overflowed): what was checked is unsure.
-                folder = self._folders.pop(wd, None)
-                if folder is not None:
-                    self.folders.discard(folder)
+                for folder in folders:
+                    del self.folders[folder]
                 self._on_lost()
-                continue
-            folder = self._folders.get(wd)
-            if folder is not None and name:
-                self._on_change(os.path.join(folder, os.fsdecode(name)))
+            elif name:
+                for folder in folders:
+                    self._on_change(os.path.join(folder, os.fsdecode(name)))
 
 
 class Freshness:
