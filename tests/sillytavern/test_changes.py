@@ -136,7 +136,7 @@ async def test_a_change_whose_notification_is_still_queued_is_no_alarm(
 
 
 async def test_lost_notifications_forget_every_check(tmp_path: Path) -> None:
-    fresh = Freshness(str(tmp_path))
+    fresh = Freshness(str(tmp_path), Clock())  # the time stands: only the loss can tell
     names = [str(tmp_path / f"u/chats/{c}/x.jsonl") for c in "AB"]
     for name in names:
         save_like_st(Path(name), b"{}")
@@ -145,6 +145,7 @@ async def test_lost_notifications_forget_every_check(tmp_path: Path) -> None:
         fresh.follow(name)
     fresh.checked("u/chats/A/x", names[0], same=True)
     fresh.checked("u/chats/B/x", names[1], same=True)
+    assert fresh.unchanged("u/chats/A/x")
     Path(names[1]).unlink()
     Path(names[1]).parent.rmdir()  # B's folder goes: nothing checked holds any more
     await until(lambda: not fresh.unchanged("u/chats/A/x"))
