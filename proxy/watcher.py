@@ -4,6 +4,12 @@ ST saves a chat by writing `<file>.jsonl.<digits>` and renaming it over the chat
 keeps backups in `<user>/backups/`; neither is a chat. The loop batches what changed over
 a short debounce and hands the chat files (and group files, which name group chats) to
 the library, which re-reads only what really changed.
+
+watchfiles' blocking `watch` runs in a thread of its own, which hands only non-empty
+batches (and the first, empty one that says the OS watch is in place) to the event loop.
+Its `awatch` would go through a worker thread and back for every wait that ends empty,
+ten times a second: about 10 ms of CPU a second for an idle proxy, and a wake-up of the
+event loop that serves the chat requests each time.
 """
 
 from __future__ import annotations
@@ -13,15 +19,25 @@ import contextlib
 import json
 import logging
 import re
+import threading
 from collections.abc import Callable
 from pathlib import Path, PurePosixPath
 
-from watchfiles import Change, awatch
+from watchfiles import Change, watch
 
 from proxy.library import ChatLibrary
 from proxy.sillytavern.layout import CHATS, GROUP_CHATS, locate
 
 log = logging.getLogger(__name__)
+
+# How often the watch thread looks for a stop, in ms; a batch is handed on once no change
+# came for this long (or after the debounce). The OS's events are queued meanwhile.
+STEP_MS = 50
+# How long one wait for changes lasts, in ms: the first that ends empty says that the OS
+# watch is in place (`Watcher.ready`).
+WAIT_MS = 100
+
+Batch = set[tuple[Change, str]]
 
 
 def is_relevant(rel: str) -> bool:
@@ -106,8 +122,9 @@ class Watcher:
         self.debounce_ms = debounce_ms
         self.force_polling = force_polling
         self.on_files: list[Callable[[list[Path]], None]] = []  # told of every changed path
-        self._stop = asyncio.Event()
+        self._stop = threading.Event()  # set from the loop, read by the watch thread
         self._task: asyncio.Task[None] | None = None
+        self._thread: threading.Thread | None = None
         self.ready = asyncio.Event()
         # Folders the OS would not let us watch (or read): left out, said once.
         self.excluded: set[Path] = set()
@@ -131,6 +148,10 @@ class Watcher:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
+        thread = self._thread
+        if thread is not None:
+            # It sees the stop within a step; nothing of it outlives the app.
+            await asyncio.to_thread(thread.join, 5)
 
     async def _run(self) -> None:
         data_dir = self.library.data_dir
@@ -150,21 +171,7 @@ class Watcher:
 
         while not self._stop.is_set():
             try:
-                watch = awatch(
-                    *watch_roots(root, self.excluded),
-                    watch_filter=keep,
-                    debounce=self.debounce_ms,
-                    step=10,
-                    stop_event=self._stop,
-                    force_polling=self.force_polling or None,
-                    # An empty batch every 100 ms tells us the OS watch is in place.
-                    yield_on_timeout=True,
-                    rust_timeout=100,
-                )
-                async for changes in watch:
-                    self.ready.set()
-                    if changes:
-                        await self._apply(changes)
+                await self._follow(watch_roots(root, self.excluded), keep)
             except asyncio.CancelledError:
                 raise
             except PermissionError as exc:
@@ -184,7 +191,51 @@ class Watcher:
                 log.exception("watching %s failed; retrying in 2 s", data_dir)
                 await asyncio.sleep(2)
 
-    async def _apply(self, changes: set[tuple[Change, str]]) -> None:
+    async def _follow(self, roots: list[Path], keep: Callable[[Change, str], bool]) -> None:
+        """One watch over `roots` in its own thread, its batches applied here in order,
+        until it stops; what it raised (a folder it may not watch) is raised here."""
+        loop = asyncio.get_running_loop()
+        batches: asyncio.Queue[Batch | BaseException | None] = asyncio.Queue()
+
+        def hand_on(item: Batch | BaseException | None) -> None:
+            with contextlib.suppress(RuntimeError):  # the loop is closed: nobody listens
+                loop.call_soon_threadsafe(batches.put_nowait, item)
+
+        def follow() -> None:
+            ended: BaseException | None = None
+            said_ready = False
+            try:
+                for changes in watch(
+                    *roots,
+                    watch_filter=keep,
+                    debounce=self.debounce_ms,
+                    step=STEP_MS,
+                    stop_event=self._stop,
+                    force_polling=self.force_polling or None,
+                    yield_on_timeout=True,
+                    rust_timeout=WAIT_MS,
+                    raise_interrupt=False,
+                ):
+                    if changes or not said_ready:
+                        said_ready = True
+                        hand_on(changes)
+            except BaseException as exc:  # handed to the loop, which decides
+                ended = exc
+            hand_on(ended)
+
+        thread = self._thread = threading.Thread(target=follow, name="st-data-watch", daemon=True)
+        thread.start()
+        while True:
+            item = await batches.get()
+            if item is None:
+                return
+            if isinstance(item, BaseException):
+                raise item
+            self.ready.set()
+            if item:
+                await self._apply(item)
+
+    async def _apply(self, changes: Batch) -> None:
         paths = sorted({Path(p) for _, p in changes})
         for callback in self.on_files:
             try:

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 from pathlib import Path
 from typing import Any
 
 import pytest
-from watchfiles import awatch
+from watchfiles import watch
 
 from proxy.library import ChatLibrary
 from proxy.store import Store
@@ -90,14 +91,14 @@ async def test_a_folder_the_os_will_not_watch_is_left_out_and_the_rest_is_watche
     private.mkdir(parents=True)
     refusals = 0
 
-    def picky_awatch(*paths: Path, **options: Any) -> Any:
+    def picky_watch(*paths: Path, **options: Any) -> Any:
         nonlocal refusals
         if any(private.is_relative_to(Path(p)) for p in paths):
             refusals += 1
             raise PermissionError(f'Permission denied (os error 13) about ["{private}"]')
-        return awatch(*paths, **options)
+        return watch(*paths, **options)
 
-    monkeypatch.setattr("proxy.watcher.awatch", picky_awatch)
+    monkeypatch.setattr("proxy.watcher.watch", picky_watch)
     story = Story(data, ends=set())
     story.grow(2)
     library = ChatLibrary(data, Store(tmp_path / "store.sqlite3"))
@@ -120,3 +121,44 @@ def test_watch_roots_split_around_an_excluded_folder(tmp_path: Path) -> None:
     roots = watch_roots(tmp_path, {tmp_path / "a" / "x"})
     assert roots == [tmp_path / "a" / "settings.json", tmp_path / "a" / "y", tmp_path / "b"]
     assert watch_roots(tmp_path, set()) == [tmp_path]
+
+
+async def test_an_idle_watch_leaves_the_event_loop_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # watchfiles ends a wait every 100 ms with nothing; those stay in the watch thread.
+    # Only the first (the OS watch is in place) and real changes reach the event loop.
+    story = Story(tmp_path / "data", ends=set())
+    story.grow(2)
+    library = ChatLibrary(tmp_path / "data", Store(tmp_path / "store.sqlite3"))
+    await library.index_all()
+    waits = 0
+
+    def counted_watch(*paths: Path, **options: Any) -> Any:
+        nonlocal waits
+        for changes in watch(*paths, **options):
+            waits += not changes
+            yield changes
+
+    monkeypatch.setattr("proxy.watcher.watch", counted_watch)
+    loop = asyncio.get_running_loop()
+    handed = 0
+    threadsafe = loop.call_soon_threadsafe
+
+    def counting(*args: Any, **kwargs: Any) -> Any:
+        nonlocal handed
+        handed += threading.current_thread().name == "st-data-watch"
+        return threadsafe(*args, **kwargs)
+
+    monkeypatch.setattr(loop, "call_soon_threadsafe", counting)
+    async with Watcher(library, debounce_ms=10) as watcher:
+        await asyncio.wait_for(watcher.ready.wait(), 5)
+        await asyncio.sleep(0.6)
+        assert waits >= 4 and handed == 1
+        story.grow(2)
+        await wait_for(lambda: library.index.entries[story.chat_id].total == 4)
+        assert handed == 2
+        thread = watcher._thread
+        assert thread is not None and thread.is_alive()
+    assert not thread.is_alive()  # stopped and joined with the app
+    await library.store.close()
