@@ -34,7 +34,7 @@ from proxy.core.identify import (
 )
 from proxy.core.models import ChatMessage, HistorySpan, Identification
 from proxy.core.placement import find_history
-from proxy.sillytavern.changes import Freshness
+from proxy.sillytavern.changes import EarlyReads, Freshness
 from proxy.sillytavern.chatfile import RecentSplits, file_digest, parse_chat
 from proxy.sillytavern.layout import (
     SUFFIX,
@@ -102,6 +102,11 @@ class ChatLibrary:
         # Which chats' files may have changed since a stat found them as indexed (the OS's
         # notifications, once `follow_changes` turned them on).
         self.freshness = Freshness(os.fspath(data_dir)) if data_dir is not None else None
+        # A chat ST saved is re-read at once, not when its request comes (with the OS's
+        # notifications only: they say when).
+        self._early = EarlyReads(self._read_saved)
+        if self.freshness is not None:
+            self.freshness.on_write = self._written
         # The last split of each chat file re-read after start-up (the chats being saved):
         # its next save is split without hashing the lines it kept. Worker thread only.
         self._splits = RecentSplits()
@@ -216,6 +221,15 @@ class ChatLibrary:
     def stop_following(self) -> None:
         if self.freshness is not None:
             self.freshness.stop()
+        self._early.stop()
+
+    def _written(self, chat_id: str) -> None:
+        # New chats are the watcher's to index (their folder, their first read).
+        if chat_id in self.index.entries:
+            self._early.written(chat_id)
+
+    async def _read_saved(self, chat_id: str) -> None:
+        await self.refresh([Path(self._file(chat_id))])
 
     async def _reread(self, name: str) -> bool:
         """Re-read the chat file `name`, waiting for it at most `FRESHNESS_WAIT`; True if
@@ -297,6 +311,9 @@ class ChatLibrary:
             newest = prints(messages, span)
             chats = likely_chats(newest, self.index)
         for chat_id in chats:
+            reading = self._early.under_way(chat_id)
+            if reading is not None:
+                await asyncio.wait({reading}, timeout=FRESHNESS_WAIT)
             saved = self._saved_since(chat_id)
             if saved is not None:
                 await self._reread(saved)

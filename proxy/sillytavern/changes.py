@@ -17,6 +17,9 @@ and nothing says so. A chat is therefore checked again once `RECHECK` seconds ha
 since its last check, and a check that finds a change no event announced turns the feed
 off for good: every request stats its chat again, as it always did.
 
+The same notifications start the re-read of a chat the moment ST saves it (`EarlyReads`),
+rather than when its request comes.
+
 Three libc calls through ctypes, not a dependency: watchfiles (the proxy's watcher) keeps
 its events in its own thread and hands them over in debounced batches, too late for this.
 """
@@ -31,7 +34,7 @@ import os
 import struct
 import sys
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Final
 
 log = logging.getLogger(__name__)
@@ -178,6 +181,7 @@ class Freshness:
         self.feed: ChangeFeed | None = None
         self._checked: dict[str, float] = {}  # chat id -> when a stat found it as indexed
         self._changed: set[str] = set()  # chat ids with an event since their last check
+        self.on_write: Callable[[str], None] | None = None  # told each chat id written
 
     def start(self) -> bool:
         """Open the feed on the running loop; True when it is on."""
@@ -247,7 +251,60 @@ class Freshness:
 
     def _change(self, path: str) -> None:
         if path.startswith(self._prefix) and path.endswith(".jsonl"):
-            self._changed.add(path[len(self._prefix) : -len(".jsonl")])
+            chat_id = path[len(self._prefix) : -len(".jsonl")]
+            self._changed.add(chat_id)
+            if self.on_write is not None:
+                self.on_write(chat_id)
 
     def _lost(self) -> None:
         self._checked.clear()
+
+
+class EarlyReads:
+    """Re-reads of chat files, started the moment the OS says that ST wrote one.
+
+    ST saves the user's message, then builds its prompt (world info, token counts: tens of
+    milliseconds at the least) and only then sends the request. A re-read that starts at
+    the save is done, or well on its way, when the request comes; one that the request
+    starts makes it wait for all of it: 2 to 3 ms for a 300-message chat on the store's
+    thread, longer behind the upkeep's own work there. One re-read per chat at a time; a
+    save during it gets one more after it."""
+
+    def __init__(self, read: Callable[[str], Awaitable[object]]) -> None:
+        self._read = read
+        self._running: dict[str, asyncio.Task[None]] = {}
+        self._again: set[str] = set()
+
+    def written(self, chat_id: str) -> None:
+        """The chat's file was written: read it (now, or after the read under way)."""
+        if chat_id in self._running:
+            self._again.add(chat_id)
+            return
+        self._running[chat_id] = asyncio.get_running_loop().create_task(
+            self._reads(chat_id), name=f"re-read {chat_id}"
+        )
+
+    def under_way(self, chat_id: str) -> asyncio.Task[None] | None:
+        """The chat's re-read if one runs now (a request waits for it, not a second)."""
+        return self._running.get(chat_id)
+
+    def stop(self) -> None:
+        for task in self._running.values():
+            task.cancel()
+        self._running.clear()
+        self._again.clear()
+
+    async def _reads(self, chat_id: str) -> None:
+        try:
+            while True:
+                self._again.discard(chat_id)
+                try:
+                    await self._read(chat_id)
+                except Exception:
+                    # The request that follows reads it again itself (its stat differs).
+                    log.exception("re-reading %s after ST saved it failed", chat_id)
+                if chat_id not in self._again:
+                    return
+        finally:
+            if self._running.get(chat_id) is asyncio.current_task():
+                del self._running[chat_id]

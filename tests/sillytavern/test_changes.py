@@ -8,13 +8,13 @@ import logging
 import os
 import socket
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import pytest
 
 from proxy.core.models import ChatMessage
-from proxy.library import ChatLibrary
+from proxy.library import ChatLibrary, Refreshed
 from proxy.sillytavern.changes import RECHECK, ChangeFeed, Freshness
 from proxy.store import Store
 from proxy.watcher import Watcher
@@ -224,5 +224,36 @@ async def test_with_the_watcher_too_a_request_at_any_moment_around_a_save_is_ide
     assert misses == [], f"{len(misses)} of 160 requests not identified: {misses[:5]}"
     assert library.freshness is not None and library.freshness.feed is not None
     assert "without an OS notification" not in caplog.text
+    library.stop_following()
+    await library.store.close()
+
+
+async def test_a_saved_chat_is_read_at_once_and_its_request_waits_for_that_read_only(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """ST saves, then builds its prompt, then sends: the save's notification starts the
+    re-read (no watcher, no request yet), and a request that comes while it runs waits for
+    it rather than reading the file a second time."""
+    story, library = await following(tmp_path)
+    reads: list[list[Path]] = []
+    real_refresh = library.refresh
+
+    async def counted(paths: Iterable[Path]) -> list[Refreshed]:
+        paths = list(paths)
+        reads.append(paths)
+        return await real_refresh(paths)
+
+    monkeypatch.setattr(library, "refresh", counted)
+    total = library.index.entries[story.chat_id].total
+    story.grow(2)
+    await until(lambda: library.index.entries[story.chat_id].total == total + 2)
+    assert len(reads) == 1  # by the notification alone
+    for _ in range(10):
+        story.grow(2)
+        await arrive()  # the request comes at once: the re-read is under way
+        messages = [ChatMessage(m["role"], m["content"]) for m in story.request()["messages"]]
+        found = (await library.identify_request(messages, MARKERS)).identification
+        assert found is not None and found.target_message == len(story.messages)
+    assert len(reads) == 11  # one per save: no request read the file again
     library.stop_following()
     await library.store.close()

@@ -89,6 +89,7 @@ async def test_metrics_count_requests_identification_jobs_and_calls(
     memory.story.grow(2)
     memory.story.save()
     await memory.until(lambda db: len(db.messages(CHAT_ID)) == 18)
+    await memory.engine.settle()  # what the save planned has run: nothing is queued
     await memory.client.get("/v1/models")
     unknown = {"model": "m", "messages": [{"role": "user", "content": "not in any chat"}]}
     await memory.client.post("/v1/chat/completions", json=unknown)
