@@ -161,7 +161,11 @@ class Injector:
                     parsed, headers, markers=self.policy.history_start_markers, preview=preview
                 )
             insertions = plan_insertions(
-                parsed.messages, memory, self.policy, self.templates, self.counter.count
+                parsed.messages,
+                memory,
+                self.policy,
+                self.templates,
+                self.counter.count_paragraphs,
             )
             replacements = memory.replacements if memory is not None else {}
             # Covered history goes only when the memory that covers it goes in.

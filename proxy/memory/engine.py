@@ -37,6 +37,7 @@ from proxy.memory.llm import LLMClient
 from proxy.memory.operations import Operation, job_key
 from proxy.memory.planning import WorkPlanner
 from proxy.memory.prompts import Prompts
+from proxy.memory.recall import rank_scenes
 from proxy.memory.running import prune
 from proxy.memory.settings import MemorySettings
 from proxy.memory.views import (
@@ -173,8 +174,28 @@ class MemoryEngine:
         if result.chat_id in self.active and result.events:
             deleted = any(e.kind == "deleted" for e in result.events)
             self.schedule(result.chat_id, min(e.index for e in result.events), rescan=deleted)
+            self.foresee(result.chat_id)
         elif result.chat_id in self.active and result.saved:
             self.schedule(result.chat_id)  # a save without message changes: metadata
+
+    def foresee(self, chat_id: str) -> None:
+        """ST saved new messages of the chat, and the request that carries them follows
+        (once ST has built its prompt): rank the older scenes against its newest messages
+        now. The search's answers are kept by question, so that request finds this one
+        instead of asking the store's full-text index on its way (two queries, most of
+        what its memory step costs)."""
+        view = self.views.get(chat_id)
+        entry = self.library.index.entries.get(chat_id)
+        if view is None or not view.scenes or entry is None:
+            return
+        if not self.settings.relevant_scenes_max_tokens:
+            return
+        newest = entry.tail[-self.settings.relevant_scenes_context :]
+        recent = [ChatMessage("user" if m.is_user else "assistant", m.text) for m in newest]
+        try:
+            rank_scenes(self.store.search, view, chat_id, recent)
+        except Exception:
+            log.exception("ranking the scenes of %s ahead of its request failed", chat_id)
 
     def touch(
         self, ident: Identification, headers: Mapping[str, str], caller: Caller

@@ -8,6 +8,7 @@ from collections.abc import Hashable, Mapping, Sequence
 from functools import lru_cache
 from typing import Protocol
 
+from proxy.core.identify import normalize
 from proxy.core.models import ChatMessage
 from proxy.core.recall import (
     SceneCard,
@@ -85,8 +86,10 @@ def rank_scenes(
     users = [m for m in recent if m.role == "user"]
     words = view.vocabulary
     asked = search_terms([users[-1].text], words, view.names) if users else []
-    # The end of each message is what is happening now (and bounds the work per request).
-    tails = [m.text[-CONTEXT_CHARS:] for m in recent]
+    # The end of each message is what is happening now (and bounds the work per request);
+    # cut from its text with the whitespace folded, so that the chat file's copy of it
+    # (which the index keeps folded) asks the same question (`MemoryEngine.foresee`).
+    tails = [normalize(m.text)[-CONTEXT_CHARS:] for m in recent]
     context = [
         term
         for term in search_terms(tails, words, view.names, rarest=True, limit=6 + len(asked))

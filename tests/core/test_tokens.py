@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import random
+
 import pytest
 
 from proxy.core import tokens
@@ -48,3 +50,45 @@ def test_missing_tokenizer_falls_back_to_st_estimate(monkeypatch: pytest.MonkeyP
     counter = TokenCounter()
     assert not counter.exact
     assert counter.count("abcdefghij") == estimate_tokens("abcdefghij") == 3
+
+
+def test_paragraphs_counted_apart_add_up_to_the_whole() -> None:
+    # cl100k's pieces never join a line break to the character after it: texts cut there
+    # count the same, whatever the whitespace, punctuation and scripts around the cut.
+    counter = TokenCounter()
+    rng = random.Random(7)
+    pieces = [
+        "Hello", "world", ".", ",", "!", " ", "  ", "\t", "\n", "\n\n", "\r\n", "\n \n",
+        " \n", "...\n", "'s", "123", "4567", "é", "日本語", "[Scene 3]", "- ", "—", "🧙‍♀️",
+        "\u00a0", "\u2028", "\x1c", "<|endoftext|>",
+    ]  # fmt: skip
+    for _ in range(3000):
+        text = "".join(rng.choice(pieces) for _ in range(rng.randint(1, 80)))
+        assert counter.count_paragraphs(text) == counter.count(text), repr(text)
+
+
+def test_paragraphs_seen_before_are_not_encoded_again() -> None:
+    counter = TokenCounter()
+    scenes = [f"[Scene {n}] The party crosses the river at dawn, {n} days out." for n in range(6)]
+    for scene in scenes:
+        counter.count(scene + "\n\n")
+    calls: list[str] = []
+    real = counter._encoder
+    assert real is not None
+
+    def encoder(text: str) -> int:
+        calls.append(text)
+        return real(text)
+
+    counter._encoder = encoder
+    picked = "Relevant scenes:\n\n" + "\n\n".join(scenes[1:5])
+    assert counter.count_paragraphs(picked) == real(picked)
+    # Only what no earlier count saw: the heading, and the last scene (no break after it).
+    assert calls == ["Relevant scenes:\n\n", scenes[4]]
+
+
+def test_the_byte_estimate_counts_paragraphs_as_one_text(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(tokens, "OFFLINE_ENCODING", "no_such_encoding")
+    counter = TokenCounter()
+    # Apart, "a\n" and "b" would be estimated at a token each.
+    assert counter.count_paragraphs("a\nb") == estimate_tokens("a\nb") == 1

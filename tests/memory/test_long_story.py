@@ -210,3 +210,35 @@ async def test_a_template_without_relevant_scenes_never_searches(
     sent = chat_requests(memory)[-1]["messages"][0]["content"]
     assert sent.startswith("[Story so far: ") and "Earlier scenes" not in sent
     assert searches == [] and memory.engine.views[CHAT_ID].scenes == {}
+
+
+async def test_the_scenes_a_saved_message_asks_about_are_searched_before_its_request(
+    memory_proxy: MemoryFactory,
+) -> None:
+    """ST saves the user's message, then builds its prompt, then sends it: the scene search
+    runs when the save is read, and the request finds its answers (no search on its way)."""
+    memory = await memory_proxy(50, ENDS, **NO_RECAPS)
+    memory.story.messages[12]["mes"] += " " + FACT
+    memory.story.save()
+    await memory.until(lambda db: FACT in db.messages(CHAT_ID)[12].message.mes, settle=False)
+    await memory.client.post("/v1/chat/completions", json=memory.story.request())
+    await memory.until(recapped(5))
+    await memory.until(lambda db: len(db.memory.running_recaps(CHAT_ID)) >= 5)
+    searches: list[str] = []
+    search = memory.app[STORE].search
+    ranked = search.ranked
+
+    def counted(chat_id: str, query: str, limit: int, min_score: float) -> list[int]:
+        searches.append(query)
+        return ranked(chat_id, query, limit, min_score)
+
+    search.ranked = counted  # type: ignore[method-assign]
+    memory.story.messages[-1]["mes"] = memory.story.messages[-1]["swipes"][0] = QUESTION
+    memory.story.save()
+    last = len(memory.story.messages) - 1
+    await memory.until(lambda db: db.messages(CHAT_ID)[last].message.mes == QUESTION)
+    asked = len(searches)
+    assert asked and any("brass" in query for query in searches)  # by the save alone
+    await memory.client.post("/v1/chat/completions", json=memory.story.request())
+    assert len(searches) == asked
+    assert FACT in (await sent_memory(memory)).split("Earlier scenes", 1)[1]

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from proxy.core.identify import normalize
 from proxy.core.models import ChatMessage
 from proxy.core.recall import SceneCard, Vocabulary, words_of
-from proxy.memory.recall import relevant_scenes
+from proxy.memory.recall import CONTEXT_CHARS, rank_scenes, relevant_scenes
 from proxy.memory.settings import MemorySettings
 from proxy.memory.views import MemoryView
 
@@ -55,3 +56,41 @@ def test_relevant_scenes_are_searched_once_per_question() -> None:
     asked = search.asked
     ask(changed, [*messages[:1], ChatMessage("assistant", "Everyone fled the mill.")])
     assert search.asked > asked
+
+
+def test_a_message_asks_the_same_whatever_its_whitespace() -> None:
+    """The index keeps a chat's messages with their whitespace folded, and the scenes are
+    ranked from that copy when ST saves (`MemoryEngine.foresee`): the request, which
+    carries the text as written, must ask the very same questions to find those answers."""
+    words = [f"w{i}" for i in range(400)]
+    recaps = {uid: " ".join(words[uid::7]) for uid in range(1, 8)}
+    cards = {
+        uid: SceneCard(uid, uid * 10, f"S{uid}", recap, 5, words_of(recap))
+        for uid, recap in recaps.items()
+    }
+    view = MemoryView(
+        running="x",
+        scenes=cards,
+        vocabulary=Vocabulary.of(c.words for c in cards.values()),
+        names=("Seraphina", "Arden"),
+    )
+    # Longer than the tail that is read, in paragraphs, with runs of spaces.
+    written = "\n\n".join("  ".join(words[i : i + 9]) for i in range(0, 400, 9))
+    assert len(normalize(written)) > CONTEXT_CHARS
+    questions: list[list[str]] = []
+    for text in (written, normalize(written)):
+        search = RecordingSearch()
+        rank_scenes(
+            search, view, "c", [ChatMessage("user", "w3 w5"), ChatMessage("assistant", text)]
+        )
+        questions.append(search.queries)
+    assert questions[0] == questions[1] and questions[0]
+
+
+class RecordingSearch:
+    def __init__(self) -> None:
+        self.queries: list[str] = []
+
+    def ranked(self, chat_id: str, query: str, limit: int, min_score: float) -> list[int]:
+        self.queries.append(query)
+        return []
