@@ -15,6 +15,7 @@ fingerprints the chat path needs, so that a request does no store reads at all.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import logging
 import time
@@ -55,6 +56,10 @@ from proxy.store.jobs import Payload
 from proxy.tasks import TaskSet
 
 log = logging.getLogger(__name__)
+
+# Seconds a chat's planning waits, after ST saved the user's message, for the request that
+# carries it (ST builds its prompt in between: tens of milliseconds, more for a long chat).
+REQUEST_HOLD = 0.5
 
 
 class Planned(NamedTuple):
@@ -124,6 +129,8 @@ class MemoryEngine:
         self._import_failed: set[str] = set()  # logged once per chat
         # chat -> where ST cut its latest request, and where that request's history began
         self.cuts: dict[str, Cut] = {}
+        # Chats whose planning waits for the request that a save announced (`on_refresh`).
+        self._awaited: dict[str, asyncio.Event] = {}
 
     def reconfigure(
         self, settings: MemorySettings, policy: InjectionPolicy, frame: Frame, prompts: Prompts
@@ -172,6 +179,13 @@ class MemoryEngine:
             self.views.pop(result.chat_id, None)
             return
         if result.chat_id in self.active and result.events:
+            tail = result.entry.tail
+            if tail and tail[-1].is_user:
+                # ST saved the user's message: its request follows as soon as ST has built
+                # the prompt. Planning (and the calls it starts) waits until that request
+                # is answered, or `REQUEST_HOLD` at most (a model's first token takes far
+                # longer): it does not compete with the request for the CPU.
+                self._awaited.setdefault(result.chat_id, asyncio.Event())
             deleted = any(e.kind == "deleted" for e in result.events)
             self.schedule(result.chat_id, min(e.index for e in result.events), rescan=deleted)
             self.foresee(result.chat_id)
@@ -222,6 +236,13 @@ class MemoryEngine:
             return self._tasks.spawn(self._activate(ident.chat_id), f"activate {ident.chat_id}")
         return None
 
+    def answered(self, chat_id: str) -> None:
+        """The chat path relayed the answer to a request of the chat (or gave up on it):
+        planning that waited for that request goes on."""
+        awaited = self._awaited.pop(chat_id, None)
+        if awaited is not None:
+            awaited.set()
+
     def _remember(self, chat_id: str, headers: Mapping[str, str], caller: Caller) -> None:
         try:
             if self.llm.remember(chat_id, headers, caller):
@@ -255,7 +276,14 @@ class MemoryEngine:
         self._tasks.spawn(self._plan_later(chat_id), f"plan {chat_id}")
 
     async def _plan_later(self, chat_id: str) -> None:
-        await asyncio.sleep(0)
+        awaited = self._awaited.get(chat_id)
+        if awaited is None:
+            await asyncio.sleep(0)
+        else:
+            with contextlib.suppress(TimeoutError):  # no request came (an edit, a rename)
+                await asyncio.wait_for(awaited.wait(), REQUEST_HOLD)
+            if self._awaited.get(chat_id) is awaited:
+                del self._awaited[chat_id]
         since, rescan = self._pending.pop(chat_id, (None, False))
         await self.plan_now(chat_id, since=since, rescan=rescan)
 

@@ -17,7 +17,7 @@ from proxy.core.headers import safe_url
 from proxy.core.models import ChatMessage, Identification
 from proxy.errors import NotFound, RequestError
 from proxy.web.guard import api_headers
-from proxy.web.keys import EVENTS, FORMATS, INJECTOR, LIBRARY, LORE, RELAY
+from proxy.web.keys import ENGINE, EVENTS, FORMATS, INJECTOR, LIBRARY, LORE, RELAY
 
 log = logging.getLogger(__name__)
 
@@ -95,17 +95,22 @@ async def handle_api(request: web.Request) -> web.StreamResponse:
     # now, not when the answer has streamed; only the bytes are kept (and the injector
     # keeps the newest parsed request of each format, for the next one to build on).
     del outcome
-    return await relay.forward(
-        request,
-        target,
-        path,
-        body,
-        headers,
-        extra=extra,
-        exchange=exchange,
-        wire=adapter.name,
-        arrived=arrived,
-    )
+    try:
+        return await relay.forward(
+            request,
+            target,
+            path,
+            body,
+            headers,
+            extra=extra,
+            exchange=exchange,
+            wire=adapter.name,
+            arrived=arrived,
+        )
+    finally:
+        engine = app.get(ENGINE)
+        if identity is not None and engine is not None:
+            engine.answered(identity.chat_id)  # the chat's upkeep may go on
 
 
 def _account(

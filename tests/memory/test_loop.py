@@ -171,3 +171,34 @@ async def test_a_running_chats_key_and_model_are_kept_once_its_request_is_on_its
     assert again.status == 200 and again.headers["X-Recap-Chat"]
     await asyncio.sleep(0)
     assert "keeping the key and model" in caplog.text and "the credentials broke" in caplog.text
+
+
+async def test_a_saved_users_message_holds_the_upkeep_until_its_request_is_answered(
+    memory_proxy: MemoryFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """ST saves the user's message, builds its prompt, sends it: the chat's planning and
+    the calls it starts wait for that request's answer, not to compete with it; a save
+    whose request never comes holds them for `REQUEST_HOLD` at most."""
+    memory = await memory_proxy(16, ends={8})
+    await memory.client.post("/v1/chat/completions", json=memory.story.request())
+    await memory.until(lambda db: db.memory.running_recaps(CHAT_ID))
+    calls = memory.fake.state.operations
+    before = len(calls)
+
+    memory.story.grow(2)  # the reply, then the user's next message (which ends a scene)
+    await memory.until(lambda db: db.messages(CHAT_ID)[-1].position == 17, settle=False)
+    await asyncio.sleep(0.2)  # ST builds its prompt
+    assert len(calls) == before  # nothing planned, nothing called yet
+    response = await memory.client.post("/v1/chat/completions", json=memory.story.request())
+    assert response.status == 200
+    await memory.engine.settle()
+    assert len(calls) > before  # planned once the request was answered
+
+    monkeypatch.setattr("proxy.memory.engine.REQUEST_HOLD", 0.3)
+    before = len(calls)
+    memory.story.grow(2)  # saved, and no request follows (say, ST was closed)
+    await memory.until(lambda db: db.messages(CHAT_ID)[-1].position == 19, settle=False)
+    await asyncio.sleep(0.1)
+    assert len(calls) == before
+    await memory.engine.settle()  # the hold runs out: upkeep goes on by itself
+    assert len(calls) > before
