@@ -188,7 +188,9 @@ def serve(cfg: Path, port: int) -> subprocess.Popen[bytes]:
     return start(["-m", "proxy", "serve", "--config", str(cfg), "--port", str(port)], port)
 
 
-async def build_memory(session: aiohttp.ClientSession, base: str, large: bytes) -> None:
+async def build_memory(
+    session: aiohttp.ClientSession, base: str, large: bytes, chat_id: str = CHAT_ID
+) -> None:
     """The first identified request starts the chat's upkeep; wait until it is done."""
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:  # the chat folder is indexed after start-up
@@ -200,7 +202,7 @@ async def build_memory(session: aiohttp.ClientSession, base: str, large: bytes) 
     while time.monotonic() < deadline:
         async with session.get(f"{base}/recap/api/chats") as r:
             chats = await r.json()
-        memory = next((c.get("memory") for c in chats if c["id"] == CHAT_ID), None)
+        memory = next((c.get("memory") for c in chats if c["id"] == chat_id), None)
         if memory and memory["running_version"] and not any(memory["queue"].values()):
             return
         await asyncio.sleep(0.2)
