@@ -229,6 +229,8 @@ class ChatLibrary:
             self._early.written(chat_id)
 
     async def _read_saved(self, chat_id: str) -> None:
+        if self.freshness is not None:
+            self.freshness.reading(chat_id)  # so its request skips the stat
         await self.refresh([Path(self._file(chat_id))])
 
     async def _reread(self, name: str) -> bool:

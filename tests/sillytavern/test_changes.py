@@ -244,10 +244,24 @@ async def test_a_saved_chat_is_read_at_once_and_its_request_waits_for_that_read_
         return await real_refresh(paths)
 
     monkeypatch.setattr(library, "refresh", counted)
+    stats: list[str] = []
+    real_stat = os.stat
+
+    def counting(path: str, *args: object, **kwargs: object) -> os.stat_result:
+        stats.append(str(path))
+        return real_stat(path, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(os, "stat", counting)
     total = library.index.entries[story.chat_id].total
     story.grow(2)
     await until(lambda: library.index.entries[story.chat_id].total == total + 2)
     assert len(reads) == 1  # by the notification alone
+    await arrive()
+    messages = [ChatMessage(m["role"], m["content"]) for m in story.request()["messages"]]
+    checked = len(stats)
+    found = (await library.identify_request(messages, MARKERS)).identification
+    assert found is not None and found.target_message == len(story.messages)
+    assert len(stats) == checked  # what that read took in needs no stat
     for _ in range(10):
         story.grow(2)
         await arrive()  # the request comes at once: the re-read is under way
