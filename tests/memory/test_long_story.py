@@ -41,6 +41,29 @@ async def ask(memory: Memory, text: str) -> Any:
     return await memory.client.post("/v1/chat/completions", json=memory.story.request())
 
 
+async def bury_the_key(memory: Memory) -> None:
+    """Message 12 tells where the key is buried; the chat's five scenes get recapped."""
+    memory.story.messages[12]["mes"] += " " + FACT
+    memory.story.save()
+    await memory.until(lambda db: FACT in db.messages(CHAT_ID)[12].message.mes, settle=False)
+    await memory.client.post("/v1/chat/completions", json=memory.story.request())
+    await memory.until(recapped(5))
+
+
+def searches_from_now(memory: Memory) -> list[str]:
+    """The questions the scene search is asked from now on."""
+    searches: list[str] = []
+    search = memory.app[STORE].search
+    ranked = search.ranked
+
+    def counted(chat_id: str, query: str, limit: int, min_score: float) -> list[int]:
+        searches.append(query)
+        return ranked(chat_id, query, limit, min_score)
+
+    search.ranked = counted  # type: ignore[method-assign]
+    return searches
+
+
 async def sent_memory(memory: Memory) -> str:
     """The inserted memory of the last chat request that went upstream: its stable part
     (first, before the main prompt) and its changing part (in the chat), if any."""
@@ -55,11 +78,7 @@ async def test_an_older_scene_comes_back_when_the_chat_asks_about_it(
     memory_proxy: MemoryFactory,
 ) -> None:
     memory = await memory_proxy(50, ENDS, **NO_RECAPS)
-    memory.story.messages[12]["mes"] += " " + FACT
-    memory.story.save()
-    await memory.until(lambda db: FACT in db.messages(CHAT_ID)[12].message.mes, settle=False)
-    await memory.client.post("/v1/chat/completions", json=memory.story.request())
-    await memory.until(recapped(5))
+    await bury_the_key(memory)
     await memory.until(lambda db: len(db.memory.running_recaps(CHAT_ID)) >= 5)
 
     # The last message is about something else: no older scene is recalled.
@@ -91,11 +110,7 @@ async def test_an_older_scene_comes_back_when_the_chat_asks_about_it(
 async def test_a_scene_still_in_the_prompt_is_not_recalled(memory_proxy: MemoryFactory) -> None:
     # Nothing is left out: every scene is in the prompt, so recall has nothing to add.
     memory = await memory_proxy(50, ENDS, **NO_RECAPS, **{"memory.auto_hide_scene_count": -1})
-    memory.story.messages[12]["mes"] += " " + FACT
-    memory.story.save()
-    await memory.until(lambda db: FACT in db.messages(CHAT_ID)[12].message.mes, settle=False)
-    await memory.client.post("/v1/chat/completions", json=memory.story.request())
-    await memory.until(recapped(5))
+    await bury_the_key(memory)
     await ask(memory, QUESTION)
     assert "Earlier scenes" not in await sent_memory(memory)
 
@@ -191,20 +206,8 @@ async def test_a_template_without_relevant_scenes_never_searches(
             "injection.changing.template": "[Lately: {{recent_recaps}}]",
         },
     )
-    memory.story.messages[12]["mes"] += " " + FACT
-    memory.story.save()
-    await memory.until(lambda db: FACT in db.messages(CHAT_ID)[12].message.mes, settle=False)
-    await memory.client.post("/v1/chat/completions", json=memory.story.request())
-    await memory.until(recapped(5))
-    searches: list[str] = []
-    search = memory.app[STORE].search
-    ranked = search.ranked
-
-    def counted(chat_id: str, query: str, limit: int, min_score: float) -> list[int]:
-        searches.append(query)
-        return ranked(chat_id, query, limit, min_score)
-
-    search.ranked = counted  # type: ignore[method-assign]
+    await bury_the_key(memory)
+    searches = searches_from_now(memory)
     response = await ask(memory, QUESTION)
     assert int(response.headers["X-Recap-Trimmed"]) == 45
     sent = chat_requests(memory)[-1]["messages"][0]["content"]
@@ -218,21 +221,9 @@ async def test_the_scenes_a_saved_message_asks_about_are_searched_before_its_req
     """ST saves the user's message, then builds its prompt, then sends it: the scene search
     runs when the save is read, and the request finds its answers (no search on its way)."""
     memory = await memory_proxy(50, ENDS, **NO_RECAPS)
-    memory.story.messages[12]["mes"] += " " + FACT
-    memory.story.save()
-    await memory.until(lambda db: FACT in db.messages(CHAT_ID)[12].message.mes, settle=False)
-    await memory.client.post("/v1/chat/completions", json=memory.story.request())
-    await memory.until(recapped(5))
+    await bury_the_key(memory)
     await memory.until(lambda db: len(db.memory.running_recaps(CHAT_ID)) >= 5)
-    searches: list[str] = []
-    search = memory.app[STORE].search
-    ranked = search.ranked
-
-    def counted(chat_id: str, query: str, limit: int, min_score: float) -> list[int]:
-        searches.append(query)
-        return ranked(chat_id, query, limit, min_score)
-
-    search.ranked = counted  # type: ignore[method-assign]
+    searches = searches_from_now(memory)
     memory.story.messages[-1]["mes"] = memory.story.messages[-1]["swipes"][0] = QUESTION
     memory.story.save()
     last = len(memory.story.messages) - 1
