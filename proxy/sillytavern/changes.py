@@ -228,8 +228,9 @@ class Freshness:
     def reading(self, chat_id: str) -> None:
         """A read of the chat's file starts now: it takes in every write announced so far
         (a write after it announces itself again), so once it is in, the chat needs no
-        stat (`read`)."""
+        stat (`read`). Until then it is not as indexed."""
         self._changed.discard(chat_id)
+        self._checked.pop(chat_id, None)
 
     def checked(self, chat_id: str, name: str, same: bool) -> None:
         """What a stat of the chat's file `name` found (`same`: as the index has it)."""

@@ -110,6 +110,24 @@ async def test_a_checked_chat_is_unchanged_until_written_or_for_a_while(tmp_path
     fresh.stop()
 
 
+async def test_a_chat_under_a_read_is_not_as_indexed_until_the_read_is_in(
+    tmp_path: Path,
+) -> None:
+    """A read that a save's notification started takes that notification with it; while
+    it runs, the chat is not taken as indexed (a request that stopped waiting for it stats
+    the file), and once it is in, no stat is needed."""
+    _, fresh, name = checked_chat(tmp_path)
+    chat = "u/chats/A/a"
+    save_like_st(Path(name), b'{"a": 1}')
+    await until(lambda: not fresh.unchanged(chat))  # the notification came
+    watched = fresh.watching()
+    fresh.reading(chat)
+    assert not fresh.unchanged(chat)  # under way
+    fresh.read([(chat, name)], watched)
+    assert fresh.unchanged(chat)
+    fresh.stop()
+
+
 async def test_a_change_no_notification_announced_turns_the_feed_off(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
