@@ -169,6 +169,21 @@ class ChatLibrary:
         self._took(read, watched)
         return results
 
+    async def refresh_watched(self, paths: Iterable[Path]) -> list[Refreshed]:
+        """The watcher's batch: `refresh`, less the chat files that the OS's notifications
+        say are as indexed (a save read the moment it landed, `EarlyReads`, is not read a
+        second time when the watcher's debounced batch names it)."""
+        paths = list(paths)
+        fresh = self.freshness
+        if fresh is not None and fresh.feed is not None:
+            paths = [path for path in paths if not self._as_indexed(fresh, path)]
+        return await self.refresh(paths) if paths else []
+
+    def _as_indexed(self, fresh: Freshness, path: Path) -> bool:
+        rel = self._rel(path)
+        location = locate(rel) if rel is not None else None
+        return location is not None and fresh.unchanged(location.chat_id)
+
     def _watching(self) -> frozenset[str]:
         return self.freshness.watching() if self.freshness is not None else frozenset()
 

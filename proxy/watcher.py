@@ -243,7 +243,7 @@ class Watcher:
             except Exception:
                 log.exception("file change callback failed")
         try:
-            results = await self.library.refresh(paths)
+            results = await self.library.refresh_watched(paths)
         except Exception:
             log.exception("indexing %d changed file(s) failed", len(paths))
             return

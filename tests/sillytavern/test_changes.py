@@ -9,7 +9,9 @@ import os
 import socket
 import sys
 from collections.abc import Callable, Iterable
+from functools import partial
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -287,5 +289,43 @@ async def test_a_saved_chat_is_read_at_once_and_its_request_waits_for_that_read_
         found = (await library.identify_request(messages, MARKERS)).identification
         assert found is not None and found.target_message == len(story.messages)
     assert len(reads) == 11  # one per save: no request read the file again
+    library.stop_following()
+    await library.store.close()
+
+
+def grown_to(library: ChatLibrary, chat_id: str, total: int) -> bool:
+    return library.index.entries[chat_id].total == total
+
+
+async def test_with_the_watcher_too_each_save_is_read_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The notification reads a save at once; the watcher's debounced batch that names the
+    same file later finds it vouched for, and does not read it a second time."""
+    story, library = await following(tmp_path)
+    reads: list[list[str]] = []
+    real = library._refresh_many
+
+    def counted(db: Any, rels: list[str], read: Any) -> Any:
+        reads.append(list(rels))
+        return real(db, rels, read)
+
+    monkeypatch.setattr(library, "_refresh_many", counted)
+    batches = 0
+    async with Watcher(library, debounce_ms=10) as watcher:
+        await asyncio.wait_for(watcher.ready.wait(), 5)
+        real_apply = watcher._apply
+
+        async def apply(changes: Any) -> None:
+            nonlocal batches
+            batches += 1
+            await real_apply(changes)
+
+        monkeypatch.setattr(watcher, "_apply", apply)
+        for _ in range(5):
+            story.grow(2)
+            await until(partial(grown_to, library, story.chat_id, len(story.messages)))
+            await asyncio.sleep(0.3)  # the watcher's batch for that save came and went
+    assert batches >= 5 and len(reads) == 5
     library.stop_following()
     await library.store.close()
