@@ -123,17 +123,33 @@ def _render_parts(
     filled it, for these macro values. Memoised: every request of a scene renders the same
     running recap, and a swipe or regeneration the same everything."""
     values = {key.lower(): value for key, value in items}
-    taken: set[str] = set()
+    taken: frozenset[str] = frozenset()
     parts = []
     for part, template in ((STABLE, templates.stable), (CHANGING, templates.changing)):
         # What an earlier part used is empty here, not left as `{{macro}}`.
-        own = {k: "" if k in taken else values[k] for k in template.macros if k in values}
+        own = tuple(
+            (k, "" if k in taken else values[k]) for k in sorted(template.macros) if k in values
+        )
         taken |= template.macros
-        rendered = template.render(own)
-        text = rendered.text if rendered.has_content else ""
-        filled = frozenset(m for m in template.macros if own.get(m, "").strip())
-        parts.append((part, text, count_tokens(text) if text else 0, filled))
+        parts.append(_render_part(part, template, own, count_tokens))
     return tuple(parts)
+
+
+@lru_cache(maxsize=128)
+def _render_part(
+    part: str,
+    template: Template,
+    own: tuple[tuple[str, str], ...],
+    count_tokens: Callable[[str], int],
+) -> tuple[str, str, int, frozenset[str]]:
+    """One part, memoised by its own values: when only the changing part's values moved
+    (every new turn), the stable part (the running recap) is neither rendered nor counted
+    again."""
+    values = dict(own)
+    rendered = template.render(values)
+    text = rendered.text if rendered.has_content else ""
+    filled = frozenset(m for m in template.macros if values.get(m, "").strip())
+    return part, text, count_tokens(text) if text else 0, filled
 
 
 def covers_history(insertions: Sequence[Insertion]) -> bool:

@@ -163,3 +163,21 @@ def test_one_template_with_every_macro_makes_one_message() -> None:
     (part,) = plan(Memory(values=VALUES), templates=one)
     assert part.text == "story / lately / once"
     assert part.filled == {"running_recap", "recent_recaps", "relevant_scenes"}
+
+
+def test_a_new_turn_renders_and_counts_only_the_part_whose_values_moved() -> None:
+    counted: list[str] = []
+
+    def count(text: str) -> int:
+        counted.append(text)
+        return len(text)
+
+    recap = "the wolves follow the caravan"
+    for lately in ("Ava bought rope", "Tom lost the map"):
+        values = {"running_recap": recap, "recent_recaps": lately}
+        stable, changing = plan_insertions(
+            MESSAGES, Memory(values=values), InjectionPolicy(), TEMPLATES, count
+        )
+        assert stable.text == f"[Recap: {recap}]" and stable.tokens == len(stable.text)
+        assert lately in changing.text and changing.tokens == len(changing.text)
+    assert counted.count(f"[Recap: {recap}]") == 1  # the running recap's part: once
