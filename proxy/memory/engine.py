@@ -280,8 +280,11 @@ class MemoryEngine:
         if awaited is None:
             await asyncio.sleep(0)
         else:
-            with contextlib.suppress(TimeoutError):  # no request came (an edit, a rename)
-                await asyncio.wait_for(awaited.wait(), REQUEST_HOLD)
+            # No request came (an edit, a rename): planning goes on. (`asyncio.timeout`: a
+            # 3.11 `wait_for` can swallow a cancel that comes as the event is set.)
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(REQUEST_HOLD):
+                    await awaited.wait()
             if self._awaited.get(chat_id) is awaited:
                 del self._awaited[chat_id]
         since, rescan = self._pending.pop(chat_id, (None, False))

@@ -217,8 +217,12 @@ class JobQueue:
                 candidates = [t for t in [due, *cooling] if t is not None]
                 if candidates:
                     wait = max(0.0, min(candidates) - self.clock())
+            # `asyncio.timeout`, not `wait_for`: on 3.11 a `wait_for` cancelled just as the
+            # event is set returns instead of raising, and the runner then never stops
+            # (a shutdown waited on it for good).
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), timeout=wait)
+                async with asyncio.timeout(wait):
+                    await self._wake.wait()
 
     @staticmethod
     def _next(db: Database, now: float, busy: set[str]) -> tuple[bool, Job | None, float | None]:

@@ -200,3 +200,21 @@ async def test_a_key_the_api_echoes_is_not_kept_in_the_jobs_error(setup) -> None
     assert job.state == "failed" and job.error is not None
     assert "my-chat-key-1234" not in job.error and "sk-abcdefghijklmnopqr" not in job.error
     assert job.error == "Unauthorized: 401: invalid key <redacted> (also <redacted>)"
+
+
+async def test_the_runner_stops_when_it_is_woken_as_it_is_stopped(setup) -> None:  # type: ignore[no-untyped-def]
+    """Woken (a plan enqueued work) at the very moment it is stopped, the runner still
+    stops: on 3.11 an `asyncio.wait_for` cancelled just as its event is set returns instead
+    of raising, and a shutdown then waited for the runner for good."""
+    store, _, handlers = setup
+    queue = JobQueue(store, handlers, FAST)
+    # A job is due in a minute: the runner waits with a timeout (with none, 3.11's
+    # `wait_for` awaits the event directly and is not affected).
+    queue._next = lambda db, now, busy: (False, None, now + 60)  # type: ignore[method-assign]
+    await queue.__aenter__()
+    await asyncio.sleep(0.05)  # the runner waits for work
+    queue.wake()
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    await asyncio.wait_for(queue.__aexit__(None, None, None), 5)
+    assert loop.time() - started < 1  # at once, not when the 5 s cancel it again
