@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 
 import pytest
 
@@ -67,11 +68,9 @@ def test_paragraphs_counted_apart_add_up_to_the_whole() -> None:
         assert counter.count_paragraphs(text) == counter.count(text), repr(text)
 
 
-def test_paragraphs_seen_before_are_not_encoded_again() -> None:
-    counter = TokenCounter()
-    scenes = [f"[Scene {n}] The party crosses the river at dawn, {n} days out." for n in range(6)]
-    for scene in scenes:
-        counter.count(scene + "\n\n")
+def recorded(counter: TokenCounter) -> tuple[list[str], Callable[[str], int]]:
+    """From now on, the texts the counter encodes (what its caches did not have), and the
+    real encoder to check counts with."""
     calls: list[str] = []
     real = counter._encoder
     assert real is not None
@@ -81,6 +80,15 @@ def test_paragraphs_seen_before_are_not_encoded_again() -> None:
         return real(text)
 
     counter._encoder = encoder
+    return calls, real
+
+
+def test_paragraphs_seen_before_are_not_encoded_again() -> None:
+    counter = TokenCounter()
+    scenes = [f"[Scene {n}] The party crosses the river at dawn, {n} days out." for n in range(6)]
+    for scene in scenes:
+        counter.count(scene + "\n\n")
+    calls, real = recorded(counter)
     picked = "Relevant scenes:\n\n" + "\n\n".join(scenes[1:5])
     assert counter.count_paragraphs(picked) == real(picked)
     # Only what no earlier count saw: the heading, and the last scene (no break after it).
@@ -98,15 +106,7 @@ def test_a_paragraph_that_gained_a_line_encodes_only_what_is_new() -> None:
     counter = TokenCounter()
     recaps = [f"- #{n}: Ava and Tom argue about the map, then walk on." for n in range(8)]
     counter.count_paragraphs("Recent events:\n" + "\n".join(recaps[:7]) + "\n\nLater.")
-    calls: list[str] = []
-    real = counter._encoder
-    assert real is not None
-
-    def encoder(text: str) -> int:
-        calls.append(text)
-        return real(text)
-
-    counter._encoder = encoder
+    calls, real = recorded(counter)
     grown = "Recent events:\n" + "\n".join(recaps) + "\n\nLater."
     assert counter.count_paragraphs(grown) == real(grown)
     # The line that was last (it has a line break now) and the new one.

@@ -185,13 +185,8 @@ async def following(tmp_path: Path) -> tuple[Story, ChatLibrary]:
     return story, library
 
 
-async def test_with_notifications_a_request_after_a_save_sees_it_and_others_skip_the_stat(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
-) -> None:
-    """ST saves the user's message (temp file, then rename) and then sends the request:
-    the request always finds it, with no watcher re-reading at all here; a request after
-    which nothing was written does not stat the file."""
-    story, library = await following(tmp_path)
+def counted_stats(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """From now on, the paths `os.stat` is asked about."""
     stats: list[str] = []
     real_stat = os.stat
 
@@ -199,10 +194,22 @@ async def test_with_notifications_a_request_after_a_save_sees_it_and_others_skip
         stats.append(str(path))
         return real_stat(path, *args, **kwargs)  # type: ignore[arg-type]
 
+    monkeypatch.setattr(os, "stat", counting)
+    return stats
+
+
+async def test_with_notifications_a_request_after_a_save_sees_it_and_others_skip_the_stat(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """ST saves the user's message (temp file, then rename) and then sends the request:
+    the request always finds it, with no watcher re-reading at all here; a request after
+    which nothing was written does not stat the file."""
+    story, library = await following(tmp_path)
+
     def request() -> list[ChatMessage]:
         return [ChatMessage(m["role"], m["content"]) for m in story.request()["messages"]]
 
-    monkeypatch.setattr(os, "stat", counting)
+    stats = counted_stats(monkeypatch)
     caplog.set_level(logging.WARNING)
     for _ in range(40):
         story.grow(2)  # a reply, then the user's next message: the file ends with it
@@ -264,14 +271,7 @@ async def test_a_saved_chat_is_read_at_once_and_its_request_waits_for_that_read_
         return await real_refresh(paths)
 
     monkeypatch.setattr(library, "refresh", counted)
-    stats: list[str] = []
-    real_stat = os.stat
-
-    def counting(path: str, *args: object, **kwargs: object) -> os.stat_result:
-        stats.append(str(path))
-        return real_stat(path, *args, **kwargs)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(os, "stat", counting)
+    stats = counted_stats(monkeypatch)
     total = library.index.entries[story.chat_id].total
     story.grow(2)
     await until(lambda: library.index.entries[story.chat_id].total == total + 2)
