@@ -185,6 +185,14 @@ async def following(tmp_path: Path) -> tuple[Story, ChatLibrary]:
     return story, library
 
 
+async def stop_with_the_feed_on(library: ChatLibrary, caplog: pytest.LogCaptureFixture) -> None:
+    """The notifications stayed on all along (no write went unannounced); then stop."""
+    assert library.freshness is not None and library.freshness.feed is not None
+    assert "without an OS notification" not in caplog.text
+    library.stop_following()
+    await library.store.close()
+
+
 def counted_stats(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """From now on, the paths `os.stat` is asked about."""
     stats: list[str] = []
@@ -221,10 +229,7 @@ async def test_with_notifications_a_request_after_a_save_sees_it_and_others_skip
         again = (await library.identify_request(request(), MARKERS)).identification
         assert again == found
         assert len(stats) == checked  # nothing written since: no stat
-    assert library.freshness is not None and library.freshness.feed is not None
-    assert "without an OS notification" not in caplog.text
-    library.stop_following()
-    await library.store.close()
+    await stop_with_the_feed_on(library, caplog)
 
 
 async def test_with_the_watcher_too_a_request_at_any_moment_around_a_save_is_identified(
@@ -249,10 +254,7 @@ async def test_with_the_watcher_too_a_request_at_any_moment_around_a_save_is_ide
             if found is None or found.chat_id != story.chat_id or found.generation != "normal":
                 misses.append((attempt, delay, repr(found)))
     assert misses == [], f"{len(misses)} of 160 requests not identified: {misses[:5]}"
-    assert library.freshness is not None and library.freshness.feed is not None
-    assert "without an OS notification" not in caplog.text
-    library.stop_following()
-    await library.store.close()
+    await stop_with_the_feed_on(library, caplog)
 
 
 async def test_a_saved_chat_is_read_at_once_and_its_request_waits_for_that_read_only(
