@@ -29,6 +29,7 @@ from proxy.core.identify import (
     identify,
     indexed_message,
     likely_chats,
+    message_fingerprint,
     prints,
     unidentified_reason,
 )
@@ -53,6 +54,10 @@ from proxy.store import ChatRecord, Database, Store
 log = logging.getLogger(__name__)
 Stat = tuple[int, int]  # a chat file's (size, mtime_ns)
 FRESHNESS_WAIT = 1.0  # seconds a request may wait for its chat file to be re-read
+# A chat's newest messages whose fingerprints are worked out when it is indexed: those a
+# save added (a reply and the user's next message, or a few more), which the request that
+# follows carries for the first time.
+FORESEEN = 4
 
 
 # Not frozen: built for every chat request (see proxy.core.models).
@@ -535,6 +540,10 @@ class ChatLibrary:
             )
             for m in visible
         ]
+        # The request that follows a save carries the chat's newest messages: their
+        # fingerprints are worked out here (worker thread), not on that request's way.
+        for m in visible[-FORESEEN:]:
+            message_fingerprint(m.text)
         return ChatEntry(
             chat_id=record.id,
             updated=record.updated or 0.0,

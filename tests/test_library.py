@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from adapters.openai_chat import OpenAIChatAdapter
+from proxy.core import identify as identify_module
 from proxy.core.identify import message_fingerprint
 from proxy.core.models import ChatMessage
 from proxy.library import ChatLibrary
@@ -322,3 +323,34 @@ async def test_links_out_of_the_data_folder_are_not_followed(tmp_path: Path) -> 
     await library.refresh([story.path.parent / "Linked - 1.jsonl"])
     assert list(library.index.entries) == [story.chat_id]
     await library.store.close()
+
+
+async def test_the_messages_a_save_added_are_fingerprinted_when_it_is_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The request that follows a save carries the messages it added for the first time:
+    their fingerprints are worked out when the save is read (worker thread), so the
+    request finds them in the memo instead of normalising them on its way."""
+    data = tmp_path / "data"
+    story = Story(data, ends=set())
+    story.grow(12)
+    library = ChatLibrary(data, Store(tmp_path / "store.sqlite3"))
+    await library.index_all()
+    message_fingerprint.cache_clear()  # another test's chat may have had the same texts
+    story.grow(2)  # a reply and the user's next message
+    await library.refresh([story.path])
+    normalised: list[str] = []
+    real = identify_module.normalize
+
+    def counted(text: str) -> str:
+        normalised.append(text)
+        return real(text)
+
+    monkeypatch.setattr(identify_module, "normalize", counted)
+    request = story.request()["messages"]
+    messages = [ChatMessage(m["role"], m["content"]) for m in request]
+    found = (await library.identify_request(messages, MARKERS)).identification
+    await library.store.close()
+    assert found is not None and found.chat_id == story.chat_id and found.target_message == 14
+    assert story.messages[-1]["mes"] not in normalised
+    assert story.messages[-2]["mes"] not in normalised

@@ -10,7 +10,6 @@ from __future__ import annotations
 import importlib
 import logging
 import math
-import re
 from collections.abc import Callable
 from functools import cache, lru_cache
 
@@ -24,8 +23,31 @@ BYTES_PER_TOKEN = 3.35
 # line breaks after it), so the pieces, and so the tokens, add up. Into paragraphs at
 # blank lines first (a running recap, a scene recap: one lookup each), and a paragraph not
 # seen before into its lines (a list of message recaps that gained one: one line encoded).
-_PARAGRAPHS = re.compile(r"(?<=\n\n)(?=\S)")
-_LINES = re.compile(r"(?<=[\r\n])(?=\S)")
+PARAGRAPH, LINE = "\n\n", "\n"
+
+
+def cut_after(text: str, separator: str) -> list[str]:
+    """`text` cut after each `separator` that a non-blank character follows; the pieces
+    join back into `text`. A separator followed by whitespace is not cut (a cut there could
+    change the count): so after a run of blank lines, the text is cut only where the run
+    splits evenly. Only cuts that are missed, never wrong ones, and the priming and the
+    request cut alike. `str.split` and a loop, not a regular expression: the look-behind
+    that would find every such cut costs 40-80 us per 6 KB memory part, this a tenth."""
+    parts = text.split(separator)
+    if len(parts) == 1:
+        return parts
+    pieces: list[str] = []
+    current = parts[0]
+    for part in parts[1:]:
+        # `str.isspace` holds for every character tiktoken's `\s` matches (and a few more,
+        # which only leave a cut out).
+        if part and not part[0].isspace():
+            pieces.append(current + separator)
+            current = part
+        else:
+            current += separator + part
+    pieces.append(current)
+    return pieces
 
 
 def estimate_tokens(text: str) -> int:
@@ -75,14 +97,25 @@ class TokenCounter:
         self._ensure_loaded()
         if self._encoder is None:
             return self.count(text)
-        parts = _PARAGRAPHS.split(text)
+        parts = cut_after(text, PARAGRAPH)
         if len(parts) == 1:
             return self._paragraph(text)
         paragraph = self._paragraph
         return sum([paragraph(part) for part in parts])
 
+    def prime(self, text: str) -> None:
+        """Count `text`'s paragraphs and lines now, ahead of need. `text` as a memory part
+        holds it, with the line break after it (the templates give each macro lines of its
+        own): that part's count then finds every piece of it in the caches. The memory
+        view calls it (store thread) for the text it makes ready, a new recap line, a
+        scene, the running recap, which the request would otherwise encode on its way,
+        cold: about 0.1 ms a line after an idle gap, ten times what a warm one takes."""
+        self._ensure_loaded()
+        if self._encoder is not None:
+            self.count_paragraphs(text)
+
     def _lines(self, paragraph: str) -> int:
-        lines = _LINES.split(paragraph)
+        lines = cut_after(paragraph, LINE)
         if len(lines) == 1:
             return self.count(paragraph)
         count = self.count

@@ -169,6 +169,9 @@ def build_view(
     replaces: its covered fingerprints are kept when nothing before the cutoff changed."""
     memory = db.memory
     count = inputs.counter.count
+    # The text a request will count, counted here (store thread) as the memory parts will
+    # hold it, so that the request finds it in the counter's caches (`TokenCounter.prime`).
+    prime = inputs.counter.prime
     settings = inputs.settings
     current = memory.current_running(chat_id)
     through = memory.position_of(current.new_scene_uid) if current else None
@@ -211,7 +214,9 @@ def build_view(
                 name,
                 recap.recap,
             ):
-                tokens = count(scene_entry(name, recap.recap)) + SEPARATOR_TOKENS
+                entry = scene_entry(name, recap.recap)
+                tokens = count(entry) + SEPARATOR_TOKENS
+                prime(entry + "\n\n")  # as `{{relevant_scenes}}` holds it: a blank line after
                 words = words_of(f"{name} {recap.recap}")
                 card = SceneCard(scene.uid, scene.position, name, recap.recap, tokens, words)
             scenes[scene.uid] = card
@@ -225,13 +230,20 @@ def build_view(
         else:
             vocabulary = Vocabulary.of(card.words for card in scenes.values())
     names = chat_names(db, chat_id, inputs.persona)
+    if running and (old is None or old.running != running):
+        prime(running + "\n")
+    shelf = RecapShelf.of(recaps)
+    counted = set(old.shelf.lines) if old is not None else set()
+    fresh = [line for line in shelf.lines if line not in counted]
+    if fresh:
+        prime("\n".join(fresh) + "\n")  # `{{recent_recaps}}`: one recap a line
     return MemoryView(
         running=running,
         running_version=current.version if current else None,
         covered_through=through,
         cutoff=cutoff,
         covered=covered,
-        shelf=RecapShelf.of(recaps),
+        shelf=shelf,
         lacking=tuple(lacking),
         unscanned=range(first, scan),
         running_tokens=count(running),

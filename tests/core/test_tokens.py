@@ -6,7 +6,7 @@ from collections.abc import Callable
 import pytest
 
 from proxy.core import tokens
-from proxy.core.tokens import TokenCounter, estimate_tokens
+from proxy.core.tokens import TokenCounter, cut_after, estimate_tokens
 
 
 def test_offline_encoding_counts_real_tokens() -> None:
@@ -66,6 +66,25 @@ def test_paragraphs_counted_apart_add_up_to_the_whole() -> None:
     for _ in range(3000):
         text = "".join(rng.choice(pieces) for _ in range(rng.randint(1, 80)))
         assert counter.count_paragraphs(text) == counter.count(text), repr(text)
+
+
+@pytest.mark.parametrize(
+    ("text", "pieces"),
+    [
+        ("a\n\nb\n\nc", ["a\n\n", "b\n\n", "c"]),
+        ("a\n\n\n\nb", ["a\n\n\n\n", "b"]),  # a run that splits evenly: cut after it
+        ("a\n\n\nb", ["a\n\n\nb"]),  # unevenly: not cut (never wrongly)
+        ("a\n\n b\n\n", ["a\n\n b\n\n"]),  # before a blank, or at the end: not cut
+        ("no break", ["no break"]),
+    ],
+)
+def test_paragraphs_are_cut_only_before_a_non_blank_character(text: str, pieces: list[str]) -> None:
+    assert cut_after(text, "\n\n") == pieces
+
+
+def test_lines_are_cut_after_each_line_break_before_a_non_blank_character() -> None:
+    text = "- one\r\n- two\n  more\n\u3000wide\n- three"
+    assert cut_after(text, "\n") == ["- one\r\n", "- two\n  more\n\u3000wide\n", "- three"]
 
 
 def recorded(counter: TokenCounter) -> tuple[list[str], Callable[[str], int]]:

@@ -11,11 +11,13 @@ from typing import Any
 import pytest
 
 from proxy.store import Database
-from proxy.web.keys import STORE
+from proxy.web.keys import INJECTOR, STORE
 from proxy.web.routes import INJECTED_HEADER
+from tests.core.test_tokens import recorded
 from tests.memory.story import CHAT_ID
 from tests.memory.test_loop import chat_requests
 from tests.memory_env import Memory, MemoryFactory
+from tests.memory_env import recapped as recapped_positions
 
 NO_RECAPS = {"memory.message_recaps": False}
 ENDS = {8, 17, 26, 35, 44}
@@ -233,3 +235,39 @@ async def test_the_scenes_a_saved_message_asks_about_are_searched_before_its_req
     await memory.client.post("/v1/chat/completions", json=memory.story.request())
     assert len(searches) == asked
     assert FACT in (await sent_memory(memory)).split("Earlier scenes", 1)[1]
+
+
+def newest(memory: Memory, count: int) -> dict[str, Any]:
+    """ST's request when its context holds only the chat's newest `count` messages."""
+    body = memory.story.request()
+    system = [m for m in body["messages"] if m["role"] == "system"]
+    body["messages"] = [*system, *body["messages"][len(system) :][-count:]]
+    return body
+
+
+async def test_a_new_turn_encodes_none_of_its_memory_on_its_way(
+    memory_proxy: MemoryFactory,
+) -> None:
+    """The memory's text (scene recaps, message recaps, the running recap) is counted when
+    the memory view that holds it is built, on the store's thread, as the memory's parts
+    will hold it: a request finds every piece counted, though ST cut more of the chat."""
+    memory = await memory_proxy(50, {8, 17, 26})
+    memory.story.messages[12]["mes"] += " " + FACT
+    memory.story.messages[-1]["mes"] = memory.story.messages[-1]["swipes"][0] = QUESTION
+    memory.story.save()
+    await memory.until(lambda db: db.messages(CHAT_ID)[49].message.mes == QUESTION, settle=False)
+    await memory.client.post("/v1/chat/completions", json=newest(memory, 16))
+    await memory.until(recapped(3))
+    await memory.until(lambda db: set(range(28, 42, 2)) <= recapped_positions(db))
+    # The first request counts the templates' own text, which no view holds.
+    await memory.client.post("/v1/chat/completions", json=newest(memory, 16))
+    await memory.engine.settle()
+    calls, _ = recorded(memory.app[INJECTOR].counter)
+    # ST's context now holds the newest 8: the recaps of 34-41 (Ava's, at even positions)
+    # go in for the first time.
+    response = await memory.client.post("/v1/chat/completions", json=newest(memory, 8))
+    assert int(response.headers[INJECTED_HEADER]) > 0
+    text = await sent_memory(memory)
+    assert "- #40: " in text.split("Recent events", 1)[1]
+    assert FACT in text.split("Earlier scenes", 1)[1]
+    assert calls == []
