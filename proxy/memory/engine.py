@@ -38,7 +38,7 @@ from proxy.memory.llm import LLMClient
 from proxy.memory.operations import Operation, job_key
 from proxy.memory.planning import WorkPlanner
 from proxy.memory.prompts import Prompts
-from proxy.memory.recall import rank_scenes
+from proxy.memory.recall import ranking
 from proxy.memory.running import prune
 from proxy.memory.settings import MemorySettings
 from proxy.memory.views import (
@@ -195,9 +195,9 @@ class MemoryEngine:
     def foresee(self, chat_id: str) -> None:
         """ST saved new messages of the chat, and the request that carries them follows
         (once ST has built its prompt): rank the older scenes against its newest messages
-        now. The search's answers are kept by question, so that request finds this one
-        instead of asking the store's full-text index on its way (two queries, most of
-        what its memory step costs)."""
+        now. The ranking is kept by the messages' fingerprints (`recall.ranking`), so that
+        request finds it instead of working out search terms and asking the store's
+        full-text index on its way (two queries, most of what its memory step cost)."""
         view = self.views.get(chat_id)
         entry = self.library.index.entries.get(chat_id)
         if view is None or not view.scenes or entry is None:
@@ -207,7 +207,7 @@ class MemoryEngine:
         newest = entry.tail[-self.settings.relevant_scenes_context :]
         recent = [ChatMessage("user" if m.is_user else "assistant", m.text) for m in newest]
         try:
-            rank_scenes(self.store.search, view, chat_id, recent)
+            ranking(self.store.search, view, chat_id, recent)
         except Exception:
             log.exception("ranking the scenes of %s ahead of its request failed", chat_id)
 

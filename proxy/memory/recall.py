@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Mapping, Sequence
 from functools import lru_cache
-from typing import Protocol
+from typing import Any, Protocol
 
-from proxy.core.identify import normalize
+from proxy.core.identify import message_fingerprint, normalize
 from proxy.core.models import ChatMessage
 from proxy.core.recall import (
     SceneCard,
@@ -52,6 +52,8 @@ MIN_SCORE = 1.0
 # a role-play has many of, ask the same again.
 _RELEVANT: dict[Hashable, str] = {}
 RELEVANT_KEPT = 256
+# `ranking`'s answers, by the recent messages' fingerprints (see there).
+_RANKS: dict[Hashable, list[int]] = {}
 
 
 def relevant_scenes(
@@ -70,12 +72,33 @@ def relevant_scenes(
     key = (search, view.vocabulary, chat_id, view.names, recent, before, room)
     found = _RELEVANT.get(key)
     if found is None:
-        ranked = rank_scenes(search, view, chat_id, recent)
+        ranked = ranking(search, view, chat_id, recent)
         found = render_scenes(pick_scenes(ranked, view.scenes, before, room))
-        if len(_RELEVANT) >= RELEVANT_KEPT:
-            del _RELEVANT[next(iter(_RELEVANT))]  # the oldest
-        _RELEVANT[key] = found
+        _keep(_RELEVANT, key, found)
     return found
+
+
+def ranking(
+    search: SceneRanker, view: ChatScenes, chat_id: str, recent: Sequence[ChatMessage]
+) -> list[int]:
+    """`rank_scenes`, memoised by the roles and fingerprints of `recent` (their text with
+    the whitespace folded, all that the ranking reads), not by their text as written: the
+    ranking `MemoryEngine.foresee` makes from the chat file's copy when ST saves is then
+    the one the request that follows finds, with no search terms worked out on its way.
+    The request's fingerprints were worked out to identify it: looking them up is cheap."""
+    prints = tuple([(m.role, message_fingerprint(m.text)) for m in recent])
+    key = (search, view.vocabulary, chat_id, view.names, prints)
+    found = _RANKS.get(key)
+    if found is None:
+        found = rank_scenes(search, view, chat_id, recent)
+        _keep(_RANKS, key, found)
+    return found
+
+
+def _keep(memo: dict[Hashable, Any], key: Hashable, value: object) -> None:
+    if len(memo) >= RELEVANT_KEPT:
+        del memo[next(iter(memo))]  # the oldest
+    memo[key] = value
 
 
 def rank_scenes(

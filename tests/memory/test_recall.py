@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import pytest
+
 from proxy.core.identify import normalize
 from proxy.core.models import ChatMessage
-from proxy.core.recall import SceneCard, Vocabulary, words_of
-from proxy.memory.recall import CONTEXT_CHARS, rank_scenes, relevant_scenes
+from proxy.core.recall import SceneCard, Vocabulary, search_terms, words_of
+from proxy.memory import recall
+from proxy.memory.recall import CONTEXT_CHARS, rank_scenes, ranking, relevant_scenes
 from proxy.memory.settings import MemorySettings
 from proxy.memory.views import MemoryView
 
@@ -94,3 +97,30 @@ class RecordingSearch:
     def ranked(self, chat_id: str, query: str, limit: int, min_score: float) -> list[int]:
         self.queries.append(query)
         return []
+
+
+def test_the_ranking_made_from_the_files_copy_is_the_one_the_request_finds(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """When ST saves, the scenes are ranked from the index's copy of the newest messages
+    (whitespace folded); the request carries them as written, and finds that ranking by
+    their fingerprints: it works out no search terms of its own."""
+    view = scenes_view("They met at the mill")
+    written = [
+        ChatMessage("assistant", "Smoke  rose over\n\nthe mill."),
+        ChatMessage("user", "Who   burned\nthe mill?"),
+    ]
+    folded = [ChatMessage(m.role, normalize(m.text)) for m in written]
+    search = RecordingSearch()
+    foreseen = ranking(search, view, "c", folded)
+    worked: list[object] = []
+    def counted(*args: object, **kwargs: object) -> list[str]:
+        worked.append(args)
+        return search_terms(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(recall, "search_terms", counted)
+    assert ranking(search, view, "c", written) == foreseen
+    assert worked == []
+    # Other words are another question.
+    ranking(search, view, "c", [*written[:1], ChatMessage("user", "Who saw the fire?")])
+    assert worked
