@@ -29,10 +29,10 @@ PARAGRAPH, LINE = "\n\n", "\n"
 def cut_after(text: str, separator: str) -> list[str]:
     """`text` cut after each `separator` that a non-blank character follows; the pieces
     join back into `text`. A separator followed by whitespace is not cut (a cut there could
-    change the count): so after a run of blank lines, the text is cut only where the run
-    splits evenly. Only cuts that are missed, never wrong ones, and the priming and the
-    request cut alike. `str.split` and a loop, not a regular expression: the look-behind
-    that would find every such cut costs 40-80 us per 6 KB memory part, this a tenth."""
+    change the count), so a run of blank lines is cut after only when it splits evenly
+    into separators: a cut may be missed, never made wrongly, and a primed text and a
+    request's part are cut alike. `str.split` and a loop, not a regular expression: the
+    look-behind that finds every such cut took 40-80 us per 6 KB memory part."""
     parts = text.split(separator)
     if len(parts) == 1:
         return parts
