@@ -114,6 +114,7 @@ def test_the_ranking_made_from_the_files_copy_is_the_one_the_request_finds(
     search = RecordingSearch()
     foreseen = ranking(search, view, "c", folded)
     worked: list[object] = []
+
     def counted(*args: object, **kwargs: object) -> list[str]:
         worked.append(args)
         return search_terms(*args, **kwargs)  # type: ignore[arg-type]
