@@ -19,6 +19,7 @@ from proxy.sillytavern.chatfile import parse_chat
 from proxy.store import Store
 from proxy.watcher import Watcher
 from tests.memory.story import Story
+from tests.spies import spy
 from tests.st_data import GROUP_ID, MARKERS, SOLO, SOLO_ID, save_like_st, timeline
 
 ADAPTER = OpenAIChatAdapter()
@@ -120,17 +121,10 @@ async def test_unchanged_files_are_not_read_again(
     await library.store.close()
 
     reopened = ChatLibrary(library.data_dir, Store(tmp_path / "store.sqlite3"))
-    reads: list[Path] = []
-    original = Path.read_bytes
-
-    def counting(self: Path) -> bytes:
-        reads.append(self)
-        return original(self)
-
-    monkeypatch.setattr(Path, "read_bytes", counting)
+    reads = spy(monkeypatch, Path, "read_bytes")
     count = await reopened.index_all()
     assert count == 1
-    assert not [p for p in reads if p.suffix == ".jsonl"]
+    assert not [path for (path,) in reads if path.suffix == ".jsonl"]
     assert SOLO_ID in reopened.index.entries
 
 
@@ -339,18 +333,12 @@ async def test_the_messages_a_save_added_are_fingerprinted_when_it_is_read(
     message_fingerprint.cache_clear()  # another test's chat may have had the same texts
     story.grow(2)  # a reply and the user's next message
     await library.refresh([story.path])
-    normalised: list[str] = []
-    real = identify_module.normalize
-
-    def counted(text: str) -> str:
-        normalised.append(text)
-        return real(text)
-
-    monkeypatch.setattr(identify_module, "normalize", counted)
+    calls = spy(monkeypatch, identify_module, "normalize")
     request = story.request()["messages"]
     messages = [ChatMessage(m["role"], m["content"]) for m in request]
     found = (await library.identify_request(messages, MARKERS)).identification
     await library.store.close()
+    normalised = [text for (text,) in calls]
     assert found is not None and found.chat_id == story.chat_id and found.target_message == 14
     assert story.messages[-1]["mes"] not in normalised
     assert story.messages[-2]["mes"] not in normalised

@@ -6,11 +6,12 @@ import pytest
 
 from proxy.core.identify import normalize
 from proxy.core.models import ChatMessage
-from proxy.core.recall import SceneCard, Vocabulary, search_terms, words_of
+from proxy.core.recall import SceneCard, Vocabulary, words_of
 from proxy.memory import recall
 from proxy.memory.recall import CONTEXT_CHARS, rank_scenes, ranking, relevant_scenes
 from proxy.memory.settings import MemorySettings
 from proxy.memory.views import MemoryView
+from tests.spies import spy
 
 SETTINGS = MemorySettings()
 
@@ -113,13 +114,7 @@ def test_the_ranking_made_from_the_files_copy_is_the_one_the_request_finds(
     folded = [ChatMessage(m.role, normalize(m.text)) for m in written]
     search = RecordingSearch()
     foreseen = ranking(search, view, "c", folded)
-    worked: list[object] = []
-
-    def counted(*args: object, **kwargs: object) -> list[str]:
-        worked.append(args)
-        return search_terms(*args, **kwargs)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(recall, "search_terms", counted)
+    worked = spy(monkeypatch, recall, "search_terms")
     assert ranking(search, view, "c", written) == foreseen
     assert worked == []
     # Other words are another question.
