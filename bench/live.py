@@ -46,6 +46,7 @@ from bench.overhead import (  # noqa: E402
     free_port,
     serve,
     start,
+    stop,
     story,
 )
 
@@ -158,14 +159,11 @@ async def run(saves: int, gap: float, runs: int) -> None:
                         async with session.post(url, data=body(messages[:FIRST], False)) as r:
                             await r.read()
                     got, identified = await rounds(session, urls, path, messages, saves, gap)
-                    memory.terminate()
-                    memory.wait(10)
+                    stop(memory)
                     procs.remove(memory)
                     report(got, identified, saves)
         finally:
-            for proc in procs:
-                proc.terminate()
-                proc.wait(10)
+            stop(*procs)
 
 
 def main() -> None:

@@ -42,13 +42,14 @@ sys.path.insert(0, str(ROOT))
 
 import aiohttp  # noqa: E402
 
-from bench.overhead import free_port, start  # noqa: E402
+from bench.overhead import free_port, start, stop  # noqa: E402
 from bench.words import st_message  # noqa: E402
 from proxy.core.models import ChatMessage  # noqa: E402
 from proxy.core.recall import SceneCard, Vocabulary, pick_scenes, render_scenes, words_of  # noqa: E402
 from proxy.core.tokens import TokenCounter  # noqa: E402
+from proxy.memory.recall import rank_scenes  # noqa: E402
 from proxy.memory.settings import MemorySettings  # noqa: E402
-from proxy.memory.views import MemoryView, rank_scenes  # noqa: E402
+from proxy.memory.views import MemoryView  # noqa: E402
 from proxy.sillytavern.chatfile import STMessage  # noqa: E402
 from proxy.sillytavern.reconcile import Event  # noqa: E402
 from proxy.store import ChatRecord, Database  # noqa: E402
@@ -165,8 +166,7 @@ model = "fake-model"
 
     def __exit__(self, *exc: object) -> None:
         if self.proc is not None:
-            self.proc.terminate()
-            self.proc.wait(10)
+            stop(self.proc)
 
     def backfill(self, chat: str) -> float:
         """`recap-proxy backfill` as a user runs it; its wall time."""
@@ -352,9 +352,9 @@ def selection(scenes: int = 500, rounds: int = 2000) -> tuple[float, float]:
             question = f"Where is the {rng.choice(ADJECTIVES)} {rng.choice(THINGS)}, {CHAR}?"
             roles = ["assistant", "user", "assistant", "user"]  # the question is the user's
             messages = [ChatMessage(r, t) for r, t in zip(roles, [*texts, question], strict=True)]
-            history = list(range(len(messages)))
+            recent = messages[-settings.relevant_scenes_context :]
             began = time.perf_counter()
-            ranked = rank_scenes(search, view, chat, messages, history, settings)
+            ranked = rank_scenes(search, view, chat, recent)
             render_scenes(pick_scenes(ranked, cards, scenes - 10, 800))
             times.append(time.perf_counter() - began)
             if i == 0:

@@ -85,6 +85,13 @@ def start(args: list[str], port: int) -> subprocess.Popen[bytes]:
     raise SystemExit(f"{args} did not start")
 
 
+def stop(*procs: subprocess.Popen[bytes]) -> None:
+    """End what `start` started, and wait for each to go."""
+    for proc in procs:
+        proc.terminate()
+        proc.wait(10)
+
+
 def vocabulary(rng: random.Random, size: int = 4000) -> list[str]:
     """The chat's words: the bench's common ones and made-up ones, so that messages have
     as many distinct words as prose does (the per-text work scales with them)."""
@@ -438,9 +445,7 @@ async def run(rounds: int, runs: int) -> None:
             for label, ratio in worst.items():
                 print(f"  {label:<32} {ratio:4.2f}x")
         finally:
-            for proc in procs:
-                proc.terminate()
-                proc.wait(10)
+            stop(*procs)
 
 
 def main() -> None:
