@@ -18,13 +18,12 @@ measured in the state it keeps once it has relayed a long chat (see `run`).
 Bodies: small (the chat's newest 10 messages, about 1k tokens) and large (all 300
 messages, about 100k tokens, as ST sends a chat that fits a large context). Figures:
 added latency p50/p99 and added stream time to first byte over direct, for each proxy;
-the ratio of the memory step's added p50 to the bare hop's (target at most 1.3; at the end,
-each run's and the worst), and the
-memory step's own share (memory's added p50 less plain's); requests/s at 32 concurrent
-clients (the median of 5 passes) against the bare hop's (target at least 0.7 with
-memory), and the CPU time each proxy and the fake model spent per request in those
-passes; 64 concurrent streams without errors; the proxy's resident memory (target under
-100 MB).
+the ratio of the memory step's added p50 to the bare hop's (target at most 1.3; at the
+end, each run's and the worst), and the memory step's own share (memory's added p50 less
+plain's); requests/s at 32 concurrent clients (the median of 5 passes) against the bare
+hop's (target at least 0.7 with memory), and the CPU time each proxy and the fake model
+spent per request in those passes; 64 concurrent streams without errors; the proxy's
+resident memory (target under 100 MB).
 """
 
 from __future__ import annotations
