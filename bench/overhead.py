@@ -441,7 +441,10 @@ async def run(rounds: int, runs: int) -> None:
                 f"memory proxy RSS after 64 concurrent large streams {rss:.1f} MB, peak "
                 f"{peak:.1f} MB (target under 100 MB)"
             )
-            print("the memory step against the bare hop, each run, and the worst (target 1.3x):")
+            print(
+                "the memory step against the bare hop, each run and the worst "
+                "(target at most 1.3x):"
+            )
             for label, got in ratios.items():
                 each = ", ".join(f"{ratio:4.2f}x" for ratio in got)
                 print(f"  {label:<32} {each}; worst {max(got):4.2f}x")
