@@ -2,11 +2,13 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 
 from proxy.core import tokens
 from proxy.core.tokens import TokenCounter, cut_after, estimate_tokens
+from tests.spies import spy
 
 
 def test_offline_encoding_counts_real_tokens() -> None:
@@ -87,31 +89,26 @@ def test_lines_are_cut_after_each_line_break_before_a_non_blank_character() -> N
     assert cut_after(text, "\n") == ["- one\r\n", "- two\n  more\n\u3000wide\n", "- three"]
 
 
-def recorded(counter: TokenCounter) -> tuple[list[str], Callable[[str], int]]:
-    """From now on, the texts the counter encodes (what its caches did not have), and the
-    real encoder to check counts with."""
-    calls: list[str] = []
+def recorded(
+    monkeypatch: pytest.MonkeyPatch, counter: TokenCounter
+) -> tuple[list[tuple[Any, ...]], Callable[[str], int]]:
+    """From now on, the texts the counter encodes (what its caches did not have), each as
+    its call's arguments, and the real encoder to check counts with."""
     real = counter._encoder
     assert real is not None
-
-    def encoder(text: str) -> int:
-        calls.append(text)
-        return real(text)
-
-    counter._encoder = encoder
-    return calls, real
+    return spy(monkeypatch, counter, "_encoder"), real
 
 
-def test_paragraphs_seen_before_are_not_encoded_again() -> None:
+def test_paragraphs_seen_before_are_not_encoded_again(monkeypatch: pytest.MonkeyPatch) -> None:
     counter = TokenCounter()
     scenes = [f"[Scene {n}] The party crosses the river at dawn, {n} days out." for n in range(6)]
     for scene in scenes:
         counter.count(scene + "\n\n")
-    calls, real = recorded(counter)
+    calls, real = recorded(monkeypatch, counter)
     picked = "Relevant scenes:\n\n" + "\n\n".join(scenes[1:5])
     assert counter.count_paragraphs(picked) == real(picked)
     # Only what no earlier count saw: the heading, and the last scene (no break after it).
-    assert calls == ["Relevant scenes:\n\n", scenes[4]]
+    assert calls == [("Relevant scenes:\n\n",), (scenes[4],)]
 
 
 def test_the_byte_estimate_counts_paragraphs_as_one_text(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -121,12 +118,14 @@ def test_the_byte_estimate_counts_paragraphs_as_one_text(monkeypatch: pytest.Mon
     assert counter.count_paragraphs("a\nb") == estimate_tokens("a\nb") == 1
 
 
-def test_a_paragraph_that_gained_a_line_encodes_only_what_is_new() -> None:
+def test_a_paragraph_that_gained_a_line_encodes_only_what_is_new(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     counter = TokenCounter()
     recaps = [f"- #{n}: Ava and Tom argue about the map, then walk on." for n in range(8)]
     counter.count_paragraphs("Recent events:\n" + "\n".join(recaps[:7]) + "\n\nLater.")
-    calls, real = recorded(counter)
+    calls, real = recorded(monkeypatch, counter)
     grown = "Recent events:\n" + "\n".join(recaps) + "\n\nLater."
     assert counter.count_paragraphs(grown) == real(grown)
     # The line that was last (it has a line break now) and the new one.
-    assert calls == [recaps[6] + "\n", recaps[7] + "\n\n"]
+    assert calls == [(recaps[6] + "\n",), (recaps[7] + "\n\n",)]

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from proxy.memory import recall
 from proxy.store import Database
 from proxy.web.keys import INJECTOR, STORE
 from proxy.web.routes import INJECTED_HEADER
@@ -18,6 +19,7 @@ from tests.memory.story import CHAT_ID
 from tests.memory.test_loop import chat_requests
 from tests.memory_env import Memory, MemoryFactory
 from tests.memory_env import recapped as recapped_positions
+from tests.spies import spy
 
 NO_RECAPS = {"memory.message_recaps": False}
 ENDS = {8, 17, 26, 35, 44}
@@ -52,18 +54,9 @@ async def bury_the_key(memory: Memory) -> None:
     await memory.until(recapped(5))
 
 
-def searches_from_now(memory: Memory) -> list[str]:
-    """The questions the scene search is asked from now on."""
-    searches: list[str] = []
-    search = memory.app[STORE].search
-    ranked = search.ranked
-
-    def counted(chat_id: str, query: str, limit: int, min_score: float) -> list[int]:
-        searches.append(query)
-        return ranked(chat_id, query, limit, min_score)
-
-    search.ranked = counted  # type: ignore[method-assign]
-    return searches
+def searches_from_now(memory: Memory, monkeypatch: pytest.MonkeyPatch) -> list[tuple[Any, ...]]:
+    """The scene search's calls from now on: (chat, question, limit, minimum score)."""
+    return spy(monkeypatch, memory.app[STORE].search, "ranked")
 
 
 async def sent_memory(memory: Memory) -> str:
@@ -197,7 +190,7 @@ async def test_a_failed_scene_recap_stops_nothing_for_good(
 
 
 async def test_a_template_without_relevant_scenes_never_searches(
-    memory_proxy: MemoryFactory,
+    memory_proxy: MemoryFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     memory = await memory_proxy(
         50,
@@ -209,7 +202,7 @@ async def test_a_template_without_relevant_scenes_never_searches(
         },
     )
     await bury_the_key(memory)
-    searches = searches_from_now(memory)
+    searches = searches_from_now(memory, monkeypatch)
     response = await ask(memory, QUESTION)
     assert int(response.headers["X-Recap-Trimmed"]) == 45
     sent = chat_requests(memory)[-1]["messages"][0]["content"]
@@ -218,22 +211,25 @@ async def test_a_template_without_relevant_scenes_never_searches(
 
 
 async def test_the_scenes_a_saved_message_asks_about_are_searched_before_its_request(
-    memory_proxy: MemoryFactory,
+    memory_proxy: MemoryFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """ST saves the user's message, then builds its prompt, then sends it: the scene search
     runs when the save is read, and the request finds its answers (no search on its way)."""
     memory = await memory_proxy(50, ENDS, **NO_RECAPS)
     await bury_the_key(memory)
     await memory.until(lambda db: len(db.memory.running_recaps(CHAT_ID)) >= 5)
-    searches = searches_from_now(memory)
+    searches = searches_from_now(memory, monkeypatch)
     memory.story.messages[-1]["mes"] = memory.story.messages[-1]["swipes"][0] = QUESTION
     memory.story.save()
     last = len(memory.story.messages) - 1
     await memory.until(lambda db: db.messages(CHAT_ID)[last].message.mes == QUESTION)
     asked = len(searches)
-    assert asked and any("brass" in query for query in searches)  # by the save alone
+    assert asked and any("brass" in query for _, query, *_ in searches)  # by the save alone
+    # Neither a search nor its search terms on the request's way (the ranking is found by
+    # the messages' fingerprints; the search alone is memoised by its question too).
+    worked = spy(monkeypatch, recall, "search_terms")
     await memory.client.post("/v1/chat/completions", json=memory.story.request())
-    assert len(searches) == asked
+    assert len(searches) == asked and worked == []
     assert FACT in (await sent_memory(memory)).split("Earlier scenes", 1)[1]
 
 
@@ -246,7 +242,7 @@ def newest(memory: Memory, count: int) -> dict[str, Any]:
 
 
 async def test_a_new_turn_encodes_none_of_its_memory_on_its_way(
-    memory_proxy: MemoryFactory,
+    memory_proxy: MemoryFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The memory's text (scene recaps, message recaps, the running recap) is counted when
     the memory view that holds it is built, on the store's thread, as the memory's parts
@@ -262,7 +258,7 @@ async def test_a_new_turn_encodes_none_of_its_memory_on_its_way(
     # The first request counts the templates' own text, which no view holds.
     await memory.client.post("/v1/chat/completions", json=newest(memory, 16))
     await memory.engine.settle()
-    calls, _ = recorded(memory.app[INJECTOR].counter)
+    calls, _ = recorded(monkeypatch, memory.app[INJECTOR].counter)
     # ST's context now holds the newest 8: the recaps of 34-41 (Ava's, at even positions)
     # go in for the first time.
     response = await memory.client.post("/v1/chat/completions", json=newest(memory, 8))

@@ -8,19 +8,19 @@ import logging
 import os
 import socket
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from functools import partial
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from proxy.core.models import ChatMessage
-from proxy.library import ChatLibrary, Refreshed
+from proxy.library import ChatLibrary
 from proxy.sillytavern.changes import RECHECK, ChangeFeed, Freshness
 from proxy.store import Store
 from proxy.watcher import Watcher
 from tests.memory.story import Story
+from tests.spies import spy
 from tests.st_data import MARKERS, save_like_st
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="inotify")
@@ -193,19 +193,6 @@ async def stop_with_the_feed_on(library: ChatLibrary, caplog: pytest.LogCaptureF
     await library.store.close()
 
 
-def counted_stats(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """From now on, the paths `os.stat` is asked about."""
-    stats: list[str] = []
-    real_stat = os.stat
-
-    def counting(path: str, *args: object, **kwargs: object) -> os.stat_result:
-        stats.append(str(path))
-        return real_stat(path, *args, **kwargs)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(os, "stat", counting)
-    return stats
-
-
 async def test_with_notifications_a_request_after_a_save_sees_it_and_others_skip_the_stat(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -217,7 +204,7 @@ async def test_with_notifications_a_request_after_a_save_sees_it_and_others_skip
     def request() -> list[ChatMessage]:
         return [ChatMessage(m["role"], m["content"]) for m in story.request()["messages"]]
 
-    stats = counted_stats(monkeypatch)
+    stats = spy(monkeypatch, os, "stat")
     caplog.set_level(logging.WARNING)
     for _ in range(40):
         story.grow(2)  # a reply, then the user's next message: the file ends with it
@@ -264,16 +251,8 @@ async def test_a_saved_chat_is_read_at_once_and_its_request_waits_for_that_read_
     re-read (no watcher, no request yet), and a request that comes while it runs waits for
     it rather than reading the file a second time."""
     story, library = await following(tmp_path)
-    reads: list[list[Path]] = []
-    real_refresh = library.refresh
-
-    async def counted(paths: Iterable[Path]) -> list[Refreshed]:
-        paths = list(paths)
-        reads.append(paths)
-        return await real_refresh(paths)
-
-    monkeypatch.setattr(library, "refresh", counted)
-    stats = counted_stats(monkeypatch)
+    reads = spy(monkeypatch, library, "refresh")
+    stats = spy(monkeypatch, os, "stat")
     total = library.index.entries[story.chat_id].total
     story.grow(2)
     await until(lambda: library.index.entries[story.chat_id].total == total + 2)
@@ -305,29 +284,14 @@ async def test_with_the_watcher_too_each_save_is_read_once(
     """The notification reads a save at once; the watcher's debounced batch that names the
     same file later finds it vouched for, and does not read it a second time."""
     story, library = await following(tmp_path)
-    reads: list[list[str]] = []
-    real = library._refresh_many
-
-    def counted(db: Any, rels: list[str], read: Any) -> Any:
-        reads.append(list(rels))
-        return real(db, rels, read)
-
-    monkeypatch.setattr(library, "_refresh_many", counted)
-    batches = 0
+    reads = spy(monkeypatch, library, "_refresh_many")
     async with Watcher(library, debounce_ms=10) as watcher:
         await asyncio.wait_for(watcher.ready.wait(), 5)
-        real_apply = watcher._apply
-
-        async def apply(changes: Any) -> None:
-            nonlocal batches
-            batches += 1
-            await real_apply(changes)
-
-        monkeypatch.setattr(watcher, "_apply", apply)
+        batches = spy(monkeypatch, watcher, "_apply")
         for _ in range(5):
             story.grow(2)
             await until(partial(grown_to, library, story.chat_id, len(story.messages)))
             await asyncio.sleep(0.3)  # the watcher's batch for that save came and went
-    assert batches >= 5 and len(reads) == 5
+    assert len(batches) >= 5 and len(reads) == 5
     library.stop_following()
     await library.store.close()
