@@ -23,8 +23,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
-import os
 import random
 import statistics
 import sys
@@ -48,31 +46,15 @@ from bench.overhead import (  # noqa: E402
     start,
     stop,
     story,
+    timed,
 )
+from bench.words import chat_file  # noqa: E402
+from tests.st_data import save_like_st  # noqa: E402
 
 CHAR = "Lilith"
 CHAT_ID = f"default-user/chats/{CHAR}/{CHAR} - 2026-11-24@09h00m00s"
 FIRST = 150  # messages in the chat when the rounds start
 NEWEST = 10  # messages each request carries
-
-
-def save_like_st(path: Path, messages: list[dict[str, Any]]) -> None:
-    """The whole file written beside the chat and renamed over it, as ST saves."""
-    header = {"user_name": USER, "character_name": CHAR, "chat_metadata": {"integrity": "y"}}
-    temp = path.with_name(f"{path.name}.{random.randint(10**8, 10**9)}")
-    temp.write_text("\n".join(json.dumps(m) for m in [header, *messages]))
-    os.replace(temp, path)
-
-
-async def first_byte(session: aiohttp.ClientSession, url: str, data: bytes) -> tuple[float, str]:
-    started = time.perf_counter()
-    async with session.post(url, data=data, headers={"Content-Type": "application/json"}) as r:
-        if r.status != 200:
-            raise RuntimeError(f"{url}: status {r.status}")
-        await r.content.readany()
-        elapsed = time.perf_counter() - started
-        await r.read()
-        return elapsed, r.headers.get("X-Recap-Chat", "")
 
 
 async def rounds(
@@ -89,11 +71,11 @@ async def rounds(
     identified = 0
     for k in range(saves):
         count = FIRST + 2 * (k + 1)
-        save_like_st(path, messages[:count])  # the reply, then the user's turn
+        save_like_st(path, chat_file(messages[:count], USER, CHAR))  # a reply, the user's turn
         await asyncio.sleep(gap)
         data = body(messages[count - NEWEST : count], True)
         for name in random.sample(list(urls), len(urls)):
-            elapsed, chat = await first_byte(session, urls[name], data)
+            elapsed, chat = await timed(session, urls[name], data, ttfb=True)
             got[name].append(elapsed * 1000)
             identified += name == "memory" and chat != ""
         await asyncio.sleep(0.05)  # the answer streams; the user reads
@@ -141,7 +123,7 @@ async def run(saves: int, gap: float, runs: int) -> None:
             async with aiohttp.ClientSession() as session:
                 for run_no in range(runs):
                     # A fresh store and the chat as it began: each run builds its memory.
-                    save_like_st(path, messages[:FIRST])
+                    save_like_st(path, chat_file(messages[:FIRST], USER, CHAR))
                     ports["memory"] = port = free_port()  # not the last run's kept connections
                     urls["memory"] = f"http://127.0.0.1:{port}/v1/chat/completions"
                     memory = serve(config(folder, f"memory{run_no}", llm, data, True), port)

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import random
 import statistics
@@ -43,7 +42,7 @@ sys.path.insert(0, str(ROOT))
 import aiohttp  # noqa: E402
 
 from bench.overhead import free_port, start, stop  # noqa: E402
-from bench.words import st_message  # noqa: E402
+from bench.words import chat_file, st_message  # noqa: E402
 from proxy.core.models import ChatMessage  # noqa: E402
 from proxy.core.recall import SceneCard, Vocabulary, pick_scenes, render_scenes, words_of  # noqa: E402
 from proxy.core.tokens import TokenCounter  # noqa: E402
@@ -115,8 +114,7 @@ def story(n: int, seed: int = 11) -> tuple[list[dict[str, Any]], list[tuple[int,
 
 
 def save(path: Path, char: str, messages: list[dict[str, Any]]) -> None:
-    header = {"user_name": USER, "character_name": char, "chat_metadata": {"integrity": char}}
-    save_like_st(path, "\n".join(json.dumps(m) for m in [header, *messages]).encode() + b"\n")
+    save_like_st(path, chat_file(messages, USER, char, integrity=char))
 
 
 def request(messages: list[dict[str, Any]]) -> dict[str, Any]:

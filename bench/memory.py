@@ -42,7 +42,7 @@ from aiohttp import web  # noqa: E402
 
 from adapters import ADAPTERS  # noqa: E402
 from bench.overhead import free_port, start  # noqa: E402
-from bench.words import CHAT_WORDS, st_message  # noqa: E402
+from bench.words import CHAT_WORDS, chat_file, st_message  # noqa: E402
 from proxy.core.tokens import TokenCounter  # noqa: E402
 from proxy.memory.engine import MemoryEngine  # noqa: E402
 from proxy.memory.views import history_start  # noqa: E402
@@ -69,11 +69,6 @@ def story(n: int, seed: int = 7) -> tuple[list[dict[str, Any]], int]:
             next_end, scenes = i + rng.randint(16, 30), scenes + 1
         messages.append(st_message(i, USER if is_user else CHAR, is_user, text))
     return messages, scenes
-
-
-def chat_file(messages: list[dict[str, Any]]) -> bytes:
-    header = {"user_name": USER, "character_name": CHAR, "chat_metadata": {"integrity": "x"}}
-    return "\n".join(json.dumps(m) for m in [header, *messages]).encode() + b"\n"
 
 
 def request(
@@ -147,7 +142,7 @@ async def replay(
     with tempfile.TemporaryDirectory() as tmp:
         data = Path(tmp) / "data"
         path = data / f"{CHAT_ID}.jsonl"
-        save_like_st(path, chat_file(messages[:2]))
+        save_like_st(path, chat_file(messages[:2], USER, CHAR))
         settings = Settings.model_validate(
             {
                 "upstream": {"base_url": llm_url},
@@ -183,7 +178,7 @@ async def replay(
             gaps = watch_gaps(engine, messages)
             async with aiohttp.ClientSession() as session:
                 for end in range(2, n + 1, 2):
-                    save_like_st(path, chat_file(messages[:end]))
+                    save_like_st(path, chat_file(messages[:end], USER, CHAR))
                     while library.index.entries[CHAT_ID].total != end:
                         await asyncio.sleep(0.005)
                     body = request(messages[:end], sizes, context)

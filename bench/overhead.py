@@ -46,9 +46,10 @@ import aiohttp
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.words import CHAT_WORDS, st_message  # noqa: E402
+from bench.words import CHAT_WORDS, chat_file, st_message  # noqa: E402
 from proxy.core.tokens import TokenCounter  # noqa: E402
 from tests.fakes.fake_llm import END_SCENE  # noqa: E402
+from tests.st_data import save_like_st  # noqa: E402
 
 CHAR, USER = "Seraphina", "Arden"
 CHAT_ID = f"default-user/chats/{CHAR}/{CHAR} - 2026-11-22@10h00m00s"
@@ -138,10 +139,7 @@ def story(seed: int = 5) -> list[dict[str, Any]]:
 
 
 def write_data(folder: Path, messages: list[dict[str, Any]]) -> None:
-    header = {"user_name": USER, "character_name": CHAR, "chat_metadata": {"integrity": "x"}}
-    path = folder / f"{CHAT_ID}.jsonl"
-    path.parent.mkdir(parents=True)
-    path.write_text("\n".join(json.dumps(m) for m in [header, *messages]) + "\n")
+    save_like_st(folder / f"{CHAT_ID}.jsonl", chat_file(messages, USER, CHAR))
 
 
 def turns(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -221,7 +219,11 @@ def pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-async def timed(session: aiohttp.ClientSession, url: str, data: bytes, *, ttfb: bool) -> float:
+async def timed(
+    session: aiohttp.ClientSession, url: str, data: bytes, *, ttfb: bool
+) -> tuple[float, str]:
+    """The time to the answer's first byte (`ttfb`) or its end, and the chat the proxy
+    named (`X-Recap-Chat`; "" from a target that names none)."""
     started = time.perf_counter()
     async with session.post(url, data=data, headers={"Content-Type": "application/json"}) as r:
         if r.status != 200:
@@ -230,9 +232,10 @@ async def timed(session: aiohttp.ClientSession, url: str, data: bytes, *, ttfb: 
             await r.content.readany()
             elapsed = time.perf_counter() - started
             await r.read()
-            return elapsed
-        await r.read()
-        return time.perf_counter() - started
+        else:
+            await r.read()
+            elapsed = time.perf_counter() - started
+        return elapsed, r.headers.get("X-Recap-Chat", "")
 
 
 async def rounds_of(
@@ -243,7 +246,7 @@ async def rounds_of(
     for i in range(rounds + 10):
         random.shuffle(order)
         for name in order:
-            value = await timed(session, urls[name], data, ttfb=ttfb)
+            value, _ = await timed(session, urls[name], data, ttfb=ttfb)
             if i >= 10:  # warm-up rounds are not counted
                 got[name].append(value * 1000)
     return got

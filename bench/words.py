@@ -1,4 +1,9 @@
-"""The vocabulary generated chats and lorebooks are made of, in every benchmark."""
+"""The vocabulary generated chats and lorebooks are made of, in every benchmark, and the
+shape of the chat files made of them."""
+
+import json
+from collections.abc import Sequence
+from typing import Any
 
 WORDS = tuple(
     [
@@ -45,3 +50,11 @@ def st_message(position: int, name: str, is_user: bool, text: str) -> dict[str, 
         "swipe_id": 0,
         "extra": {},
     }
+
+
+def chat_file(
+    messages: Sequence[dict[str, Any]], user: str, char: str, integrity: str = "x"
+) -> bytes:
+    """A generated chat's file, as ST writes it: its header line, then a line a message."""
+    header = {"user_name": user, "character_name": char, "chat_metadata": {"integrity": integrity}}
+    return "\n".join(json.dumps(m) for m in [header, *messages]).encode() + b"\n"
