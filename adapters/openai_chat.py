@@ -220,6 +220,55 @@ class OpenAIChatAdapter:
             carried=len(taken),
         )
 
+    def read_plain(self, raw: bytes) -> tuple[dict[str, Any], list[ChatMessage]] | None:
+        """The body and its messages when it is the everyday request that the steady step
+        (`proxy.chat.steady`) takes, else None: smaller than `MAP_FROM` (re-encoded whole
+        when memory goes in), read by orjson with every number as it came, and each
+        message exactly a string `role` and a string `content`. The messages are those
+        `parse` reads from it."""
+        if len(raw) >= MAP_FROM:
+            return None
+        try:
+            body = orjson.loads(raw)
+            wire = body["messages"]
+            messages = [
+                _message(ChatMessage, (m["role"] + "", m["content"] + "", None)) for m in wire
+            ]
+        except (orjson.JSONDecodeError, TypeError, KeyError, AttributeError):
+            return None
+        if type(body) is not dict or type(wire) is not list:
+            return None
+        sizes = list(map(len, wire))
+        if sizes.count(2) != len(sizes):
+            return None  # a `name`, tool calls, ...: `parse` and `apply` take those
+        if _has_huge_number([value for key, value in body.items() if key != "messages"]):
+            return None
+        return body, messages
+
+    def put_plain(
+        self, body: dict[str, Any], insertions: Sequence[Insertion], drop: Collection[int]
+    ) -> bytes:
+        """`read_plain`'s body with the memory's parts in and the `drop`ped messages out:
+        what `apply` writes for it. A loop over its few messages, not `apply`'s runs, which
+        pay for themselves only on a long history."""
+        wire = body["messages"]
+        at: dict[int, list[dict[str, str]]] = {}
+        for insertion in insertions:
+            new = {"role": insertion.role._value_, "content": insertion.text}
+            at.setdefault(insertion.index, []).append(new)
+        gone = set(drop)
+        out: list[Any] = []
+        for i, message in enumerate(wire):
+            parts = at.get(i)
+            if parts is not None:
+                out += parts
+            if i not in gone:
+                out.append(message)
+        out += at.get(len(wire), ())
+        sent = dict(body)
+        sent["messages"] = out
+        return orjson.dumps(sent)
+
     def leaves_out(self, parsed: ParsedRequest, drop: Collection[int]) -> tuple[int, ...]:
         return tuple(drop)
 

@@ -203,6 +203,12 @@ class ChatLibrary:
         name = self._saved_since(chat_id)
         return name is not None and await self._reread(name)
 
+    def settled(self, chat_id: str) -> bool:
+        """Whether the index has the chat as its file is now: no re-read under way, none
+        due (the steady step's test; `identify_request` waits for or does the re-read).
+        A stat that finds the file saved leaves it due for `identify_request` to find."""
+        return self._early.under_way(chat_id) is None and self._saved_since(chat_id) is None
+
     def _saved_since(self, chat_id: str) -> str | None:
         """The chat's file if ST saved it since it was indexed (one stat, unless the OS
         says nothing was written to it since the last), else None. Not a coroutine: this

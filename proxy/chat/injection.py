@@ -13,7 +13,9 @@ from pathlib import Path
 
 from adapters import Adapter
 from adapters.base import ParsedRequest
-from proxy.chat.providers import MemoryProvider
+from adapters.openai_chat import OpenAIChatAdapter
+from proxy.chat.providers import ChatMemory, MemoryProvider
+from proxy.chat.steady import steady_step
 from proxy.core.models import ChatMessage, Insertion, Memory
 from proxy.core.plan import InjectionPolicy, MemoryTemplates, covers_history, plan_insertions
 from proxy.core.render import Template
@@ -122,11 +124,16 @@ class Injector:
         templates: MemoryTemplates,
         provider: MemoryProvider | None,
         counter: TokenCounter | None = None,
+        *,
+        steady: bool = True,
     ) -> None:
+        """`steady`: False sends every request through the general step, never the steady
+        one (`proxy.chat.steady`; tests compare the two)."""
         self.policy = policy
         self.templates = templates
         self.provider = provider
         self.counter = counter or TokenCounter()
+        self._steady = provider if steady and isinstance(provider, ChatMemory) else None
         self._unknown_logged: set[str] = set()  # once per format: it repeats every request
         self._last: dict[str, ParsedRequest] = {}  # per format: the previous request
 
@@ -149,6 +156,31 @@ class Injector:
         if provider is None and not preview:
             # No memory to give (no data folder): not even decoding the body is worth it.
             return Outcome(body=raw)
+        steady = self._steady
+        if steady is not None and not preview and type(adapter) is OpenAIChatAdapter:
+            try:
+                done = steady_step(
+                    steady,
+                    adapter,
+                    raw,
+                    headers,
+                    self.policy,
+                    self.templates,
+                    self.counter.count_paragraphs,
+                    (route, path),
+                )
+            except Exception as exc:
+                # The general step, which does the same work, logs what fails there too.
+                log.warning(
+                    "steady memory step failed for %s (%s: %s); taking the general step",
+                    where or adapter.name,
+                    type(exc).__name__,
+                    exc,
+                    exc_info=True,
+                )
+                done = None
+            if done is not None:
+                return Outcome(*done)
         try:
             last = self._last.get(adapter.name)
             parsed = adapter.parse(raw, last)

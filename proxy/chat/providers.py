@@ -9,7 +9,7 @@ seam with `StaticMemory`, or `NoMemory` for a provider that never has any.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Protocol
 
 from adapters.base import ParsedRequest
@@ -35,6 +35,11 @@ FIRST_REQUEST_WAIT = 0.5  # seconds; a chat's memory starts once per store
 
 class MemorySource(Protocol):
     """The memory engine, as the chat path uses it."""
+
+    @property
+    def active(self) -> Collection[str]:
+        """The chats whose upkeep runs (`touch` starts it for any other)."""
+        ...
 
     def touch(
         self, ident: Identification, headers: Mapping[str, str], caller: Caller

@@ -27,6 +27,7 @@ class Got:
 @dataclass
 class Engine:
     touched: list[str] = field(default_factory=list)
+    active: set[str] = field(default_factory=set)  # none: every request takes the general step
 
     def touch(self, ident: Identification, headers: Mapping[str, str], caller: Caller) -> None:
         self.touched.append(ident.chat_id)

@@ -1,0 +1,99 @@
+"""The memory step for a chat's everyday request, in one pass.
+
+Most chat requests are alike: ST's JSON of plain string messages, a few KiB of it, whose
+newest messages one indexed chat holds, of a chat whose upkeep runs and whose file is as
+the index has it. For those, `Injector.prepare`'s general step (parse, `ChatMemory`,
+`ChatLibrary.identify_request`, plan, `apply`) goes through three coroutines and about a
+dozen records that only its other cases need. Measured where it runs, between the other
+processes of a busy machine, its cost is mostly that of bringing its code and records
+back into the CPU's caches, not of the work itself: this does the same work with the same
+functions where anything is decided (the history, the fit, the memory, the placement),
+without those layers, in about a quarter less time (bench/overhead.py; the note of the
+change that added it has the figures).
+
+What it cannot take it declines (None) before anything is done for the request, and the
+general step runs: another wire format, a large body (spliced, not re-encoded), a
+message with more than a role and a content, a chat named by a header or by
+ST-Auto-Recap's metadata, a request that several chats or none could hold, a chat whose
+file ST saved since it was read, a chat's first request (its upkeep starts and is waited
+for). tests/chat/test_steady.py checks that both give the same answer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import NamedTuple
+
+from adapters.openai_chat import OpenAIChatAdapter
+from proxy.chat.providers import CHAT_ID_HEADER, ChatMemory
+from proxy.core.identify import find_st_metadata, identify, prints
+from proxy.core.models import Caller, ChatMessage, Insertion, Memory
+from proxy.core.placement import find_history
+from proxy.core.plan import InjectionPolicy, MemoryTemplates, covers_history, plan_insertions
+
+
+class Steady(NamedTuple):
+    """What the step did: the fields of `proxy.chat.injection.Outcome`, in its order."""
+
+    body: bytes
+    insertions: tuple[Insertion, ...]
+    memory: Memory
+    messages: list[ChatMessage]
+    dropped: tuple[int, ...]
+
+
+def steady_step(
+    provider: ChatMemory,
+    wire: OpenAIChatAdapter,
+    raw: bytes,
+    headers: Mapping[str, str],
+    policy: InjectionPolicy,
+    templates: MemoryTemplates,
+    count_tokens: Callable[[str], int],
+    caller: tuple[str, str],
+) -> Steady | None:
+    """The body for upstream and what went into it, as `Injector.prepare` would give
+    them; None when this request is not one this takes. `caller`: the upstream route
+    prefix the request came under and its path there."""
+    engine = provider.engine
+    if engine is None or provider.values is not None or headers.get(CHAT_ID_HEADER):
+        return None
+    read = wire.read_plain(raw)
+    if read is None:
+        return None
+    body, messages = read
+    span = find_history(messages, policy.history_start_markers)
+    if not span.indices or find_st_metadata(messages) is not None:
+        return None
+    library = provider.library
+    index = library.index
+    printed = prints(messages, span)
+    chats = printed.candidates(index)
+    if len(chats) != 1:
+        return None
+    (chat_id,) = chats
+    if chat_id not in engine.active or not library.settled(chat_id):
+        return None
+    ident = identify(messages, span, index, printed=printed)
+    if ident is None:
+        return None
+    # Nothing was done for the request until here; from here on it is this step's.
+    model = body.get("model")
+    model = model if type(model) is str else None
+    engine.touch(ident, headers, Caller(model, wire.name, *caller))
+    got = engine.request_memory(ident, messages, span.indices, model)
+    entry = index.entries.get(chat_id)
+    memory = Memory(
+        values=got.values,
+        chat_id=chat_id,
+        chat_enabled=entry.enabled if entry is not None else None,
+        history=ident.history or None,
+        replacements={},
+        identity=ident,
+        drop=got.drop,
+        span=span,
+    )
+    insertions = plan_insertions(messages, memory, policy, templates, count_tokens)
+    drop = got.drop if got.drop and covers_history(insertions) else ()
+    sent = wire.put_plain(body, insertions, drop) if insertions else raw
+    return Steady(sent, insertions, memory, messages, drop)

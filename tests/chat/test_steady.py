@@ -1,0 +1,201 @@
+"""The steady step (`proxy.chat.steady`) gives the general step's answer for every request
+it takes, and leaves every other request to it."""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from adapters.openai_chat import OpenAIChatAdapter
+from proxy.chat.injection import Injector, Outcome
+from proxy.library import ChatLibrary
+from proxy.web.keys import INJECTOR, LIBRARY
+from tests.memory.story import CHAT_ID
+from tests.memory.test_long_story import ENDS, NO_RECAPS, recapped
+from tests.memory_env import Memory, MemoryFactory
+from tests.spies import spy
+
+ADAPTER = OpenAIChatAdapter()
+Body = dict[str, Any]
+Headers = dict[str, str]
+
+
+def history_start(body: Body) -> int:
+    return next(i for i, m in enumerate(body["messages"]) if m["content"] == "[Start a new Chat]")
+
+
+def as_sent(body: Body) -> Body:
+    return body
+
+
+def cut_by_st(body: Body, rng: random.Random) -> Body:
+    """ST's context is full: it left out some of the oldest messages."""
+    start = history_start(body) + 1
+    del body["messages"][start : start + rng.randint(1, 30)]
+    return body
+
+
+def world_info_at_depth(body: Body, rng: random.Random) -> Body:
+    at = len(body["messages"]) - rng.randint(0, 4)
+    body["messages"].insert(at, {"role": "system", "content": "[The Cedar Well is dry.]"})
+    return body
+
+
+def old_message_edited(body: Body, rng: random.Random) -> Body:
+    """A message edited in the request only (a regex script, say): it matches nothing."""
+    message = body["messages"][rng.randrange(history_start(body) + 1, len(body["messages"]))]
+    message["content"] += " (as ST's regex left it)"
+    return body
+
+
+def extra_fields(body: Body, rng: random.Random) -> Body:
+    body.update(stop=["\nTom:"], logit_bias={}, top_p=0.9, seed=rng.randint(0, 2**31))
+    return body
+
+
+def quiet_prompt(body: Body, rng: random.Random) -> Body:
+    """ST's summary or impersonation: a prompt of its own after the history."""
+    body["messages"].append({"role": "system", "content": "[Write a summary of the chat.]"})
+    return body
+
+
+def continued(body: Body, rng: random.Random) -> Body:
+    body["messages"].append({"role": "system", "content": "[Continue your last message.]"})
+    return body
+
+
+def named_message(body: Body, rng: random.Random) -> Body:
+    body["messages"][-1]["name"] = "Tom"
+    return body
+
+
+def number_past_64_bits(body: Body, rng: random.Random) -> Body:
+    body["seed"] = 2**64 + rng.randint(0, 9)
+    return body
+
+
+def long_system_prompt(body: Body, rng: random.Random) -> Body:
+    body["messages"][0]["content"] += " The woods are old." * 2000
+    return body
+
+
+def metadata_block(body: Body, rng: random.Random) -> Body:
+    meta = json.dumps({"chat": CHAT_ID, "operation": "chat"})
+    body["messages"][0]["content"] += f"\n<ST_METADATA>{meta}</ST_METADATA>"
+    return body
+
+
+def another_chat(body: Body, rng: random.Random) -> Body:
+    start = history_start(body) + 1
+    body["messages"][start:] = [{"role": "user", "content": "A chat no one saved."}]
+    return body
+
+
+Variant = Callable[[Body, random.Random], Body]
+VARIANTS: list[Variant] = [
+    cut_by_st,
+    world_info_at_depth,
+    old_message_edited,
+    extra_fields,
+    quiet_prompt,
+    continued,
+    named_message,
+    number_past_64_bits,
+    long_system_prompt,
+    metadata_block,
+    another_chat,
+]
+
+
+def same(got: Outcome, want: Outcome) -> None:
+    assert got.body == want.body
+    assert got.insertions == want.insertions
+    assert got.dropped == want.dropped
+    assert got.memory == want.memory
+    assert list(got.messages) == list(want.messages)
+
+
+async def compare(
+    memory: Memory, general: Injector, raws: list[tuple[bytes, Headers]], asked: list[Any]
+) -> tuple[int, set[str]]:
+    """Each request through both steps: how many the steady one took, and the kinds of
+    generation they were."""
+    injector = memory.app[INJECTOR]
+    taken, kinds = 0, set[str]()
+    for raw, headers in raws:
+        await memory.engine.settle()
+        want = await general.prepare(ADAPTER, raw, headers, where="test")
+        before = len(asked)
+        got = await injector.prepare(ADAPTER, raw, headers, where="test")
+        if len(asked) == before:  # the general step always asks the library
+            taken += 1
+            assert got.memory is not None and got.memory.identity is not None
+            kinds.add(got.memory.identity.generation)
+        same(got, want)
+    return taken, kinds
+
+
+def compact(body: Body) -> bytes:
+    return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
+
+
+async def test_the_steady_step_answers_as_the_general_one(
+    memory_proxy: MemoryFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    memory = await memory_proxy(50, ENDS, **NO_RECAPS)
+    await memory.client.post("/v1/chat/completions", json=memory.story.request())
+    await memory.until(recapped(5))
+    injector = memory.app[INJECTOR]
+    general = Injector(
+        injector.policy, injector.templates, injector.provider, injector.counter, steady=False
+    )
+    asked = spy(monkeypatch, ChatLibrary, "identify_request")
+    rng = random.Random(7)
+
+    # The chat ends with the user's message: a normal turn, as sent or varied.
+    raws: list[tuple[bytes, Headers]] = [
+        (compact(memory.story.request(stream=s)), {}) for s in (False, True)
+    ]
+    for _ in range(60):
+        variant = rng.choice(VARIANTS)
+        raws.append((compact(variant(memory.story.request(), rng)), {}))
+    raws.append((compact(memory.story.request()), {"X-ST-Chat-Id": CHAT_ID}))
+    taken, kinds = await compare(memory, general, raws, asked)
+    assert 10 <= taken < len(raws) - 10  # both steps had their share
+    assert kinds == {"normal"}
+
+    # Ava answered (ST saved it): a swipe leaves her reply out, a continue ends with it.
+    memory.story.grow(1)
+    last = len(memory.story.messages) - 1
+    await memory.until(lambda db: len(db.messages(CHAT_ID)) == last + 1, settle=False)
+    reply = memory.story.request()
+    swipe = {**reply, "messages": reply["messages"][:-1]}
+    raws = [(compact(swipe), {}), (compact(continued(reply, rng)), {})]
+    raws.append((compact(memory.story.request()), {}))  # her reply as a prefill
+    taken, kinds = await compare(memory, general, raws, asked)
+    assert taken == len(raws) and {"swipe", "continue"} <= kinds
+
+
+async def test_a_chat_saved_since_it_was_read_goes_the_general_way(
+    memory_proxy: MemoryFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The steady step leaves a stale chat to the general step, which reads it again
+    before it answers: the request is identified against what ST saved."""
+    memory = await memory_proxy(20, set(), **NO_RECAPS)
+    await memory.client.post("/v1/chat/completions", json=memory.story.request())
+    await memory.engine.settle()
+    library = memory.app[LIBRARY]
+    assert library.freshness is not None
+    library.freshness.stop()  # no word from the OS: each request's stat finds the save
+    memory.story.messages[-1]["mes"] += " Where did you leave the lantern?"
+    memory.story.save()
+    asked = spy(monkeypatch, ChatLibrary, "identify_request")
+    outcome = await memory.app[INJECTOR].prepare(ADAPTER, compact(memory.story.request()), {})
+    assert len(asked) == 1
+    assert outcome.memory is not None and outcome.memory.identity is not None
+    assert outcome.memory.identity.generation == "normal"
+    assert outcome.memory.identity.matched == 20  # the saved text included
