@@ -14,7 +14,7 @@ from adapters.openai_chat import OpenAIChatAdapter
 from proxy.chat.injection import Injector, Outcome
 from proxy.library import ChatLibrary
 from proxy.web.keys import INJECTOR, LIBRARY
-from tests.memory.story import CHAT_ID
+from tests.memory.story import CHAT_ID, Story
 from tests.memory.test_long_story import ENDS, NO_RECAPS, recapped
 from tests.memory_env import Memory, MemoryFactory
 from tests.spies import spy
@@ -163,7 +163,14 @@ async def test_the_steady_step_answers_as_the_general_one(
     for _ in range(60):
         variant = rng.choice(VARIANTS)
         raws.append((compact(variant(memory.story.request(), rng)), {}))
-    raws.append((compact(memory.story.request()), {"X-ST-Chat-Id": CHAT_ID}))
+    # A header that names the chat, and one that names another: both are the general
+    # step's (the named chat is the one it looks at, whatever the messages say).
+    other = Story(memory.story.path.parents[3], set(), char="Mira")
+    other.grow(4)
+    library = memory.app[LIBRARY]
+    await memory.until(lambda db: other.chat_id in library.index.entries, settle=False)
+    for named in (CHAT_ID, other.chat_id):
+        raws.append((compact(memory.story.request()), {"X-ST-Chat-Id": named}))
     taken, kinds = await compare(memory, general, raws, asked)
     assert 10 <= taken < len(raws) - 10  # both steps had their share
     assert kinds == {"normal"}
@@ -191,7 +198,9 @@ async def test_a_chat_saved_since_it_was_read_goes_the_general_way(
     library = memory.app[LIBRARY]
     assert library.freshness is not None
     library.freshness.stop()  # no word from the OS: each request's stat finds the save
-    memory.story.messages[-1]["mes"] += " Where did you leave the lantern?"
+    # An older message edited: the index as it was would still know the request, one
+    # message short.
+    memory.story.messages[10]["mes"] += " (She means the old lantern.)"
     memory.story.save()
     asked = spy(monkeypatch, ChatLibrary, "identify_request")
     outcome = await memory.app[INJECTOR].prepare(ADAPTER, compact(memory.story.request()), {})
