@@ -1,15 +1,17 @@
 """The memory step for a chat's everyday request, in one pass.
 
 Most chat requests are alike: ST's JSON of plain string messages, a few KiB of it, whose
-newest messages one indexed chat holds, of a chat whose upkeep runs and whose file is as
-the index has it. For those, `Injector.prepare`'s general step (parse, `ChatMemory`,
-`ChatLibrary.identify_request`, plan, `apply`) goes through three coroutines and about a
-dozen records that only its other cases need. Measured where it runs, between the other
-processes of a busy machine, its cost is mostly that of bringing its code and records
-back into the CPU's caches, not of the work itself: this does the same work with the same
-functions where anything is decided (the history, the fit, the memory, the placement),
-without those layers, in about a quarter less time (bench/overhead.py; the note of the
-change that added it has the figures).
+newest messages one indexed chat holds, a chat whose upkeep runs and whose file is as the
+index has it. For those, `Injector.prepare`'s general step also goes through two more
+coroutines (`ChatMemory.memory_for`, `ChatLibrary.identify_request`), the parsed-request
+record it shares with the adapter, and `apply`'s machinery for long histories. Where it
+runs, between the other processes of a busy machine, most of the step's cost is that of
+bringing its code and records back into the CPU's caches, so less of them is less time:
+this does the same work, each decision (the history, the fit, the memory, the placement)
+by the same function, in a tenth to a sixth less time (the serving process's own timing
+under bench/overhead.py's load, three runs: p50 89 against 101 us, 104 against 116, 132
+against 161; bench/step_cost.py: 335k instructions and 4,762 cache misses against 371k
+and 5,242).
 
 What it cannot take it declines (None) before anything is done for the request, and the
 general step runs: another wire format, a large body (spliced, not re-encoded), a
