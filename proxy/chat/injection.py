@@ -167,7 +167,8 @@ class Injector:
                     self.policy,
                     self.templates,
                     self.counter.count_paragraphs,
-                    (route, path),
+                    route,
+                    path,
                 )
             except Exception as exc:
                 # The general step, which does the same work, logs what fails there too.

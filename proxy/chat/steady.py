@@ -52,11 +52,12 @@ def steady_step(
     policy: InjectionPolicy,
     templates: MemoryTemplates,
     count_tokens: Callable[[str], int],
-    caller: tuple[str, str],
+    route: str,
+    path: str,
 ) -> Steady | None:
     """The body for upstream and what went into it, as `Injector.prepare` would give
-    them; None when this request is not one this takes. `caller`: the upstream route
-    prefix the request came under and its path there."""
+    them; None when this request is not one this takes. `route`, `path`: the upstream
+    route prefix the request came under and its path there."""
     engine = provider.engine
     if engine is None or provider.values is not None or headers.get(CHAT_ID_HEADER):
         return None
@@ -82,7 +83,7 @@ def steady_step(
     # Nothing was done for the request until here; from here on it is this step's.
     model = body.get("model")
     model = model if type(model) is str else None
-    engine.touch(ident, headers, Caller(model, wire.name, *caller))
+    engine.touch(ident, headers, Caller(model, wire.name, route, path))
     got = engine.request_memory(ident, messages, span.indices, model)
     entry = index.entries.get(chat_id)
     memory = Memory(

@@ -13,6 +13,7 @@ import pytest
 from adapters.openai_chat import OpenAIChatAdapter
 from proxy.chat.injection import Injector, Outcome
 from proxy.library import ChatLibrary
+from proxy.memory.engine import MemoryEngine
 from proxy.web.keys import INJECTOR, LIBRARY
 from tests.memory.story import CHAT_ID, Story
 from tests.memory.test_long_story import ENDS, NO_RECAPS, recapped
@@ -120,21 +121,29 @@ def same(got: Outcome, want: Outcome) -> None:
 
 
 async def compare(
-    memory: Memory, general: Injector, raws: list[tuple[bytes, Headers]], asked: list[Any]
+    memory: Memory,
+    general: Injector,
+    raws: list[tuple[bytes, Headers]],
+    asked: list[Any],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> tuple[int, set[str]]:
     """Each request through both steps: how many the steady one took, and the kinds of
     generation they were."""
     injector = memory.app[INJECTOR]
+    touched = spy(monkeypatch, MemoryEngine, "touch")
+    route, path = "/local", "/v1/chat/completions"  # as the server passes them on
     taken, kinds = 0, set[str]()
     for raw, headers in raws:
         await memory.engine.settle()
-        want = await general.prepare(ADAPTER, raw, headers, where="test")
-        before = len(asked)
-        got = await injector.prepare(ADAPTER, raw, headers, where="test")
+        want = await general.prepare(ADAPTER, raw, headers, route=route, path=path)
+        before, calls = len(asked), len(touched)
+        got = await injector.prepare(ADAPTER, raw, headers, route=route, path=path)
         if len(asked) == before:  # the general step always asks the library
             taken += 1
             assert got.memory is not None and got.memory.identity is not None
             kinds.add(got.memory.identity.generation)
+            # The chat's upkeep is told the same: the request's key, model and route.
+            assert touched[calls - 1][1:] == touched[-1][1:]
         same(got, want)
     return taken, kinds
 
@@ -171,7 +180,7 @@ async def test_the_steady_step_answers_as_the_general_one(
     await memory.until(lambda db: other.chat_id in library.index.entries, settle=False)
     for named in (CHAT_ID, other.chat_id):
         raws.append((compact(memory.story.request()), {"X-ST-Chat-Id": named}))
-    taken, kinds = await compare(memory, general, raws, asked)
+    taken, kinds = await compare(memory, general, raws, asked, monkeypatch)
     assert 10 <= taken < len(raws) - 10  # both steps had their share
     assert kinds == {"normal"}
 
@@ -183,7 +192,7 @@ async def test_the_steady_step_answers_as_the_general_one(
     swipe = {**reply, "messages": reply["messages"][:-1]}
     raws = [(compact(swipe), {}), (compact(continued(reply, rng)), {})]
     raws.append((compact(memory.story.request()), {}))  # her reply as a prefill
-    taken, kinds = await compare(memory, general, raws, asked)
+    taken, kinds = await compare(memory, general, raws, asked, monkeypatch)
     assert taken == len(raws) and {"swipe", "continue"} <= kinds
 
 
