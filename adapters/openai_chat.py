@@ -224,15 +224,17 @@ class OpenAIChatAdapter:
         """The body and its messages when it is the everyday request that the steady step
         (`proxy.chat.steady`) takes, else None: smaller than `MAP_FROM` (re-encoded whole
         when memory goes in), read by orjson with every number as it came, and each
-        message exactly a string `role` and a string `content`. The messages are those
-        `parse` reads from it."""
+        message a string `role` and a string `content`, and a string `name` or nothing
+        else (tool calls, content arrays: `parse` and `apply` take those). The messages
+        are those `parse` reads from it."""
         if len(raw) >= MAP_FROM:
             return None
         try:
             body = orjson.loads(raw)
             wire = body["messages"]
             messages = [
-                _message(ChatMessage, (m["role"] + "", m["content"] + "", None)) for m in wire
+                _message(ChatMessage, (m["role"] + "", m["content"] + "", m.get("name")))
+                for m in wire
             ]
         except (orjson.JSONDecodeError, TypeError, KeyError, AttributeError):
             return None
@@ -240,7 +242,10 @@ class OpenAIChatAdapter:
             return None
         sizes = list(map(len, wire))
         if sizes.count(2) != len(sizes):
-            return None  # a `name`, tool calls, ...: `parse` and `apply` take those
+            # Example dialogues and group chats name their messages.
+            for message, keys in zip(messages, sizes, strict=True):
+                if keys != 2 and (keys != 3 or type(message.name) is not str):
+                    return None
         if _has_huge_number([value for key, value in body.items() if key != "messages"]):
             return None
         return body, messages

@@ -9,10 +9,11 @@ from hypothesis import strategies as st
 
 from adapters.openai_chat import OpenAIChatAdapter, _read, _read_each
 from adapters.spans import MAP_FROM
+from proxy.cassette import load_cassette
 from proxy.core.models import Insertion, Role
 from proxy.errors import AdapterError
 from tests.adapters.edits import memory_edits
-from tests.core.st_requests import st_body
+from tests.core.st_requests import ST_CASSETTES, st_body
 
 ADAPTER = OpenAIChatAdapter()
 
@@ -163,9 +164,12 @@ def test_apply_by_slices_is_apply_message_by_message(size: int, data: st.DataObj
 def test_the_steady_writer_writes_what_apply_writes(size: int, data: st.DataObject) -> None:
     """`read_plain` reads the messages `parse` reads, and `put_plain` writes `apply`'s
     bytes, whatever the parts and the left-out messages."""
-    wire = [
+    wire: list[dict[str, str]] = [
         {"role": "user" if i % 2 else "assistant", "content": f"m{i} \u00e9"} for i in range(size)
     ]
+    for i in data.draw(st.sets(st.integers(0, max(0, size - 1)), max_size=size)):
+        if i < size:
+            wire[i]["name"] = "example_user" if i % 2 else "Ava"
     raw = json.dumps(
         {"messages": wire, "model": "m", "stop": ["\n"], "logit_bias": {}, "top_p": 0.9},
         ensure_ascii=False,
@@ -180,13 +184,32 @@ def test_the_steady_writer_writes_what_apply_writes(size: int, data: st.DataObje
     assert ADAPTER.put_plain(body, parts, gone) == ADAPTER.apply(parsed, parts, {}, gone)
 
 
+def test_the_steady_reader_takes_what_st_sends() -> None:
+    """Every chat request captured from a real ST, group chats and example dialogues
+    (named messages) among them: the messages `parse` reads."""
+    names = sorted(
+        path.stem
+        for path in ST_CASSETTES.glob("*.json")
+        if load_cassette(path)["request"]["path"].endswith("/chat/completions")
+    )
+    named = 0
+    for name in names:
+        raw = st_body(name)
+        read = ADAPTER.read_plain(raw)
+        assert read is not None, name
+        assert read[1] == ADAPTER.parse(raw).messages, name
+        named += any(m.name for m in read[1])
+    assert len(names) >= 20 and named >= 4
+
+
 PLAIN = {"role": "user", "content": "hi"}
 
 
 @pytest.mark.parametrize(
     ("raw", "why"),
     [
-        (json.dumps({"messages": [PLAIN, {**PLAIN, "name": "Tom"}]}), "a name"),
+        (json.dumps({"messages": [PLAIN, {**PLAIN, "name": 7}]}), "a name not a string"),
+        (json.dumps({"messages": [PLAIN, {**PLAIN, "name": "Tom", "x": 1}]}), "a name and more"),
         (json.dumps({"messages": [{"role": "user", "content": [{"type": "text"}]}]}), "array"),
         (json.dumps({"messages": [{"role": "tool", "content": "x", "tool_call_id": "1"}]}), "3"),
         (json.dumps({"messages": [{"role": "user"}, PLAIN]}), "no content"),

@@ -74,6 +74,21 @@ def named_message(body: Body, rng: random.Random) -> Body:
     return body
 
 
+def example_dialogue(body: Body, rng: random.Random) -> Body:
+    """The character card's example dialogue, as ST sends it: named messages before the
+    chat; without the start-of-chat marker at times, so that they alone tell where the
+    history starts."""
+    at = history_start(body)
+    body["messages"][at:at] = [
+        {"role": "system", "content": "[Example Chat]"},
+        {"role": "user", "content": "Which way to the mill?", "name": "example_user"},
+        {"role": "assistant", "content": "Follow the river.", "name": "example_assistant"},
+    ]
+    if rng.random() < 0.5:
+        del body["messages"][history_start(body)]
+    return body
+
+
 def number_past_64_bits(body: Body, rng: random.Random) -> Body:
     body["seed"] = 2**64 + rng.randint(0, 9)
     return body
@@ -105,6 +120,7 @@ VARIANTS: list[Variant] = [
     quiet_prompt,
     continued,
     named_message,
+    example_dialogue,
     number_past_64_bits,
     long_system_prompt,
     metadata_block,
