@@ -15,7 +15,7 @@ and 5,242).
 
 What it cannot take it declines (None) before anything is done for the request, and the
 general step runs: another wire format, a large body (spliced, not re-encoded), a
-message with more than a role and a content, a chat named by a header or by
+message with more than a role, a content and a name, a chat named by a header or by
 ST-Auto-Recap's metadata, a request that several chats or none could hold, a chat whose
 file ST saved since it was read, a chat's first request (its upkeep starts and is waited
 for). tests/chat/test_steady.py checks that both give the same answer.
