@@ -29,10 +29,6 @@ def history_start(body: Body) -> int:
     return next(i for i, m in enumerate(body["messages"]) if m["content"] == "[Start a new Chat]")
 
 
-def as_sent(body: Body) -> Body:
-    return body
-
-
 def cut_by_st(body: Body, rng: random.Random) -> Body:
     """ST's context is full: it left out some of the oldest messages."""
     start = history_start(body) + 1
