@@ -211,7 +211,10 @@ PLAIN = {"role": "user", "content": "hi"}
         (json.dumps({"messages": [PLAIN, {**PLAIN, "name": 7}]}), "a name not a string"),
         (json.dumps({"messages": [PLAIN, {**PLAIN, "name": "Tom", "x": 1}]}), "a name and more"),
         (json.dumps({"messages": [{"role": "user", "content": [{"type": "text"}]}]}), "array"),
-        (json.dumps({"messages": [{"role": "tool", "content": "x", "tool_call_id": "1"}]}), "3"),
+        (
+            json.dumps({"messages": [{"role": "tool", "content": "x", "tool_call_id": "1"}]}),
+            "a third key",
+        ),
         (json.dumps({"messages": [{"role": "user"}, PLAIN]}), "no content"),
         (json.dumps({"messages": [PLAIN], "seed": 2**64}), "a number past 64 bits"),
         (json.dumps({"messages": [PLAIN], "x": [{"y": -(2**70)}]}), "one deep inside"),
