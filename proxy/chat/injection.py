@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 from adapters import Adapter
@@ -16,7 +15,7 @@ from adapters.base import ParsedRequest
 from adapters.openai_chat import OpenAIChatAdapter
 from proxy.chat.providers import ChatMemory, MemoryProvider
 from proxy.chat.steady import steady_step
-from proxy.core.models import ChatMessage, Insertion, Memory
+from proxy.core.models import ChatMessage, Memory, Outcome
 from proxy.core.plan import InjectionPolicy, MemoryTemplates, covers_history, plan_insertions
 from proxy.core.render import Template
 from proxy.core.tokens import TokenCounter
@@ -94,27 +93,6 @@ def reused(new: list[ChatMessage], old: Sequence[ChatMessage]) -> list[ChatMessa
     return [*new[:lo], *same, *new[hi:]]
 
 
-# Not frozen: built for every chat request (see proxy.core.models).
-@dataclass(slots=True)
-class Outcome:
-    """The body to send upstream and what was done to it."""
-
-    body: bytes
-    insertions: tuple[Insertion, ...] = ()
-    memory: Memory | None = None
-    messages: Sequence[ChatMessage] = ()
-    dropped: tuple[int, ...] = ()  # request indices left out: the memory covers them
-
-    @property
-    def chat_id(self) -> str | None:
-        return self.memory.chat_id if self.memory is not None else None
-
-    @property
-    def tokens(self) -> int:
-        """The inserted memory's tokens, all parts."""
-        return sum([insertion.tokens for insertion in self.insertions])  # two at most
-
-
 class Injector:
     """Turns a client body into the upstream body; never raises."""
 
@@ -181,7 +159,7 @@ class Injector:
                 )
                 done = None
             if done is not None:
-                return Outcome(*done)
+                return done
         try:
             last = self._last.get(adapter.name)
             parsed = adapter.parse(raw, last)

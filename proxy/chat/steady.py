@@ -24,24 +24,13 @@ for). tests/chat/test_steady.py checks that both give the same answer.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import NamedTuple
 
 from adapters.openai_chat import OpenAIChatAdapter
 from proxy.chat.providers import CHAT_ID_HEADER, ChatMemory
 from proxy.core.identify import find_st_metadata, identify, prints
-from proxy.core.models import Caller, ChatMessage, Insertion, Memory
+from proxy.core.models import Caller, Memory, Outcome
 from proxy.core.placement import find_history
 from proxy.core.plan import InjectionPolicy, MemoryTemplates, covers_history, plan_insertions
-
-
-class Steady(NamedTuple):
-    """What the step did: the fields of `proxy.chat.injection.Outcome`, in its order."""
-
-    body: bytes
-    insertions: tuple[Insertion, ...]
-    memory: Memory
-    messages: list[ChatMessage]
-    dropped: tuple[int, ...]
 
 
 def steady_step(
@@ -54,7 +43,7 @@ def steady_step(
     count_tokens: Callable[[str], int],
     route: str,
     path: str,
-) -> Steady | None:
+) -> Outcome | None:
     """The body for upstream and what went into it, as `Injector.prepare` would give
     them; None when this request is not one this takes. `route`, `path`: the upstream
     route prefix the request came under and its path there."""
@@ -99,4 +88,4 @@ def steady_step(
     insertions = plan_insertions(messages, memory, policy, templates, count_tokens)
     drop = got.drop if got.drop and covers_history(insertions) else ()
     sent = wire.put_plain(body, insertions, drop) if insertions else raw
-    return Steady(sent, insertions, memory, messages, drop)
+    return Outcome(sent, insertions, memory, messages, drop)

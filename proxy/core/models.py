@@ -175,3 +175,25 @@ class Insertion:
     tokens: int
     part: str = "stable"  # `stable` (changes with the running recap) or `changing`
     filled: frozenset[str] = frozenset()  # the macros that put text in it
+
+
+# Not frozen: built for every chat request (see the note above `Identification`).
+@dataclass(slots=True)
+class Outcome:
+    """What the memory step made of one request: the body to send upstream and what was
+    done to it."""
+
+    body: bytes
+    insertions: tuple[Insertion, ...] = ()
+    memory: Memory | None = None
+    messages: Sequence[ChatMessage] = ()
+    dropped: tuple[int, ...] = ()  # request indices left out: the memory covers them
+
+    @property
+    def chat_id(self) -> str | None:
+        return self.memory.chat_id if self.memory is not None else None
+
+    @property
+    def tokens(self) -> int:
+        """The inserted memory's tokens, all parts."""
+        return sum([insertion.tokens for insertion in self.insertions])  # two at most

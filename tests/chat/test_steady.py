@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 
 from adapters.openai_chat import OpenAIChatAdapter
-from proxy.chat.injection import Injector, Outcome
+from proxy.chat.injection import Injector
+from proxy.core.models import Outcome
 from proxy.library import ChatLibrary
 from proxy.memory.engine import MemoryEngine
 from proxy.web.keys import INJECTOR, LIBRARY
