@@ -254,25 +254,8 @@ class OpenAIChatAdapter:
         self, body: dict[str, Any], insertions: Sequence[Insertion], drop: Collection[int]
     ) -> bytes:
         """`read_plain`'s body with the memory's parts in and the `drop`ped messages out:
-        what `apply` writes for it. A loop over its few messages, not `apply`'s runs, which
-        pay for themselves only on a long history."""
-        wire = body["messages"]
-        at: dict[int, list[dict[str, str]]] = {}
-        for insertion in insertions:
-            new = {"role": insertion.role._value_, "content": insertion.text}
-            at.setdefault(insertion.index, []).append(new)
-        gone = set(drop)
-        out: list[Any] = []
-        for i, message in enumerate(wire):
-            parts = at.get(i)
-            if parts is not None:
-                out += parts
-            if i not in gone:
-                out.append(message)
-        out += at.get(len(wire), ())
-        sent = dict(body)
-        sent["messages"] = out
-        return orjson.dumps(sent)
+        what `apply` writes for it."""
+        return _rewritten(body, insertions, {}, drop)
 
     def leaves_out(self, parsed: ParsedRequest, drop: Collection[int]) -> tuple[int, ...]:
         return tuple(drop)
@@ -290,34 +273,54 @@ class OpenAIChatAdapter:
         replaced = replacements or {}
         if replaced and any(not 0 <= i < len(wire) for i in replaced):
             raise AdapterError("a replacement names a message the request does not have")
-        at: dict[int, list[dict[str, str]]] = {}  # index -> the parts before it, in order
-        for insertion in insertions:
-            # `_value_`: `.value` is a Python-level descriptor call on 3.11.
-            new = {"role": insertion.role._value_, "content": insertion.text}
-            at.setdefault(insertion.index, []).append(new)
-        gone = set(drop)
-        cuts = sorted(
-            {0, len(wire), *[i for i in at if i <= len(wire)], *replaced, *_run_edges(gone)}
-        )
         spans = layout.spans
         if spans is not None:
-            runs = _runs(wire, cuts, at, replaced, gone)
+            runs = _new_messages(wire, insertions, replaced, drop)
             # The request's own messages stay the bytes they came as; only what is new is
             # encoded (exact: a mapped message is one that orjson wrote back to its bytes).
             return splice(
                 parsed.raw, spans, [r if isinstance(r, tuple) else orjson.dumps(r) for r in runs]
             )
         source, fast = reencode(parsed.raw, parsed.body, layout.numeric)
-        wire = source["messages"]
-        out: list[Any] = []
-        for run in _runs(wire, cuts, at, replaced, gone):
-            if isinstance(run, tuple):
-                out.extend(wire[run[0] : run[1]])
-            else:
-                out.append(run)
-        body = dict(source)
-        body["messages"] = out
-        return encode_json(body, fast=fast)
+        return _rewritten(source, insertions, replaced, drop, fast=fast)
+
+
+def _new_messages(
+    wire: Sequence[Any],
+    insertions: Sequence[Insertion],
+    replaced: Mapping[int, str],
+    drop: Collection[int],
+) -> list[dict[str, Any] | tuple[int, int]]:
+    """`_runs` for these edits of `wire`."""
+    at: dict[int, list[dict[str, str]]] = {}  # index -> the parts before it, in order
+    for insertion in insertions:
+        # `_value_`: `.value` is a Python-level descriptor call on 3.11.
+        new = {"role": insertion.role._value_, "content": insertion.text}
+        at.setdefault(insertion.index, []).append(new)
+    gone = set(drop)
+    cuts = sorted({0, len(wire), *[i for i in at if i <= len(wire)], *replaced, *_run_edges(gone)})
+    return _runs(wire, cuts, at, replaced, gone)
+
+
+def _rewritten(
+    body: dict[str, Any],
+    insertions: Sequence[Insertion],
+    replaced: Mapping[int, str],
+    drop: Collection[int],
+    *,
+    fast: bool = True,
+) -> bytes:
+    """`body` with its messages edited, encoded whole (`fast`: by orjson)."""
+    wire = body["messages"]
+    out: list[Any] = []
+    for run in _new_messages(wire, insertions, replaced, drop):
+        if isinstance(run, tuple):
+            out.extend(wire[run[0] : run[1]])
+        else:
+            out.append(run)
+    sent = dict(body)
+    sent["messages"] = out
+    return encode_json(sent, fast=fast)
 
 
 def _runs(
