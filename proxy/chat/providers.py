@@ -13,7 +13,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Protocol
 
 from adapters.base import ParsedRequest
-from proxy.core.models import Caller, ChatMessage, Identification, Memory
+from proxy.core.models import Caller, ChatMessage, HistorySpan, Identification, Memory
 from proxy.library import ChatLibrary
 
 CHAT_ID_HEADER = "X-ST-Chat-Id"
@@ -136,29 +136,41 @@ class ChatMemory:
         ident = found.identification
         if ident is None:
             return Memory(replacements=found.replacements, span=found.span)
+        if self.engine is not None and not preview:
+            caller = Caller(parsed.model, parsed.api, parsed.route, parsed.path, parsed.writer)
+            started = self.engine.touch(ident, headers, caller)
+            if started is not None:
+                # The chat's first request: starting its memory is planning only (and
+                # importing what an extension left), no LLM call; waiting a moment
+                # lets this request already carry what exists.
+                await asyncio.wait({started}, timeout=FIRST_REQUEST_WAIT)
+        return self.known(ident, parsed.messages, found.span, parsed.model, found.replacements)
+
+    def known(
+        self,
+        ident: Identification,
+        messages: Sequence[ChatMessage],
+        span: HistorySpan,
+        model: str | None,
+        replacements: dict[int, str],
+    ) -> Memory:
+        """The memory of a request identified as `ident` (the engine touched already):
+        `memory_for`'s, and the steady step's (`proxy.chat.steady`)."""
         entry = self.library.index.entries.get(ident.chat_id)
         values: Mapping[str, str] = self.values(ident.chat_id) if self.values else {}
         drop: tuple[int, ...] = ()
         if self.engine is not None:
-            if not preview:
-                caller = Caller(parsed.model, parsed.api, parsed.route, parsed.path, parsed.writer)
-                started = self.engine.touch(ident, headers, caller)
-                if started is not None:
-                    # The chat's first request: starting its memory is planning only (and
-                    # importing what an extension left), no LLM call; waiting a moment
-                    # lets this request already carry what exists.
-                    await asyncio.wait({started}, timeout=FIRST_REQUEST_WAIT)
             # Every history message of the request, not only the matched newest ones:
             # trimming reaches back to the oldest covered message ST sent.
-            got = self.engine.request_memory(ident, parsed.messages, found.history, parsed.model)
+            got = self.engine.request_memory(ident, messages, span.indices, model)
             values, drop = ({**got.values, **values} if values else got.values), got.drop
         return Memory(
             values=values,
             chat_id=ident.chat_id,
             chat_enabled=entry.enabled if entry else None,
             history=ident.history or None,
-            replacements=found.replacements,
+            replacements=replacements,
             identity=ident,
             drop=drop,
-            span=found.span,
+            span=span,
         )

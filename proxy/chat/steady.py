@@ -28,7 +28,7 @@ from collections.abc import Callable, Mapping
 from adapters.openai_chat import OpenAIChatAdapter
 from proxy.chat.providers import CHAT_ID_HEADER, ChatMemory
 from proxy.core.identify import find_st_metadata, identify, prints
-from proxy.core.models import Caller, Memory, Outcome
+from proxy.core.models import Caller, Outcome
 from proxy.core.placement import find_history
 from proxy.core.plan import InjectionPolicy, MemoryTemplates, covers_history, plan_insertions
 
@@ -48,7 +48,7 @@ def steady_step(
     them; None when this request is not one this takes. `route`, `path`: the upstream
     route prefix the request came under and its path there."""
     engine = provider.engine
-    if engine is None or provider.values is not None or headers.get(CHAT_ID_HEADER):
+    if engine is None or headers.get(CHAT_ID_HEADER):
         return None
     read = wire.read_plain(raw)
     if read is None:
@@ -73,19 +73,8 @@ def steady_step(
     model = body.get("model")
     model = model if type(model) is str else None
     engine.touch(ident, headers, Caller(model, wire.name, route, path))
-    got = engine.request_memory(ident, messages, span.indices, model)
-    entry = index.entries.get(chat_id)
-    memory = Memory(
-        values=got.values,
-        chat_id=chat_id,
-        chat_enabled=entry.enabled if entry is not None else None,
-        history=ident.history or None,
-        replacements={},
-        identity=ident,
-        drop=got.drop,
-        span=span,
-    )
+    memory = provider.known(ident, messages, span, model, {})
     insertions = plan_insertions(messages, memory, policy, templates, count_tokens)
-    drop = got.drop if got.drop and covers_history(insertions) else ()
+    drop = memory.drop if memory.drop and covers_history(insertions) else ()
     sent = wire.put_plain(body, insertions, drop) if insertions else raw
     return Outcome(sent, insertions, memory, messages, drop)
