@@ -3,15 +3,14 @@
 Most chat requests are alike: ST's JSON of plain string messages, a few KiB of it, whose
 newest messages one indexed chat holds, a chat whose upkeep runs and whose file is as the
 index has it. For those, `Injector.prepare`'s general step also goes through two more
-coroutines (`ChatMemory.memory_for`, `ChatLibrary.identify_request`), the parsed-request
-record it shares with the adapter, and `apply`'s machinery for long histories. Where it
-runs, between the other processes of a busy machine, most of the step's cost is that of
-bringing its code and records back into the CPU's caches, so less of them is less time:
-this does the same work, each decision (the history, the fit, the memory, the placement)
-by the same function, in a tenth to a sixth less time (timed inside the serving process,
-under a load like bench/overhead.py's, three runs: p50 89 against 101 us, 104 against 116,
-132 against 161; bench/step_cost.py: 335k instructions and 4,762 cache misses against
-371k and 5,242).
+coroutines (`ChatMemory.memory_for`, `ChatLibrary.identify_request`) and the
+parsed-request record it shares with the adapter. Where it runs, between the other
+processes of a busy machine, most of the step's cost is that of bringing its code and
+records back into the CPU's caches, so less of them is less time: this does the same work,
+each decision (the history, the fit, the memory, the placement) by the same function, in
+a tenth to a sixth less time (timed inside the serving process, under a load like
+bench/overhead.py's, three runs: p50 89 against 101 us, 104 against 116, 132 against 161;
+bench/step_cost.py: 344k instructions and 4,903 cache misses against 371k and 5,242).
 
 What it cannot take it declines (None) before anything is done for the request, and the
 general step runs: another wire format, a large body (spliced, not re-encoded), a
