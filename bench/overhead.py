@@ -151,7 +151,9 @@ def turns(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def st_request(history: list[dict[str, Any]], stream: bool) -> bytes:
     """A request as ST sends it: `JSON.stringify`'s compact JSON, `messages` first (the
-    Content-Length of every request captured from a real ST is that of this encoding)."""
+    Content-Length of every request captured from a real ST is that of this encoding),
+    then the fields ST 1.12.6 sends to a Custom (OpenAI-compatible) endpoint, in its order
+    (`tests/cassettes/st-1.12.6`): the step reads and writes them back too."""
     return json.dumps(
         {
             "messages": [*SYSTEM, *history],
@@ -159,6 +161,10 @@ def st_request(history: list[dict[str, Any]], stream: bool) -> bytes:
             "temperature": 1,
             "max_tokens": 300,
             "stream": stream,
+            "presence_penalty": 0,
+            "frequency_penalty": 0,
+            "top_p": 1,
+            "logit_bias": {},
         },
         ensure_ascii=False,
         separators=(",", ":"),
