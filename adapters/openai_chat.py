@@ -78,18 +78,24 @@ def reencode(
     `numeric`: when the adapter's parse saw which of `messages` hold anything but
     strings, those messages' indices; only they and the other keys are walked (the whole
     history would cost a 300-message request a sixth of its memory step)."""
-    if numeric is None:
-        huge = _has_huge_number(body)
-    else:
-        # Lists walked once, not `any` over generators (a generator stopped early costs a
-        # thrown GeneratorExit): this runs for every small request that gets memory.
-        wire = body["messages"]
-        others = [value for key, value in body.items() if key != "messages"]
-        huge = _has_huge_number(others) or _has_huge_number([wire[i] for i in numeric])
-    if huge:
+    if _too_big_for_orjson(body, numeric):
         exact: dict[str, Any] = json.loads(raw)
         return exact, False
     return body, True
+
+
+def _too_big_for_orjson(body: dict[str, Any], numeric: Sequence[int] | None) -> bool:
+    """Whether `body` holds a number orjson read as a float (past 64 bits); `numeric` as
+    for `reencode`."""
+    if numeric is None:
+        return _has_huge_number(body)
+    # Lists walked once, not `any` over generators (a generator stopped early costs a
+    # thrown GeneratorExit): this runs for every small request that gets memory.
+    wire = body["messages"]
+    others = [value for key, value in body.items() if key != "messages"]
+    if _has_huge_number(others):
+        return True
+    return bool(numeric) and _has_huge_number([wire[i] for i in numeric])
 
 
 def encode_json(value: Any, *, fast: bool = True) -> bytes:
@@ -231,22 +237,16 @@ class OpenAIChatAdapter:
             return None
         try:
             body = orjson.loads(raw)
-            wire = body["messages"]
-            messages = [
-                _message(ChatMessage, (m["role"] + "", m["content"] + "", m.get("name")))
-                for m in wire
-            ]
-        except (orjson.JSONDecodeError, TypeError, KeyError, AttributeError):
+        except orjson.JSONDecodeError:
             return None
-        if type(body) is not dict or type(wire) is not list:
+        if type(body) is not dict or type(body.get("messages")) is not list:
             return None
-        sizes = list(map(len, wire))
-        if sizes.count(2) != len(sizes):
-            # Example dialogues and group chats name their messages.
-            for message, keys in zip(messages, sizes, strict=True):
-                if keys != 2 and (keys != 3 or type(message.name) is not str):
-                    return None
-        if _has_huge_number([value for key, value in body.items() if key != "messages"]):
+        try:
+            # `parse`'s reading: a message with anything but strings is a `numeric` one.
+            messages, numeric = _read(body["messages"], 0)
+        except AdapterError:
+            return None
+        if numeric or _too_big_for_orjson(body, numeric):
             return None
         return body, messages
 
