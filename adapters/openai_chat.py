@@ -84,6 +84,12 @@ def reencode(
     return body, True
 
 
+def _model_of(body: dict[str, Any]) -> str | None:
+    # Read by `parse` and by `read_plain` alike: the model the chat's upkeep calls.
+    model = body.get("model")
+    return model if type(model) is str else None
+
+
 def _too_big_for_orjson(body: dict[str, Any], numeric: Sequence[int] | None) -> bool:
     """Whether `body` holds a number orjson read as a float (past 64 bits); `numeric` as
     for `reencode`."""
@@ -215,24 +221,23 @@ class OpenAIChatAdapter:
             if before.numeric:
                 was = set(before.numeric)
                 numeric[:0] = [n for n, i in enumerate(taken) if i in was]
-        model = body.get("model")
         return ParsedRequest(
             raw=raw,
             body=body,
             messages=messages,
             stream=body.get("stream") is True,
-            model=model if isinstance(model, str) else None,
+            model=_model_of(body),
             layout=_Layout(tuple(numeric), found),
             carried=len(taken),
         )
 
-    def read_plain(self, raw: bytes) -> tuple[dict[str, Any], list[ChatMessage]] | None:
-        """The body and its messages when it is the everyday request that the steady step
-        (`proxy.chat.steady`) takes, else None: smaller than `MAP_FROM` (re-encoded whole
-        when memory goes in), read by orjson with every number as it came, and each
-        message a string `role` and a string `content`, and a string `name` or nothing
-        else (tool calls, content arrays: `parse` and `apply` take those). The messages
-        are those `parse` reads from it."""
+    def read_plain(self, raw: bytes) -> tuple[dict[str, Any], list[ChatMessage], str | None] | None:
+        """The body, its messages and its model when it is the everyday request that the
+        steady step (`proxy.chat.steady`) takes, else None: smaller than `MAP_FROM`
+        (re-encoded whole when memory goes in), read by orjson with every number as it
+        came, and each message a string `role` and a string `content`, and a string `name`
+        or nothing else (tool calls, content arrays: `parse` and `apply` take those). The
+        messages and the model are those `parse` reads from it."""
         if len(raw) >= MAP_FROM:
             return None
         try:
@@ -248,7 +253,7 @@ class OpenAIChatAdapter:
             return None
         if numeric or _too_big_for_orjson(body, numeric):
             return None
-        return body, messages
+        return body, messages, _model_of(body)
 
     def put_plain(
         self, body: dict[str, Any], insertions: Sequence[Insertion], drop: Collection[int]

@@ -16,7 +16,7 @@ from adapters.openai_chat import OpenAIChatAdapter
 from proxy.chat.providers import ChatMemory, MemoryProvider
 from proxy.chat.steady import steady_step
 from proxy.core.models import ChatMessage, Memory, Outcome
-from proxy.core.plan import InjectionPolicy, MemoryTemplates, covers_history, plan_insertions
+from proxy.core.plan import InjectionPolicy, MemoryTemplates, left_out, plan_insertions
 from proxy.core.render import Template
 from proxy.core.tokens import TokenCounter
 from proxy.errors import TemplateError, UnknownPromptFormat
@@ -179,8 +179,7 @@ class Injector:
                 self.counter.count_paragraphs,
             )
             replacements = memory.replacements if memory is not None else {}
-            # Covered history goes only when the memory that covers it goes in.
-            drop = memory.drop if memory is not None and covers_history(insertions) else ()
+            drop = left_out(memory, insertions)
             if drop:
                 drop = adapter.leaves_out(parsed, drop)
             body = raw

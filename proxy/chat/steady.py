@@ -30,7 +30,7 @@ from proxy.chat.providers import CHAT_ID_HEADER, ChatMemory
 from proxy.core.identify import find_st_metadata, identify, prints
 from proxy.core.models import Caller, Outcome
 from proxy.core.placement import find_history
-from proxy.core.plan import InjectionPolicy, MemoryTemplates, covers_history, plan_insertions
+from proxy.core.plan import InjectionPolicy, MemoryTemplates, left_out, plan_insertions
 
 
 def steady_step(
@@ -53,7 +53,7 @@ def steady_step(
     read = wire.read_plain(raw)
     if read is None:
         return None
-    body, messages = read
+    body, messages, model = read
     span = find_history(messages, policy.history_start_markers)
     if not span.indices or find_st_metadata(messages) is not None:
         return None
@@ -70,11 +70,9 @@ def steady_step(
     if ident is None:
         return None
     # Nothing was done for the request until here; from here on it is this step's.
-    model = body.get("model")
-    model = model if type(model) is str else None
     engine.touch(ident, headers, Caller(model, wire.name, route, path))
     memory = provider.known(ident, messages, span, model, {})
     insertions = plan_insertions(messages, memory, policy, templates, count_tokens)
-    drop = memory.drop if memory.drop and covers_history(insertions) else ()
+    drop = left_out(memory, insertions)
     sent = wire.put_plain(body, insertions, drop) if insertions else raw
     return Outcome(sent, insertions, memory, messages, drop)

@@ -152,6 +152,14 @@ def _render_part(
     return part, text, count_tokens(text) if text else 0, filled
 
 
+def left_out(memory: Memory | None, insertions: Sequence[Insertion]) -> tuple[int, ...]:
+    """The request indices to leave out: the history the memory covers, and only when the
+    part that covers it goes in (`covers_history`)."""
+    if memory is None or not memory.drop or not covers_history(insertions):
+        return ()
+    return memory.drop
+
+
 def covers_history(insertions: Sequence[Insertion]) -> bool:
     """Whether the memory that covers left-out history goes in: only then may it go."""
     # A list (two parts at most), not a generator: one that `any` stops early costs a

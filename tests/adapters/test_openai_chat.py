@@ -178,9 +178,9 @@ def test_the_steady_writer_writes_what_apply_writes(size: int, data: st.DataObje
     parts, _, gone = data.draw(memory_edits(size))
     read = ADAPTER.read_plain(raw)
     assert read is not None
-    body, messages = read
+    body, messages, model = read
     parsed = ADAPTER.parse(raw)
-    assert messages == parsed.messages
+    assert messages == parsed.messages and model == parsed.model == "m"
     assert ADAPTER.put_plain(body, parts, gone) == ADAPTER.apply(parsed, parts, {}, gone)
 
 
@@ -197,7 +197,8 @@ def test_the_steady_reader_takes_what_st_sends() -> None:
         raw = st_body(name)
         read = ADAPTER.read_plain(raw)
         assert read is not None, name
-        assert read[1] == ADAPTER.parse(raw).messages, name
+        parsed = ADAPTER.parse(raw)
+        assert (read[1], read[2]) == (parsed.messages, parsed.model), name
         named += any(m.name for m in read[1])
     assert len(names) >= 20 and named >= 4
 

@@ -10,6 +10,7 @@ from proxy.core.plan import (
     MemoryTemplates,
     chat_enabled,
     covers_history,
+    left_out,
     plan_insertions,
 )
 from proxy.core.render import Template
@@ -113,6 +114,18 @@ def test_the_two_parts_go_where_each_is_placed() -> None:
     assert changing.text == "[Lately: lately | once]"
     assert changing.filled == {"recent_recaps", "relevant_scenes"}
     assert not covers_history([changing]) and covers_history(parts)
+
+
+def test_covered_history_leaves_only_with_the_part_that_covers_it() -> None:
+    """Both steps leave out what `left_out` says: the covered messages when the running
+    recap goes in, none when only the changing part does or when no memory goes in."""
+    memory = Memory(values=VALUES, drop=(2, 3))
+    parts = plan_insertions(LONG, memory, InjectionPolicy(), TEMPLATES, len)
+    assert left_out(memory, parts) == (2, 3)
+    assert left_out(memory, parts[1:]) == ()
+    assert left_out(memory, ()) == ()
+    assert left_out(Memory(values=VALUES), parts) == ()
+    assert left_out(None, parts) == ()
 
 
 @pytest.mark.parametrize(
