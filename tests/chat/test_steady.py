@@ -230,3 +230,30 @@ async def test_a_chat_saved_since_it_was_read_goes_the_general_way(
     assert outcome.memory is not None and outcome.memory.identity is not None
     assert outcome.memory.identity.generation == "normal"
     assert outcome.memory.identity.matched == 20  # the saved text included
+
+
+async def test_a_failing_steady_step_leaves_the_request_to_the_general_one(
+    memory_proxy: MemoryFactory, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A bug in the steady step costs the request nothing: the general step gives it its
+    memory, and the log says what failed."""
+    memory = await memory_proxy(50, ENDS, **NO_RECAPS)
+    await memory.client.post("/v1/chat/completions", json=memory.story.request())
+    await memory.until(recapped(5))
+    injector = memory.app[INJECTOR]
+    raw = compact(memory.story.request())
+    general = Injector(
+        injector.policy, injector.templates, injector.provider, injector.counter, steady=False
+    )
+    want = await general.prepare(ADAPTER, raw, {})
+    assert want.insertions  # the memory goes in
+
+    def broken(*args: object) -> Outcome | None:
+        raise KeyError("a bug")
+
+    monkeypatch.setattr("proxy.chat.injection.steady_step", broken)
+    asked = spy(monkeypatch, ChatLibrary, "identify_request")
+    got = await injector.prepare(ADAPTER, raw, {}, where="POST /v1/chat/completions")
+    same(got, want)
+    assert len(asked) == 1  # the general step answered
+    assert "steady memory step failed for POST /v1/chat/completions (KeyError" in caplog.text
