@@ -10,8 +10,8 @@ records back into the CPU's caches, so less of them is less time: this does the 
 each decision (the history, the fit, the memory, the placement) by the same function, in
 a tenth to a sixth less time (timed inside the serving process, under a load like
 bench/overhead.py's, three runs: p50 89 against 101 us, 104 against 116, 132 against 161;
-bench/step_cost.py: 344k instructions and 4,903 cache misses against 371k and 5,242;
-356k and 5,000 since its body carries the fields ST itself sends).
+bench/step_cost.py, its small body with the fields ST sends: 356k instructions and 5,008
+last-level cache misses against 376k and 5,275).
 
 What it cannot take it declines (None) before anything is done for the request, and the
 general step runs: another wire format, a large body (spliced, not re-encoded), a
