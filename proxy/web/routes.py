@@ -66,7 +66,7 @@ async def handle_api(request: web.Request) -> web.StreamResponse:
             request, target, path, body, headers, exchange=exchange, arrived=arrived
         )
 
-    raw = await request.read()
+    raw = await read_body(request)
     exchange = relay.start_exchange(request, raw)
     injector: Injector = app[INJECTOR]
     # `where`: for a log line, if any (a chat format's requests are all POSTs).
@@ -91,10 +91,11 @@ async def handle_api(request: web.Request) -> web.StreamResponse:
             for i in outcome.insertions
         ]
     body = outcome.body
-    # The parsed request (its messages: most of a megabyte for a 100k-token chat) goes
-    # now, not when the answer has streamed; only the bytes are kept (and the injector
-    # keeps the newest parsed request of each format, for the next one to build on).
-    del outcome
+    # The parsed request (its messages: most of a megabyte for a 100k-token chat) and the
+    # body as ST sent it go now, not when the answer has streamed: only the bytes sent
+    # upstream are kept (and the injector keeps the newest parsed request of each format,
+    # for the next one to build on; a cassette being recorded keeps the body ST sent).
+    del outcome, raw
     try:
         return await relay.forward(
             request,
@@ -111,6 +112,27 @@ async def handle_api(request: web.Request) -> web.StreamResponse:
         engine = app.get(ENGINE)
         if identity is not None and engine is not None:
             engine.answered(identity.chat_id)  # the chat's upkeep may go on
+
+
+async def read_body(request: web.Request) -> bytes:
+    """A chat request's body, read as `request.read()` reads it (the same size limit, the
+    same 413) but not kept on the request. `read` keeps it there until the handler
+    returns, which for a chat request is once its answer has streamed: the body ST sent
+    (330 KiB for a 100k-token chat) held for as long as the answer lasts, though only the
+    body sent upstream is needed once that is made."""
+    limit = request.client_max_size
+    content = request.content
+    if limit:
+        # As `read` does: the transport is not paused every 64 KiB of a large body.
+        content.set_read_chunk_size(limit)
+    parts: list[bytes] = []
+    size = 0
+    while chunk := await content.readany():
+        size += len(chunk)
+        if limit and size > limit:
+            raise web.HTTPRequestEntityTooLarge(max_size=limit, actual_size=size)
+        parts.append(chunk)
+    return b"".join(parts)
 
 
 def _account(
