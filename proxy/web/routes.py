@@ -115,16 +115,13 @@ async def handle_api(request: web.Request) -> web.StreamResponse:
 
 
 async def read_body(request: web.Request) -> bytes:
-    """A chat request's body, read as `request.read()` reads it (the same size limit, the
-    same 413) but not kept on the request. `read` keeps it there until the handler
-    returns, which for a chat request is once its answer has streamed: the body ST sent
-    (330 KiB for a 100k-token chat) held for as long as the answer lasts, though only the
-    body sent upstream is needed once that is made."""
+    """A chat request's body, read as `request.read()` reads it (a body over the app's
+    `client_max_size` is its 413) but not kept on the request. `read` keeps it there until
+    the handler returns, which for a chat request is once its answer has streamed: the body
+    ST sent (330 KiB for a 100k-token chat) held for as long as the answer lasts, though
+    only the body sent upstream is needed once that is made."""
     limit = request.client_max_size
     content = request.content
-    if limit:
-        # As `read` does: the transport is not paused every 64 KiB of a large body.
-        content.set_read_chunk_size(limit)
     parts: list[bytes] = []
     size = 0
     while chunk := await content.readany():
