@@ -26,6 +26,17 @@ from proxy.template_files import bundled_template
 log = logging.getLogger(__name__)
 
 
+def _slipped(where: str, exc: Exception, then: str) -> None:
+    log.warning(
+        "steady memory step failed for %s (%s: %s); %s",
+        where,
+        type(exc).__name__,
+        exc,
+        then,
+        exc_info=exc,
+    )
+
+
 def _template(inline: str | None, path: Path | None, bundled: str) -> Template:
     if inline is not None:
         return Template(inline)
@@ -135,6 +146,9 @@ class Injector:
             # No memory to give (no data folder): not even decoding the body is worth it.
             return Outcome(body=raw)
         steady = self._steady
+        # What failed in the steady step: logged once the general step, which does the same
+        # work, has run, in one line with its own failure if it fails too.
+        slipped: Exception | None = None
         if steady is not None and not preview and type(adapter) is OpenAIChatAdapter:
             try:
                 done = steady_step(
@@ -149,15 +163,7 @@ class Injector:
                     path,
                 )
             except Exception as exc:
-                # The general step, which does the same work, logs what fails there too.
-                log.warning(
-                    "steady memory step failed for %s (%s: %s); taking the general step",
-                    where or adapter.name,
-                    type(exc).__name__,
-                    exc,
-                    exc_info=True,
-                )
-                done = None
+                slipped, done = exc, None
             if done is not None:
                 return done
         try:
@@ -185,19 +191,30 @@ class Injector:
             body = raw
             if insertions or replacements:
                 body = adapter.apply(parsed, insertions, replacements, drop)
+            if slipped is not None:
+                _slipped(where or adapter.name, slipped, "the general step gave it its memory")
             return Outcome(body, insertions, memory, parsed.messages, drop)
         except UnknownPromptFormat as exc:
+            if slipped is not None:
+                _slipped(where or adapter.name, slipped, "the general step forwarded it unchanged")
             if adapter.name not in self._unknown_logged:
                 self._unknown_logged.add(adapter.name)
                 log.warning("%s: %s; forwarding such requests unchanged", where, exc)
             return Outcome(body=raw)
         except Exception as exc:
             # Fail open: the user's chat goes on without memory, the cause is in the log.
+            # Both steps failing (most likely on one shared bug) is one warning: the
+            # traceback is the general step's, the steady step's is at debug level.
+            also = ""
+            if slipped is not None:
+                also = f" (the steady step failed first: {type(slipped).__name__}: {slipped})"
+                log.debug("the steady memory step's failure", exc_info=slipped)
             log.warning(
-                "memory step failed for %s (%s: %s); forwarding the request unchanged",
+                "memory step failed for %s (%s: %s)%s; forwarding the request unchanged",
                 where or adapter.name,
                 type(exc).__name__,
                 exc,
+                also,
                 exc_info=True,
             )
             # The chat stays known (for X-Recap-Chat) when only a later step failed.

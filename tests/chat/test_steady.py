@@ -4,6 +4,7 @@ it takes, and leaves every other request to it."""
 from __future__ import annotations
 
 import json
+import logging
 import random
 from collections.abc import Callable
 from typing import Any
@@ -13,6 +14,7 @@ import pytest
 from adapters.openai_chat import OpenAIChatAdapter
 from proxy.chat.injection import Injector
 from proxy.core.models import Outcome
+from proxy.errors import UnknownPromptFormat
 from proxy.library import ChatLibrary
 from proxy.memory.engine import MemoryEngine
 from proxy.web.keys import INJECTOR, LIBRARY
@@ -256,4 +258,66 @@ async def test_a_failing_steady_step_leaves_the_request_to_the_general_one(
     got = await injector.prepare(ADAPTER, raw, {}, where="POST /v1/chat/completions")
     same(got, want)
     assert len(asked) == 1  # the general step answered
-    assert "steady memory step failed for POST /v1/chat/completions (KeyError" in caplog.text
+    warned = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert warned == [
+        "steady memory step failed for POST /v1/chat/completions (KeyError: 'a bug'); "
+        "the general step gave it its memory"
+    ]
+
+
+async def test_both_steps_failing_on_one_bug_is_one_warning(
+    memory_proxy: MemoryFactory, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A bug the two steps share (in a function both call) forwards the request unchanged
+    and says so once, naming both failures; the steady step's traceback is at debug."""
+    memory = await memory_proxy(50, ENDS, **NO_RECAPS)
+    await memory.client.post("/v1/chat/completions", json=memory.story.request())
+    await memory.until(recapped(5))
+    raw = compact(memory.story.request())
+
+    def broken(*args: object) -> None:
+        raise RuntimeError("a shared bug")
+
+    monkeypatch.setattr("proxy.chat.steady.plan_insertions", broken)
+    monkeypatch.setattr("proxy.chat.injection.plan_insertions", broken)
+    caplog.set_level(logging.DEBUG, logger="proxy.chat.injection")
+    got = await memory.app[INJECTOR].prepare(ADAPTER, raw, {}, where="POST /v1/chat/completions")
+    assert got.body == raw and not got.insertions
+    assert got.chat_id == CHAT_ID  # still named for X-Recap-Chat
+    records = [r for r in caplog.records if r.name == "proxy.chat.injection"]
+    warned = [r for r in records if r.levelno >= logging.WARNING]
+    assert [r.getMessage() for r in warned] == [
+        "memory step failed for POST /v1/chat/completions (RuntimeError: a shared bug) "
+        "(the steady step failed first: RuntimeError: a shared bug); forwarding the "
+        "request unchanged"
+    ]
+    assert warned[0].exc_info is not None
+    debug = [r.exc_info[1] for r in records if r.levelno == logging.DEBUG and r.exc_info]
+    assert [str(exc) for exc in debug] == ["a shared bug"]
+
+
+async def test_a_steady_failure_is_logged_when_the_general_step_finds_no_prompt(
+    memory_proxy: MemoryFactory, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The general step taking the request for an unknown format does not hide what
+    failed in the steady step."""
+    memory = await memory_proxy(20, set(), **NO_RECAPS)
+    raw = compact(memory.story.request())
+
+    def broken(*args: object) -> Outcome | None:
+        raise KeyError("a bug")
+
+    def unknown(*args: object) -> None:
+        raise UnknownPromptFormat("no messages")
+
+    monkeypatch.setattr("proxy.chat.injection.steady_step", broken)
+    adapter = OpenAIChatAdapter()
+    monkeypatch.setattr(adapter, "parse", unknown)
+    got = await memory.app[INJECTOR].prepare(adapter, raw, {}, where="POST /v1/chat/completions")
+    assert got.body == raw
+    warned = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert warned == [
+        "steady memory step failed for POST /v1/chat/completions (KeyError: 'a bug'); "
+        "the general step forwarded it unchanged",
+        "POST /v1/chat/completions: no messages; forwarding such requests unchanged",
+    ]
