@@ -24,7 +24,7 @@ import aiohttp
 from proxy.core.headers import safe_url
 from proxy.core.tokens import TokenCounter
 from proxy.errors import ConfigError
-from proxy.settings import Settings, default_config_path, load_settings
+from proxy.settings import Settings, default_config_path, load_settings, load_settings_partly
 from proxy.sillytavern.connection import connection, points_at, proxy_urls
 from proxy.sillytavern.layout import find_data_dir, scan
 
@@ -56,10 +56,16 @@ async def run_checks(
         detail = f"{path} is valid" if path else f"no config file ({default}): the defaults apply"
         checks.append(Check("config", True, detail))
     except ConfigError as exc:
-        fix = "fix the key it names, then run doctor again"
+        fix = "fix what it names, then run doctor again"
         detail = " ".join(line.strip() for line in str(exc).splitlines())  # one line
-        checks.append(Check("config", False, detail, fix))
-        settings = load_settings(None, env={})
+        # The other checks test what the user did set (their port, upstream, folders), the
+        # bad keys left at their defaults; a file that cannot be read leaves the defaults.
+        try:
+            settings = load_settings_partly(config, env=env)
+            then = "the checks below use the rest of the file"
+        except ConfigError:
+            settings, then = Settings(), "the checks below use the defaults"
+        checks.append(Check("config", False, f"{detail}; {then}", fix))
     if st_data is not None:
         settings = settings.model_copy(
             update={"sillytavern": settings.sillytavern.model_copy(update={"data_dir": st_data})}

@@ -100,6 +100,34 @@ def test_a_bad_config_says_the_key_and_the_text_output_marks_each_line(
     assert all(line[0] in "✓✗-" or line.startswith("    → ") for line in out.splitlines())
 
 
+async def test_a_bad_key_leaves_the_other_checks_on_what_the_file_sets(
+    tmp_path: Path, fake_llm: FakeLLM, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Not the defaults (127.0.0.1:5001, port 8765): the upstream and port the user set.
+    data, config, port = setup(tmp_path, fake_llm.base_url)
+    with config.open("a", encoding="utf-8") as extra:
+        extra.write("[memory]\nrecap_tokens = 300\n")
+    code, checks = await _doctor(config, data, capsys)
+    assert code == 1 and checks["config"]["ok"] is False
+    assert "memory.recap_tokens: unknown key" in checks["config"]["detail"]
+    assert "the checks below use the rest of the file" in checks["config"]["detail"]
+    assert checks["upstream"]["ok"] is True and fake_llm.base_url in checks["upstream"]["detail"]
+    assert f":{port} is free" in checks["port"]["detail"]
+
+
+def test_a_config_that_is_not_toml_leaves_the_defaults(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = tmp_path / "config.toml"
+    config.write_text("[server\nport = 1\n", encoding="utf-8")
+    code = main(["doctor", "--config", str(config), "--st-data", str(tmp_path), "--json"])
+    checks = {c["name"]: c for c in json.loads(capsys.readouterr().out)["checks"]}
+    assert code == 1
+    assert "not valid TOML" in checks["config"]["detail"]
+    assert "the checks below use the defaults" in checks["config"]["detail"]
+    assert "127.0.0.1:5001" in checks["upstream"]["detail"]
+
+
 async def _doctor(
     config: Path, data: Path, capsys: pytest.CaptureFixture[str]
 ) -> tuple[int, dict[str, Any]]:

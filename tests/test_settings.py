@@ -7,7 +7,7 @@ import pytest
 
 from proxy.core.models import Position, Role
 from proxy.errors import ConfigError
-from proxy.settings import Settings, example_toml, load_settings
+from proxy.settings import Settings, example_toml, load_settings, load_settings_partly
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -135,3 +135,31 @@ def test_the_container_files_name_real_settings() -> None:
     assert settings.server.allowed_hosts == ["recap-proxy"]
     for copied in re.findall(r"^COPY (\S+) ", (root / "Dockerfile").read_text(), re.M):
         assert (root / copied).exists(), copied
+
+
+def test_partly_leaves_each_bad_key_at_its_default_and_keeps_the_rest(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        'typo = 1\n[server]\nport = 9001\nhost = "127.0.0.3"\n'
+        '[upstream]\nbase_url = "http://127.0.0.1:5011/v1"\nread_timeout = "soon"\n'
+        '[[upstream.routes]]\nprefix = "/a"\n'  # no base_url: the route goes
+        '[[upstream.routes]]\nprefix = "/b"\nbase_url = "http://127.0.0.1:5012/v1"\n'
+        "[memory]\nrunning_recap_max_tokens = 999999\n",  # the section's own check fails
+    )
+    with pytest.raises(ConfigError):
+        load_settings(path, env={})
+    settings = load_settings_partly(path, env={"RECAP_PROXY_QUEUE__CONCURRENCY": "x"})
+    assert (settings.server.port, settings.server.host) == (9001, "127.0.0.3")
+    assert settings.upstream.base_url == "http://127.0.0.1:5011/v1"
+    assert [r.prefix for r in settings.upstream.routes] == ["/b"]
+    defaults = Settings()
+    assert settings.upstream.read_timeout == defaults.upstream.read_timeout
+    assert settings.memory == defaults.memory
+    assert settings.queue.concurrency == defaults.queue.concurrency
+
+
+def test_partly_of_a_file_that_cannot_be_read_is_its_error(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="not valid TOML"):
+        load_settings_partly(write(tmp_path, "[server\n"), env={})
+    good = write(tmp_path, "[server]\nport = 9002\n")
+    assert load_settings_partly(good, env={}).server.port == 9002

@@ -279,21 +279,76 @@ def load_settings(
     `path=None` uses the default config path when that file exists. Raises `ConfigError`
     naming every bad key.
     """
+    data, path, env_keys = _gather(path, env, overrides)
+    try:
+        return Settings.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(_describe(exc, path, env_keys)) from None
+
+
+# More mistakes than this in one file: `load_settings_partly` gives up and gives the defaults.
+MAX_LEFT_OUT = 64
+
+
+def load_settings_partly(
+    path: Path | None = None, *, env: Mapping[str, str] | None = None
+) -> Settings:
+    """What `load_settings` would give were each bad key left out (at its default): for
+    `doctor`, whose other checks should test the port, the upstream and the folders the user
+    did set, not the defaults. Raises `ConfigError` only when the file cannot be read."""
+    data, _, _ = _gather(path, env, None)
+    # One key at a time: leaving out a list item shifts the places named after it.
+    for _ in range(MAX_LEFT_OUT):
+        try:
+            return Settings.model_validate(data)
+        except ValidationError as exc:
+            loc = exc.errors()[0]["loc"]
+            # A missing required key has nothing to take out: the table it is missing from
+            # goes instead.
+            if not (_take_out(data, loc) or _take_out(data, loc[:-1])):
+                break
+    return Settings()
+
+
+def _take_out(data: Any, loc: tuple[int | str, ...]) -> bool:
+    """Remove the value at `loc` (keys and list indices) from `data`; False when absent."""
+    if not loc:
+        return False
+    node = data
+    for part in loc[:-1]:
+        try:
+            node = node[part]
+        except (KeyError, IndexError, TypeError):
+            return False
+    last = loc[-1]
+    if isinstance(node, dict) and last in node:
+        del node[last]
+        return True
+    if isinstance(node, list) and isinstance(last, int) and 0 <= last < len(node):
+        del node[last]
+        return True
+    return False
+
+
+def _gather(
+    path: Path | None, env: Mapping[str, str] | None, overrides: Mapping[str, Any] | None
+) -> tuple[dict[str, Any], Path | None, set[str]]:
+    """The file's values, then the environment's, then `overrides`, merged (not yet
+    validated); the file read, if any; the dotted keys the environment set."""
     data: dict[str, Any] = {}
     explicit = path is not None
     path = path if explicit else default_config_path()
     if path is not None and (explicit or path.exists()):
         data = _read_toml(path)
+    else:
+        path = None
     env_values = _env_values(os.environ if env is None else env)
     for dotted, value in env_values.items():
         _set_dotted(data, dotted, value)
     for dotted, value in (overrides or {}).items():
         if value is not None:
             _set_dotted(data, dotted, value)
-    try:
-        return Settings.model_validate(data)
-    except ValidationError as exc:
-        raise ConfigError(_describe(exc, path, set(env_values))) from None
+    return data, path, set(env_values)
 
 
 def _read_toml(path: Path) -> dict[str, Any]:
