@@ -137,14 +137,16 @@ class Injector:
         route: str = "",
         path: str = "",
     ) -> Outcome:
-        """The body for upstream. `preview`: the API shows what would be sent; the chat's
-        upkeep is not started by it. `route`, `path`: the upstream route prefix it came
-        under and its path there."""
+        """The body for upstream. `where`: the request, for a log line (the format's name
+        when not given). `preview`: the API shows what would be sent; the chat's upkeep is
+        not started by it. `route`, `path`: the upstream route prefix it came under and its
+        path there."""
         memory: Memory | None = None
         provider = self.provider
         if provider is None and not preview:
             # No memory to give (no data folder): not even decoding the body is worth it.
             return Outcome(body=raw)
+        where = where or adapter.name
         steady = self._steady
         # What failed in the steady step: logged once the general step, which does the same
         # work, has run, in one line with its own failure if it fails too.
@@ -192,11 +194,11 @@ class Injector:
             if insertions or replacements:
                 body = adapter.apply(parsed, insertions, replacements, drop)
             if slipped is not None:
-                _slipped(where or adapter.name, slipped, "the general step gave it its memory")
+                _slipped(where, slipped, "the general step gave it its memory")
             return Outcome(body, insertions, memory, parsed.messages, drop)
         except UnknownPromptFormat as exc:
             if slipped is not None:
-                _slipped(where or adapter.name, slipped, "the general step forwarded it unchanged")
+                _slipped(where, slipped, "the general step forwarded it unchanged")
             if adapter.name not in self._unknown_logged:
                 self._unknown_logged.add(adapter.name)
                 log.warning("%s: %s; forwarding such requests unchanged", where, exc)
@@ -211,7 +213,7 @@ class Injector:
                 log.debug("the steady memory step's failure", exc_info=slipped)
             log.warning(
                 "memory step failed for %s (%s: %s)%s; forwarding the request unchanged",
-                where or adapter.name,
+                where,
                 type(exc).__name__,
                 exc,
                 also,

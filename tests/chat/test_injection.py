@@ -105,6 +105,27 @@ async def test_unparseable_body_is_forwarded_unchanged(
     assert response.status == 200
 
 
+async def test_a_log_line_without_a_where_names_the_format(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # The dashboard's preview calls `prepare` without `where`: its warnings still say what.
+    provider = AsyncMock()
+    provider.memory_for.side_effect = RuntimeError("store is on fire")
+    settings = InjectionSettings()
+    injector = Injector(policy_from(settings), load_injection_templates(settings), provider)
+    adapter = ADAPTERS["chat/completions"]
+    raw = st_body("stream-04-05_send_03")
+    with caplog.at_level(logging.WARNING):
+        got = await injector.prepare(adapter, raw, {}, preview=True)
+        assert got.body == raw
+        text = ADAPTERS["completions"]
+        prompt = b'{"prompt": "Once upon a time"}'  # in no template it knows
+        assert (await injector.prepare(text, prompt, {}, preview=True)).body == prompt
+    warned = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert warned[0].startswith(f"memory step failed for {adapter.name} (RuntimeError")
+    assert warned[1].startswith(f"{text.name}: ") and "forwarding such requests" in warned[1]
+
+
 async def test_missing_template_file_stops_startup_clearly(proxy: ProxyFactory) -> None:
     from proxy.errors import TemplateError
 
