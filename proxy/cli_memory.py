@@ -234,7 +234,27 @@ async def _backfill(server: Server, chat: str, base: str, *, wait: bool) -> int:
     print(file=sys.stderr)
     for failure in overview.get("failures", []):
         print(f"failed: {failure['operation']}: {failure['error']}", file=sys.stderr)
+    open_scene = _open_scene(overview, await server.call("GET", f"{base}/scenes"))
+    if open_scene:
+        # What the bar leaves unsaid: the open scene is recapped once a break closes it.
+        print(f"not covered: {open_scene}", file=sys.stderr)
     return 1 if failed else 0
+
+
+def _open_scene(overview: dict[str, Any], scenes: list[dict[str, Any]]) -> str:
+    """The open scene's messages and when its next scene-break check comes ("" when the
+    chat has none after its last scene)."""
+    first = max((int(s["index"]) + 1 for s in scenes if s["visible"]), default=0)
+    last = int(overview.get("messages") or 0) - 1
+    if last < first:
+        return ""
+    span = f"messages #{first}-{last}, the open scene (recapped once a scene break ends it)"
+    wait = overview.get("scene_check_in")
+    if wait is None:
+        return span
+    if wait == 0:
+        return f"{span}; a scene-break check is due"
+    return f"{span}; next scene-break check after {wait} more message(s)"
 
 
 def _progress(
@@ -301,6 +321,9 @@ async def _memory(server: Server, base: str, args: argparse.Namespace) -> int:
         hidden = "" if scene["visible"] else " (hidden)"
         origin = f" ({scene['source']})" if scene["source"] in ("imported", "inherited") else ""
         print(f"scene    #{scene['first']}-{scene['index']} {scene['name'] or ''}{hidden}{origin}")
+    open_scene = _open_scene(overview, scenes)
+    if open_scene:
+        print(f"open     {open_scene}")
     running = overview["running_recap"]
     if running:
         made = f"{running['scene_count']} scene(s), {running['source']}"

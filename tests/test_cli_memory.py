@@ -27,6 +27,10 @@ async def test_backfill_builds_a_whole_chat_with_progress(
     err = capsys.readouterr().err
     assert "job(s) queued" in err and "[##############################]" in err
     assert "46/60 messages covered, 3 scene(s) (3 folded in)" in err
+    # The bar's missing part: the open scene, and when its next check comes (a check of
+    # #49-#57 found nothing; #58 and #59 are two new ones, three are needed).
+    assert "not covered: messages #46-59, the open scene" in err
+    assert "next scene-break check after 1 more message(s)" in err
     assert await cli(memory, "memory", "Ava") == 0
     out = capsys.readouterr().out
     assert "scene    #0-12" in out and "scene    #13-30" in out and "scene    #31-45" in out
@@ -54,6 +58,29 @@ async def test_breaks_regenerate_queue_and_toggle(
         await cli(memory, "memory", "Nobody")
     with pytest.raises(RecapProxyError, match="needs an index"):
         await cli(memory, "regenerate", CHAT_ID, "message")
+
+
+async def test_a_short_chat_says_when_its_first_scene_check_comes(
+    memory_proxy: MemoryFactory, capsys: pytest.CaptureFixture[str]
+) -> None:
+    rules = {"memory.minimum_scene_length": 10, "memory.scene_break_offset": 8,
+             "memory.scene_break_every": 20, "memory.scene_break_window": 40}  # fmt: skip
+    memory = await memory_proxy(8, ends=set(), **rules)
+    assert await cli(memory, "memory", CHAT_ID, "--json") == 0
+    assert '"scene_check_in": null' in capsys.readouterr().out  # not looked after yet
+    await memory.client.post("/v1/chat/completions", json=memory.story.request())
+    await memory.engine.settle()
+    assert await cli(memory, "memory", CHAT_ID) == 0
+    out = capsys.readouterr().out
+    # The 37th message is the first a check may come with: 9 to open the scene, 20 to
+    # choose from, 8 of context after them.
+    assert (
+        "open     messages #0-7, the open scene (recapped once a scene break ends it); "
+        "next scene-break check after 29 more message(s)"
+    ) in out
+    assert await cli(memory, "memory", CHAT_ID, "--off") == 0
+    out = capsys.readouterr().out
+    assert "open     messages #0-7, the open scene" in out and "check" not in out
 
 
 async def test_no_server_says_how_to_start_one(unused_tcp_port: int) -> None:

@@ -110,6 +110,36 @@ def detection_window(
     )
 
 
+def messages_until_window(
+    scene: Sequence[int],
+    *,
+    checked: int | None,
+    minimum: int,
+    offset: int,
+    every: int,
+    size: int,
+) -> int:
+    """How many more shown messages the open scene needs before `detection_window` gives
+    a window (0: it gives one now), its arguments as there. What `memory` and the
+    dashboard tell a person who wonders why a short chat has no scenes yet.
+
+    Found by asking `detection_window` itself about the scene grown one message at a
+    time, so that the answer cannot drift from the rule it describes."""
+    grown = list(scene)
+    after = max(grown[-1] if grown else -1, checked if checked is not None else -1)
+    # Past this many new messages every rule above is met (each counts messages).
+    bound = minimum + offset + every + size + 1
+    for more in range(bound + 1):
+        if more:
+            grown.append(after + more)
+        found = detection_window(
+            grown, checked=checked, minimum=minimum, offset=offset, every=every, size=size
+        )
+        if found is not None:
+            return more
+    return bound
+
+
 def detection_messages(window: Window, messages: dict[int, STMessage]) -> str:
     """`{{messages}}`: the window, where only choosable messages carry their number."""
     blocks = []

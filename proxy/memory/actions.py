@@ -47,6 +47,8 @@ class Planner(Protocol):
 
     def can_call(self, chat_id: str) -> bool: ...
 
+    def messages_until_check(self, db: Database, chat_id: str) -> int | None: ...
+
 
 class ChatSwitch(Protocol):
     """The library's per-chat on/off (it owns the index the chat path reads)."""
@@ -113,6 +115,9 @@ class MemoryActions:
                 "running_recap": _running_json(db.memory, current, current) if current else None,
                 "message_recaps": len(db.memory.message_recaps(chat_id)),
                 "left_out_through": view.cutoff if view else None,
+                # Why a short chat has no scenes yet: the open scene's next check is this
+                # many messages away (None: no check will come).
+                "scene_check_in": self.engine.messages_until_check(db, chat_id),
                 "queue": {
                     state: sum(1 for j in jobs if j.state == state)
                     for state in ("queued", "running", "failed")

@@ -438,6 +438,20 @@ class MemoryEngine:
             db.memory.optimize_search()  # its scenes changed: keep recall's queries fast
         return Planned(queued, db.jobs.first_failure(chat_id, failed_since))
 
+    def messages_until_check(self, db: Database, chat_id: str) -> int | None:
+        """How many more messages the chat's open scene needs before its next scene-break
+        check (store thread); None when none will come: the chat is not looked after
+        yet, or its memory or automatic detection is off."""
+        chat, state = db.chat(chat_id), db.memory.state(chat_id)
+        if chat is None or state is None or not state.active:
+            return None
+        s = self.settings
+        looked_after = s.enabled and chat_enabled(self.policy, chat_id, chat.enabled)
+        if not (looked_after and s.auto_scene_break):
+            return None
+        breaks = [b.position for b in db.memory.breaks(chat_id) if b.visible]
+        return self.work.messages_until_check(db, chat_id, max(breaks, default=-1), state)
+
     def stamp(
         self, db: Database, chat_id: str, operation: Operation, key: str, payload: Payload
     ) -> tuple[int | None, bool]:

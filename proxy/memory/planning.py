@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from proxy.core.jsontypes import JSONValue, as_int, as_list
 from proxy.core.recaps import exclusion
-from proxy.core.scenes import CONTEXT_BEFORE, detection_window, shown
+from proxy.core.scenes import CONTEXT_BEFORE, detection_window, messages_until_window, shown
 from proxy.core.tokens import TokenCounter
 from proxy.core.trim import Cut
 from proxy.memory.chatinfo import swipe_of
@@ -35,11 +35,55 @@ class WorkPlanner:
     ) -> Payload | None:
         """The payload of the open scene's next scene-break check, or None when no check
         can succeed yet (or one is running: its answer decides where the next starts)."""
+        if self._checking(db, chat_id):
+            return None  # its answer decides where the next check starts
+        records, checked = self._open_scene(db, chat_id, last_break, state)
+        s = self.settings
+        window = detection_window(
+            [r.position for r in records],
+            checked=checked,
+            minimum=s.minimum_scene_length,
+            offset=s.scene_break_offset,
+            every=s.scene_break_every,
+            size=s.scene_break_window,
+        )
+        if window is None:
+            return None
+        uid = {r.position: r.uid for r in records}
+        shown_uids: list[JSONValue] = [uid[p] for p in window.shown]
+        choosable: list[JSONValue] = [uid[p] for p in window.choosable]
+        return {"shown": shown_uids, "choosable": choosable, "minimum": window.minimum}
+
+    def messages_until_check(
+        self, db: Database, chat_id: str, last_break: int, state: MemoryState
+    ) -> int:
+        """How many more messages (of those detection reads) the open scene needs before
+        its next scene-break check; 0 when one is due, queued or running."""
+        if self._checking(db, chat_id, ("queued", "running")):
+            return 0
+        records, checked = self._open_scene(db, chat_id, last_break, state)
+        s = self.settings
+        return messages_until_window(
+            [r.position for r in records],
+            checked=checked,
+            minimum=s.minimum_scene_length,
+            offset=s.scene_break_offset,
+            every=s.scene_break_every,
+            size=s.scene_break_window,
+        )
+
+    @staticmethod
+    def _checking(db: Database, chat_id: str, states: tuple[str, ...] = ("running",)) -> bool:
+        jobs = db.jobs.list(chat_id, states)
+        return any(j.operation == Operation.DETECT_SCENE_BREAK for j in jobs)
+
+    def _open_scene(
+        self, db: Database, chat_id: str, last_break: int, state: MemoryState
+    ) -> tuple[list[MessageRecord], int | None]:
+        """The open scene's messages detection reads, from as far back as its next check
+        needs, and the newest position an earlier check of it found no break up to."""
         memory = db.memory
         s = self.settings
-        running = db.jobs.list(chat_id, ("running",))
-        if any(j.operation == Operation.DETECT_SCENE_BREAK for j in running):
-            return None  # its answer decides where the next check starts
         checked = memory.position_of(state.checked_uid)
         start = last_break + 1
         # A long open scene is read from just before the last check, not from its start:
@@ -69,20 +113,7 @@ class WorkPlanner:
             if len(rows) < 2 * needed:
                 break
             page = rows[-1].position + 1
-        window = detection_window(
-            [r.position for r in records],
-            checked=checked if checked is not None and checked > last_break else None,
-            minimum=s.minimum_scene_length,
-            offset=s.scene_break_offset,
-            every=s.scene_break_every,
-            size=s.scene_break_window,
-        )
-        if window is None:
-            return None
-        uid = {r.position: r.uid for r in records}
-        shown_uids: list[JSONValue] = [uid[p] for p in window.shown]
-        choosable: list[JSONValue] = [uid[p] for p in window.choosable]
-        return {"shown": shown_uids, "choosable": choosable, "minimum": window.minimum}
+        return records, checked if checked is not None and checked > last_break else None
 
     def message_batches(
         self,

@@ -134,6 +134,10 @@ async def test_a_person_follows_and_fixes_the_memory(
     served.fake.state.release.set()
     await expect(scene.locator("summary")).not_to_contain_text("no recap yet")
     await expect(page.locator("#running-version")).to_have_text("running recap v1")
+    # The open scene (#9-#15) was checked up to #13; two newer messages, one more to come.
+    await expect(page.locator('details.scene[data-scene="open"] summary')).to_contain_text(
+        "next scene-break check in 1 message"
+    )
 
     # Edit the scene's recap: a new version, and the running recap folded again.
     await scene.locator("summary").click()

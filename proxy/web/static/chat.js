@@ -35,7 +35,15 @@ async function renderChat(id) {
   await showTab({ scenes, recaps });
 }
 
+// When the open scene's next scene-break check comes ("" when none will come).
+function checkHint(o) {
+  if (o.scene_check_in === null || o.scene_check_in === undefined) return "";
+  return o.scene_check_in === 0 ? "scene-break check due"
+    : `next scene-break check in ${plural(o.scene_check_in, "message")}`;
+}
+
 function renderOverview(o) {
+  state.overview = o;
   const queue = o.queue || {};
   const box = document.getElementById("overview");
   if (!box) return;
@@ -118,7 +126,9 @@ function sceneElement(group, breaks, observer, isOpen) {
   const summary = h("summary", {}, h("strong", { class: "scene-name" }, title),
     h("span", { class: "muted" }, ` messages ${first}–${last} (${count})`),
     scene && scene.versions ? h("span", { class: "badge" }, plural(scene.versions, "version")) : "",
-    scene && !scene.recap ? h("span", { class: "badge warn" }, "no recap yet") : "");
+    scene && !scene.recap ? h("span", { class: "badge warn" }, "no recap yet") : "",
+    !scene && state.overview && checkHint(state.overview)
+      ? h("span", { class: "muted check-hint" }, ` · ${checkHint(state.overview)}`) : "");
   const body = h("div", { class: "scene-body" });
   if (scene) {
     body.append(h("div", { class: "recap", "data-recap": key }, scene.recap || "(not recapped yet)"),
