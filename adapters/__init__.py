@@ -8,6 +8,7 @@ module plus its test file, and one line here.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -65,6 +66,21 @@ class Formats:
         if path.startswith("/v1/"):
             return self.api.get(path[4:])
         return self.root.get(path)
+
+    def for_body(self, raw: bytes) -> Adapter:
+        """The adapter for a body that came without the path it was for (`identify`), by
+        the fields only its format has: a text prompt (`prompt`), Claude's Messages API
+        (`system` or `stop_sequences` beside its `messages`), else a chat completion (whose
+        adapter says what is wrong with a body that is none of them)."""
+        try:
+            body = json.loads(raw)
+        except (ValueError, RecursionError):
+            body = None  # the chat adapter's parse says what is wrong with it
+        if isinstance(body, dict) and "messages" not in body and "prompt" in body:
+            return self.api["completions"]
+        if isinstance(body, dict) and ("system" in body or "stop_sequences" in body):
+            return self.api["messages"]
+        return self.api["chat/completions"]
 
 
 def formats(settings: Callable[[], Iterable[Mapping[str, Any]]] | None = None) -> Formats:

@@ -19,7 +19,7 @@ from typing import Any
 
 from aiohttp import web
 
-from adapters import ADAPTERS
+from adapters import formats
 from proxy.chat.injection import Injector, load_injection_templates, policy_from
 from proxy.chat.providers import StaticMemory
 from proxy.cli_import import add_import_command, run_import_settings
@@ -75,7 +75,10 @@ def build_parser() -> argparse.ArgumentParser:
     chats.add_argument("--st-data", type=Path, metavar="DIR", help=st_data_help)
     chats.add_argument("--json", action="store_true", help="print JSON instead of a table")
 
-    ident = sub.add_parser("identify", help="tell which chat a chat-completion request belongs to")
+    ident = sub.add_parser(
+        "identify",
+        help="tell which chat a request belongs to (chat completion, Claude, text completion)",
+    )
     config_arg(ident)
     ident.add_argument("--st-data", type=Path, metavar="DIR", help=st_data_help)
     ident.add_argument(
@@ -85,7 +88,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     inject = sub.add_parser(
         "inject",
-        help="print the body the proxy would send upstream for a chat-completion request",
+        help="print the body the proxy would send upstream for a request (chat completion, "
+        "Claude, text completion)",
     )
     config_arg(inject)
     inject.add_argument("--position", help="before_prompt|in_prompt|in_chat|none or 2|0|1|-1")
@@ -264,7 +268,7 @@ def _inject(args: argparse.Namespace) -> int:
     if args.memory_file is not None:
         text = _read_text(args.memory_file, "memory file")
     raw = _read_bytes(args.request) if args.request else sys.stdin.buffer.read()
-    adapter = ADAPTERS["chat/completions"]
+    adapter = formats().for_body(raw)
     try:
         adapter.parse(raw)
     except AdapterError as exc:
@@ -363,12 +367,13 @@ async def _identify(args: argparse.Namespace) -> int:
     from proxy.web.api import identification_json
 
     raw = _read_bytes(args.request) if args.request else sys.stdin.buffer.read()
-    try:
-        parsed = ADAPTERS["chat/completions"].parse(raw)
-    except AdapterError as exc:
-        print(f"recap-proxy: {args.request or 'stdin'}: {exc}", file=sys.stderr)
-        return 2
     async with _open_library(args) as (library, settings):
+        # A text prompt is split into turns by the instruct template ST's settings name.
+        try:
+            parsed = formats(library.prompt_formats).for_body(raw).parse(raw)
+        except AdapterError as exc:
+            print(f"recap-proxy: {args.request or 'stdin'}: {exc}", file=sys.stderr)
+            return 2
         markers = settings.injection.history_start_markers
         found = await library.identify_request(parsed.messages, markers, args.chat_id)
     print(json.dumps(identification_json(found.identification), indent=2))

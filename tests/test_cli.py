@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from proxy.cli import GC_YOUNG, main, tune_gc
+from tests.adapters.captures import generations
 from tests.core.st_requests import st_body
 
 REQUEST = st_body("stream-04-05_send_03")  # 10 messages, history from index 4
@@ -49,6 +50,31 @@ def test_inject_in_chat(capsysbinary: pytest.CaptureFixture[bytes], request_file
     assert inserted["content"].startswith("<ROLEPLAY_RECAP>")  # the bundled template
     assert len(body["messages"]) == 11
     assert "index 8" in err and "depth 2" in err
+
+
+def test_inject_takes_a_text_prompt_and_a_claude_body(
+    capsysbinary: pytest.CaptureFixture[bytes], tmp_path: Path
+) -> None:
+    path = tmp_path / "request.json"
+    path.write_bytes(generations("textgen-llamacpp/chatml_stream")["05_send_03"])
+    memory = ("--position", "in_chat", "--depth", "2", "--memory", "Arden survived a wolf attack.")
+    code, out, err = run(capsysbinary, "inject", *memory, str(path))
+    assert code == 0 and "in_chat, depth 2" in err
+    prompt = json.loads(out)["prompt"]
+    # A system turn of the prompt's own template before the last two chat messages (ST's
+    # depth), which the open reply's turn follows.
+    turn = "<|im_start|>system\n<ROLEPLAY_RECAP>"
+    assert prompt.count(turn) == 1
+    after = prompt.split(turn)[1]
+    assert after.count("<|im_start|>") == 3 and after.endswith("<|im_start|>assistant\nSeraphina:")
+    path.write_bytes(generations("claude/stream")["05_send_03"])
+    code, out, err = run(capsysbinary, "inject", *memory, str(path))
+    assert code == 0
+    turns = json.loads(out)["messages"]
+    # Claude's turns alternate: the memory joins the user turn before its depth.
+    assert len(turns) == 7 and turns[4]["role"] == "user"
+    assert turns[4]["content"].startswith("My name is Arden. I remember a wolf attack")
+    assert turns[4]["content"].endswith("\n\nArden survived a wolf attack.\n</ROLEPLAY_RECAP>")
 
 
 def test_inject_reads_stdin_and_memory_file(

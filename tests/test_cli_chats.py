@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from proxy.cli import main
+from tests.adapters.captures import SOURCES, chats_before, generations
 from tests.st_data import CAPTURE, GROUP_ID, SOLO_ID, final_state
 
 
@@ -45,3 +46,42 @@ def test_missing_data_folder_is_a_clear_error(
 ) -> None:
     assert main(["chats", "--st-data", str(tmp_path / "nope")]) == 1
     assert "no SillyTavern data folder" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "run",
+    [
+        "claude/stream",
+        "claude/stream_sysprompt",
+        "textgen-llamacpp/chatml_stream",
+        "textgen-ollama/chatml_stream",
+        "kobold-classic/chatml_stream",
+        "textgen-generic/noinstruct_stream",
+    ],
+)
+@pytest.mark.parametrize(
+    ("step", "generation"),
+    [("05_send_03", "normal"), ("06_swipe", "swipe"), ("07_continue", "continue")],
+)
+def test_identify_takes_every_format_st_sends(
+    run: str, step: str, generation: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A Claude body, or a text prompt split by its instruct template, as the chat path
+    # reads them: before, anything but a chat completion was "no `messages` list".
+    data = tmp_path / "data"
+    [chat] = chats_before(SOURCES / run, step, data)
+    path = tmp_path / "request.json"
+    path.write_bytes(generations(run)[step])
+    assert main(["identify", "--st-data", str(data), str(path)]) == 0
+    answer = json.loads(capsys.readouterr().out)
+    chat_id = str(chat.relative_to(data).with_suffix(""))
+    assert (answer["chat"], answer["generation"]) == (chat_id, generation)
+
+
+def test_identify_says_what_is_wrong_with_a_body(
+    st_data: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "request.json"
+    path.write_text('{"model": "m"}')
+    assert main(["identify", "--st-data", str(st_data), str(path)]) == 2
+    assert "no `messages` list" in capsys.readouterr().err

@@ -9,7 +9,6 @@ import time
 
 from aiohttp import web
 
-from adapters import ADAPTERS
 from proxy.core.jsontypes import JSONObject
 from proxy.core.models import Identification
 from proxy.errors import NotFound, Unavailable
@@ -17,7 +16,7 @@ from proxy.library import ChatLibrary
 from proxy.store import Database
 from proxy.store.overview import chat_summaries, idle
 from proxy.store.records import ChatRecord, MessageRecord
-from proxy.web.keys import LIBRARY, SETTINGS
+from proxy.web.keys import FORMATS, LIBRARY, SETTINGS
 from proxy.web.params import path_number, query_number
 
 SHORT_TEXT = 200
@@ -120,7 +119,7 @@ async def get_chat(request: web.Request) -> web.Response:
 async def identify_request(request: web.Request) -> web.Response:
     library = library_of(request)
     raw = await request.read()
-    parsed = ADAPTERS["chat/completions"].parse(raw)  # AdapterError: a 400
+    parsed = request.app[FORMATS].for_body(raw).parse(raw)  # AdapterError: a 400
     markers = request.app[SETTINGS].injection.history_start_markers
     found = await library.identify_request(
         parsed.messages, markers, request.headers.get("X-ST-Chat-Id")

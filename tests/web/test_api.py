@@ -17,6 +17,7 @@ from proxy.library import ChatLibrary
 from proxy.store import Store
 from proxy.web import make_app
 from proxy.web.keys import LIBRARY
+from tests.adapters.captures import SOURCES, chats_before, generations
 from tests.conftest import FakeLLM, make_settings
 from tests.st_data import GROUP_ID, SOLO_ID, final_state
 
@@ -239,3 +240,21 @@ async def test_lore_of_a_generated_message(
     assert lore["generation"] == "swipe" and lore["swipe"] == 1
     assert (await client.get(url)).status == 404  # swipe 0 was made before the proxy
     assert (await client.get(url + "?swipe=x")).status == 400
+
+
+@pytest.mark.parametrize("run", ["claude/stream", "textgen-koboldcpp/chatml_stream"])
+async def test_identify_endpoint_takes_claude_and_text_bodies(
+    aiohttp_client: Callable[..., Any], tmp_path: Path, run: str
+) -> None:
+    data = tmp_path / "data"
+    [chat] = chats_before(SOURCES / run, "06_swipe", data)
+    settings = make_settings(
+        **{"sillytavern.data_dir": str(data), "store.path": str(tmp_path / "store.sqlite3")}
+    )
+    app = make_app(settings)
+    client = await aiohttp_client(app)
+    await asyncio.wait_for(app[LIBRARY].indexed.wait(), 10)
+    body = generations(run)["06_swipe"]
+    answer = await (await client.post("/recap/api/identify", data=body)).json()
+    chat_id = str(chat.relative_to(data).with_suffix(""))
+    assert (answer["chat"], answer["generation"]) == (chat_id, "swipe")
