@@ -264,6 +264,20 @@ async def _probe(
     if status >= 500:
         return Check(what, False, f"{safe_url(base_url)} answers {status}",
                      "look at the API's own log")  # fmt: skip
+    if status == 404 and not urlsplit(base_url).path.rstrip("/").endswith("/v1"):
+        # The commonest slip: the server's address without its `/v1`. Not an error for a
+        # Text Completion server (Ollama's native API is at its root), so only said.
+        with_v1 = base_url.rstrip("/") + "/v1"
+        try:
+            async with http.get(with_v1 + "/models", headers=headers) as answer:
+                found = answer.status
+        except (aiohttp.ClientError, TimeoutError):
+            found = 404
+        if found < 400 or found in (401, 403):
+            return Check(what, True, f"{safe_url(base_url)} answers (404 at /models, but "
+                         f"{safe_url(with_v1)}/models answers {found}: for ST's Chat "
+                         f"Completion through the proxy, set {setting} to {safe_url(with_v1)}; "
+                         "a Text Completion server's URL stays as ST has it)")  # fmt: skip
     return Check(what, True, f"{safe_url(base_url)} answers ({status})")
 
 

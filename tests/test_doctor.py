@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from aiohttp import web
 
 from proxy.cli import main
 from tests.conftest import FakeLLM
@@ -86,6 +87,32 @@ async def test_an_upstream_down_and_a_missing_data_folder(
     assert "[upstream] base_url" in checks["upstream"]["fix"]
     assert checks["SillyTavern data"]["ok"] is False
     assert "data_dir" in checks["SillyTavern data"]["fix"]
+
+
+async def test_an_upstream_without_its_v1_is_pointed_out(
+    tmp_path: Path, aiohttp_server: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # An OpenAI-compatible server that answers only under /v1, as most do.
+    async def models(_: web.Request) -> web.Response:
+        return web.json_response({"data": []})
+
+    app = web.Application()
+    app.router.add_get("/v1/models", models)
+    server = await aiohttp_server(app)
+    root = str(server.make_url("")).rstrip("/")
+    data, config, _ = setup(tmp_path, root)
+    _, checks = await _doctor(config, data, capsys)
+    detail = checks["upstream"]["detail"]
+    assert checks["upstream"]["ok"] is True  # a Text Completion server may be right so
+    assert f"404 at /models, but {root}/v1/models answers 200" in detail
+    assert f"set [upstream] base_url (--upstream) to {root}/v1" in detail
+    # With its /v1, or for a server that has no /v1 either, nothing more is said.
+    data, config, _ = setup(tmp_path / "again", root + "/v1")
+    _, checks = await _doctor(config, data, capsys)
+    assert checks["upstream"]["detail"] == f"{root}/v1 answers (200)"
+    data, config, _ = setup(tmp_path / "other", root + "/api")
+    _, checks = await _doctor(config, data, capsys)
+    assert checks["upstream"]["detail"] == f"{root}/api answers (404)"
 
 
 def test_a_bad_config_says_the_key_and_the_text_output_marks_each_line(
