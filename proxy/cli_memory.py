@@ -305,6 +305,11 @@ async def _memory(server: Server, base: str, args: argparse.Namespace) -> int:
         print(json.dumps({**overview, "scene_list": scenes}, indent=2, ensure_ascii=False))
         return 0
     state = {True: "on", False: "off", None: "default"}[overview["enabled"]]
+    effect = "on" if overview["on"] else "off"
+    if state == "default":
+        state = f"default ({effect})"
+    elif state != effect:
+        state += f" (but {effect}: [injection] enabled or use_global_toggle_state decide)"
     print(f"chat:    {overview['chat']}")
     print(f"memory:  {state}{'' if overview['active'] else ' (not active yet)'}")
     queue = overview["queue"]

@@ -72,6 +72,7 @@ async def test_a_short_chat_says_when_its_first_scene_check_comes(
     await memory.engine.settle()
     assert await cli(memory, "memory", CHAT_ID) == 0
     out = capsys.readouterr().out
+    assert "memory:  default (on)\n" in out  # what the default comes to
     # The 37th message is the first a check may come with: 9 to open the scene, 20 to
     # choose from, 8 of context after them.
     assert (
@@ -81,6 +82,16 @@ async def test_a_short_chat_says_when_its_first_scene_check_comes(
     assert await cli(memory, "memory", CHAT_ID, "--off") == 0
     out = capsys.readouterr().out
     assert "open     messages #0-7, the open scene" in out and "check" not in out
+    assert "memory:  off\n" in out
+
+
+async def test_a_chats_own_state_that_a_global_switch_overrules_says_so(
+    memory_proxy: MemoryFactory, capsys: pytest.CaptureFixture[str]
+) -> None:
+    memory = await memory_proxy(8, ends=set(), **{"injection.use_global_toggle_state": True})
+    assert await cli(memory, "memory", CHAT_ID, "--off") == 0
+    out = capsys.readouterr().out
+    assert "memory:  off (but on: [injection] enabled or use_global_toggle_state decide)" in out
 
 
 async def test_no_server_says_how_to_start_one(unused_tcp_port: int) -> None:

@@ -47,6 +47,8 @@ class Planner(Protocol):
 
     def can_call(self, chat_id: str) -> bool: ...
 
+    def memory_on(self, chat_id: str, own_state: bool | None) -> bool: ...
+
     def messages_until_check(self, db: Database, chat_id: str) -> int | None: ...
 
 
@@ -107,6 +109,7 @@ class MemoryActions:
             return {
                 "chat": chat_id,
                 "enabled": chat.enabled,
+                "on": self.engine.memory_on(chat_id, chat.enabled),  # what `enabled` comes to
                 "active": bool(state and state.active),
                 "messages": chat.messages,
                 "scenes": len(breaks),

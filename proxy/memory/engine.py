@@ -438,6 +438,11 @@ class MemoryEngine:
             db.memory.optimize_search()  # its scenes changed: keep recall's queries fast
         return Planned(queued, db.jobs.first_failure(chat_id, failed_since))
 
+    def memory_on(self, chat_id: str, own_state: bool | None) -> bool:
+        """Whether this chat's requests get memory: its own on/off (`own_state`, None for
+        the default) as `[injection]` lets it count."""
+        return chat_enabled(self.policy, chat_id, own_state)
+
     def messages_until_check(self, db: Database, chat_id: str) -> int | None:
         """How many more messages the chat's open scene needs before its next scene-break
         check (store thread); None when none will come: the chat is not looked after
@@ -446,8 +451,7 @@ class MemoryEngine:
         if chat is None or state is None or not state.active:
             return None
         s = self.settings
-        looked_after = s.enabled and chat_enabled(self.policy, chat_id, chat.enabled)
-        if not (looked_after and s.auto_scene_break):
+        if not (s.enabled and s.auto_scene_break and self.memory_on(chat_id, chat.enabled)):
             return None
         breaks = [b.position for b in db.memory.breaks(chat_id) if b.visible]
         return self.work.messages_until_check(db, chat_id, max(breaks, default=-1), state)

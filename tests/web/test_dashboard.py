@@ -125,6 +125,7 @@ async def test_a_person_follows_and_fixes_the_memory(
     await expect(page.locator("#live")).to_have_text("live")
     await chats.locator("a").click()
     await expect(page.locator("#chat-title")).to_have_text(CHAT_ID.rsplit("/", 1)[1])
+    await expect(page.locator("#overview")).to_contain_text("memory default (on)")
 
     # The model works while the page watches: the scene shows first, then its recap.
     served.fake.state.faults["scene_recap"] = ["hold"]

@@ -42,6 +42,14 @@ function checkHint(o) {
     : `next scene-break check in ${plural(o.scene_check_in, "message")}`;
 }
 
+// The chat's own on/off, and what it comes to when that differs (the default, or a
+// global switch that overrules it).
+function memoryState(o) {
+  const own = o.enabled === null ? "default" : o.enabled ? "on" : "off";
+  const effect = o.on ? "on" : "off";
+  return own === effect ? own : `${own} (${effect})`;
+}
+
 function renderOverview(o) {
   state.overview = o;
   const queue = o.queue || {};
@@ -52,7 +60,7 @@ function renderOverview(o) {
     h("span", { id: "running-version" }, o.running_recap ? "running recap v" + o.running_recap.version : "no running recap yet"),
     " · ", `queue ${queue.queued || 0} queued, ${queue.running || 0} running`,
     queue.failed ? h("span", { class: "badge bad" }, queue.failed + " failed") : "",
-    " · memory ", o.enabled === null ? "default" : o.enabled ? "on" : "off"));
+    " · memory ", memoryState(o)));
 }
 
 // `story`: the scenes and recaps when the caller has them already.
