@@ -20,6 +20,10 @@ def add_service_commands(
         "doctor", help="check the whole setup: config, store, port, ST's settings, the APIs"
     )
     config_arg(doctor)
+    # serve's own options: the checks test what `serve` run with them would use.
+    doctor.add_argument("--host", help="as for serve: the listen address to check")
+    doctor.add_argument("--port", type=int, help="as for serve: the listen port to check")
+    doctor.add_argument("--upstream", help="as for serve: the real API's base URL to check")
     doctor.add_argument("--st-data", type=Path, metavar="DIR", help=st_data_help)
     doctor.add_argument("--json", action="store_true", help="print the checks as JSON")
     service = sub.add_parser("service", help="run serve in the background: install, uninstall")
@@ -62,6 +66,11 @@ async def run_doctor(args: argparse.Namespace) -> int:
     from proxy.doctor import render, run_checks
 
     setup_logging("error")  # the checks say what matters; a library's warning is noise here
-    checks = await run_checks(args.config, args.st_data)
+    overrides = {
+        "server.host": args.host,
+        "server.port": args.port,
+        "upstream.base_url": args.upstream,
+    }
+    checks = await run_checks(args.config, args.st_data, overrides=overrides)
     print(render(checks, args.json))
     return 0 if all(c.ok is not False for c in checks) else 1

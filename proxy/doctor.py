@@ -13,8 +13,8 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
-from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -45,12 +45,17 @@ class Check:
 
 
 async def run_checks(
-    config: Path | None, st_data: Path | None, *, env: dict[str, str] | None = None
+    config: Path | None,
+    st_data: Path | None,
+    *,
+    env: dict[str, str] | None = None,
+    overrides: Mapping[str, Any] | None = None,
 ) -> list[Check]:
-    """Every check, in the order a user would fix things."""
+    """Every check, in the order a user would fix things. `overrides`: what `serve` takes
+    on its command line (`--upstream`, `--port`, ...), as dotted settings keys."""
     checks: list[Check] = []
     try:
-        settings = load_settings(config, env=env)
+        settings = load_settings(config, env=env, overrides=overrides)
         default = default_config_path()
         path = config or (default if default.exists() else None)
         detail = f"{path} is valid" if path else f"no config file ({default}): the defaults apply"
@@ -61,10 +66,12 @@ async def run_checks(
         # The other checks test what the user did set (their port, upstream, folders), the
         # bad keys left at their defaults; a file that cannot be read leaves the defaults.
         try:
-            settings = load_settings_partly(config, env=env)
+            settings = load_settings_partly(config, env=env, overrides=overrides)
             then = "the checks below use the rest of the file"
         except ConfigError:
-            settings, then = Settings(), "the checks below use the defaults"
+            settings = load_settings_partly(config, env=env, overrides=overrides, read=False)
+            given = any(v is not None for v in (overrides or {}).values())
+            then = "the checks below use the defaults" + (" and the command line" if given else "")
         checks.append(Check("config", False, f"{detail}; {then}", fix))
     if st_data is not None:
         settings = settings.model_copy(
@@ -80,7 +87,7 @@ async def run_checks(
         checks.append(_data(settings, data_dir))
         if data_dir is not None:
             checks.extend(_st_points_here(data_dir, origin, settings))
-        checks.append(await _upstream(http, settings))
+        checks.append(await _upstream(http, settings, running))
         for route in settings.upstream.routes:
             key = route.api_key.get_secret_value() if route.api_key is not None else None
             where = f"[[upstream.routes]] {route.prefix} base_url"
@@ -140,9 +147,16 @@ async def _running(
     try:
         async with http.get(origin + "/health", headers=headers) as answer:
             body = await answer.json(content_type=None)
+        if not (isinstance(body, dict) and "uptime_s" in body):
+            return None
+        # Where it forwards to (its `/` says), which its command line may have set.
+        async with http.get(origin + "/", headers=headers) as answer:
+            root = await answer.json(content_type=None)
     except (aiohttp.ClientError, TimeoutError, ValueError):
         return None
-    return body if isinstance(body, dict) and "uptime_s" in body else None
+    if isinstance(root, dict) and isinstance(root.get("upstream"), str):
+        body["forwards_to"] = root["upstream"]
+    return body
 
 
 def _port(settings: Settings, running: dict[str, Any] | None) -> Check:
@@ -281,11 +295,20 @@ async def _probe(
     return Check(what, True, f"{safe_url(base_url)} answers ({status})")
 
 
-async def _upstream(http: aiohttp.ClientSession, settings: Settings) -> Check:
+async def _upstream(
+    http: aiohttp.ClientSession, settings: Settings, running: dict[str, Any] | None
+) -> Check:
     upstream = settings.upstream
     key = upstream.api_key.get_secret_value() if upstream.api_key is not None else None
     setting = "[upstream] base_url (--upstream)"
-    return await _probe(http, upstream.base_url, key, "upstream", setting)
+    found = await _probe(http, upstream.base_url, key, "upstream", setting)
+    elsewhere = (running or {}).get("forwards_to")
+    if elsewhere and elsewhere.rstrip("/") != safe_url(upstream.base_url).rstrip("/"):
+        # `serve --upstream URL` with no config: the checks would test another API.
+        note = (f"; the running recap-proxy forwards to {elsewhere} instead "
+                f"(`doctor --upstream {elsewhere}` checks that one)")  # fmt: skip
+        return replace(found, detail=found.detail + note)
+    return found
 
 
 async def _memory_llm(http: aiohttp.ClientSession, settings: Settings) -> Check:

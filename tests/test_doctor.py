@@ -153,6 +153,14 @@ def test_a_config_that_is_not_toml_leaves_the_defaults(
     assert "not valid TOML" in checks["config"]["detail"]
     assert "the checks below use the defaults" in checks["config"]["detail"]
     assert "127.0.0.1:5001" in checks["upstream"]["detail"]
+    # What the command line gives still counts.
+    down = f"http://127.0.0.1:{free_port()}/api/v1"
+    argv = ["doctor", "--config", str(config), "--upstream", down, "--port", "8799", "--json"]
+    assert main(argv) == 1
+    checks = {c["name"]: c for c in json.loads(capsys.readouterr().out)["checks"]}
+    assert "the checks below use the defaults and the command line" in checks["config"]["detail"]
+    assert f"{down} does not answer" in checks["upstream"]["detail"]
+    assert "127.0.0.1:8799" in checks["port"]["detail"]
 
 
 async def _doctor(
@@ -197,3 +205,32 @@ def test_a_running_proxy_with_an_access_key_is_seen_and_asked(
     assert checks["requests in the last hour"]["ok"] is None  # none went through it yet
     assert checks["memory jobs"]["ok"] is True
     assert code == 1  # the upstream is down and ST points elsewhere
+
+
+async def test_doctor_takes_serves_options_and_names_the_running_proxys_upstream(
+    tmp_path: Path, fake_llm: FakeLLM, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The README's way: `serve --upstream URL`, the config (here) naming another API.
+    down = f"http://127.0.0.1:{free_port()}/v1"
+    data, config, port = setup(tmp_path, down)
+    args = ("--config", str(config), "--st-data", str(data))
+    proc = launch(tmp_path, "proxy", "serve", *args, "--upstream", fake_llm.base_url)
+    try:
+        await asyncio.to_thread(wait_for_port, port, proc)
+        _, checks = await _doctor(config, data, capsys)
+        upstream = checks["upstream"]
+        assert upstream["ok"] is False and f"{down} does not answer" in upstream["detail"]
+        assert (
+            f"the running recap-proxy forwards to {fake_llm.base_url} instead" in upstream["detail"]
+        )
+        assert f"`doctor --upstream {fake_llm.base_url}` checks that one" in upstream["detail"]
+
+        def with_upstream() -> dict[str, Any]:
+            main(["doctor", *args, "--upstream", fake_llm.base_url, "--json"])
+            return json.loads(capsys.readouterr().out)
+
+        report = await asyncio.to_thread(with_upstream)
+    finally:
+        stop(proc)
+    [upstream] = [c for c in report["checks"] if c["name"] == "upstream"]
+    assert upstream == {**upstream, "ok": True, "detail": f"{fake_llm.base_url} answers (200)"}

@@ -291,12 +291,17 @@ MAX_LEFT_OUT = 64
 
 
 def load_settings_partly(
-    path: Path | None = None, *, env: Mapping[str, str] | None = None
+    path: Path | None = None,
+    *,
+    env: Mapping[str, str] | None = None,
+    overrides: Mapping[str, Any] | None = None,
+    read: bool = True,
 ) -> Settings:
     """What `load_settings` would give were each bad key left out (at its default): for
     `doctor`, whose other checks should test the port, the upstream and the folders the user
-    did set, not the defaults. Raises `ConfigError` only when the file cannot be read."""
-    data, _, _ = _gather(path, env, None)
+    did set, not the defaults. Raises `ConfigError` only when the file cannot be read;
+    `read=False` leaves it unread (the environment and `overrides` still count)."""
+    data, _, _ = _gather(path, env, overrides, read=read)
     # One key at a time: leaving out a list item shifts the places named after it.
     for _ in range(MAX_LEFT_OUT):
         try:
@@ -331,14 +336,19 @@ def _take_out(data: Any, loc: tuple[int | str, ...]) -> bool:
 
 
 def _gather(
-    path: Path | None, env: Mapping[str, str] | None, overrides: Mapping[str, Any] | None
+    path: Path | None,
+    env: Mapping[str, str] | None,
+    overrides: Mapping[str, Any] | None,
+    *,
+    read: bool = True,
 ) -> tuple[dict[str, Any], Path | None, set[str]]:
-    """The file's values, then the environment's, then `overrides`, merged (not yet
-    validated); the file read, if any; the dotted keys the environment set."""
+    """The file's values (none when not `read`), then the environment's, then
+    `overrides`, merged (not yet validated); the file read, if any; the dotted keys the
+    environment set."""
     data: dict[str, Any] = {}
     explicit = path is not None
     path = path if explicit else default_config_path()
-    if path is not None and (explicit or path.exists()):
+    if read and path is not None and (explicit or path.exists()):
         data = _read_toml(path)
     else:
         path = None
