@@ -9,6 +9,7 @@ commands do, so that the user sees what runs.
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from xml.sax.saxutils import escape
@@ -29,12 +30,13 @@ class ServiceFile:
     notes: tuple[str, ...] = ()
 
 
-def command(python: str, config: Path | None) -> list[str]:
-    """`serve` from this environment (its Python and packages), with the config given."""
+def command(python: str, config: Path | None, options: Sequence[str] = ()) -> list[str]:
+    """`serve` from this environment (its Python and packages), with the config given and
+    `options` (serve's own, as `--upstream URL`)."""
     args = [python, "-m", "proxy", "serve"]
     if config is not None:
         args += ["--config", str(config.expanduser().resolve())]
-    return args
+    return args + list(options)
 
 
 def service_file(
@@ -43,9 +45,10 @@ def service_file(
     python: str,
     config: Path | None,
     environ: dict[str, str] | None = None,
+    options: Sequence[str] = (),
 ) -> ServiceFile:
     environ = dict(os.environ) if environ is None else environ
-    args = command(python, config)
+    args = command(python, config, options)
     if platform.startswith("linux"):
         return _systemd(home, args, environ)
     if platform == "darwin":
