@@ -113,8 +113,25 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def parse(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argparse.Namespace:
+    """`parse_args`, except that an option the command does not take is reported with that
+    command's usage (`recap-proxy memory: error: ... --st-data`), not the top level's,
+    which lists only the command names and leaves the user to guess which options apply."""
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        chosen = parser
+        while True:
+            subs = [a for a in chosen._actions if isinstance(a, argparse._SubParsersAction)]
+            name = getattr(args, subs[0].dest, None) if subs else None
+            if name is None:
+                break
+            chosen = subs[0].choices[name]
+        chosen.error(f"unrecognized arguments: {' '.join(extra)}")
+    return args
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    args = parse(build_parser(), argv)
     try:
         if args.command == "serve":
             return _serve(args)

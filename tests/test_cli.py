@@ -147,3 +147,24 @@ def test_a_server_collects_young_objects_less_often() -> None:
         assert gc.get_threshold() == (GC_YOUNG, 10, 10) and GC_YOUNG > 700
     finally:
         gc.set_threshold(*before)
+
+
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        (["memory", "Ava", "--st-data", "x"], "memory: error: unrecognized arguments: --st-data x"),
+        (
+            ["service", "install", "--bogus"],
+            "service install: error: unrecognized arguments: --bogus",
+        ),
+        (["identify", "a.json", "b.json"], "identify: error: unrecognized arguments: b.json"),
+    ],
+)
+def test_an_option_a_command_does_not_take_is_named_with_its_usage(
+    argv: list[str], said: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as stopped:
+        main(argv)
+    err = capsys.readouterr().err
+    assert stopped.value.code == 2 and f"recap-proxy {said}" in err
+    assert f"usage: recap-proxy {argv[0]}" in err  # the command's usage, not the top level's
