@@ -147,13 +147,16 @@ async def _running(
     try:
         async with http.get(origin + "/health", headers=headers) as answer:
             body = await answer.json(content_type=None)
-        if not (isinstance(body, dict) and "uptime_s" in body):
-            return None
-        # Where it forwards to (its `/` says), which its command line may have set.
+    except (aiohttp.ClientError, TimeoutError, ValueError):
+        return None
+    if not (isinstance(body, dict) and "uptime_s" in body):
+        return None
+    # Where it forwards to (its `/` says), which its command line may have set.
+    try:
         async with http.get(origin + "/", headers=headers) as answer:
             root = await answer.json(content_type=None)
     except (aiohttp.ClientError, TimeoutError, ValueError):
-        return None
+        root = None
     if isinstance(root, dict) and isinstance(root.get("upstream"), str):
         body["forwards_to"] = root["upstream"]
     return body
