@@ -227,7 +227,8 @@ async def test_doctor_takes_serves_options_and_names_the_running_proxys_upstream
 
         def with_upstream() -> dict[str, Any]:
             main(["doctor", *args, "--upstream", fake_llm.base_url, "--json"])
-            return json.loads(capsys.readouterr().out)
+            found: dict[str, Any] = json.loads(capsys.readouterr().out)
+            return found
 
         report = await asyncio.to_thread(with_upstream)
     finally:
