@@ -16,7 +16,7 @@ from proxy.library import ChatLibrary
 from proxy.store import Database
 from proxy.store.overview import chat_summaries, idle
 from proxy.store.records import ChatRecord, MessageRecord
-from proxy.web.keys import FORMATS, LIBRARY, SETTINGS
+from proxy.web.keys import ENGINE, FORMATS, LIBRARY, SETTINGS
 from proxy.web.params import path_number, query_number
 
 SHORT_TEXT = 200
@@ -48,7 +48,9 @@ def library_of(request: web.Request) -> ChatLibrary:
 
 async def list_chats(request: web.Request) -> web.Response:
     """Every chat, with its memory at a glance (`enabled`: its own on/off, null for the
-    default; `memory`: scenes, running version, queue; `usage`: the proxy's calls)."""
+    default; `on`: what that comes to, null without memory; `memory`: scenes, running
+    version, queue; `usage`: the proxy's calls)."""
+    engine = request.app.get(ENGINE)
 
     def work(db: Database) -> list[JSONObject]:
         memory = chat_summaries(db.db)
@@ -57,6 +59,7 @@ async def list_chats(request: web.Request) -> web.Response:
             {
                 **chat_summary(r),
                 "enabled": r.enabled,
+                "on": engine.memory_on(r.id, r.enabled) if engine is not None else None,
                 "memory": memory.get(r.id) or idle(),
                 "usage": {k: dict(v) for k, v in usage.get(r.id, {}).items()},
             }

@@ -83,6 +83,8 @@ async def test_list_and_show_chats(client: TestClient[Any, Any]) -> None:
         "kind": "character",
         "name": "Seraphina",  # as the chat calls her, not her folder (default_Seraphina)
         "messages": 16,
+        "enabled": None,  # its own on/off: the default,
+        "on": True,  # which is on
     }
     assert chats[1]["kind"] == "group"
     assert chats[1]["name"] == group_name()

@@ -122,6 +122,7 @@ async def test_a_person_follows_and_fixes_the_memory(
     await page.fill("#filter", "ava")
     chats = page.locator("#chats tbody tr:visible")
     await expect(chats).to_have_count(1)
+    await expect(chats.locator('option[value="default"]')).to_have_text("default (on)")
     await expect(page.locator("#live")).to_have_text("live")
     await chats.locator("a").click()
     await expect(page.locator("#chat-title")).to_have_text(CHAT_ID.rsplit("/", 1)[1])

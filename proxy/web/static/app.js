@@ -184,7 +184,9 @@ async function renderChats(fresh = true) {
         const value = { on: true, off: false, default: null }[e.target.value];
         await act("PUT", chatPath(c.id) + "/memory", { enabled: value }, "memory " + e.target.value);
       },
-    }, ["default", "on", "off"].map((v) => h("option", { value: v }, v)));
+    }, ["default", "on", "off"].map((v) => h("option", { value: v },
+      // What the default comes to for this chat, where the proxy has memory at all.
+      v === "default" && c.on != null ? `default (${c.on ? "on" : "off"})` : v)));
     toggle.value = c.enabled === true ? "on" : c.enabled === false ? "off" : "default";
     const title = c.file.split("/").pop().replace(/\.jsonl$/, "");
     return h("tr", { "data-chat": c.id, "data-name": [title, c.name, c.owner, c.user].join(" ").toLowerCase() },
