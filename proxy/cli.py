@@ -20,6 +20,7 @@ from typing import Any
 from aiohttp import web
 
 from adapters import formats
+from adapters.text_completions import NAME as TEXT
 from proxy.chat.injection import Injector, load_injection_templates, policy_from
 from proxy.chat.providers import StaticMemory
 from proxy.cli_import import add_import_command, run_import_settings
@@ -384,13 +385,24 @@ async def _identify(args: argparse.Namespace) -> int:
     from proxy.web.api import identification_json
 
     raw = _read_bytes(args.request) if args.request else sys.stdin.buffer.read()
-    async with _open_library(args) as (library, settings):
-        # A text prompt is split into turns by the instruct template ST's settings name.
+    where = args.request or "stdin"
+    adapter = formats().for_body(raw)
+    parsed = None
+    if adapter.name != TEXT:
+        # A body that is not one is said before the data folder is indexed.
         try:
-            parsed = formats(library.prompt_formats).for_body(raw).parse(raw)
+            parsed = adapter.parse(raw)
         except AdapterError as exc:
-            print(f"recap-proxy: {args.request or 'stdin'}: {exc}", file=sys.stderr)
+            print(f"recap-proxy: {where}: {exc}", file=sys.stderr)
             return 2
+    async with _open_library(args) as (library, settings):
+        if parsed is None:
+            # A text prompt is split into turns by the instruct template ST's settings name.
+            try:
+                parsed = formats(library.prompt_formats).for_body(raw).parse(raw)
+            except AdapterError as exc:
+                print(f"recap-proxy: {where}: {exc}", file=sys.stderr)
+                return 2
         markers = settings.injection.history_start_markers
         found = await library.identify_request(parsed.messages, markers, args.chat_id)
     print(json.dumps(identification_json(found.identification), indent=2))

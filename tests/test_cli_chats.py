@@ -85,3 +85,6 @@ def test_identify_says_what_is_wrong_with_a_body(
     path.write_text('{"model": "m"}')
     assert main(["identify", "--st-data", str(st_data), str(path)]) == 2
     assert "no `messages` list" in capsys.readouterr().err
+    # Said before any data folder is looked at (none here).
+    assert main(["identify", "--st-data", str(tmp_path / "nowhere"), str(path)]) == 2
+    assert "no `messages` list" in capsys.readouterr().err
