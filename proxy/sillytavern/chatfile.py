@@ -287,10 +287,24 @@ def _is_header(obj: dict[str, Any]) -> bool:
     return "mes" not in obj and "user_name" in obj and "character_name" in obj
 
 
+def _loads(raw: bytes | memoryview) -> Any:
+    """One line's JSON, read as ST reads it: ST decodes its files as UTF-8 with each
+    invalid byte sequence replaced (node's `'utf8'`), so such a line is a message there,
+    and must be one here too, or every later message's index would differ from ST's."""
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        try:
+            bytes(raw).decode("utf-8")
+        except UnicodeDecodeError:
+            return orjson.loads(bytes(raw).decode("utf-8", "replace"))
+        raise
+
+
 def parse_message(raw: bytes | memoryview) -> STMessage:
     """Parse one message line; raises ValueError with the reason."""
     try:
-        obj = orjson.loads(raw)
+        obj = _loads(raw)
     except orjson.JSONDecodeError as exc:
         raise ValueError(f"not JSON ({exc})") from None
     if not isinstance(obj, dict):
@@ -318,7 +332,7 @@ def parse_chat(
     header: ChatHeader | None = None
     if lines:
         try:
-            first = orjson.loads(view[lines[0].start : lines[0].end])
+            first = _loads(view[lines[0].start : lines[0].end])
         except orjson.JSONDecodeError:
             first = None
         if isinstance(first, dict) and _is_header(first):

@@ -147,6 +147,23 @@ def test_malformed_lines_are_skipped_counted_and_logged(caplog: pytest.LogCaptur
     assert "x.jsonl: skipped 3 malformed line(s): line 3: not JSON" in caplog.text
 
 
+def test_a_line_with_bytes_that_are_not_utf8_is_read_as_st_reads_it() -> None:
+    # ST decodes with each bad sequence replaced (node's 'utf8') and keeps the message:
+    # skipping it would shift every later message's index away from ST's.
+    broken = json.dumps(GREETING).encode().replace(b"Welcome", b"Wel\xff\xfecome")
+    assert broken != json.dumps(GREETING).encode()
+    chat = parse_chat(
+        b"\n".join([json.dumps(HEADER_115).encode(), broken, json.dumps(USER).encode()])
+    )
+    assert not chat.bad
+    texts = [m.mes for m in every(chat)]
+    assert texts == [str(GREETING["mes"]).replace("Welcome", "Wel\ufffd\ufffdcome"), USER["mes"]]
+    # A header so broken is still the header.
+    header = json.dumps(HEADER_115).encode().replace(b"Parent", b"Par\xc3ent")
+    chat = parse_chat(b"\n".join([header, json.dumps(USER).encode()]))
+    assert chat.header is not None and chat.header.main_chat == "Par\ufffdent"
+
+
 def test_real_capture_files() -> None:
     solo = CAPTURE / "final" / "chats" / "default_Seraphina"
     chat = parse_chat(next(solo.glob("*.jsonl")).read_bytes())
