@@ -36,7 +36,7 @@ from proxy.core.identify import (
 from proxy.core.models import ChatMessage, HistorySpan, Identification
 from proxy.core.placement import find_history
 from proxy.sillytavern.changes import EarlyReads, Freshness
-from proxy.sillytavern.chatfile import RecentSplits, file_digest, parse_chat
+from proxy.sillytavern.chatfile import ChatFile, RecentSplits, file_digest, parse_chat
 from proxy.sillytavern.layout import (
     SUFFIX,
     ChatLocation,
@@ -437,12 +437,18 @@ class ChatLibrary:
             return None
         read[location.chat_id] = stat_key
         renamed_from = None
-        if record is None:
-            renamed_from = self._adopt_renamed(db, location, data)
         chat_id = location.chat_id
-        layout = db.layout(chat_id)
         before = self._splits.take(chat_id)
-        parsed = parse_chat(data, source=str(path), known={d for _, d in layout}, before=before)
+        if record is None:
+            # A new file, read whole once: it may be a renamed chat's, which it then takes
+            # over (its layout too).
+            parsed = parse_chat(data, source=str(path), before=before)
+            renamed_from = self._adopt_renamed(db, location, parsed)
+            layout = db.layout(chat_id)
+        else:
+            layout = db.layout(chat_id)
+            known = {d for _, d in layout}
+            parsed = parse_chat(data, source=str(path), known=known, before=before)
         if not startup:  # not every chat at start-up: those ST is saving now
             self._splits.keep(chat_id, parsed.split)
         file_hash = file_digest(parsed.lines)
@@ -484,9 +490,8 @@ class ChatLibrary:
         entry = self._entry(db, record)
         return Refreshed(location.chat_id, tuple(events), entry, renamed_from, saved=True)
 
-    def _adopt_renamed(self, db: Database, location: ChatLocation, data: bytes) -> str | None:
+    def _adopt_renamed(self, db: Database, location: ChatLocation, parsed: ChatFile) -> str | None:
         """A new file whose integrity slug and content match a deleted chat: a rename."""
-        parsed = parse_chat(data, source=location.rel)
         integrity = parsed.header.integrity if parsed.header else None
         if not integrity:
             return None

@@ -342,3 +342,23 @@ async def test_the_messages_a_save_added_are_fingerprinted_when_it_is_read(
     assert found is not None and found.chat_id == story.chat_id and found.target_message == 14
     assert story.messages[-1]["mes"] not in normalised
     assert story.messages[-2]["mes"] not in normalised
+
+
+async def test_a_new_chat_is_read_once_and_its_bad_line_logged_once(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import proxy.library
+
+    data = tmp_path / "data"
+    story = Story(data, ends=set())
+    story.grow(4)
+    with story.path.open("ab") as chat:
+        chat.write(b"{not json\n")
+    parsed = spy(monkeypatch, proxy.library, "parse_chat")
+    library = ChatLibrary(data, Store(tmp_path / "store.sqlite3"))
+    with caplog.at_level(logging.WARNING):
+        await library.index_all()
+    await library.store.close()
+    warned = [r.getMessage() for r in caplog.records if "malformed" in r.getMessage()]
+    assert len(warned) == 1 and "skipped 1 malformed line(s): line 6: not JSON" in warned[0]
+    assert len(parsed) == 1  # before, twice: once more to see whether it was a renamed chat
