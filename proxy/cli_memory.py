@@ -23,7 +23,7 @@ from proxy.core.export import FORMATS
 from proxy.core.guard import KEY_HEADER
 from proxy.errors import RecapProxyError
 from proxy.settings import Settings, load_settings
-from proxy.sillytavern.layout import find_data_dir
+from proxy.sillytavern.layout import find_data_dir, looks_like_data_dir
 
 POLL_SECONDS = 0.5
 
@@ -283,16 +283,32 @@ async def _export(server: Server, base: str, args: argparse.Namespace, settings:
         sys.stdout.write(text)
         return 0
     target = args.output.expanduser().resolve()
-    # The data folder as `serve` finds it: the configured one, else the usual places.
-    data = settings.sillytavern.data_dir or find_data_dir(Path.home(), Path.cwd(), dict(os.environ))
-    if data is not None and target.is_relative_to(data.expanduser().resolve()):
-        raise RecapProxyError(
-            f"{target} is inside SillyTavern's data folder {data}: recap-proxy never writes "
-            "there. Write it elsewhere and import it in ST (World Info: Import)."
-        )
-    target.write_text(text, encoding="utf-8")
+    for data in await _st_folders(server, settings, target):
+        if target.is_relative_to(data):
+            raise RecapProxyError(
+                f"{target} is inside SillyTavern's data folder {data}: recap-proxy never "
+                "writes there. Write it elsewhere and import it in ST (World Info: Import)."
+            )
+    try:
+        target.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise RecapProxyError(f"cannot write {target}: {exc.strerror}") from None
     print(f"wrote {target}", file=sys.stderr)
     return 0
+
+
+async def _st_folders(server: Server, settings: Settings, target: Path) -> list[Path]:
+    """Every folder that is (or may be) ST's data folder, for a file about to be written:
+    the running server's (which `serve --st-data` may have set), the configured one, else
+    the one found in the usual places, and any folder above `target` that looks like one."""
+    found = [
+        settings.sillytavern.data_dir or find_data_dir(Path.home(), Path.cwd(), dict(os.environ)),
+        *(p for p in target.parents if looks_like_data_dir(p)),
+    ]
+    served = (await server.call("GET", "/")).get("st_data")
+    if isinstance(served, str):
+        found.append(Path(served))
+    return [p.expanduser().resolve() for p in found if p is not None]
 
 
 async def _memory(server: Server, base: str, args: argparse.Namespace) -> int:

@@ -174,10 +174,14 @@ def _header_value(chat_id: str) -> str:
 
 
 async def handle_root(request: web.Request) -> web.Response:
+    library = request.app.get(LIBRARY)
+    data_dir = library.data_dir if library is not None else None
     return web.json_response(
         {
             "service": "recap-proxy",
             "upstream": safe_url(str(request.app[RELAY].upstream.base_url)),
+            # ST's data folder it reads (null: none), which the CLI never writes into.
+            "st_data": str(data_dir) if data_dir is not None else None,
             "hint": "in SillyTavern, set the Custom (OpenAI-compatible) endpoint or the "
             f"Claude/OpenAI reverse proxy to {request.url.origin()}{API_PREFIX}, or a Text "
             f"Completion server URL to {request.url.origin()}",

@@ -4,6 +4,7 @@ new one (copy-from)."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from urllib.parse import quote
 
@@ -70,6 +71,36 @@ async def test_export_from_the_cli_never_into_st_data(
         await cli(memory, "export", "Ava", "--format", "st-world", "-o", str(inside),
                   "--config", str(write_config(tmp_path, data)))  # fmt: skip
     assert not inside.exists()
+
+
+async def test_export_never_into_the_data_folder_serve_was_given(
+    memory_proxy: MemoryFactory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # `serve --st-data DIR` and no config: only the server knows the folder (its `/` says).
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("XDG_CONFIG_HOME", raising=False)  # no config file either
+    memory = await built(memory_proxy)
+    data = memory.story.path.parents[3]
+    root = await (await memory.client.get("/")).json()
+    assert root["st_data"] == str(data)
+    (data / "default-user" / "worlds").mkdir()
+    inside = data / "default-user" / "worlds" / "ava.json"
+    with pytest.raises(
+        RecapProxyError, match=re.escape(f"inside SillyTavern's data folder {data}")
+    ):
+        await cli(memory, "export", "Ava", "--format", "st-world", "-o", str(inside))
+    assert not inside.exists()
+    # Another install's data folder, which neither the server nor a config names.
+    other = tmp_path / "SillyTavern" / "data"
+    (other / "default-user" / "chats").mkdir(parents=True)
+    (other / "default-user" / "worlds").mkdir()
+    elsewhere = other / "default-user" / "worlds" / "ava.json"
+    with pytest.raises(RecapProxyError, match="never writes there"):
+        await cli(memory, "export", "Ava", "--format", "st-world", "-o", str(elsewhere))
+    assert not elsewhere.exists()
+    # A folder that is not there is a plain error, not a traceback.
+    with pytest.raises(RecapProxyError, match=r"cannot write .*: No such file or directory"):
+        await cli(memory, "export", "Ava", "-o", str(tmp_path / "nowhere" / "ava.md"))
 
 
 def write_config(tmp_path: Path, data: Path) -> Path:
