@@ -26,7 +26,7 @@ from proxy.core.tokens import TokenCounter
 from proxy.errors import ConfigError
 from proxy.settings import Settings, default_config_path, load_settings, load_settings_partly
 from proxy.sillytavern.connection import connection, points_at, proxy_urls
-from proxy.sillytavern.layout import find_data_dir, scan
+from proxy.sillytavern.layout import find_data_dir, inside, scan
 
 PROBE_SECONDS = 5.0
 
@@ -77,13 +77,13 @@ async def run_checks(
         settings = settings.model_copy(
             update={"sillytavern": settings.sillytavern.model_copy(update={"data_dir": st_data})}
         )
-    checks.append(_store(settings))
+    data_dir = _data_dir(settings)
+    checks.append(_store(settings, data_dir))
     origin = f"http://{_host_for_url(settings.server.host)}:{settings.server.port}"
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=PROBE_SECONDS)) as http:
         access = settings.server.access_key
         running = await _running(http, origin, access.get_secret_value() if access else None)
         checks.append(_port(settings, running))
-        data_dir = _data_dir(settings)
         checks.append(_data(settings, data_dir))
         if data_dir is not None:
             checks.extend(_st_points_here(data_dir, origin, settings))
@@ -111,9 +111,15 @@ def render(checks: Sequence[Check], as_json: bool) -> str:
 # -- the checks -------------------------------------------------------------------------------
 
 
-def _store(settings: Settings) -> Check:
+def _store(settings: Settings, data_dir: Path | None) -> Check:
     path = settings.store.resolved_path()
     folder = path.parent
+    if data_dir is not None and inside(data_dir, path):
+        return Check(
+            "store", False, f"{path} is inside SillyTavern's data folder {data_dir}, where "
+            "recap-proxy never writes: serve refuses to start",
+            "set [store] path outside it (or remove it: the default is outside)",
+        )  # fmt: skip
     existing = folder
     while not existing.exists() and existing != existing.parent:
         existing = existing.parent

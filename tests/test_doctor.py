@@ -235,3 +235,17 @@ async def test_doctor_takes_serves_options_and_names_the_running_proxys_upstream
         stop(proc)
     [upstream] = [c for c in report["checks"] if c["name"] == "upstream"]
     assert upstream == {**upstream, "ok": True, "detail": f"{fake_llm.base_url} answers (200)"}
+
+
+def test_a_store_set_inside_st_data_is_a_failed_check(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    data, config, _ = setup(tmp_path, f"http://127.0.0.1:{free_port()}/v1")
+    inside = data / "default-user" / "recap.sqlite3"
+    config.write_text(
+        config.read_text(encoding="utf-8").replace(str(tmp_path / "s.sqlite3"), str(inside)),
+        encoding="utf-8",
+    )
+    _, checks = doctor(config, data, capsys)
+    assert checks["store"]["ok"] is False and "serve refuses to start" in checks["store"]["detail"]
+    assert "[store] path" in checks["store"]["fix"] and not inside.exists()

@@ -20,6 +20,7 @@ from proxy.chat.lore import LoreService
 from proxy.chat.providers import ChatMemory, MemoryProvider
 from proxy.core.guard import GuardPolicy, LivePolicy
 from proxy.core.tokens import TokenCounter
+from proxy.errors import ConfigError
 from proxy.events import EventBus
 from proxy.library import ChatLibrary, Refreshed
 from proxy.logs import access_middleware
@@ -30,7 +31,7 @@ from proxy.memory.views import Frame
 from proxy.metrics import Metrics
 from proxy.reload import Reloader
 from proxy.settings import Settings
-from proxy.sillytavern.layout import find_data_dir, looks_like_data_dir
+from proxy.sillytavern.layout import find_data_dir, inside, looks_like_data_dir
 from proxy.store import Store
 from proxy.store.lock import StoreLock
 from proxy.upstream import Upstream
@@ -95,13 +96,15 @@ def make_app(
     app[POLICY] = LivePolicy(policy_of(settings))
     app.on_response_prepare.append(add_cors_headers)
     clock = clock or time.time
+    data_dir = resolve_data_dir(settings) if provider is None else None
+    if data_dir is not None:
+        writes_outside(data_dir, settings, store is None, recorder is None)
     upstream = upstream or Upstream(settings.upstream)
     if recorder is None and settings.server.record_dir is not None:
         recorder = Recorder(settings.server.record_dir)
     counter = counter or TokenCounter()
     bus = app[EVENTS] = events or EventBus()
     vitals = app[VITALS] = Vitals()
-    data_dir = resolve_data_dir(settings) if provider is None else None
     store_path = settings.store.resolved_path() if data_dir is not None else None
     metrics = app[METRICS] = Metrics(store_path if store is None else _file_of(store))
     bus.listeners.append(metrics.on_event)
@@ -206,6 +209,21 @@ def policy_of(settings: Settings) -> GuardPolicy:
     server = settings.server
     key = server.access_key.get_secret_value() if server.access_key is not None else None
     return GuardPolicy.of(server.host, server.allowed_origins, server.allowed_hosts, key)
+
+
+def writes_outside(data_dir: Path, settings: Settings, store: bool, record: bool) -> None:
+    """Refuse a store (`store`) or cassette folder (`record`) set inside ST's data folder:
+    the proxy never writes there (ST checks its files; the watcher would see our writes)."""
+    places = [("store.path", settings.store.resolved_path(), " (the default is fine)")]
+    places = places if store else []
+    if record and settings.server.record_dir is not None:
+        places.append(("server.record_dir (--record)", settings.server.record_dir, ""))
+    for key, path, default in places:
+        if inside(data_dir, path):
+            raise ConfigError(
+                f"{key} = {path} is inside SillyTavern's data folder {data_dir}: recap-proxy "
+                f"never writes there. Set it to a folder outside it{default}."
+            )
 
 
 def resolve_data_dir(settings: Settings) -> Path | None:

@@ -3,11 +3,13 @@ closes what was opened."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
 from aiohttp import web
 
+from proxy.errors import ConfigError
 from proxy.memory.engine import MemoryEngine
 from proxy.store import Store
 from proxy.web import make_app
@@ -66,3 +68,22 @@ async def test_an_engine_that_fails_to_start_still_closes_the_store(
     assert store.closed
     with pytest.raises(RuntimeError, match="closed"):
         await store.call(lambda db: None)
+
+
+@pytest.mark.parametrize(
+    ("key", "where", "named"),
+    [
+        ("store.path", "recap.sqlite3", "store.path"),
+        ("server.record_dir", "cassettes", "server.record_dir (--record)"),
+    ],
+)
+def test_nothing_the_proxy_writes_may_be_set_inside_st_data(
+    tmp_path: Path, fake_llm: FakeLLM, key: str, where: str, named: str
+) -> None:
+    settings = settings_for(tmp_path, fake_llm)
+    data = tmp_path / "data"
+    before = sorted(data.rglob("*"))
+    with pytest.raises(ConfigError, match=f"{re.escape(named)} = .* is inside SillyTavern's"):
+        make_app(make_settings(**{**settings, key: str(data / where)}))
+    assert sorted(data.rglob("*")) == before  # nothing was made there
+    make_app(make_settings(**{**settings, key: str(tmp_path / where)}))  # beside it: fine
