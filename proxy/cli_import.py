@@ -21,7 +21,7 @@ from tomlkit.items import Table
 from proxy.errors import ConfigError, RecapProxyError
 from proxy.settings import Settings, default_config_path, load_settings
 from proxy.sillytavern.ext_settings import SettingsImport, import_settings
-from proxy.sillytavern.layout import find_data_dir, inside, scan
+from proxy.sillytavern.layout import data_dir_near, find_data_dir, inside, scan
 
 DEFAULT_USER = "default-user"
 
@@ -64,6 +64,7 @@ def run_import_settings(args: argparse.Namespace) -> int:
             + (f" at {data}" if data is not None else "")
             + ": pass --st-data DIR (the folder that holds default-user/)"
         )
+    data = data_dir_near(data) or data  # the install folder, or a user folder, given for it
     user = args.user or _only_user(data)
     source = data / user / "settings.json"
     st_settings = _read_json(source)

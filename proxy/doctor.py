@@ -26,7 +26,7 @@ from proxy.core.tokens import TokenCounter
 from proxy.errors import ConfigError
 from proxy.settings import Settings, default_config_path, load_settings, load_settings_partly
 from proxy.sillytavern.connection import connection, points_at, proxy_urls
-from proxy.sillytavern.layout import find_data_dir, inside, scan
+from proxy.sillytavern.layout import data_dir_near, find_data_dir, inside, scan
 
 PROBE_SECONDS = 5.0
 
@@ -193,7 +193,8 @@ def _port(settings: Settings, running: dict[str, Any] | None) -> Check:
 def _data_dir(settings: Settings) -> Path | None:
     configured = settings.sillytavern.data_dir
     if configured is not None:
-        return configured if configured.is_dir() else None
+        # As serve takes it: the install folder or a user folder stands for the data folder.
+        return (data_dir_near(configured) or configured) if configured.is_dir() else None
     return find_data_dir(Path.home(), Path.cwd(), dict(os.environ))
 
 

@@ -88,3 +88,13 @@ def test_identify_says_what_is_wrong_with_a_body(
     # Said before any data folder is looked at (none here).
     assert main(["identify", "--st-data", str(tmp_path / "nowhere"), str(path)]) == 2
     assert "no `messages` list" in capsys.readouterr().err
+
+
+def test_the_install_folder_given_for_the_data_folder_is_understood(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    install = tmp_path / "SillyTavern"
+    final_state(install / "data" / "default-user")
+    for given in (install, install / "data" / "default-user"):
+        assert main(["chats", "--st-data", str(given), "--json"]) == 0
+        assert {r["id"] for r in json.loads(capsys.readouterr().out)} == {SOLO_ID, GROUP_ID}

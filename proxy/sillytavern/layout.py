@@ -173,6 +173,22 @@ def looks_like_data_dir(path: Path) -> bool:
         return False
 
 
+def data_dir_near(path: Path) -> Path | None:
+    """ST's data folder when `path` is one of the folders people give for it instead: the
+    install folder (`SillyTavern/`, whose `data/` it is) or a user folder
+    (`data/default-user/`, whose parent it is). None when it is neither, or is the data
+    folder itself."""
+    if looks_like_data_dir(path):
+        return None
+    if looks_like_data_dir(path / "data"):
+        return path / "data"
+    if ((path / CHATS).is_dir() or (path / GROUP_CHATS).is_dir()) and looks_like_data_dir(
+        path.parent
+    ):
+        return path.parent
+    return None
+
+
 def candidate_data_dirs(home: Path, cwd: Path, environ: dict[str, str]) -> list[Path]:
     """Where ST's data folder usually is, most likely first."""
     found: list[Path] = []

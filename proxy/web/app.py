@@ -31,7 +31,12 @@ from proxy.memory.views import Frame
 from proxy.metrics import Metrics
 from proxy.reload import Reloader
 from proxy.settings import Settings
-from proxy.sillytavern.layout import find_data_dir, inside, looks_like_data_dir
+from proxy.sillytavern.layout import (
+    data_dir_near,
+    find_data_dir,
+    inside,
+    looks_like_data_dir,
+)
 from proxy.store import Store
 from proxy.store.lock import StoreLock
 from proxy.upstream import Upstream
@@ -235,6 +240,10 @@ def resolve_data_dir(settings: Settings) -> Path | None:
                 "SillyTavern data folder %s does not exist; proxying without memory", configured
             )
             return None
+        near = data_dir_near(configured)
+        if near is not None:
+            log.info("%s is not ST's data folder but holds it: using %s", configured, near)
+            return near
         if not looks_like_data_dir(configured):
             log.warning(
                 "%s has no <user>/chats folder yet; is it ST's data/ folder? watching it anyway",

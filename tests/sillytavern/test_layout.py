@@ -1,0 +1,33 @@
+"""Finding ST's data folder: the usual places, and the folders people give for it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from proxy.sillytavern.layout import data_dir_near, find_data_dir
+
+
+def install(root: Path) -> Path:
+    """An ST install as its folders are: `data/<user>/chats`, beside its code."""
+    (root / "data" / "default-user" / "chats" / "Seraphina").mkdir(parents=True)
+    (root / "public").mkdir()
+    return root / "data"
+
+
+def test_the_install_folder_or_a_user_folder_stands_for_the_data_folder(tmp_path: Path) -> None:
+    data = install(tmp_path / "SillyTavern")
+    assert data_dir_near(tmp_path / "SillyTavern") == data
+    assert data_dir_near(data / "default-user") == data
+    assert data_dir_near(data) is None  # the data folder itself: nothing to correct
+    assert data_dir_near(tmp_path) is None  # unrelated
+    assert data_dir_near(data / "default-user" / "chats") is None
+
+
+def test_the_usual_places(tmp_path: Path) -> None:
+    home, elsewhere = tmp_path / "home", tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    assert find_data_dir(home, elsewhere, {}) is None
+    data = install(home / "SillyTavern")
+    assert find_data_dir(home, elsewhere, {}) == data
+    other = install(tmp_path / "custom")
+    assert find_data_dir(home, elsewhere, {"SILLYTAVERN_DATAROOT": str(other)}) == other
