@@ -224,7 +224,7 @@ def writes_outside(data_dir: Path, settings: Settings, store: bool, record: bool
     if record and settings.server.record_dir is not None:
         places.append(("server.record_dir (--record)", settings.server.record_dir, ""))
     for key, path, default in places:
-        if inside(data_dir, path):
+        if str(path) != ":memory:" and inside(data_dir, path):  # SQLite's in-memory store
             raise ConfigError(
                 f"{key} = {path} is inside SillyTavern's data folder {data_dir}: recap-proxy "
                 f"never writes there. Set it to a folder outside it{default}."

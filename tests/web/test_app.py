@@ -87,3 +87,11 @@ def test_nothing_the_proxy_writes_may_be_set_inside_st_data(
         make_app(make_settings(**{**settings, key: str(data / where)}))
     assert sorted(data.rglob("*")) == before  # nothing was made there
     make_app(make_settings(**{**settings, key: str(tmp_path / where)}))  # beside it: fine
+
+
+def test_an_in_memory_store_is_no_file_in_st_data(
+    tmp_path: Path, fake_llm: FakeLLM, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    settings = settings_for(tmp_path, fake_llm)
+    monkeypatch.chdir(tmp_path / "data")  # where ":memory:" would resolve, were it a path
+    make_app(make_settings(**{**settings, "store.path": ":memory:"}))
