@@ -23,7 +23,7 @@ from proxy.core.export import FORMATS
 from proxy.core.guard import KEY_HEADER
 from proxy.errors import RecapProxyError
 from proxy.settings import Settings, load_settings
-from proxy.sillytavern.layout import find_data_dir, looks_like_data_dir
+from proxy.sillytavern.layout import find_data_dir, holds_st_user
 
 POLL_SECONDS = 0.5
 
@@ -300,10 +300,11 @@ async def _export(server: Server, base: str, args: argparse.Namespace, settings:
 async def _st_folders(server: Server, settings: Settings, target: Path) -> list[Path]:
     """Every folder that is (or may be) ST's data folder, for a file about to be written:
     the running server's (which `serve --st-data` may have set), the configured one, else
-    the one found in the usual places, and any folder above `target` that looks like one."""
+    the one found in the usual places, and any folder above `target` that holds an ST user
+    folder (its chats and settings.json)."""
     found = [
         settings.sillytavern.data_dir or find_data_dir(Path.home(), Path.cwd(), dict(os.environ)),
-        *(p for p in target.parents if looks_like_data_dir(p)),
+        *(p for p in target.parents if holds_st_user(p)),
     ]
     served = (await server.call("GET", "/")).get("st_data")
     if isinstance(served, str):

@@ -173,6 +173,21 @@ def looks_like_data_dir(path: Path) -> bool:
         return False
 
 
+def holds_st_user(path: Path) -> bool:
+    """Stricter than `looks_like_data_dir`, for refusing to write somewhere: a user folder
+    with its chats and its `settings.json`, as ST makes them (a home folder that happens to
+    hold some `chats` folder is not ST's)."""
+    try:
+        return any(
+            (child / "settings.json").is_file()
+            and ((child / CHATS).is_dir() or (child / GROUP_CHATS).is_dir())
+            for child in path.iterdir()
+            if child.is_dir()
+        )
+    except OSError:
+        return False
+
+
 def data_dir_near(path: Path) -> Path | None:
     """ST's data folder when `path` is one of the folders people give for it instead: the
     install folder (`SillyTavern/`, whose `data/` it is) or a user folder

@@ -93,11 +93,16 @@ async def test_export_never_into_the_data_folder_serve_was_given(
     # Another install's data folder, which neither the server nor a config names.
     other = tmp_path / "SillyTavern" / "data"
     (other / "default-user" / "chats").mkdir(parents=True)
+    (other / "default-user" / "settings.json").write_text("{}", encoding="utf-8")
     (other / "default-user" / "worlds").mkdir()
     elsewhere = other / "default-user" / "worlds" / "ava.json"
     with pytest.raises(RecapProxyError, match="never writes there"):
         await cli(memory, "export", "Ava", "--format", "st-world", "-o", str(elsewhere))
     assert not elsewhere.exists()
+    # A folder that merely holds some `chats` folder is not ST's.
+    (tmp_path / "notes" / "chats").mkdir(parents=True)
+    mine = tmp_path / "ava.md"
+    assert await cli(memory, "export", "Ava", "-o", str(mine)) == 0 and mine.exists()
     # A folder that is not there is a plain error, not a traceback.
     with pytest.raises(RecapProxyError, match=r"cannot write .*: No such file or directory"):
         await cli(memory, "export", "Ava", "-o", str(tmp_path / "nowhere" / "ava.md"))
