@@ -68,14 +68,18 @@ class Window:
         return self.choosable[-1]
 
 
+@dataclass(frozen=True, slots=True)
+class DetectionRules:
+    """When a scene-break check is made (`[memory]`'s settings of the same meaning)."""
+
+    minimum: int  # messages a scene has at least before a break may end it
+    offset: int  # the newest messages, context only
+    every: int  # new messages a check waits for
+    size: int  # most messages one check may choose from
+
+
 def detection_window(
-    scene: Sequence[int],
-    *,
-    checked: int | None,
-    minimum: int,
-    offset: int,
-    every: int,
-    size: int,
+    scene: Sequence[int], *, checked: int | None, rules: DetectionRules
 ) -> Window | None:
     """The next detection over an open scene, or None when none can succeed yet.
 
@@ -83,6 +87,7 @@ def detection_window(
     `checked` the newest position an earlier check found no break up to. A break needs
     `minimum` messages in its scene, and the newest `offset` messages are context only.
     """
+    minimum, offset, every, size = rules.minimum, rules.offset, rules.every, rules.size
     if len(scene) <= offset:
         return None
     last_choosable = len(scene) - 1 - offset
@@ -111,13 +116,7 @@ def detection_window(
 
 
 def messages_until_window(
-    scene: Sequence[int],
-    *,
-    checked: int | None,
-    minimum: int,
-    offset: int,
-    every: int,
-    size: int,
+    scene: Sequence[int], *, checked: int | None, rules: DetectionRules
 ) -> int:
     """How many more shown messages the open scene needs before `detection_window` gives
     a window (0: it gives one now), its arguments as there. What `memory` and the
@@ -127,15 +126,12 @@ def messages_until_window(
     time, so that the answer cannot drift from the rule it describes."""
     grown = list(scene)
     after = max(grown[-1] if grown else -1, checked if checked is not None else -1)
-    # Past this many new messages every rule above is met (each counts messages).
-    bound = minimum + offset + every + size + 1
+    # Past this many new messages every rule is met (each counts messages).
+    bound = rules.minimum + rules.offset + rules.every + rules.size + 1
     for more in range(bound + 1):
         if more:
             grown.append(after + more)
-        found = detection_window(
-            grown, checked=checked, minimum=minimum, offset=offset, every=every, size=size
-        )
-        if found is not None:
+        if detection_window(grown, checked=checked, rules=rules) is not None:
             return more
     return bound
 

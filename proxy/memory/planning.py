@@ -29,6 +29,7 @@ class WorkPlanner:
         self.settings = settings
         self.counter = counter
         self.rules = settings.recap_rules()
+        self.detect = settings.detection_rules()
 
     def detection(
         self, db: Database, chat_id: str, last_break: int, state: MemoryState
@@ -38,15 +39,7 @@ class WorkPlanner:
         if self._checking(db, chat_id):
             return None  # its answer decides where the next check starts
         records, checked = self._open_scene(db, chat_id, last_break, state)
-        s = self.settings
-        window = detection_window(
-            [r.position for r in records],
-            checked=checked,
-            minimum=s.minimum_scene_length,
-            offset=s.scene_break_offset,
-            every=s.scene_break_every,
-            size=s.scene_break_window,
-        )
+        window = detection_window([r.position for r in records], checked=checked, rules=self.detect)
         if window is None:
             return None
         uid = {r.position: r.uid for r in records}
@@ -62,15 +55,8 @@ class WorkPlanner:
         if self._checking(db, chat_id, ("queued", "running")):
             return 0
         records, checked = self._open_scene(db, chat_id, last_break, state)
-        s = self.settings
-        return messages_until_window(
-            [r.position for r in records],
-            checked=checked,
-            minimum=s.minimum_scene_length,
-            offset=s.scene_break_offset,
-            every=s.scene_break_every,
-            size=s.scene_break_window,
-        )
+        positions = [r.position for r in records]
+        return messages_until_window(positions, checked=checked, rules=self.detect)
 
     @staticmethod
     def _checking(db: Database, chat_id: str, states: tuple[str, ...] = ("running",)) -> bool:

@@ -7,6 +7,7 @@ from typing import Literal
 from pydantic import Field, SecretStr, field_validator, model_validator
 
 from proxy.core.recaps import RecapRules
+from proxy.core.scenes import DetectionRules
 from proxy.memory.operations import Operation
 from proxy.section import Section, UserPath
 
@@ -273,6 +274,15 @@ class MemorySettings(Section):
         """Whether the history's start may be stepped past ST's cut (`history_cut_step`):
         not with a step of 1, nor with trimming off."""
         return self.history_cut_step > 1 and self.auto_hide_scene_count >= 0
+
+    def detection_rules(self) -> DetectionRules:
+        """When a scene-break check is made."""
+        return DetectionRules(
+            minimum=self.minimum_scene_length,
+            offset=self.scene_break_offset,
+            every=self.scene_break_every,
+            size=self.scene_break_window,
+        )
 
     def recap_rules(self) -> RecapRules:
         """Which messages get a message recap."""

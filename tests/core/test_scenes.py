@@ -8,6 +8,7 @@ import pytest
 
 from proxy.core.replies import ReplyError
 from proxy.core.scenes import (
+    DetectionRules,
     Window,
     detection_messages,
     detection_window,
@@ -22,7 +23,7 @@ from proxy.sillytavern.chatfile import STMessage
 
 def window(scene: list[int], checked: int | None = None, **kw: int) -> Window | None:
     args = {"minimum": 10, "offset": 8, "every": 3, "size": 40, **kw}
-    return detection_window(scene, checked=checked, **args)
+    return detection_window(scene, checked=checked, rules=DetectionRules(**args))
 
 
 def test_the_report_example_window() -> None:
@@ -60,31 +61,31 @@ def test_after_a_negative_check_wait_for_new_messages() -> None:
 def test_how_many_messages_until_the_next_window() -> None:
     # The defaults: a new chat's first check comes with its 37th message (the 10th may end
     # the scene, 20 to choose from, 8 of context after them).
-    rules = {"minimum": 10, "offset": 8, "every": 20, "size": 40}
-    assert messages_until_window(list(range(7)), checked=None, **rules) == 30
-    assert messages_until_window([], checked=None, **rules) == 37
-    assert messages_until_window(list(range(37)), checked=None, **rules) == 0
+    rules = DetectionRules(minimum=10, offset=8, every=20, size=40)
+    assert messages_until_window(list(range(7)), checked=None, rules=rules) == 30
+    assert messages_until_window([], checked=None, rules=rules) == 37
+    assert messages_until_window(list(range(37)), checked=None, rules=rules) == 0
     # After a check that found nothing up to #40: 28 newer messages (8 of context).
-    assert messages_until_window(list(range(50)), checked=40, **rules) == 19
+    assert messages_until_window(list(range(50)), checked=40, rules=rules) == 19
 
 
 @pytest.mark.parametrize("seed", range(40))
 def test_the_count_is_where_detection_would_first_give_a_window(seed: int) -> None:
     rng = random.Random(seed)
-    rules = {
-        "minimum": rng.randint(1, 12),
-        "offset": rng.randint(0, 9),
-        "every": rng.randint(1, 25),
-        "size": rng.randint(5, 40),
-    }
+    rules = DetectionRules(
+        minimum=rng.randint(1, 12),
+        offset=rng.randint(0, 9),
+        every=rng.randint(1, 25),
+        size=rng.randint(5, 40),
+    )
     scene = sorted(rng.sample(range(300), rng.randint(0, 60)))  # hidden ones leave gaps
     checked = rng.choice([None, *scene]) if scene else None
-    more = messages_until_window(scene, checked=checked, **rules)
+    more = messages_until_window(scene, checked=checked, rules=rules)
     after = max(scene[-1] if scene else -1, -1 if checked is None else checked)
     grown = [*scene, *range(after + 1, after + 1 + more)]
-    assert detection_window(grown, checked=checked, **rules) is not None
+    assert detection_window(grown, checked=checked, rules=rules) is not None
     if more:
-        assert detection_window(grown[:-1], checked=checked, **rules) is None
+        assert detection_window(grown[:-1], checked=checked, rules=rules) is None
 
 
 def test_the_window_is_capped() -> None:

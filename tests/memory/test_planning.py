@@ -53,14 +53,7 @@ def test_a_long_open_scene_is_checked_as_if_read_whole() -> None:
     shown = [r.position for r in db.memory.messages_from(CHAT) if not r.message.hidden]
 
     def whole_window(checked: int | None) -> Window | None:
-        return detection_window(
-            shown,
-            checked=checked,
-            minimum=settings.minimum_scene_length,
-            offset=settings.scene_break_offset,
-            every=settings.scene_break_every,
-            size=settings.scene_break_window,
-        )
+        return detection_window(shown, checked=checked, rules=settings.detection_rules())
 
     whole = whole_window(None)
     assert whole is not None
