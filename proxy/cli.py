@@ -25,7 +25,14 @@ from proxy.chat.injection import Injector, load_injection_templates, policy_from
 from proxy.chat.providers import StaticMemory
 from proxy.cli_import import add_import_command, run_import_settings
 from proxy.cli_memory import add_memory_commands, run_memory_command
-from proxy.cli_service import add_service_commands, run_doctor, run_service
+from proxy.cli_service import (
+    ST_DATA_HELP,
+    add_serve_options,
+    add_service_commands,
+    run_doctor,
+    run_service,
+    serve_overrides,
+)
 from proxy.core.guard import is_loopback
 from proxy.core.headers import safe_url
 from proxy.core.models import Memory
@@ -56,14 +63,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     serve = sub.add_parser("serve", help="run the proxy")
     config_arg(serve)
-    serve.add_argument("--host", help="listen address (default 127.0.0.1)")
-    serve.add_argument("--port", type=int, help="listen port (default 8765)")
-    serve.add_argument("--upstream", help="the real API's base URL, e.g. http://127.0.0.1:5001/v1")
+    add_serve_options(serve)
     serve.add_argument(
         "--record", type=Path, metavar="DIR", help="write every exchange as a cassette into DIR"
     )
-    st_data_help = "SillyTavern's data/ folder (default: sillytavern.data_dir, else auto-detect)"
-    serve.add_argument("--st-data", type=Path, metavar="DIR", help=st_data_help)
     serve.add_argument(
         "--log-format", choices=("text", "json"), help="log lines as text or JSON (default text)"
     )
@@ -73,7 +76,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     chats = sub.add_parser("chats", help="index SillyTavern's chats and list them")
     config_arg(chats)
-    chats.add_argument("--st-data", type=Path, metavar="DIR", help=st_data_help)
+    chats.add_argument("--st-data", type=Path, metavar="DIR", help=ST_DATA_HELP)
     chats.add_argument("--json", action="store_true", help="print JSON instead of a table")
 
     ident = sub.add_parser(
@@ -81,7 +84,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="tell which chat a request belongs to (chat completion, Claude, text completion)",
     )
     config_arg(ident)
-    ident.add_argument("--st-data", type=Path, metavar="DIR", help=st_data_help)
+    ident.add_argument("--st-data", type=Path, metavar="DIR", help=ST_DATA_HELP)
     ident.add_argument(
         "request", nargs="?", type=Path, metavar="REQUEST_JSON", help="request body; default stdin"
     )
@@ -108,7 +111,7 @@ def build_parser() -> argparse.ArgumentParser:
     inject.add_argument(
         "request", nargs="?", type=Path, metavar="REQUEST_JSON", help="request body; default stdin"
     )
-    add_service_commands(sub, config_arg, st_data_help)
+    add_service_commands(sub, config_arg)
     add_memory_commands(sub, config_arg)
     add_import_command(sub, config_arg)
     return parser
@@ -179,11 +182,8 @@ def tune_gc() -> None:
 
 def _serve(args: argparse.Namespace) -> int:
     overrides: dict[str, Any] = {
-        "server.host": args.host,
-        "server.port": args.port,
-        "upstream.base_url": args.upstream,
+        **serve_overrides(args),
         "server.record_dir": str(args.record) if args.record else None,
-        "sillytavern.data_dir": str(args.st_data) if args.st_data else None,
         "server.log_level": args.log_level,
         "server.log_format": args.log_format,
     }

@@ -12,19 +12,39 @@ from proxy.errors import RecapProxyError
 from proxy.logs import setup_logging
 from proxy.settings import default_config_path, load_settings
 
+ST_DATA_HELP = "SillyTavern's data/ folder (default: sillytavern.data_dir, else auto-detect)"
+# serve's options for where it listens, forwards and reads, each with its settings key:
+# `doctor` checks what serve run with them would use, `service install` runs serve with
+# them. (flag, settings key, argparse keywords)
+SERVE_OPTIONS: tuple[tuple[str, str, dict[str, Any]], ...] = (
+    ("--host", "server.host", {"help": "listen address (default 127.0.0.1)"}),
+    ("--port", "server.port", {"type": int, "help": "listen port (default 8765)"}),
+    ("--upstream", "upstream.base_url",
+     {"help": "the real API's base URL, e.g. http://127.0.0.1:5001/v1"}),
+    ("--st-data", "sillytavern.data_dir", {"type": Path, "metavar": "DIR", "help": ST_DATA_HELP}),
+)  # fmt: skip
 
-def add_service_commands(
-    sub: Any, config_arg: Callable[[argparse.ArgumentParser], None], st_data_help: str
-) -> None:
+
+def add_serve_options(parser: argparse.ArgumentParser) -> None:
+    for flag, _, keywords in SERVE_OPTIONS:
+        parser.add_argument(flag, **keywords)
+
+
+def serve_overrides(args: argparse.Namespace) -> dict[str, Any]:
+    """The settings `SERVE_OPTIONS` given on the command line set (None: not given)."""
+    overrides: dict[str, Any] = {}
+    for flag, key, _ in SERVE_OPTIONS:
+        value = getattr(args, flag[2:].replace("-", "_"))
+        overrides[key] = str(value) if isinstance(value, Path) else value
+    return overrides
+
+
+def add_service_commands(sub: Any, config_arg: Callable[[argparse.ArgumentParser], None]) -> None:
     doctor = sub.add_parser(
         "doctor", help="check the whole setup: config, store, port, ST's settings, the APIs"
     )
     config_arg(doctor)
-    # serve's own options: the checks test what `serve` run with them would use.
-    doctor.add_argument("--host", help="as for serve: the listen address to check")
-    doctor.add_argument("--port", type=int, help="as for serve: the listen port to check")
-    doctor.add_argument("--upstream", help="as for serve: the real API's base URL to check")
-    doctor.add_argument("--st-data", type=Path, metavar="DIR", help=st_data_help)
+    add_serve_options(doctor)  # what `serve` run with them would use is what is checked
     doctor.add_argument("--json", action="store_true", help="print the checks as JSON")
     service = sub.add_parser("service", help="run serve in the background: install, uninstall")
     actions = service.add_subparsers(dest="action", required=True)
@@ -38,11 +58,7 @@ def add_service_commands(
             "--dry-run", action="store_true", help="print what would be written or removed"
         )
         if action == "install":
-            # What the README's first command gives serve, kept for the service to run with.
-            one.add_argument("--upstream", help="as for serve: the real API's base URL")
-            one.add_argument("--st-data", type=Path, metavar="DIR", help=st_data_help)
-            one.add_argument("--host", help="as for serve: the listen address")
-            one.add_argument("--port", type=int, help="as for serve: the listen port")
+            add_serve_options(one)  # the README's first command's, for the service to run with
 
 
 def run_service(args: argparse.Namespace) -> int:
@@ -74,20 +90,16 @@ def run_service(args: argparse.Namespace) -> int:
 def _serve_options(args: argparse.Namespace, config: Path | None) -> list[str]:
     """serve's options given to `install`, checked as serve would check them (a service
     that cannot start says so only in its log), paths made absolute for the service."""
-    given = {
-        "--upstream": ("upstream.base_url", args.upstream),
-        "--st-data": ("sillytavern.data_dir", args.st_data),
-        "--host": ("server.host", args.host),
-        "--port": ("server.port", args.port),
-    }
-    load_settings(config, overrides={key: value for key, value in given.values()})
-    if args.st_data is not None and not args.st_data.expanduser().is_dir():
-        raise RecapProxyError(f"--st-data {args.st_data}: no such folder")
+    overrides = serve_overrides(args)
+    if args.st_data is not None:
+        if not args.st_data.expanduser().is_dir():
+            raise RecapProxyError(f"--st-data {args.st_data}: no such folder")
+        overrides["sillytavern.data_dir"] = str(args.st_data.expanduser().resolve())
+    load_settings(config, overrides=overrides)
     options: list[str] = []
-    for flag, (_, value) in given.items():
-        if value is not None:
-            value = value.expanduser().resolve() if isinstance(value, Path) else value
-            options += [flag, str(value)]
+    for flag, key, _ in SERVE_OPTIONS:
+        if overrides[key] is not None:
+            options += [flag, str(overrides[key])]
     return options
 
 
@@ -95,11 +107,6 @@ async def run_doctor(args: argparse.Namespace) -> int:
     from proxy.doctor import render, run_checks
 
     setup_logging("error")  # the checks say what matters; a library's warning is noise here
-    overrides = {
-        "server.host": args.host,
-        "server.port": args.port,
-        "upstream.base_url": args.upstream,
-    }
-    checks = await run_checks(args.config, args.st_data, overrides=overrides)
+    checks = await run_checks(args.config, overrides=serve_overrides(args))
     print(render(checks, args.json))
     return 0 if all(c.ok is not False for c in checks) else 1

@@ -46,13 +46,12 @@ class Check:
 
 async def run_checks(
     config: Path | None,
-    st_data: Path | None,
     *,
     env: dict[str, str] | None = None,
     overrides: Mapping[str, Any] | None = None,
 ) -> list[Check]:
     """Every check, in the order a user would fix things. `overrides`: what `serve` takes
-    on its command line (`--upstream`, `--port`, ...), as dotted settings keys."""
+    on its command line (`--upstream`, `--st-data`, ...), as dotted settings keys."""
     checks: list[Check] = []
     try:
         settings = load_settings(config, env=env, overrides=overrides)
@@ -73,10 +72,6 @@ async def run_checks(
             given = any(v is not None for v in (overrides or {}).values())
             then = "the checks below use the defaults" + (" and the command line" if given else "")
         checks.append(Check("config", False, f"{detail}; {then}", fix))
-    if st_data is not None:
-        settings = settings.model_copy(
-            update={"sillytavern": settings.sillytavern.model_copy(update={"data_dir": st_data})}
-        )
     data_dir = _data_dir(settings)
     checks.append(_store(settings, data_dir))
     origin = f"http://{_host_for_url(settings.server.host)}:{settings.server.port}"

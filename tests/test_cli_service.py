@@ -11,13 +11,18 @@ import pytest
 from proxy.cli import main
 
 
-def test_install_dry_run_then_install_then_uninstall(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
+@pytest.fixture
+def unit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A Linux user's home in `tmp_path`; where the systemd unit goes."""
     monkeypatch.setattr(sys, "platform", "linux")
     monkeypatch.setenv("HOME", str(tmp_path))
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "cfg"))
-    unit = tmp_path / "cfg" / "systemd" / "user" / "recap-proxy.service"
+    return tmp_path / "cfg" / "systemd" / "user" / "recap-proxy.service"
+
+
+def test_install_dry_run_then_install_then_uninstall(
+    unit: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     assert main(["service", "install", "--dry-run"]) == 0
     out = capsys.readouterr().out
     assert out.startswith(f"would write {unit}:") and "ExecStart=" in out
@@ -38,22 +43,18 @@ def test_install_dry_run_then_install_then_uninstall(
 
 
 def test_install_keeps_serves_options_for_the_service(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    unit: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     # The README's first command, made a service: its options go into the unit.
-    monkeypatch.setattr(sys, "platform", "linux")
-    monkeypatch.setenv("HOME", str(tmp_path))
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "cfg"))
     monkeypatch.chdir(tmp_path)
     (tmp_path / "st" / "data").mkdir(parents=True)
-    unit = tmp_path / "cfg" / "systemd" / "user" / "recap-proxy.service"
     upstream = "http://127.0.0.1:5001/v1"
     argv = ["service", "install", "--upstream", upstream, "--st-data", "st/data", "--port", "8790"]
     assert main(argv) == 0
     assert "note: there is no config file" not in capsys.readouterr().out
     [exec_start] = [line for line in unit.read_text().splitlines() if line.startswith("ExecStart")]
     data = tmp_path.resolve() / "st" / "data"  # the service does not start where we are
-    assert exec_start.endswith(f"-m proxy serve --upstream {upstream} --st-data {data} --port 8790")
+    assert exec_start.endswith(f"-m proxy serve --port 8790 --upstream {upstream} --st-data {data}")
     unit.unlink()
     # What serve would refuse is refused now, not in the service's log later.
     assert main(["service", "install", "--upstream", "localhost:5001"]) == 2  # as serve
