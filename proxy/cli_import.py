@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -21,7 +20,7 @@ from tomlkit.items import Table
 from proxy.errors import ConfigError, RecapProxyError
 from proxy.settings import Settings, default_config_path, load_settings
 from proxy.sillytavern.ext_settings import SettingsImport, import_settings
-from proxy.sillytavern.layout import data_dir_near, find_data_dir, inside, scan
+from proxy.sillytavern.layout import data_dir_for, inside, scan
 
 DEFAULT_USER = "default-user"
 
@@ -53,18 +52,14 @@ def run_import_settings(args: argparse.Namespace) -> int:
     config: Path | None = args.config
     # The file --write creates may not exist yet: its defaults apply then.
     settings = load_settings(config) if config is None or config.exists() else Settings()
-    data = (
-        args.st_data
-        or settings.sillytavern.data_dir
-        or find_data_dir(Path.home(), Path.cwd(), dict(os.environ))
-    )
-    if data is None or not data.is_dir():
+    configured = args.st_data or settings.sillytavern.data_dir
+    data = data_dir_for(configured)
+    if data is None:
         raise RecapProxyError(
             "SillyTavern's data folder was not found"
-            + (f" at {data}" if data is not None else "")
+            + (f" at {configured}" if configured is not None else "")
             + ": pass --st-data DIR (the folder that holds default-user/)"
         )
-    data = data_dir_near(data) or data  # the install folder, or a user folder, given for it
     user = args.user or _only_user(data)
     source = data / user / "settings.json"
     st_settings = _read_json(source)

@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import sys
 import time
 from pathlib import Path
@@ -23,7 +22,7 @@ from proxy.core.export import FORMATS
 from proxy.core.guard import KEY_HEADER
 from proxy.errors import RecapProxyError
 from proxy.settings import Settings, load_settings
-from proxy.sillytavern.layout import find_data_dir, holds_st_user
+from proxy.sillytavern.layout import data_dir_for, holds_st_user
 
 POLL_SECONDS = 0.5
 
@@ -303,7 +302,7 @@ async def _st_folders(server: Server, settings: Settings, target: Path) -> list[
     the one found in the usual places, and any folder above `target` that holds an ST user
     folder (its chats and settings.json)."""
     found = [
-        settings.sillytavern.data_dir or find_data_dir(Path.home(), Path.cwd(), dict(os.environ)),
+        data_dir_for(settings.sillytavern.data_dir),
         *(p for p in target.parents if holds_st_user(p)),
     ]
     served = (await server.call("GET", "/")).get("st_data")

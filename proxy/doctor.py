@@ -26,7 +26,7 @@ from proxy.core.tokens import TokenCounter
 from proxy.errors import ConfigError
 from proxy.settings import Settings, default_config_path, load_settings, load_settings_partly
 from proxy.sillytavern.connection import connection, points_at, proxy_urls
-from proxy.sillytavern.layout import data_dir_near, find_data_dir, inside, scan
+from proxy.sillytavern.layout import data_dir_for, inside, scan
 
 PROBE_SECONDS = 5.0
 
@@ -72,7 +72,7 @@ async def run_checks(
             given = any(v is not None for v in (overrides or {}).values())
             then = "the checks below use the defaults" + (" and the command line" if given else "")
         checks.append(Check("config", False, f"{detail}; {then}", fix))
-    data_dir = _data_dir(settings)
+    data_dir = data_dir_for(settings.sillytavern.data_dir)  # as serve takes it
     checks.append(_store(settings, data_dir))
     origin = f"http://{_host_for_url(settings.server.host)}:{settings.server.port}"
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=PROBE_SECONDS)) as http:
@@ -183,14 +183,6 @@ def _port(settings: Settings, running: dict[str, Any] | None) -> Check:
                 "stop that program, or set [server] port (and the URLs in ST) to a free port",
             )  # fmt: skip
     return Check("port", True, f"{where} is free (recap-proxy is not running: start `serve`)")
-
-
-def _data_dir(settings: Settings) -> Path | None:
-    configured = settings.sillytavern.data_dir
-    if configured is not None:
-        # As serve takes it: the install folder or a user folder stands for the data folder.
-        return (data_dir_near(configured) or configured) if configured.is_dir() else None
-    return find_data_dir(Path.home(), Path.cwd(), dict(os.environ))
 
 
 def _data(settings: Settings, data_dir: Path | None) -> Check:

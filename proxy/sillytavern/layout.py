@@ -204,6 +204,17 @@ def data_dir_near(path: Path) -> Path | None:
     return None
 
 
+def data_dir_for(configured: Path | None) -> Path | None:
+    """ST's data folder as every command takes it: the one configured (or the data folder
+    it holds, `data_dir_near`), else the first in the usual places; None when the one
+    configured does not exist, or none is found."""
+    if configured is None:
+        return find_data_dir(Path.home(), Path.cwd(), dict(os.environ))
+    if not configured.is_dir():
+        return None
+    return data_dir_near(configured) or configured
+
+
 def candidate_data_dirs(home: Path, cwd: Path, environ: dict[str, str]) -> list[Path]:
     """Where ST's data folder usually is, most likely first."""
     found: list[Path] = []

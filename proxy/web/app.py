@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 import time
 from collections.abc import AsyncIterator, Callable
 from functools import partial
@@ -31,12 +30,7 @@ from proxy.memory.views import Frame
 from proxy.metrics import Metrics
 from proxy.reload import Reloader
 from proxy.settings import Settings
-from proxy.sillytavern.layout import (
-    data_dir_near,
-    find_data_dir,
-    inside,
-    looks_like_data_dir,
-)
+from proxy.sillytavern.layout import data_dir_for, inside, looks_like_data_dir
 from proxy.store import Store
 from proxy.store.lock import StoreLock
 from proxy.upstream import Upstream
@@ -232,32 +226,27 @@ def writes_outside(data_dir: Path, settings: Settings, store: bool, record: bool
 
 
 def resolve_data_dir(settings: Settings) -> Path | None:
-    """ST's data folder from the settings or the usual places, or None (logged)."""
+    """ST's data folder from the settings or the usual places (`data_dir_for`), or None;
+    what was taken, and why, is logged."""
     configured = settings.sillytavern.data_dir
-    if configured is not None:
-        if not configured.is_dir():
-            log.error(
-                "SillyTavern data folder %s does not exist; proxying without memory", configured
-            )
-            return None
-        near = data_dir_near(configured)
-        if near is not None:
-            log.info("%s is not ST's data folder but holds it: using %s", configured, near)
-            return near
-        if not looks_like_data_dir(configured):
+    found = data_dir_for(configured)
+    if configured is None:
+        if found is None:
             log.warning(
-                "%s has no <user>/chats folder yet; is it ST's data/ folder? watching it anyway",
-                configured,
+                "no SillyTavern data folder found in the usual places; set sillytavern.data_dir "
+                "(or --st-data) for memory. Proxying without memory."
             )
-        return configured
-    found = find_data_dir(Path.home(), Path.cwd(), dict(os.environ))
-    if found is None:
+        else:
+            log.info("using SillyTavern data folder %s", found)
+    elif found is None:
+        log.error("SillyTavern data folder %s does not exist; proxying without memory", configured)
+    elif found != configured:
+        log.info("%s is not ST's data folder but holds it: using %s", configured, found)
+    elif not looks_like_data_dir(found):
         log.warning(
-            "no SillyTavern data folder found in the usual places; set sillytavern.data_dir "
-            "(or --st-data) for memory. Proxying without memory."
+            "%s has no <user>/chats folder yet; is it ST's data/ folder? watching it anyway",
+            found,
         )
-    else:
-        log.info("using SillyTavern data folder %s", found)
     return found
 
 

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from proxy.sillytavern.layout import data_dir_near, find_data_dir
+import pytest
+
+from proxy.sillytavern.layout import data_dir_for, data_dir_near, find_data_dir
 
 
 def install(root: Path) -> Path:
@@ -31,3 +33,15 @@ def test_the_usual_places(tmp_path: Path) -> None:
     assert find_data_dir(home, elsewhere, {}) == data
     other = install(tmp_path / "custom")
     assert find_data_dir(home, elsewhere, {"SILLYTAVERN_DATAROOT": str(other)}) == other
+
+
+def test_every_command_takes_the_data_folder_one_way(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    data = install(tmp_path / "home" / "SillyTavern")
+    assert data_dir_for(data) == data
+    assert data_dir_for(data.parent) == data  # the install folder
+    assert data_dir_for(tmp_path / "nowhere") is None  # configured, not there: no guess
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.chdir(tmp_path)
+    assert data_dir_for(None) == data  # nothing configured: the usual places
