@@ -213,8 +213,9 @@ def policy_of(settings: Settings) -> GuardPolicy:
 def writes_outside(data_dir: Path, settings: Settings, store: bool, record: bool) -> None:
     """Refuse a store (`store`) or cassette folder (`record`) set inside ST's data folder:
     the proxy never writes there (ST checks its files; the watcher would see our writes)."""
-    places = [("store.path", settings.store.resolved_path(), " (the default is fine)")]
-    places = places if store else []
+    places: list[tuple[str, Path, str]] = []
+    if store:
+        places.append(("store.path", settings.store.resolved_path(), " (the default is fine)"))
     if record and settings.server.record_dir is not None:
         places.append(("server.record_dir (--record)", settings.server.record_dir, ""))
     for key, path, default in places:
