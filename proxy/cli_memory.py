@@ -9,7 +9,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import shlex
 import sys
+import textwrap
 import time
 from pathlib import Path
 from typing import Any
@@ -214,22 +216,44 @@ async def _backfill(server: Server, chat: str, base: str, *, wait: bool) -> int:
         return 0
     began = time.monotonic()
     quiet = 0  # polls in a row with nothing queued or running
-    while True:
-        listing = await server.call("GET", queue)
-        ours = [j for j in listing["jobs"] if j["id"] > before]
-        live = sum(1 for j in ours if j["state"] in ("queued", "running"))
-        failed = sum(1 for j in ours if j["state"] == "failed")
-        overview = await server.call("GET", f"{base}/memory")
-        # Planning follows each finished job: work is done only when two polls in a row
-        # find nothing queued or running.
-        quiet = 0 if live else quiet + 1
-        _progress(overview, len(ours) - live, failed, time.monotonic() - began, quiet >= 2)
-        if quiet >= 2:
-            break
-        if listing["paused"]:
-            print("\nthe queue is paused: `recap-proxy queue resume`", file=sys.stderr)
-            return 1
-        await asyncio.sleep(POLL_SECONDS)
+    drawn = 0  # the length of the progress line last drawn
+    try:
+        while True:
+            listing = await server.call("GET", queue)
+            # The chat's work is done when none of its jobs is left, those queued before
+            # this command (by its requests, say, or an earlier backfill) too; the counts
+            # are of this command's own.
+            live = [j for j in listing["jobs"] if j["state"] in ("queued", "running")]
+            ours = [j for j in listing["jobs"] if j["id"] > before]
+            finished = sum(1 for j in ours if j["state"] not in ("queued", "running"))
+            failed = sum(1 for j in ours if j["state"] == "failed")
+            overview = await server.call("GET", f"{base}/memory")
+            # Planning follows each finished job: work is done only when two polls in a
+            # row find nothing queued or running.
+            quiet = 0 if live else quiet + 1
+            drawn = _progress(
+                overview,
+                finished,
+                failed,
+                time.monotonic() - began,
+                quiet >= 2,
+                _held(live),
+                drawn,
+            )
+            if quiet >= 2:
+                break
+            if listing["paused"]:
+                print("\nthe queue is paused: `recap-proxy queue resume`", file=sys.stderr)
+                return 1
+            await asyncio.sleep(POLL_SECONDS)
+    except asyncio.CancelledError:
+        # Ctrl-C: the line ends, and the user learns the work is not lost with the bar.
+        print(
+            "\nstopped watching; the jobs go on in the server "
+            f"(`recap-proxy memory {shlex.quote(chat)}`)",
+            file=sys.stderr,
+        )
+        raise
     print(file=sys.stderr)
     for failure in overview.get("failures", []):
         print(f"failed: {failure['operation']}: {failure['error']}", file=sys.stderr)
@@ -256,11 +280,34 @@ def _open_scene(overview: dict[str, Any], scenes: list[dict[str, Any]]) -> str:
     return f"{span}; next scene-break check after {wait} more message(s)"
 
 
+def _held(jobs: list[dict[str, Any]]) -> str:
+    """Why the work stands still, for the progress line ("" when nothing holds it): a
+    queued job that already met an error waits for a model or for its retry. Without this
+    the bar would count the seconds and nothing else while, say, the API is down."""
+    for job in jobs:
+        if job["state"] == "queued" and job["error"]:
+            kind, _, message = str(job["error"]).partition(": ")
+            if kind == "NoCredentials":
+                return "waiting for a model (chat once in this chat, or set [memory.llm] model)"
+            # "<operation>: the API answered 500: <body>" says it in its second part.
+            parts = message.split(": ")
+            reason = parts[1] if len(parts) > 1 and parts[0] == job["operation"] else parts[0]
+            return f"retrying: {textwrap.shorten(reason, 60, placeholder='...')}"
+    return ""
+
+
 def _progress(
-    overview: dict[str, Any], calls: int, failed: int, seconds: float, done: bool
-) -> None:
-    """One line, redrawn: how far the running recap covers the chat, scenes found and
-    folded in, jobs done, failures, time."""
+    overview: dict[str, Any],
+    calls: int,
+    failed: int,
+    seconds: float,
+    done: bool,
+    held: str = "",
+    drawn: int = 0,
+) -> int:
+    """One line, redrawn over the last one (`drawn` characters long): how far the running
+    recap covers the chat, scenes found and folded in, jobs done, failures, time, and
+    what holds the work up (`held`). Returns the line's length."""
     width = 30
     total = max(1, int(overview.get("messages") or 0))
     covered = int(overview.get("covered_through", -1)) + 1
@@ -270,10 +317,13 @@ def _progress(
     folded = int(running.get("scene_count") or 0)
     extra = f", {failed} failed" if failed else ""
     line = (
-        f"\r[{bar}] {covered:,}/{total:,} messages covered, {overview['scenes']} scene(s) "
+        f"[{bar}] {covered:,}/{total:,} messages covered, {overview['scenes']} scene(s) "
         f"({folded} folded in), {calls} job(s) done{extra}, {seconds:.0f} s"
+        + (f"; {held}" if held else "")
     )
-    print(line, end="", file=sys.stderr, flush=True)
+    # Spaces over what is left of a longer line (a note that went away).
+    print("\r" + line.ljust(drawn), end="", file=sys.stderr, flush=True)
+    return len(line)
 
 
 async def _export(server: Server, base: str, args: argparse.Namespace, settings: Settings) -> int:

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
+from proxy import cli_memory
 from proxy.cli import build_parser
 from proxy.cli_memory import pick_chat, run_memory_command
 from proxy.errors import RecapProxyError
@@ -36,6 +39,88 @@ async def test_backfill_builds_a_whole_chat_with_progress(
     assert "scene    #0-12" in out and "scene    #13-30" in out and "scene    #31-45" in out
     assert "running recap v3 (3 scene(s), llm)" in out
     assert CHAT_ID in out
+
+
+async def backfill_until(
+    memory: Memory, capsys: pytest.CaptureFixture[str], says: str, *argv: str
+) -> str:
+    """What a backfill that waits printed once its progress line says `says` (it is
+    stopped then, as a user would stop it with Ctrl-C)."""
+    task = asyncio.create_task(cli(memory, "backfill", CHAT_ID, *argv))
+    err = ""
+    for _ in range(200):
+        await asyncio.sleep(0.05)
+        err += capsys.readouterr().err
+        if says in err.rsplit("\r", 1)[-1] or task.done():
+            break
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+    return err + capsys.readouterr().err
+
+
+async def test_backfill_says_what_holds_its_work_up(
+    memory_proxy: MemoryFactory, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(cli_memory, "POLL_SECONDS", 0.05)
+    # No request of the chat yet and no [memory.llm] model: the jobs wait for a model. The
+    # bar used to count the seconds at 0/60, with nothing else, for as long as one let it.
+    memory = await memory_proxy(60, ends={12, 30, 45})
+    line = "waiting for a model (chat once in this chat, or set [memory.llm] model)"
+    err = await backfill_until(memory, capsys, line)
+    assert "the jobs wait for a model" in err
+    bar, stopped = err.rsplit("\r", 1)[-1].split("\n", 1)
+    assert bar.startswith("[..............................] 0/60 messages")
+    assert bar.rstrip().endswith(line)
+    # Stopped (Ctrl-C), it ends its line and says the work goes on without it.
+    assert stopped.startswith("stopped watching; the jobs go on in the server")
+    assert f"(`recap-proxy memory '{CHAT_ID}'`)" in stopped
+
+
+async def test_backfill_says_when_the_api_fails_and_clears_the_note_after(
+    memory_proxy: MemoryFactory, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(cli_memory, "POLL_SECONDS", 0.05)
+    memory = await memory_proxy(
+        60,
+        ends={12, 30, 45},
+        **{"memory.llm.model": "fake-model", "queue.backoff_seconds": 1.0},
+    )
+    memory.fake.state.faults = {"detect_scene_break": ["status=503"]}
+    assert await cli(memory, "backfill", CHAT_ID) == 0
+    err = capsys.readouterr().err
+    lines = err.split("\r")
+    held = [i for i, line in enumerate(lines) if "; retrying: the API answered 503" in line]
+    assert held, err
+    # Once the retry got through, the note goes, and spaces cover what it left.
+    after = lines[held[-1] + 1]
+    assert "retrying" not in after and len(after) == len(lines[held[-1]])
+    last = lines[-1].splitlines()[0]
+    assert "retrying" not in last and "46/60 messages covered" in last
+
+
+async def test_backfill_waits_for_the_chats_jobs_queued_before_it(
+    memory_proxy: MemoryFactory, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(cli_memory, "POLL_SECONDS", 0.05)
+    memory = await memory_proxy(
+        60,
+        ends={12, 30, 45},
+        **{"memory.llm.model": "fake-model", "queue.backoff_seconds": 1.0},
+    )
+    memory.fake.state.faults = {"detect_scene_break": ["status=503"]}
+    # The chat's request starts its upkeep; its first call fails and waits for its retry.
+    await memory.client.post("/v1/chat/completions", json=memory.story.request())
+    for _ in range(200):
+        if "detect_scene_break" in memory.fake.state.operations:
+            break
+        await asyncio.sleep(0.02)
+    # That job is not this backfill's, yet the chat's work is not done before it is: the
+    # command used to end at once, its bar full at 0/60.
+    assert await cli(memory, "backfill", CHAT_ID) == 0
+    err = capsys.readouterr().err
+    assert ": 0 job(s) queued" in err
+    assert "; retrying: the API answered 503" in err
+    assert "[##############################] 46/60 messages covered, 3 scene(s)" in err
 
 
 async def test_breaks_regenerate_queue_and_toggle(
