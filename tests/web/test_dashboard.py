@@ -53,6 +53,7 @@ def write_config(tmp_path: Path, fake: FakeLLM, data: Path, port: int, **extra: 
         "[memory]", "minimum_scene_length = 4", "scene_break_offset = 2",
         "scene_break_every = 1", "message_recaps = false",
         "[memory.llm]", 'model = "fake-model"',
+        "[queue]", "backoff_seconds = 1",  # a failed call's retry comes within the test
     ]  # fmt: skip
     lines += [f"{k} = {v}" for k, v in extra.items()]
     path = tmp_path / "config.toml"
@@ -220,6 +221,21 @@ async def test_a_person_follows_and_fixes_the_memory(
     await expect(page.locator("#backfill-progress > div")).to_have_attribute(
         "style", "width: 100%;"
     )
+    assert page.errors == []  # type: ignore[attr-defined]
+
+
+async def test_backfill_says_what_holds_it_up(served: Served, browser: Browser) -> None:
+    served.fake.state.faults["detect_scene_break"] = ["status=503"]
+    page = await open_page(browser, served.url + "/recap/")
+    await page.fill("#key-input", KEY)
+    await page.click("#key-form button")
+    await page.fill("#filter", "bea")
+    await page.locator("#chats tbody tr:visible a").click()
+    await page.click("#backfill")
+    label = page.locator("#backfill-label")
+    # The API's error, while the job waits for its retry (the label used to count jobs).
+    await expect(label).to_contain_text("to go; retrying: the API answered 503")
+    await expect(label).to_have_text("100 % done", timeout=30000)
     assert page.errors == []  # type: ignore[attr-defined]
 
 

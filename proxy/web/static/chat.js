@@ -358,15 +358,31 @@ async function trackBackfill() {
   }
 }
 
+// Why the work stands still ("" when nothing holds it): a queued job that already met an
+// error waits for a model or for its retry (as `recap-proxy backfill` says it).
+function heldBy(jobs) {
+  const job = jobs.find((j) => j.state === "queued" && j.error);
+  if (!job) return "";
+  const [kind, ...rest] = job.error.split(": ");
+  if (kind === "NoCredentials") return "waiting for a model: chat once through the proxy or set [memory.llm] model";
+  // "<operation>: the API answered 500: <body>" says it in its second part.
+  const reason = rest.length > 1 && rest[0] === job.operation ? rest[1] : rest[0] || kind;
+  return "retrying: " + (reason.length > 60 ? reason.slice(0, 57) + "..." : reason);
+}
+
 async function lookAtBackfill(run) {
   const [found, overview] = await Promise.all([
     api("GET", "/recap/api/queue?chat=" + encodeURIComponent(run.chat)),
     api("GET", chatPath(run.chat) + "/memory"),
   ]);
+  // The chat's work is over when none of its jobs is left, those queued before the
+  // backfill too (a job retrying after an error, say); the counts are the backfill's own.
+  const isLive = (j) => j.state === "queued" || j.state === "running";
+  const live = found.jobs.filter(isLive);
   const ours = found.jobs.filter((j) => j.id > run.before);
-  const live = ours.filter((j) => j.state === "queued" || j.state === "running").length;
+  const finished = ours.filter((j) => !isLive(j)).length;
   const failed = ours.filter((j) => j.state === "failed").length;
-  run.quiet = live ? 0 : run.quiet + 1;
+  run.quiet = live.length ? 0 : run.quiet + 1;
   const done = run.quiet >= 2;
   const covered = (100 * (overview.covered_through + 1)) / Math.max(1, overview.messages);
   const share = done ? 100 : Math.min(99, Math.floor(covered));
@@ -374,10 +390,12 @@ async function lookAtBackfill(run) {
   const label = document.getElementById("backfill-label");
   if (bar && state.chat === run.chat) {
     bar.style.width = share + "%";
-    label.textContent = `${share} %` + (done ? " done" : ` (${ours.length - live} jobs done, ${live} to go)`) +
+    const held = heldBy(live);
+    label.textContent = `${share} %` +
+      (done ? " done" : ` (${finished} jobs done, ${live.length} to go${held ? "; " + held : ""})`) +
       (failed ? `, ${failed} failed` : "");
   }
   if (done) state.backfill = null;
-  else if (!live) setTimeout(trackBackfill, 500);
+  else if (!live.length) setTimeout(trackBackfill, 500);
 }
 
