@@ -382,6 +382,12 @@ async def _memory(server: Server, base: str, args: argparse.Namespace) -> int:
     print(
         f"queue:   {queue['queued']} queued, {queue['running']} running, {queue['failed']} failed"
     )
+    for held in overview.get("waiting", []):
+        if str(held["error"]).startswith("NoCredentials"):
+            when = "until the chat's next request brings a model"
+        else:
+            when = "retried at " + time.strftime("%H:%M:%S", time.localtime(held["not_before"]))
+        print(f"waiting: {held['operation']} (job {held['job']}), {when}: {held['error']}")
     for failure in overview.get("failures", []):
         print(f"failed:  {failure['operation']} (job {failure['job']}): {failure['error']}")
     if overview.get("failures"):

@@ -74,6 +74,11 @@ async def test_backfill_says_what_holds_its_work_up(
     # Stopped (Ctrl-C), it ends its line and says the work goes on without it.
     assert stopped.startswith("stopped watching; the jobs go on in the server")
     assert f"(`recap-proxy memory '{CHAT_ID}'`)" in stopped
+    # `memory` says why the queue does not move.
+    assert await cli(memory, "memory", CHAT_ID) == 0
+    out = capsys.readouterr().out
+    assert "queue:   1 queued, 0 running, 0 failed\nwaiting: detect_scene_break (job 1), " in out
+    assert "until the chat's next request brings a model: NoCredentials: no model" in out
 
 
 async def test_backfill_says_when_the_api_fails_and_clears_the_note_after(
@@ -114,6 +119,13 @@ async def test_backfill_waits_for_the_chats_jobs_queued_before_it(
         if "detect_scene_break" in memory.fake.state.operations:
             break
         await asyncio.sleep(0.02)
+    for _ in range(100):  # its failure kept on it
+        assert await cli(memory, "memory", CHAT_ID) == 0
+        out = capsys.readouterr().out
+        if "waiting:" in out:
+            break
+    assert "waiting: detect_scene_break (job 1), retried at " in out
+    assert ": JobFailure: detect_scene_break: the API answered 503" in out
     # That job is not this backfill's, yet the chat's work is not done before it is: the
     # command used to end at once, its bar full at 0/60.
     assert await cli(memory, "backfill", CHAT_ID) == 0

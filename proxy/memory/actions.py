@@ -106,6 +106,18 @@ class MemoryActions:
                 for j in jobs
                 if j.state == "failed"
             ]
+            # Queued jobs that met an error: they wait for a model (the chat has had no
+            # request yet) or for their retry at `not_before`.
+            waiting: list[JSONValue] = [
+                {
+                    "job": j.id,
+                    "operation": j.operation,
+                    "error": j.error,
+                    "not_before": j.not_before,
+                }
+                for j in jobs
+                if j.state == "queued" and j.error
+            ]
             return {
                 "chat": chat_id,
                 "enabled": chat.enabled,
@@ -126,6 +138,7 @@ class MemoryActions:
                     for state in ("queued", "running", "failed")
                 },
                 "failures": failures[-5:],
+                "waiting": waiting[:5],
             }
 
         return await self.store.call(work)

@@ -235,6 +235,13 @@ async def test_backfill_says_what_holds_it_up(served: Served, browser: Browser) 
     label = page.locator("#backfill-label")
     # The API's error, while the job waits for its retry (the label used to count jobs).
     await expect(label).to_contain_text("to go; retrying: the API answered 503")
+    # The chat's overview says it too, the whole error in its title.
+    await expect(page.locator("#waiting")).to_have_text("retrying: the API answered 503")
+    error = 'the API answered 503: {"error": {"message": "fake error 503", "type": "fake", '
+    error += '"code": 503}}'
+    await expect(page.locator("#waiting")).to_have_attribute(
+        "title", f"JobFailure: detect_scene_break: {error}"
+    )
     await expect(label).to_have_text("100 % done", timeout=30000)
     assert page.errors == []  # type: ignore[attr-defined]
 

@@ -60,6 +60,9 @@ function renderOverview(o) {
     h("span", { id: "running-version" }, o.running_recap ? "running recap v" + o.running_recap.version : "no running recap yet"),
     " · ", `queue ${queue.queued || 0} queued, ${queue.running || 0} running`,
     queue.failed ? h("span", { class: "badge bad" }, queue.failed + " failed") : "",
+    (o.waiting || []).length
+      ? h("span", { class: "badge warn", id: "waiting", title: o.waiting[0].error }, heldReason(o.waiting[0], true))
+      : "",
     " · memory ", memoryState(o)));
 }
 
@@ -362,9 +365,16 @@ async function trackBackfill() {
 // error waits for a model or for its retry (as `recap-proxy backfill` says it).
 function heldBy(jobs) {
   const job = jobs.find((j) => j.state === "queued" && j.error);
-  if (!job) return "";
+  return job ? heldReason(job) : "";
+}
+
+// `job`: a job, or an item of the overview's `waiting` (its operation and error);
+// `brief`: without the advice (a badge, its title has the whole error).
+function heldReason(job, brief = false) {
   const [kind, ...rest] = job.error.split(": ");
-  if (kind === "NoCredentials") return "waiting for a model: chat once through the proxy or set [memory.llm] model";
+  if (kind === "NoCredentials") {
+    return "waiting for a model" + (brief ? "" : ": chat once through the proxy or set [memory.llm] model");
+  }
   // "<operation>: the API answered 500: <body>" says it in its second part.
   const reason = rest.length > 1 && rest[0] === job.operation ? rest[1] : rest[0] || kind;
   return "retrying: " + (reason.length > 60 ? reason.slice(0, 57) + "..." : reason);
