@@ -27,6 +27,7 @@ from proxy.settings import Settings, load_settings
 from proxy.sillytavern.layout import data_dir_for, holds_st_user
 
 POLL_SECONDS = 0.5
+SHOWN_DONE = 10  # done jobs `queue` lists without --all
 
 
 def add_memory_commands(sub: Any, config_arg: Any) -> None:
@@ -81,6 +82,11 @@ def add_memory_commands(sub: Any, config_arg: Any) -> None:
     )
     queue.add_argument("job", type=int, nargs="?", help="job id, for retry")
     queue.add_argument("--chat", help="only this chat (list, clear)")
+    queue.add_argument(
+        "--all",
+        action="store_true",
+        help=f"list every done job (else the newest {SHOWN_DONE}, with all jobs not done)",
+    )
 
 
 class Server:
@@ -427,9 +433,16 @@ async def _queue(server: Server, args: argparse.Namespace) -> int:
     if args.action == "list":
         listing = await server.call("GET", "/recap/api/queue" + (f"?chat={chat}" if chat else ""))
         print(f"paused: {listing['paused']}")
-        for job in listing["jobs"]:
+        jobs = sorted(listing["jobs"], key=lambda j: int(j["id"]))
+        # A backfilled story leaves hundreds of done jobs: the work that is not done (queued,
+        # running, failed, dropped) comes first, then only the newest done ones.
+        done = [j for j in jobs if j["state"] == "done"]
+        hidden = 0 if args.all else max(0, len(done) - SHOWN_DONE)
+        for job in [j for j in jobs if j["state"] != "done"] + done[hidden:]:
             error = f"  {job['error']}" if job["error"] else ""
-            print(f"{job['id']:>6} {job['state']:<8} {job['operation']:<19} {job['chat']}{error}")
+            print(f"{job['id']:>6} {job['state']:<8} {job['operation']:<22} {job['chat']}{error}")
+        if hidden:
+            print(f"(and {hidden} older done job(s): `recap-proxy queue --all` lists them)")
         return 0
     if args.action == "retry":
         if args.job is None:

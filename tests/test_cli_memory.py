@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from urllib.parse import quote
 
 import pytest
 
@@ -133,6 +134,33 @@ async def test_backfill_waits_for_the_chats_jobs_queued_before_it(
     assert ": 0 job(s) queued" in err
     assert "; retrying: the API answered 503" in err
     assert "[##############################] 46/60 messages covered, 3 scene(s)" in err
+
+
+async def test_queue_lists_the_work_not_done_and_the_newest_done_jobs(
+    memory_proxy: MemoryFactory, capsys: pytest.CaptureFixture[str]
+) -> None:
+    memory = await memory_proxy(
+        60, ends={12, 30, 45}, **{"memory.llm.model": "fake-model", "memory.scene_break_window": 10}
+    )
+    assert await cli(memory, "backfill", CHAT_ID) == 0
+    await memory.engine.queue.pause()
+    await memory.client.put(
+        f"/recap/api/chats/{quote(CHAT_ID, safe='')}/messages/52/scene_break", json={}
+    )
+    capsys.readouterr()
+    assert await cli(memory, "queue") == 0
+    lines = capsys.readouterr().out.splitlines()
+    done = [line for line in lines if line.split()[1] == "done"]
+    assert lines[0] == "paused: True"
+    assert " queued   scene_recap " in lines[1]  # the work not done first
+    assert len(done) == 10 and lines[-1].startswith("(and ")
+    hidden = int(lines[-1].split()[1])
+    ids = [int(line.split()[0]) for line in done]
+    assert ids == sorted(ids) and hidden > 0
+    assert await cli(memory, "queue", "--all") == 0
+    every = capsys.readouterr().out.splitlines()
+    assert len([line for line in every if line.split()[1] == "done"]) == 10 + hidden
+    assert not every[-1].startswith("(and ")
 
 
 async def test_breaks_regenerate_queue_and_toggle(

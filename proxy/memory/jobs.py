@@ -10,7 +10,8 @@ other 4xx, see `proxy.errors`) is not retried.
 A job's result is applied and the job marked `done` in one transaction, after checking
 that its input is still what it was made from: content that changed while the job ran
 makes it run again with the new content, content that went away drops it. After a stop,
-jobs that were running are queued again; results are never applied twice.
+jobs that were running are queued again; results are never applied twice. Finished jobs
+are forgotten after `keep_done_days` (looked at on start-up, then daily).
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from proxy.tasks import TaskSet
 log = logging.getLogger(__name__)
 
 Apply = Callable[[Database], None]
+DAY = 86400.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,6 +112,7 @@ class JobQueue:
         self._tasks = TaskSet()
         self._runner: asyncio.Task[None] | None = None
         self._passes = 0  # times the runner has looked for work
+        self._prune_at = 0.0  # when finished jobs are next looked at (start-up, then daily)
         self._passed = asyncio.Event()
         # Called on the event loop after each job ends (done, dropped, failed or retried):
         # the memory engine plans what follows from it.
@@ -203,6 +206,9 @@ class JobQueue:
         while True:
             self._wake.clear()
             now = self.clock()
+            if now >= self._prune_at:
+                self._prune_at = now + DAY
+                await self._prune(now)
             busy = {u for u, n in self._running.items() if n >= self.settings.concurrency}
             busy |= {u for u, until in self._cooling.items() if until > now}
             paused, job, due = await self.store.call(partial(self._next, now=now, busy=busy))
@@ -214,7 +220,7 @@ class JobQueue:
             wait = None
             if not paused:
                 cooling = [until for until in self._cooling.values() if until > now]
-                candidates = [t for t in [due, *cooling] if t is not None]
+                candidates = [t for t in [due, *cooling, self._prune_at] if t is not None]
                 if candidates:
                     wait = max(0.0, min(candidates) - self.clock())
             # `asyncio.timeout`, not `wait_for`: on 3.11 a `wait_for` cancelled just as the
@@ -223,6 +229,18 @@ class JobQueue:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(wait):
                     await self._wake.wait()
+
+    async def _prune(self, now: float) -> None:
+        """Forget finished jobs older than `keep_done_days`: a long story leaves thousands,
+        which every look at the queue (the page, `backfill`'s polls) would list."""
+        days = self.settings.keep_done_days
+        try:
+            pruned = await self.store.call(lambda db: db.jobs.prune(now - days * DAY))
+        except Exception:
+            log.exception("forgetting finished jobs failed")  # the queue runs on regardless
+            return
+        if pruned:
+            log.info("forgot %d finished job(s) older than %g day(s)", pruned, days)
 
     @staticmethod
     def _next(db: Database, now: float, busy: set[str]) -> tuple[bool, Job | None, float | None]:

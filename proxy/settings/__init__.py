@@ -235,6 +235,14 @@ class QueueSettings(Section):
         "long; then planning queues it again by itself, so one bad call never stops a "
         "chat's memory for good.",
     )
+    keep_done_days: float = Field(
+        7.0,
+        gt=0,
+        description="Finished jobs (done, or dropped because their message changed) stay "
+        "in the queue's list this long, then are forgotten (checked at start-up and daily); "
+        "failed ones stay until retried or cleared. The calls and tokens they spent are "
+        "counted apart and stay.",
+    )
 
 
 class Settings(Section):

@@ -225,6 +225,13 @@ class JobTable(Table):
             params = (chat_id,)
         return self.db.execute(f"DELETE FROM jobs WHERE {where}", params).rowcount
 
+    def prune(self, before: float) -> int:
+        """Forget finished jobs (done, dropped) last changed before `before`: the queue's
+        history, which no planning reads (a failed job, which planning does, stays)."""
+        return self.db.execute(
+            "DELETE FROM jobs WHERE state IN ('done', 'dropped') AND updated<?", (before,)
+        ).rowcount
+
     def list(self, chat_id: str | None = None, states: Collection[str] = ()) -> list[Job]:
         clauses, params = [], []
         if chat_id is not None:

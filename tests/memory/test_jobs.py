@@ -218,3 +218,32 @@ async def test_the_runner_stops_when_it_is_woken_as_it_is_stopped(setup) -> None
     started = loop.time()
     await asyncio.wait_for(queue.__aexit__(None, None, None), 5)
     assert loop.time() - started < 1  # at once, not when the 5 s cancel it again
+
+
+async def test_finished_jobs_are_forgotten_after_keep_done_days(setup) -> None:  # type: ignore[no-untyped-def]
+    store, fake, handlers = setup
+    day = 86400.0
+    now = [1_000_000.0]
+    fake.outcomes = {"denied": [Unauthorized("401")]}
+    fake.current = {"gone": "other"}  # its input changed: dropped
+    settings = QueueSettings(backoff_seconds=0.01, max_attempts=1, keep_done_days=7)
+    async with JobQueue(store, handlers, settings, clock=lambda: now[0]) as queue:
+        for key in ("old", "denied", "gone"):
+            await queue.enqueue("a", Operation.MESSAGE_RECAP, key, {}, "h", "up")
+        await queue.idle()
+        now[0] += 6.5 * day
+        await queue.enqueue("a", Operation.MESSAGE_RECAP, "new", {}, "h", "up")
+        await queue.idle()
+    states = {j.dedup_key: j.state for j in await queue.jobs()}
+    assert states == {"old": "done", "denied": "failed", "gone": "dropped", "new": "done"}
+    # Started again a day later: the finished jobs of over a week ago go, the failed one
+    # (which planning reads) and the newer one stay.
+    now[0] += day
+    async with JobQueue(store, handlers, settings, clock=lambda: now[0]) as queue:
+        await queue.looked()
+        assert {j.dedup_key for j in await queue.jobs()} == {"denied", "new"}
+        # Running on: the daily look forgets the newer one a week after it finished.
+        now[0] += 6.5 * day
+        queue.wake()
+        await queue.looked()
+        assert {j.dedup_key for j in await queue.jobs()} == {"denied"}
