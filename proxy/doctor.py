@@ -339,10 +339,21 @@ def _history(running: dict[str, Any] | None) -> list[Check]:
         ))  # fmt: skip
     else:
         checks.append(Check("requests in the last hour", None, "none went through the proxy"))
-    failed = (running.get("queue") or {}).get("failed", 0)
+    queue = running.get("queue") or {}
+    failed = queue.get("failed", 0)
     detail = f"{failed} failed" if failed else "none failed"
     fix = "see `recap-proxy queue` for their errors"
     checks.append(Check("memory jobs", failed == 0, detail, fix))
+    waiting = queue.get("waiting_for_model", 0)
+    if waiting:
+        # Keys and models are kept in memory only: after a restart, or for a chat that has
+        # had no request yet (a backfill), the proxy's own calls have none.
+        checks.append(Check(
+            "jobs waiting", None,
+            f"{waiting} wait for a model, their chats having had no request since the proxy "
+            "started: send a message in each (its key and model are used), or set "
+            "[memory.llm] model (and api_key if the API needs one)",
+        ))  # fmt: skip
     upstream = running.get("upstream") or {}
     if upstream.get("last_error"):
         checks.append(Check("upstream errors", upstream.get("failures_in_a_row", 0) == 0,

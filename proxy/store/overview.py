@@ -49,13 +49,17 @@ def chat_summaries(db: sqlite3.Connection) -> dict[str, JSONObject]:
 
 
 def probe(db: sqlite3.Connection, now: float) -> dict[str, int]:
-    """A write the store must be able to make, then its queue's jobs by state (`/health`)."""
+    """A write the store must be able to make, then its queue's jobs by state and, of the
+    queued ones, those waiting for a model (`/health`: `doctor` says what to do)."""
     db.execute(
         "INSERT INTO settings_kv (key, value) VALUES ('health_probe', ?) "
         "ON CONFLICT(key) DO UPDATE SET value=excluded.value",
         (repr(now),),
     )
-    return queue_counts(db)
+    (waiting,) = db.execute(
+        "SELECT COUNT(*) FROM jobs WHERE state = 'queued' AND error LIKE 'NoCredentials:%'"
+    ).fetchone()
+    return {**queue_counts(db), "waiting_for_model": int(waiting)}
 
 
 def queue_counts(db: sqlite3.Connection) -> dict[str, int]:

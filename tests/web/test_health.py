@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import quote
 
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -28,7 +29,7 @@ async def test_ok_then_degraded_by_the_store_then_by_the_watcher(
     assert status == 200 and report["status"] == "ok" and report["problems"] == []
     assert report["version"] == __version__ and report["uptime_s"] >= 0
     assert (report["store"], report["watcher"]) == ("ok", "running")
-    assert report["queue"] == {"queued": 0, "running": 0, "failed": 0}
+    assert report["queue"] == {"queued": 0, "running": 0, "failed": 0, "waiting_for_model": 0}
     assert report["upstream"]["last_status"] == 200 and report["upstream"]["last_error"] is None
     # For `doctor`: the chat requests of the last hour.
     assert report["requests"] == {"identified": 1, "unidentified": 0, "window_s": 3600}
@@ -47,6 +48,25 @@ async def test_ok_then_degraded_by_the_store_then_by_the_watcher(
     await watcher.__aexit__(None, None, None)
     status, report = await health_of(memory)
     assert status == 503 and report["watcher"] == "stopped"
+
+
+async def test_jobs_waiting_for_a_model_are_counted(memory_proxy: MemoryFactory) -> None:
+    # A chat that had no request since the start, backfilled, and no [memory.llm] model:
+    # its jobs wait for one (keys and models are kept in memory only).
+    memory = await memory_proxy(40, {12})
+    chat = quote(CHAT_ID, safe="")
+    backfill = await memory.client.post(f"/recap/api/chats/{chat}/backfill", json={})
+    assert backfill.status == 200
+    await memory.until(
+        lambda db: any(j.error for j in db.jobs.list(CHAT_ID, ("queued",))), settle=False
+    )
+    status, report = await health_of(memory)
+    assert status == 200  # it is how the proxy works, not a fault
+    assert report["queue"]["waiting_for_model"] == 1 and report["queue"]["queued"] == 1
+    # The chat's request brings a model: nothing waits any more.
+    await memory.client.post("/v1/chat/completions", json=memory.story.request())
+    await memory.engine.settle()
+    assert (await health_of(memory))[1]["queue"]["waiting_for_model"] == 0
 
 
 async def test_degraded_while_the_upstream_fails_and_well_again_after(
