@@ -291,12 +291,11 @@ def _held(jobs: list[dict[str, Any]]) -> str:
     queued job that already met an error waits for a model or for its retry. Without this
     the bar would count the seconds and nothing else while, say, the API is down."""
     for job in jobs:
-        if job["state"] == "queued" and job["error"]:
-            kind, _, message = str(job["error"]).partition(": ")
-            if kind == "NoCredentials":
-                return "waiting for a model (chat once in this chat, or set [memory.llm] model)"
-            # "<operation>: the API answered 500: <body>" says it in its second part.
-            parts = message.split(": ")
+        if job["waiting_for"] == "model":
+            return "waiting for a model (chat once in this chat, or set [memory.llm] model)"
+        if job["waiting_for"] == "retry":
+            # "<type>: <operation>: the API answered 500: <body>" says it in its third part.
+            parts = str(job["error"]).split(": ")[1:]
             reason = parts[1] if len(parts) > 1 and parts[0] == job["operation"] else parts[0]
             return f"retrying: {textwrap.shorten(reason, 60, placeholder='...')}"
     return ""
@@ -389,7 +388,7 @@ async def _memory(server: Server, base: str, args: argparse.Namespace) -> int:
         f"queue:   {queue['queued']} queued, {queue['running']} running, {queue['failed']} failed"
     )
     for held in overview.get("waiting", []):
-        if str(held["error"]).startswith("NoCredentials"):
+        if held["waiting_for"] == "model":
             when = "until the chat's next request brings a model"
         else:
             when = "retried at " + time.strftime("%H:%M:%S", time.localtime(held["not_before"]))

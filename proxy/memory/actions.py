@@ -112,11 +112,12 @@ class MemoryActions:
                 {
                     "job": j.id,
                     "operation": j.operation,
+                    "waiting_for": j.waiting_for,
                     "error": j.error,
                     "not_before": j.not_before,
                 }
                 for j in jobs
-                if j.state == "queued" and j.error
+                if j.waiting_for is not None
             ]
             return {
                 "chat": chat_id,

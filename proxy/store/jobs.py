@@ -14,12 +14,16 @@ from typing import Any
 import orjson
 
 from proxy.core.jsontypes import JSONObject
+from proxy.errors import NoCredentials
 from proxy.store.records import Table
 
 # A job's payload: what it is about (uids, not positions), stored as JSON.
 Payload = JSONObject
 
 LIVE = ("queued", "running")
+# How the error kept on a job that waits for its chat's key and model begins (the queue
+# keeps `<exception type>: <message>`).
+WAITING_FOR_MODEL = f"{NoCredentials.__name__}: "
 JOB_COLUMNS = (
     "id, chat_id, operation, priority, dedup_key, payload, input_hash, upstream, state, "
     "attempts, not_before, error, created, updated"
@@ -43,6 +47,15 @@ class Job:
     created: float
     updated: float
 
+    @property
+    def waiting_for(self) -> str | None:
+        """What a queued job that met an error waits for: `model` (its chat's key and
+        model, which only the chat's next request brings) or `retry` (after a failed
+        call, at `not_before`); None for any other job."""
+        if self.state != "queued" or not self.error:
+            return None
+        return "model" if self.error.startswith(WAITING_FOR_MODEL) else "retry"
+
     def public(self) -> JSONObject:
         """The job as the API shows it."""
         return {
@@ -51,6 +64,7 @@ class Job:
             "operation": self.operation,
             "priority": self.priority,
             "state": self.state,
+            "waiting_for": self.waiting_for,
             "attempts": self.attempts,
             "not_before": self.not_before,
             "error": self.error,

@@ -6,6 +6,7 @@ from __future__ import annotations
 import sqlite3
 
 from proxy.core.jsontypes import JSONObject
+from proxy.store.jobs import WAITING_FOR_MODEL
 
 STATES = ("queued", "running", "failed")
 
@@ -57,7 +58,8 @@ def probe(db: sqlite3.Connection, now: float) -> dict[str, int]:
         (repr(now),),
     )
     (waiting,) = db.execute(
-        "SELECT COUNT(*) FROM jobs WHERE state = 'queued' AND error LIKE 'NoCredentials:%'"
+        "SELECT COUNT(*) FROM jobs WHERE state = 'queued' AND substr(error, 1, ?) = ?",
+        (len(WAITING_FOR_MODEL), WAITING_FOR_MODEL),
     ).fetchone()
     return {**queue_counts(db), "waiting_for_model": int(waiting)}
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from proxy.errors import JobFailure, Unauthorized
+from proxy.errors import JobFailure, NoCredentials, Unauthorized
 from proxy.memory.jobs import Apply, JobQueue
 from proxy.memory.operations import OPERATIONS, Operation
 from proxy.settings import QueueSettings
@@ -247,3 +247,23 @@ async def test_finished_jobs_are_forgotten_after_keep_done_days(setup) -> None: 
         queue.wake()
         await queue.looked()
         assert {j.dedup_key for j in await queue.jobs()} == {"denied"}
+
+
+async def test_a_queued_job_says_what_it_waits_for(setup) -> None:  # type: ignore[no-untyped-def]
+    store, fake, handlers = setup
+    fake.outcomes = {
+        "no-model": [NoCredentials("no model for the proxy's own calls yet")],
+        "flaky": [JobFailure("the API answered 503")],
+    }
+    settings = QueueSettings(backoff_seconds=60, backoff_cap_seconds=60)
+    async with JobQueue(store, handlers, settings) as queue:
+        for key in ("no-model", "flaky", "fine"):
+            await queue.enqueue("a", Operation.MESSAGE_RECAP, key, {}, "h", f"up-{key}")
+        await until(lambda: len(fake.order) == 3, "each job run once")
+        await queue.looked()
+        jobs = {j.dedup_key: j for j in await queue.jobs()}
+    assert {k: j.waiting_for for k, j in jobs.items()} == {
+        "no-model": "model", "flaky": "retry", "fine": None
+    }  # fmt: skip
+    assert jobs["no-model"].public()["waiting_for"] == "model"
+    assert (jobs["no-model"].state, jobs["no-model"].attempts) == ("queued", 0)  # not used up

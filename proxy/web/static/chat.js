@@ -364,19 +364,19 @@ async function trackBackfill() {
 // Why the work stands still ("" when nothing holds it): a queued job that already met an
 // error waits for a model or for its retry (as `recap-proxy backfill` says it).
 function heldBy(jobs) {
-  const job = jobs.find((j) => j.state === "queued" && j.error);
+  const job = jobs.find((j) => j.waiting_for);
   return job ? heldReason(job) : "";
 }
 
-// `job`: a job, or an item of the overview's `waiting` (its operation and error);
-// `brief`: without the advice (a badge, its title has the whole error).
+// `job`: a job, or an item of the overview's `waiting` (its operation, what it waits for
+// and its error); `brief`: without the advice (a badge, its title has the whole error).
 function heldReason(job, brief = false) {
-  const [kind, ...rest] = job.error.split(": ");
-  if (kind === "NoCredentials") {
+  if (job.waiting_for === "model") {
     return "waiting for a model" + (brief ? "" : ": chat once through the proxy or set [memory.llm] model");
   }
-  // "<operation>: the API answered 500: <body>" says it in its second part.
-  const reason = rest.length > 1 && rest[0] === job.operation ? rest[1] : rest[0] || kind;
+  const rest = job.error.split(": ").slice(1);
+  // "<type>: <operation>: the API answered 500: <body>" says it in its third part.
+  const reason = rest.length > 1 && rest[0] === job.operation ? rest[1] : rest[0] || job.error;
   return "retrying: " + (reason.length > 60 ? reason.slice(0, 57) + "..." : reason);
 }
 
