@@ -233,33 +233,35 @@ class MemoryActions:
     async def update_scene(
         self, chat_id: str, index: int, *, name: str | None, current_version: int | None
     ) -> JSONObject:
-        def work(db: Database) -> None:
+        def work(db: Database) -> JSONObject:
             scene = self._scene(db, chat_id, index)
             if name is not None:
                 db.memory.update_break(scene.uid, name=name.strip(), name_edited=1)
-            if current_version is not None:
-                known = {v.version for v in db.memory.scene_recaps(scene.uid)}
-                if current_version not in known:
-                    raise NotFound(f"scene {index} has no recap version {current_version}")
-                db.memory.update_break(scene.uid, current=current_version)
-                drop_running_from(db, chat_id, scene.position)
+            if current_version is None:
+                return {}
+            known = {v.version for v in db.memory.scene_recaps(scene.uid)}
+            if current_version not in known:
+                raise NotFound(f"scene {index} has no recap version {current_version}")
+            db.memory.update_break(scene.uid, current=current_version)
+            return {"folded_in_again": drop_running_from(db, chat_id, scene.position)}
 
-        await self._then_plan(chat_id, work)
-        return await self.scene(chat_id, index)
+        folded = await self._then_plan(chat_id, work)
+        return {**await self.scene(chat_id, index), **folded}
 
     async def edit_scene_recap(
         self, chat_id: str, index: int, recap: str, scene_name: str | None
     ) -> JSONObject:
-        def work(db: Database) -> None:
+        def work(db: Database) -> bool:
             scene = self._scene(db, chat_id, index)
             db.memory.add_scene_recap(
                 chat_id, scene.uid, recap.strip(), self.engine.clock(),
                 scene_name=scene_name, source="edit",
             )  # fmt: skip
-            drop_running_from(db, chat_id, scene.position)
+            return drop_running_from(db, chat_id, scene.position)
 
-        await self._then_plan(chat_id, work)
-        return await self.scene(chat_id, index)
+        folded = await self._then_plan(chat_id, work)
+        # False: a running recap version you wrote comes after this scene; it stays.
+        return {**await self.scene(chat_id, index), "folded_in_again": folded}
 
     async def regenerate_scene(self, chat_id: str, index: int) -> JSONObject:
         def work(db: Database) -> int:

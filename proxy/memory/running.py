@@ -8,8 +8,17 @@ version and every later one with it (they were built on it).
 
 from __future__ import annotations
 
+import logging
+
 from proxy.store import Database
 from proxy.store.records import RunningRecap
+
+log = logging.getLogger(__name__)
+
+# The sources of versions the user wrote (through the page, the API or the CLI): those
+# never go to make room for a fold done again. The LLM's work, the proxy's or an
+# extension's (imported, inherited from a branch's parent), can be done again.
+YOURS = frozenset({"edit"})
 
 
 def newest_at(db: Database, chat_id: str, position: int | None) -> tuple[int, int] | None:
@@ -37,11 +46,25 @@ def covered_through(db: Database, chat_id: str) -> int:
     return -1 if found is None else found[1]
 
 
-def drop_running_from(db: Database, chat_id: str, position: int) -> None:
-    """Drop the versions that fold in a scene at or after `position` (it changed)."""
+def drop_running_from(db: Database, chat_id: str, position: int) -> bool:
+    """Drop the versions that fold in a scene at or after `position` (its recap changed),
+    so that planning folds it in again; False (nothing dropped) when one of them is the
+    user's own (`YOURS`): what the user wrote is never thrown away to redo the LLM's."""
     stale = [v for v, _, at in db.memory.running_at(chat_id) if at is None or at >= position]
-    if stale:
-        db.memory.drop_running(chat_id, stale)
+    if not stale:
+        return True
+    sources = db.memory.running_sources(chat_id)
+    yours = [v for v in stale if sources.get(v) in YOURS]
+    if yours:
+        log.info(
+            "%s: a scene recap changed before the running recap version(s) you wrote (%s): "
+            "every version stays, and the change is not folded in by itself",
+            chat_id,
+            ", ".join(map(str, yours)),
+        )
+        return False
+    db.memory.drop_running(chat_id, stale)
+    return True
 
 
 def prune(db: Database, chat_id: str) -> None:

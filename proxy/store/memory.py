@@ -367,6 +367,13 @@ class MemoryTable(Table):
         ).fetchone()
         return int(row[0]) + 1
 
+    def running_sources(self, chat_id: str) -> dict[int, str]:
+        """version -> where it came from (`llm`, `condensed`, `edit`, ...), without texts."""
+        rows = self.db.execute(
+            "SELECT version, source FROM running_recaps WHERE chat_id=?", (chat_id,)
+        )
+        return {int(version): str(source) for version, source in rows}
+
     def drop_running(self, chat_id: str, versions: Iterable[int]) -> int:
         dropped = list(versions)
         with self.transaction():

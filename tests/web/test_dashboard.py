@@ -189,6 +189,10 @@ async def test_a_person_follows_and_fixes_the_memory(
     first = await versions.first.locator(".recap").inner_text()
     await versions.first.get_by_role("button", name="Pick").click()
     await expect(scene.locator(".recap").first).to_have_text(first)
+    # The running recap edited by hand above comes after this scene: it stays (not folded
+    # over again), and the page says so.
+    kept = page.locator(".toast", has_text="the running recap keeps your edit")
+    await expect(kept).to_be_visible()
     await scene.get_by_role("button", name="Versions").click()
     await versions.first.get_by_role("button", name="Edit into a new version").click()
     assert await page.input_value("#edit-text") == first

@@ -105,6 +105,37 @@ async def test_running_recap_versions_edit_select_regenerate(memory_proxy: Memor
     assert bad.status == 400
 
 
+async def test_a_running_recap_you_wrote_stays_when_an_older_scene_changes(
+    memory_proxy: MemoryFactory,
+) -> None:
+    memory = await memory_proxy(30, ends={8, 17})
+    await memory.client.post("/v1/chat/completions", json=memory.story.request())
+    await memory.engine.settle()
+    assert [v["new_scene_index"] for v in await get(memory, "/running")] == [8, 17]
+    # Without a version of yours after it, a changed scene is folded in again.
+    answer = await memory.client.post(BASE + "/scenes/8/recaps", json={"recap": "At the mill."})
+    assert (await answer.json())["folded_in_again"] is True
+    await memory.engine.settle()
+    versions = await get(memory, "/running")
+    assert [v["new_scene_index"] for v in versions] == [8, 17]
+    assert "At the mill." in versions[0]["content"]
+    folds = memory.fake.state.operations.count("running_recap")
+
+    # You write the running recap; then an older scene changes (an edit, a version
+    # picked). Your version used to go with the LLM's, and the fold was redone over it.
+    await memory.client.post(BASE + "/running", json={"content": "My own recap."})
+    before = await get(memory, "/running")
+    answer = await memory.client.post(BASE + "/scenes/8/recaps", json={"recap": "At the ford."})
+    assert answer.status == 200 and (await answer.json())["folded_in_again"] is False
+    picked = await memory.client.patch(BASE + "/scenes/8", json={"current_version": 1})
+    assert (await picked.json())["folded_in_again"] is False
+    await memory.engine.settle()
+    assert await get(memory, "/running") == before  # every version stays, yours current
+    assert before[-1]["source"] == "edit" and before[-1]["current"]
+    assert memory.fake.state.operations.count("running_recap") == folds  # no call made
+    assert "My own recap." in (await get(memory, "/preview"))["injected"]["text"]
+
+
 async def test_message_recaps_edit_exclude_and_memory_off(memory_proxy: MemoryFactory) -> None:
     memory = await memory_proxy(
         16, ends=set(), **{"memory.auto_scene_break": False, "memory.message_recap_batch_size": 1}

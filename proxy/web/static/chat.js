@@ -231,7 +231,7 @@ async function renameScene(scene) {
 // Any version (the current one by default) edited into a new version.
 async function editSceneRecap(scene, from) {
   const text = await editText(`Recap of the scene ending at message ${scene.index}`, from ?? scene.recap ?? "");
-  if (text != null) act("POST", chatPath(state.chat) + `/scenes/${scene.index}/recaps`, { recap: text }, "new version saved");
+  if (text != null) act("POST", chatPath(state.chat) + `/scenes/${scene.index}/recaps`, { recap: text }, "new version saved").then(keptNote);
 }
 
 async function showVersions(scene, row) {
@@ -239,7 +239,7 @@ async function showVersions(scene, row) {
   const list = h("div", { class: "versions-list" }, found.versions.map((v) => h("div", { class: "bar-row" },
     h("strong", {}, "v" + v.version), h("span", { class: "badge" }, v.source), v.current ? h("span", { class: "badge ok" }, "current") : "",
     h("span", { class: "muted" }, when(v.created)),
-    v.current ? "" : h("button", { onclick: () => act("PATCH", chatPath(state.chat) + `/scenes/${scene.index}`, { current_version: v.version }, "picked") }, "Pick"),
+    v.current ? "" : h("button", { onclick: () => act("PATCH", chatPath(state.chat) + `/scenes/${scene.index}`, { current_version: v.version }, "picked").then(keptNote) }, "Pick"),
     h("button", { onclick: () => editSceneRecap(scene, v.recap) }, "Edit into a new version"),
     h("div", { class: "recap" }, v.recap))));
   const old = row.parentElement.querySelector(".versions-list");
@@ -327,6 +327,14 @@ async function renderModel(section) {
         (preview.left_out.length ? ` (messages ${preview.left_out[0]}–${preview.left_out[preview.left_out.length - 1]})` : ""))),
     h("div", { id: "injected" }, ...parts.map((p) =>
       h("pre", { class: "text", id: `injected-${p.part}`, title: `${p.part} part, ${where(p)}` }, p.text))));
+}
+
+// After a scene's recap changed: the running recap is folded again from that scene,
+// unless a version you wrote comes after it (it is never thrown away for the LLM's).
+function keptNote(answer) {
+  if (answer && answer.folded_in_again === false) {
+    toast("the running recap keeps your edit: this change is not folded in by itself");
+  }
 }
 
 // Backfill: queue the chat's whole memory, and follow it to the end. Planning follows
