@@ -48,23 +48,32 @@ def covered_through(db: Database, chat_id: str) -> int:
 
 def drop_running_from(db: Database, chat_id: str, position: int) -> bool:
     """Drop the versions that fold in a scene at or after `position` (its recap changed),
-    so that planning folds it in again; False (nothing dropped) when one of them is the
-    user's own (`YOURS`): what the user wrote is never thrown away to redo the LLM's."""
-    stale = [v for v, _, at in db.memory.running_at(chat_id) if at is None or at >= position]
+    so that planning folds from there again; True when the change is folded in. The user's
+    own versions (`YOURS`) are never dropped for that: when one folds in a scene at or after
+    `position`, only the versions of later scenes than the newest such one go (planning
+    folds those again onto it), and the change itself is not folded in (False): what the
+    user wrote stands for the story up to its scene."""
+    versions = db.memory.running_at(chat_id)
+    stale = [(v, at) for v, _, at in versions if at is None or at >= position]
     if not stale:
         return True
     sources = db.memory.running_sources(chat_id)
-    yours = [v for v in stale if sources.get(v) in YOURS]
-    if yours:
-        log.info(
-            "%s: a scene recap changed before the running recap version(s) you wrote (%s): "
-            "every version stays, and the change is not folded in by itself",
-            chat_id,
-            ", ".join(map(str, yours)),
-        )
-        return False
-    db.memory.drop_running(chat_id, stale)
-    return True
+    yours = [(v, at) for v, at in stale if sources.get(v) in YOURS and at is not None]
+    if not yours:
+        db.memory.drop_running(chat_id, [v for v, _ in stale])
+        return True
+    newest = max(at for _, at in yours)
+    later = [v for v, at in stale if at is None or at > newest]
+    log.info(
+        "%s: a scene recap changed before the running recap version(s) you wrote (%s): "
+        "they stay, and the change is not folded in by itself%s",
+        chat_id,
+        ", ".join(str(v) for v, _ in yours),
+        f"; the {len(later)} version(s) after them are folded again" if later else "",
+    )
+    if later:
+        db.memory.drop_running(chat_id, later)
+    return False
 
 
 def prune(db: Database, chat_id: str) -> None:

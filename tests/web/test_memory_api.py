@@ -136,6 +136,30 @@ async def test_a_running_recap_you_wrote_stays_when_an_older_scene_changes(
     assert "My own recap." in (await get(memory, "/preview"))["injected"]["text"]
 
 
+async def test_the_scenes_after_an_old_version_you_wrote_are_folded_again_onto_it(
+    memory_proxy: MemoryFactory,
+) -> None:
+    memory = await memory_proxy(40, ends={8, 17, 26})
+    await memory.client.post("/v1/chat/completions", json=memory.story.request())
+    await memory.engine.settle()
+    assert [v["new_scene_index"] for v in await get(memory, "/running")] == [8, 17, 26]
+    # You once rewrote the running recap as it stood after scene 17 (version 4).
+    await memory.client.put(BASE + "/running/current", json={"version": 2})
+    await memory.client.post(BASE + "/running", json={"content": "My recap up to 17."})
+    await memory.client.put(BASE + "/running/current", json={"version": 3})
+    # Scene 8 changes: your version stays; only scene 26's, after it, is folded again,
+    # onto yours.
+    answer = await memory.client.post(BASE + "/scenes/8/recaps", json={"recap": "At the mill."})
+    assert (await answer.json())["folded_in_again"] is False
+    await memory.engine.settle()
+    versions = {v["version"]: v for v in await get(memory, "/running")}
+    assert sorted(versions) == [1, 2, 4, 5]
+    assert versions[4]["source"] == "edit" and versions[4]["new_scene_index"] == 17
+    newest = versions[5]
+    assert newest["current"] and newest["new_scene_index"] == 26
+    assert newest["prev_scene_index"] == 17 and "My recap up to 17." in newest["content"]
+
+
 async def test_message_recaps_edit_exclude_and_memory_off(memory_proxy: MemoryFactory) -> None:
     memory = await memory_proxy(
         16, ends=set(), **{"memory.auto_scene_break": False, "memory.message_recap_batch_size": 1}

@@ -333,7 +333,7 @@ async function renderModel(section) {
 // unless a version you wrote comes after it (it is never thrown away for the LLM's).
 function keptNote(answer) {
   if (answer && answer.folded_in_again === false) {
-    toast("the running recap keeps your edit: this change is not folded in by itself");
+    toast("the running recap keeps your edit: this change is not folded into it");
   }
 }
 
