@@ -229,7 +229,8 @@ async def test_a_person_follows_and_fixes_the_memory(
 
 
 async def test_backfill_says_what_holds_it_up(served: Served, browser: Browser) -> None:
-    served.fake.state.faults["detect_scene_break"] = ["status=503"]
+    # Three failures in a row (retried after 1, 2, 4 s): the states below hold long enough.
+    served.fake.state.faults["detect_scene_break"] = ["status=503"] * 3
     page = await open_page(browser, served.url + "/recap/")
     await page.fill("#key-input", KEY)
     await page.click("#key-form button")
@@ -246,6 +247,17 @@ async def test_backfill_says_what_holds_it_up(served: Served, browser: Browser) 
     await expect(page.locator("#waiting")).to_have_attribute(
         "title", f"JobFailure: detect_scene_break: {error}"
     )
+    # Held there (the queue paused), the queue page says what the job waits for.
+    async with aiohttp.ClientSession(headers={"X-Recap-Key": KEY}) as session:
+        async with session.post(f"{served.url}/recap/api/queue/pause", json={}) as response:
+            assert response.status == 200
+        chat_page = page.url
+        await page.click("a[href='#/queue']")
+        state = page.locator("#jobs tr", has_text="detect_scene_break").locator("td.state")
+        await expect(state.first).to_have_text("queued (retrying)")
+        async with session.post(f"{served.url}/recap/api/queue/resume", json={}) as response:
+            assert response.status == 200
+    await page.goto(chat_page)
     await expect(label).to_have_text("100 % done", timeout=30000)
     assert page.errors == []  # type: ignore[attr-defined]
 

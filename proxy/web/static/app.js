@@ -218,6 +218,8 @@ function applyFilter(text) {
 
 // -- the queue ---------------------------------------------------------------------------
 
+const SHOWN_DONE = 50; // done jobs the queue page lists
+
 async function renderQueue() {
   const [queue, chats] = await Promise.all([api("GET", "/recap/api/queue"), api("GET", "/recap/api/chats")]);
   const usage = chats.filter((c) => c.usage && c.usage.total);
@@ -226,7 +228,12 @@ async function renderQueue() {
     await act("POST", `/recap/api/queue/${action}`, {}, label);
     renderQueue();
   } }, label);
-  const jobs = queue.jobs.slice().sort((a, b) => b.id - a.id);
+  // The work not done, and the newest done jobs only: a backfilled story leaves hundreds.
+  const sorted = queue.jobs.slice().sort((a, b) => b.id - a.id);
+  const done = sorted.filter((j) => j.state === "done");
+  const hidden = new Set(done.slice(SHOWN_DONE).map((j) => j.id));
+  const jobs = sorted.filter((j) => !hidden.has(j.id));
+  const waiting = { model: "waiting for a model", retry: "retrying" };
   main().replaceChildren(
     h("h2", {}, "Queue"),
     h("div", { class: "bar-row" }, h("span", { id: "queue-state" }, queue.paused ? "paused" : "running"),
@@ -234,9 +241,11 @@ async function renderQueue() {
     h("table", { id: "jobs" }, h("thead", {}, h("tr", {}, ["Job", "Chat", "Operation", "State", "Attempts", "Error", "Updated", ""].map((t) => h("th", {}, t)))),
       h("tbody", {}, jobs.map((j) => h("tr", { "data-job": j.id },
         h("td", {}, j.id), h("td", {}, h("a", { href: "#/chat/" + encodeURIComponent(j.chat) }, j.chat.split("/").pop())),
-        h("td", {}, j.operation), h("td", {}, j.state), h("td", { class: "num" }, j.attempts), h("td", { class: "error" }, j.error || ""),
+        h("td", {}, j.operation), h("td", { class: "state" }, j.waiting_for ? `${j.state} (${waiting[j.waiting_for]})` : j.state),
+        h("td", { class: "num" }, j.attempts), h("td", { class: "error" }, j.error || ""),
         h("td", {}, when(j.updated)),
         h("td", {}, j.state === "failed" || j.state === "dropped" ? h("button", { onclick: () => act("POST", `/recap/api/queue/jobs/${j.id}/retry`, {}, "retrying") }, "Retry") : ""))))),
+    hidden.size ? h("p", { class: "muted", id: "older-jobs" }, `and ${hidden.size} older done jobs (\`recap-proxy queue --all\` lists them)`) : "",
     h("h3", {}, "The proxy's own calls"),
     h("table", { id: "usage" }, h("thead", {}, h("tr", {}, ["Chat", "Today", "In all"].map((t) => h("th", {}, t)))),
       h("tbody", {}, usage.map((c) => h("tr", {}, h("td", {}, c.name), h("td", {}, tokens(c.usage.today)), h("td", {}, tokens(c.usage.total)))))));
