@@ -211,6 +211,14 @@ async def _backfill(server: Server, chat: str, base: str, *, wait: bool) -> int:
     queue = f"/recap/api/queue?chat={quote(chat, safe='')}"
     before = max((j["id"] for j in (await server.call("GET", queue))["jobs"]), default=0)
     started = await server.call("POST", f"{base}/backfill")
+    if started.get("memory_on") is False:
+        print(
+            f"{chat}: memory is off for this chat, so it has no upkeep to do: "
+            f"`recap-proxy memory {shlex.quote(chat)} --on` turns it on (unless [memory] "
+            "enabled or [injection] turns it off for every chat)",
+            file=sys.stderr,
+        )
+        return 1
     print(f"{chat}: {started['queued']} job(s) queued", file=sys.stderr)
     if started.get("waiting_for_model"):
         print(

@@ -136,6 +136,32 @@ async def test_backfill_waits_for_the_chats_jobs_queued_before_it(
     assert "[##############################] 46/60 messages covered, 3 scene(s)" in err
 
 
+async def test_backfill_of_a_chat_whose_memory_is_off_says_so(
+    memory_proxy: MemoryFactory, capsys: pytest.CaptureFixture[str]
+) -> None:
+    memory = await memory_proxy(40, ends={12})
+    assert await cli(memory, "memory", CHAT_ID, "--off") == 0
+    capsys.readouterr()
+    # It used to say "0 job(s) queued", that the jobs waited for a model, and end with a
+    # full bar at 0/40.
+    assert await cli(memory, "backfill", CHAT_ID) == 1
+    err = capsys.readouterr().err
+    assert "memory is off for this chat, so it has no upkeep to do: `recap-proxy memory" in err
+    assert "wait for a model" not in err and "[####" not in err
+    answer = await memory.client.post(
+        f"/recap/api/chats/{quote(CHAT_ID, safe='')}/backfill", json={}
+    )
+    assert await answer.json() == {
+        "chat": CHAT_ID, "queued": 0, "waiting_for_model": False, "memory_on": False
+    }  # fmt: skip
+    assert await cli(memory, "memory", CHAT_ID, "--default") == 0
+    answer = await memory.client.post(
+        f"/recap/api/chats/{quote(CHAT_ID, safe='')}/backfill", json={}
+    )
+    found = await answer.json()
+    assert found["memory_on"] is True and found["waiting_for_model"] is True  # no model yet
+
+
 async def test_queue_lists_the_work_not_done_and_the_newest_done_jobs(
     memory_proxy: MemoryFactory, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -49,6 +49,8 @@ class Planner(Protocol):
 
     def memory_on(self, chat_id: str, own_state: bool | None) -> bool: ...
 
+    def upkeep_on(self, chat_id: str, own_state: bool | None) -> bool: ...
+
     def messages_until_check(self, db: Database, chat_id: str) -> int | None: ...
 
 
@@ -161,10 +163,13 @@ class MemoryActions:
         return await self.store.call(work)
 
     async def backfill(self, chat_id: str) -> JSONObject:
-        await self.store.call(lambda db: self._chat(db, chat_id))
+        chat = await self.store.call(lambda db: self._chat(db, chat_id))
+        # Off (`[memory] enabled`, or the chat's own switch as `[injection]` counts it),
+        # the chat gets no upkeep: the caller says so rather than wait for none.
+        on = self.engine.upkeep_on(chat_id, chat.enabled)
         queued = await self.engine.activate(chat_id, backfill=True)
-        waiting = not self.engine.can_call(chat_id)
-        return {"chat": chat_id, "queued": queued, "waiting_for_model": waiting}
+        waiting = on and not self.engine.can_call(chat_id)
+        return {"chat": chat_id, "queued": queued, "waiting_for_model": waiting, "memory_on": on}
 
     # -- scenes ------------------------------------------------------------------------------
 

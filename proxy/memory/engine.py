@@ -400,7 +400,7 @@ class MemoryEngine:
             memory.set_state(chat_id, checked_uid=None)
             state = memory.state(chat_id)
             assert state is not None
-        if not (self.settings.enabled and chat_enabled(self.policy, chat_id, chat.enabled)):
+        if not self.upkeep_on(chat_id, chat.enabled):
             self.views[chat_id] = self.view(db, chat_id)
             return Planned(0)
         jobs: list[tuple[Operation, str, Payload]] = []
@@ -443,6 +443,11 @@ class MemoryEngine:
         the default) as `[injection]` lets it count."""
         return chat_enabled(self.policy, chat_id, own_state)
 
+    def upkeep_on(self, chat_id: str, own_state: bool | None) -> bool:
+        """Whether the chat's memory is kept up: `[memory] enabled`, and the chat's memory
+        on (`memory_on`)."""
+        return self.settings.enabled and self.memory_on(chat_id, own_state)
+
     def messages_until_check(self, db: Database, chat_id: str) -> int | None:
         """How many more messages the chat's open scene needs before its next scene-break
         check (store thread); None when none will come: the chat is not looked after
@@ -450,8 +455,7 @@ class MemoryEngine:
         chat, state = db.chat(chat_id), db.memory.state(chat_id)
         if chat is None or state is None or not state.active:
             return None
-        s = self.settings
-        if not (s.enabled and s.auto_scene_break and self.memory_on(chat_id, chat.enabled)):
+        if not (self.settings.auto_scene_break and self.upkeep_on(chat_id, chat.enabled)):
             return None
         breaks = [b.position for b in db.memory.breaks(chat_id) if b.visible]
         return self.work.messages_until_check(db, chat_id, max(breaks, default=-1), state)

@@ -259,6 +259,16 @@ async def test_backfill_says_what_holds_it_up(served: Served, browser: Browser) 
             assert response.status == 200
     await page.goto(chat_page)
     await expect(label).to_have_text("100 % done", timeout=30000)
+    # With the chat's memory off, Backfill says so instead of a bar that fills at 0 %.
+    await page.click("a[href='#/']")
+    await page.fill("#filter", "bea")
+    await page.get_by_label("memory for Bea").select_option("off")
+    await page.locator("#chats tbody tr:visible a").click()
+    await expect(page.locator("#overview")).to_contain_text("memory off")
+    await page.click("#backfill")
+    await expect(page.locator(".toast.error")).to_have_text(
+        "memory is off for this chat: nothing to backfill"
+    )
     assert page.errors == []  # type: ignore[attr-defined]
 
 

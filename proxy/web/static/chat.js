@@ -344,8 +344,13 @@ function keptNote(answer) {
 async function startBackfill(id) {
   const queue = "/recap/api/queue?chat=" + encodeURIComponent(id);
   const before = Math.max(0, ...(await api("GET", queue)).jobs.map((j) => j.id));
-  const answer = await act("POST", chatPath(id) + "/backfill", {}, "backfill started");
+  const answer = await act("POST", chatPath(id) + "/backfill", {});
   if (!answer) return;
+  if (answer.memory_on === false) {
+    toast("memory is off for this chat: nothing to backfill", true);
+    return;
+  }
+  toast("backfill started");
   state.backfill = { chat: id, before, quiet: 0, busy: false, again: false };
   if (answer.waiting_for_model) toast("waiting for a model: chat once through the proxy or set [memory.llm] model");
   await trackBackfill();
