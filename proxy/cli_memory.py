@@ -123,8 +123,12 @@ class Server:
                 data = orjson.loads(raw)
                 message = data["error"]["message"] if isinstance(data, dict) else data
             except (orjson.JSONDecodeError, KeyError, TypeError):
-                message = raw.decode("utf-8", "replace")
-            raise RecapProxyError(f"{method} {path}: {message}")
+                # Not the API's own error (another server on the port, a proxy between):
+                # the route it went to helps.
+                message = f"{method} {path}: {raw.decode('utf-8', 'replace')}"
+            # The API's own error names the chat and message already: the route (a long
+            # percent-encoded chat id) would only bury it.
+            raise RecapProxyError(str(message))
         return raw
 
     async def chat_id(self, name: str) -> str:

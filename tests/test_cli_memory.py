@@ -162,6 +162,22 @@ async def test_backfill_of_a_chat_whose_memory_is_off_says_so(
     assert found["memory_on"] is True and found["waiting_for_model"] is True  # no model yet
 
 
+async def test_regenerating_a_covered_message_says_why_it_cannot(
+    memory_proxy: MemoryFactory,
+) -> None:
+    memory = await memory_proxy(30, ends={12}, **{"memory.llm.model": "fake-model"})
+    assert await cli(memory, "backfill", CHAT_ID) == 0
+    # It said "POST /recap/api/chats/<the chat id, percent-encoded>/messages/3/recap/
+    # regenerate: nothing to message recap there".
+    with pytest.raises(RecapProxyError) as caught:
+        await cli(memory, "regenerate", CHAT_ID, "message", "3")
+    assert str(caught.value) == (
+        "message 3 is covered by the running recap (through message 12): a recap of it "
+        "would never be used"
+    )
+    assert await cli(memory, "regenerate", CHAT_ID, "message", "15") == 0  # the open scene
+
+
 async def test_queue_lists_the_work_not_done_and_the_newest_done_jobs(
     memory_proxy: MemoryFactory, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -391,6 +391,13 @@ class MemoryActions:
         def work(db: Database) -> int:
             uid = self._uid(db, chat_id, index)
             record = db.memory.messages_by_uid([uid])[uid]
+            covered = covered_through(db, chat_id)
+            if record.position <= covered:
+                # The one reason the job would not be made, said as such (not "nothing").
+                raise Conflict(
+                    f"message {index} is covered by the running recap (through message "
+                    f"{covered}): a recap of it would never be used"
+                )
             payload: Payload = {"items": [[uid, swipe_of(record), text_hash(record.message.mes)]]}
             key = job_key(Operation.MESSAGE_RECAP, chat_id, uid, again=True)
             return self._enqueue(db, chat_id, Operation.MESSAGE_RECAP, key, payload)
