@@ -144,5 +144,5 @@ async def test_a_new_chat_starts_from_another_chats_memory(
     )
     assert refused.status == 409 and "of its own" in await refused.text()
     # The CLI says the server's reason.
-    with pytest.raises(RecapProxyError, match="copy-from: a chat cannot copy its own memory"):
+    with pytest.raises(RecapProxyError, match=r"^a chat cannot copy its own memory$"):
         await cli(memory, "memory", "Ava", "--copy-from", "Ava")
