@@ -118,6 +118,9 @@ class JobTable(Table):
                         (encoded, input_hash, now, row[0]),
                     )
                 return int(row[0]), False
+            # A failed job this one is made again for is over: kept, it would count as
+            # failed for good (the page, `memory`, /health, doctor) once this one succeeds.
+            self.db.execute("DELETE FROM jobs WHERE dedup_key=? AND state='failed'", (dedup_key,))
             cursor = self.db.execute(
                 f"INSERT INTO jobs ({JOB_COLUMNS}) VALUES "
                 "(NULL,?,?,?,?,?,?,?,'queued',0,?,NULL,?,?)",

@@ -68,6 +68,25 @@ async def test_401_fails_at_once_and_can_be_retried(memory_proxy: MemoryFactory)
     await memory.until(lambda db: db.memory.running_recaps(CHAT_ID))
 
 
+async def test_a_failure_made_again_after_its_cool_down_is_over_once_that_succeeds(
+    memory_proxy: MemoryFactory,
+) -> None:
+    memory = await memory_proxy(
+        16, ends={8}, **{"memory.message_recaps": False, "queue.failed_retry_minutes": 0.01}
+    )
+    memory.fake.state.faults = {"scene_recap": ["status=401"]}
+    await start(memory)
+    await memory.until(lambda db: db.jobs.list(CHAT_ID, ("failed",)), settle=False)
+    # After the cool-down (0.6 s) planning makes the job again by itself; it succeeds.
+    await memory.until(lambda db: db.memory.running_recaps(CHAT_ID))
+    assert memory.fake.state.operations.count("scene_recap") == 2
+    # The failed job it was made again for is gone: the page, `memory`, /health and
+    # doctor counted it as failed for good.
+    assert await memory.run(lambda db: db.jobs.list(CHAT_ID, ("failed",))) == []
+    health = await (await memory.client.get("/health")).json()
+    assert health["queue"]["failed"] == 0
+
+
 async def test_a_timeout_is_retried(memory_proxy: MemoryFactory) -> None:
     memory = await memory_proxy(16, ends={8}, **QUICK_RETRY, **{"memory.llm.timeout_seconds": 0.3})
     memory.fake.state.faults = {"scene_recap": ["slow"]}
