@@ -8,6 +8,7 @@ import signal
 import time
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import pytest
 
@@ -104,6 +105,33 @@ async def test_what_changed_live_what_waits_for_a_restart_and_a_bad_config(
     assert memory.app[RELOADER].injector.policy.placement.depth == 7  # as it was
     # A change must come as JSON, as every write.
     assert (await memory.client.post("/recap/api/reload", data="x")).status == 415
+
+
+async def test_a_model_set_by_a_reload_runs_the_jobs_that_waited_for_one_at_once(
+    memory_proxy: MemoryFactory,
+) -> None:
+    # A backfilled chat with no request yet, and no [memory.llm] model: its job waits, and
+    # is looked at again only after `backoff_cap_seconds` (here the default, 300 s).
+    memory = await memory_proxy(40, {12})
+    chat = f"/recap/api/chats/{quote(CHAT_ID, safe='')}"
+    assert (await memory.client.post(chat + "/backfill", json={})).status == 200
+    await memory.until(
+        lambda db: any(j.waiting_for == "model" for j in db.jobs.list(CHAT_ID)), settle=False
+    )
+    reloader = memory.app[RELOADER]
+    started = reloader.current
+    with_model = started.model_copy(
+        update={
+            "memory": started.memory.model_copy(
+                update={"llm": started.memory.llm.model_copy(update={"model": "fake-model"})}
+            )
+        }
+    )
+    reloader.load = lambda: with_model
+    answer = await memory.client.post("/recap/api/reload", json={})
+    assert (await answer.json())["changed"] == ["memory.llm.model"]
+    # Within seconds, not minutes: the scene is found, recapped and folded in.
+    await memory.until(lambda db: db.memory.running_recaps(CHAT_ID), timeout=10)
 
 
 def test_sighup_reads_the_config_file_again(tmp_path: Path) -> None:

@@ -145,6 +145,10 @@ class MemoryEngine:
         self.running = RunningPlanner(settings, self.counter.count)
         self.work = WorkPlanner(settings, self.counter)
         self.view_inputs = dataclasses.replace(self.view_inputs, settings=settings, frame=frame)
+        if settings.llm != self.llm.settings:
+            # A model set now (`[memory.llm] model`) is for the jobs that wait for one:
+            # parked up to `backoff_cap_seconds`, they would not see it before then.
+            self._tasks.spawn(self.queue.hurry_waiting(), "hurry the jobs waiting for a model")
         self.llm.settings = settings.llm
         for chat_id in sorted(self.active):
             self.schedule(chat_id)

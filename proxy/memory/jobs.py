@@ -157,6 +157,13 @@ class JobQueue:
         await self.store.call(lambda db: db.jobs.hurry(chat_id, self.clock()))
         self._wake.set()
 
+    async def hurry_waiting(self) -> None:
+        """Run the jobs that wait for a model now, every chat's (the settings changed)."""
+        hurried = await self.store.call(lambda db: db.jobs.hurry_waiting(self.clock()))
+        if hurried:
+            log.info("%d job(s) that waited for a model try again", hurried)
+        self._wake.set()
+
     def wake(self) -> None:
         """Look for work now (after jobs were written to the store directly)."""
         self._wake.set()

@@ -211,6 +211,14 @@ class JobTable(Table):
             (now, chat_id, now),
         )
 
+    def hurry_waiting(self, now: float) -> int:
+        """Jobs waiting for a model, of every chat, due now (a model may be known now)."""
+        return self.db.execute(
+            "UPDATE jobs SET not_before=? WHERE state='queued' AND not_before>? "
+            "AND substr(error, 1, ?) = ?",
+            (now, now, len(WAITING_FOR_MODEL), WAITING_FOR_MODEL),
+        ).rowcount
+
     def fail(self, job: Job, now: float, error: str) -> None:
         self._set(job.id, "failed", now, error=error)
 
