@@ -222,6 +222,13 @@ class CondenseHandler(_BudgetedHandler):
                 reasoning=reasoning or None,
             )
             memory.set_state(job.chat_id, condense_version=None)
+            # Condensing is keyed by version: one that failed on an older version is over
+            # now that a newer one is condensed (kept failed, it counted as a failure for
+            # good: the page, `memory`, /health, doctor). Until now it showed the trouble.
+            now = self.context.clock()
+            for old in db.jobs.list(job.chat_id, ("failed",)):
+                if old.operation == self.operation.value:
+                    db.jobs.drop(old, now, f"a newer version was condensed (it had: {old.error})")
             self.context.publish("running", chat=job.chat_id, version=version, source="condensed")
             log.info(
                 "%s: running recap version %d condensed into version %d (%d -> %d tokens)",
