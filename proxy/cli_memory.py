@@ -11,7 +11,6 @@ import asyncio
 import json
 import shlex
 import sys
-import textwrap
 import time
 from pathlib import Path
 from typing import Any
@@ -304,12 +303,9 @@ def _held(jobs: list[dict[str, Any]]) -> str:
     the bar would count the seconds and nothing else while, say, the API is down."""
     for job in jobs:
         if job["waiting_for"] == "model":
-            return "waiting for a model (chat once in this chat, or set [memory.llm] model)"
-        if job["waiting_for"] == "retry":
-            # "<type>: <operation>: the API answered 500: <body>" says it in its third part.
-            parts = str(job["error"]).split(": ")[1:]
-            reason = parts[1] if len(parts) > 1 and parts[0] == job["operation"] else parts[0]
-            return f"retrying: {textwrap.shorten(reason, 60, placeholder='...')}"
+            return f"{job['held']} (chat once in this chat, or set [memory.llm] model)"
+        if job["held"]:
+            return str(job["held"])
     return ""
 
 

@@ -115,6 +115,7 @@ class MemoryActions:
                     "job": j.id,
                     "operation": j.operation,
                     "waiting_for": j.waiting_for,
+                    "held": j.held,
                     "error": j.error,
                     "not_before": j.not_before,
                 }

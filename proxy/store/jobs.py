@@ -7,6 +7,7 @@ Every method runs on the store's one worker thread. State changes that must not 
 from __future__ import annotations
 
 import sqlite3
+import textwrap
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, replace
 from typing import Any
@@ -56,6 +57,20 @@ class Job:
             return None
         return "model" if self.error.startswith(WAITING_FOR_MODEL) else "retry"
 
+    @property
+    def held(self) -> str | None:
+        """`waiting_for` in a few words, for a progress line or a badge: `waiting for a
+        model`, or `retrying: ` and the failure's reason (`the API answered 503`, without
+        the error's type, operation and the body it quoted); None for any other job."""
+        if self.waiting_for is None:
+            return None
+        if self.waiting_for == "model":
+            return "waiting for a model"
+        message = (self.error or "").partition(": ")[2]
+        message = message.removeprefix(f"{self.operation}: ")
+        reason = message.split(": ", 1)[0] or message
+        return f"retrying: {textwrap.shorten(reason, 60, placeholder='...')}"
+
     def public(self) -> JSONObject:
         """The job as the API shows it."""
         return {
@@ -65,6 +80,7 @@ class Job:
             "priority": self.priority,
             "state": self.state,
             "waiting_for": self.waiting_for,
+            "held": self.held,
             "attempts": self.attempts,
             "not_before": self.not_before,
             "error": self.error,

@@ -266,4 +266,8 @@ async def test_a_queued_job_says_what_it_waits_for(setup) -> None:  # type: igno
         "no-model": "model", "flaky": "retry", "fine": None
     }  # fmt: skip
     assert jobs["no-model"].public()["waiting_for"] == "model"
+    # In a few words, for a progress line or a badge: the reason without the error's type.
+    assert {k: j.held for k, j in jobs.items()} == {
+        "no-model": "waiting for a model", "flaky": "retrying: the API answered 503", "fine": None
+    }  # fmt: skip
     assert (jobs["no-model"].state, jobs["no-model"].attempts) == ("queued", 0)  # not used up

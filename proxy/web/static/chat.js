@@ -381,16 +381,11 @@ function heldBy(jobs) {
   return job ? heldReason(job) : "";
 }
 
-// `job`: a job, or an item of the overview's `waiting` (its operation, what it waits for
-// and its error); `brief`: without the advice (a badge, its title has the whole error).
+// `job`: a job, or an item of the overview's `waiting` (the server says what holds it,
+// `held`); `brief`: without the advice (a badge, its title has the whole error).
 function heldReason(job, brief = false) {
-  if (job.waiting_for === "model") {
-    return "waiting for a model" + (brief ? "" : ": chat once through the proxy or set [memory.llm] model");
-  }
-  const rest = job.error.split(": ").slice(1);
-  // "<type>: <operation>: the API answered 500: <body>" says it in its third part.
-  const reason = rest.length > 1 && rest[0] === job.operation ? rest[1] : rest[0] || job.error;
-  return "retrying: " + (reason.length > 60 ? reason.slice(0, 57) + "..." : reason);
+  const advice = job.waiting_for === "model" && !brief ? ": chat once through the proxy or set [memory.llm] model" : "";
+  return job.held + advice;
 }
 
 async function lookAtBackfill(run) {
