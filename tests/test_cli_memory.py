@@ -82,9 +82,10 @@ async def test_backfill_says_what_holds_its_work_up(
     assert "until the chat's next request brings a model: NoCredentials: no model" in out
 
 
-async def test_backfill_says_when_the_api_fails_and_clears_the_note_after(
-    memory_proxy: MemoryFactory, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
-) -> None:
+@pytest.fixture
+async def failing_once(memory_proxy: MemoryFactory, monkeypatch: pytest.MonkeyPatch) -> Memory:
+    """A 60-message chat of three scenes whose first scene-break check the API answers
+    with a 503 (retried after a second), polled quickly by `backfill`."""
     monkeypatch.setattr(cli_memory, "POLL_SECONDS", 0.05)
     memory = await memory_proxy(
         60,
@@ -92,6 +93,13 @@ async def test_backfill_says_when_the_api_fails_and_clears_the_note_after(
         **{"memory.llm.model": "fake-model", "queue.backoff_seconds": 1.0},
     )
     memory.fake.state.faults = {"detect_scene_break": ["status=503"]}
+    return memory
+
+
+async def test_backfill_says_when_the_api_fails_and_clears_the_note_after(
+    failing_once: Memory, capsys: pytest.CaptureFixture[str]
+) -> None:
+    memory = failing_once
     assert await cli(memory, "backfill", CHAT_ID) == 0
     err = capsys.readouterr().err
     lines = err.split("\r")
@@ -105,15 +113,9 @@ async def test_backfill_says_when_the_api_fails_and_clears_the_note_after(
 
 
 async def test_backfill_waits_for_the_chats_jobs_queued_before_it(
-    memory_proxy: MemoryFactory, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+    failing_once: Memory, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.setattr(cli_memory, "POLL_SECONDS", 0.05)
-    memory = await memory_proxy(
-        60,
-        ends={12, 30, 45},
-        **{"memory.llm.model": "fake-model", "queue.backoff_seconds": 1.0},
-    )
-    memory.fake.state.faults = {"detect_scene_break": ["status=503"]}
+    memory = failing_once
     # The chat's request starts its upkeep; its first call fails and waits for its retry.
     await memory.client.post("/v1/chat/completions", json=memory.story.request())
     for _ in range(200):
