@@ -385,25 +385,18 @@ async def _identify(args: argparse.Namespace) -> int:
     from proxy.web.api import identification_json
 
     raw = _read_bytes(args.request) if args.request else sys.stdin.buffer.read()
-    where = args.request or "stdin"
     adapter = formats().for_body(raw)
-    parsed = None
-    if adapter.name != TEXT:
-        # A body that is not one is said before the data folder is indexed.
-        try:
-            parsed = adapter.parse(raw)
-        except AdapterError as exc:
-            print(f"recap-proxy: {where}: {exc}", file=sys.stderr)
-            return 2
-    async with _open_library(args) as (library, settings):
-        if parsed is None:
-            # A text prompt is split into turns by the instruct template ST's settings name.
-            try:
+    try:
+        # A body that is not one is said before the data folder is indexed; a text prompt
+        # is read after, split into turns by the instruct template ST's settings name.
+        parsed = adapter.parse(raw) if adapter.name != TEXT else None
+        async with _open_library(args) as (library, settings):
+            if parsed is None:
                 parsed = formats(library.prompt_formats).for_body(raw).parse(raw)
-            except AdapterError as exc:
-                print(f"recap-proxy: {where}: {exc}", file=sys.stderr)
-                return 2
-        markers = settings.injection.history_start_markers
-        found = await library.identify_request(parsed.messages, markers, args.chat_id)
+            markers = settings.injection.history_start_markers
+            found = await library.identify_request(parsed.messages, markers, args.chat_id)
+    except AdapterError as exc:
+        print(f"recap-proxy: {args.request or 'stdin'}: {exc}", file=sys.stderr)
+        return 2
     print(json.dumps(identification_json(found.identification), indent=2))
     return 0 if found.identification is not None else 1
