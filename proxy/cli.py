@@ -41,6 +41,7 @@ from proxy.library import ChatLibrary
 from proxy.logs import setup_logging
 from proxy.reload import Reloader
 from proxy.settings import Settings, default_config_path, load_settings
+from proxy.sillytavern.layout import data_dir_for, same_folder
 from proxy.store import Store
 
 log = logging.getLogger("proxy")
@@ -339,22 +340,43 @@ def _read_text(path: Path, what: str) -> str:
 @contextlib.asynccontextmanager
 async def _open_library(args: argparse.Namespace) -> AsyncIterator[tuple[ChatLibrary, Settings]]:
     """ST's chats, indexed into the configured store (closed on the way out)."""
-    from proxy.web.app import resolve_data_dir
-
     settings = load_settings(
         args.config,
         overrides={"sillytavern.data_dir": str(args.st_data) if args.st_data else None},
     )
     setup_logging("warning")
-    data_dir = resolve_data_dir(settings)
-    if data_dir is None:
-        raise RecapProxyError(
-            "no SillyTavern data folder: pass --st-data DIR or set sillytavern.data_dir"
-        )
-    async with Store(settings.store.resolved_path()) as store:
+    store_path = settings.store.resolved_path()
+    async with Store(store_path) as store:
+        mirrored = await store.call(lambda db: db.mirrored_folder())
+        data_dir = _folder_to_index(settings, mirrored, store_path)
         library = ChatLibrary(data_dir, store)
         await library.index_all()
         yield library, settings
+
+
+def _folder_to_index(settings: Settings, mirrored: str | None, store_path: Path) -> Path:
+    """The data folder given (`--st-data` or the config), else the one the store mirrors
+    (which `serve --st-data` may have named), else one in the usual places. Never another
+    folder than the store's: reading one into it marks every chat of the other deleted,
+    the running server's too."""
+    configured = settings.sillytavern.data_dir
+    if configured is None and mirrored is not None and Path(mirrored).is_dir():
+        configured = Path(mirrored)
+    data_dir = data_dir_for(configured)
+    if data_dir is None:
+        where = "in the usual places" if configured is None else f"at {configured} (no such folder)"
+        raise RecapProxyError(
+            f"no SillyTavern data folder {where}: pass --st-data DIR or set sillytavern.data_dir"
+        )
+    if mirrored is not None and not same_folder(mirrored, data_dir):
+        raise RecapProxyError(
+            f"the store {store_path} mirrors SillyTavern's data folder {mirrored}, not "
+            f"{data_dir}: reading {data_dir} into it would mark that folder's chats deleted. "
+            f"Leave out --st-data to read {mirrored}, give {data_dir} a store of its own "
+            f"([store] path in another config, --config), or move this store to it with "
+            f"`recap-proxy serve --st-data {data_dir}`"
+        )
+    return data_dir
 
 
 async def _chats(args: argparse.Namespace) -> int:

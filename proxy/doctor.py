@@ -26,7 +26,7 @@ from proxy.core.tokens import TokenCounter
 from proxy.errors import ConfigError
 from proxy.settings import Settings, default_config_path, load_settings, load_settings_partly
 from proxy.sillytavern.connection import connection, points_at, proxy_urls
-from proxy.sillytavern.layout import data_dir_for, inside, scan
+from proxy.sillytavern.layout import data_dir_for, inside, same_folder, scan
 
 PROBE_SECONDS = 5.0
 
@@ -131,12 +131,31 @@ def _store(settings: Settings, data_dir: Path | None) -> Check:
         db = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, timeout=2)
         try:
             db.execute("SELECT count(*) FROM sqlite_master").fetchone()
+            mirrored = _mirrored(db)
         finally:
             db.close()
     except sqlite3.Error as exc:
         return Check("store", False, f"{path} cannot be read: {exc}", "restore it from a backup "
                      "or move it aside (the proxy makes a new one)")  # fmt: skip
-    return Check("store", True, f"{path} is writable ({path.stat().st_size / 1e6:.1f} MB)")
+    if mirrored is not None and data_dir is not None and not same_folder(mirrored, data_dir):
+        return Check(
+            "store", False, f"{path} mirrors SillyTavern's data folder {mirrored}, but serve "
+            f"would read {data_dir}: the chats of {mirrored} would be marked deleted (their "
+            "memory kept a week)",
+            f"pass --st-data {mirrored} (or set [sillytavern] data_dir to it); if ST moved to "
+            f"{data_dir}, serve it: its chats are found by their paths, memory and all",
+        )  # fmt: skip
+    mirrors = f", mirrors {mirrored}" if mirrored is not None else ""
+    return Check("store", True, f"{path} is writable ({path.stat().st_size / 1e6:.1f} MB{mirrors})")
+
+
+def _mirrored(db: sqlite3.Connection) -> str | None:
+    """The data folder a store mirrors (`Database.mirrored_folder`), read-only."""
+    try:
+        row = db.execute("SELECT value FROM settings_kv WHERE key='st_data_dir'").fetchone()
+    except sqlite3.OperationalError:  # a store made before the table was
+        return None
+    return str(row[0]) if row else None
 
 
 async def _running(

@@ -46,6 +46,7 @@ from proxy.sillytavern.layout import (
     read_groups,
     read_persona_name,
     read_prompt_format,
+    same_folder,
     scan,
 )
 from proxy.sillytavern.reconcile import Event, reconcile
@@ -133,6 +134,19 @@ class ChatLibrary:
         if self.data_dir is None:
             return 0
         data_dir = self.data_dir
+        before = await self.store.call(lambda db: db.mirrored_folder())
+        if before is not None and not same_folder(before, data_dir):
+            # Chat ids are paths under the folder: those not found under this one are
+            # marked deleted, and come back with their memory if their file does (within
+            # the week a deleted chat is kept). `chats` and `identify` refuse this instead.
+            log.warning(
+                "this store mirrored SillyTavern's data folder %s; it mirrors %s from now on. "
+                "Chats not in it are marked deleted (kept a week: serving %s again brings "
+                "them back)",
+                before,
+                data_dir,
+                before,
+            )
         locations = await self.store.call(lambda db: list(scan(data_dir)))
         await self.store.call(lambda db: self._reset_caches())
         count = 0
@@ -149,6 +163,8 @@ class ChatLibrary:
         seen = {location.chat_id for location in locations}
         for result in await self.store.call(lambda db: self._forget_missing(db, seen)):
             self._install(result)
+        folder = str(data_dir.expanduser().resolve())
+        await self.store.call(lambda db: db.set_mirrored_folder(folder))
         return count
 
     async def refresh(self, paths: Iterable[Path]) -> list[Refreshed]:

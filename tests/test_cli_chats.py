@@ -98,3 +98,28 @@ def test_the_install_folder_given_for_the_data_folder_is_understood(
     for given in (install, install / "data" / "default-user"):
         assert main(["chats", "--st-data", str(given), "--json"]) == 0
         assert {r["id"] for r in json.loads(capsys.readouterr().out)} == {SOLO_ID, GROUP_ID}
+
+
+def test_the_folder_the_store_mirrors_is_read_and_no_other(
+    st_data: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # As after `serve --st-data DIR`: the store remembers DIR, and `chats` alone reads it.
+    assert main(["chats", "--st-data", str(st_data), "--json"]) == 0
+    capsys.readouterr()
+    assert main(["chats", "--json"]) == 0
+    assert {r["id"] for r in json.loads(capsys.readouterr().out)} == {SOLO_ID, GROUP_ID}
+
+    # Another folder would have marked every chat of the served one deleted in the store
+    # the server shares: it is refused, naming both, and the store is left as it was.
+    other = tmp_path / "other"
+    final_state(other / "default-user")
+    assert main(["chats", "--st-data", str(other)]) == 1
+    err = capsys.readouterr().err
+    assert f"mirrors SillyTavern's data folder {st_data}, not {other}" in err
+    assert f"recap-proxy serve --st-data {other}" in err
+    request = tmp_path / "request.json"
+    request.write_text(json.dumps({"messages": [{"role": "user", "content": "Hi."}]}))
+    assert main(["identify", "--st-data", str(other), str(request)]) == 1
+    assert "mirrors SillyTavern's data folder" in capsys.readouterr().err
+    assert main(["chats", "--json"]) == 0
+    assert {r["id"] for r in json.loads(capsys.readouterr().out)} == {SOLO_ID, GROUP_ID}

@@ -257,3 +257,23 @@ def test_a_store_set_inside_st_data_is_a_failed_check(
     _, checks = doctor(config, data, capsys)
     assert checks["store"]["ok"] is False and "serve refuses to start" in checks["store"]["detail"]
     assert "[store] path" in checks["store"]["fix"] and not inside.exists()
+
+
+def test_a_store_of_another_data_folder_is_a_failed_check(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    data, config, _ = setup(tmp_path, f"http://127.0.0.1:{free_port()}/v1")
+    assert main(["chats", "--config", str(config), "--st-data", str(data)]) == 0
+    capsys.readouterr()
+    _, checks = doctor(config, data, capsys)
+    assert checks["store"]["ok"] is True and f"mirrors {data}" in checks["store"]["detail"]
+    # serve with another folder would mark every chat of the first one deleted.
+    other = tmp_path / "other" / "data"
+    Story(other, set()).grow(2)
+    _, checks = doctor(config, other, capsys)
+    assert checks["store"]["ok"] is False
+    assert (
+        f"mirrors SillyTavern's data folder {data}, but serve would read {other}"
+        in (checks["store"]["detail"])
+    )
+    assert f"--st-data {data}" in checks["store"]["fix"]

@@ -20,7 +20,15 @@ from proxy.store import Store
 from proxy.watcher import Watcher
 from tests.memory.story import Story
 from tests.spies import spy
-from tests.st_data import GROUP_ID, MARKERS, SOLO, SOLO_ID, save_like_st, timeline
+from tests.st_data import (
+    GROUP_ID,
+    MARKERS,
+    SOLO,
+    SOLO_ID,
+    final_state,
+    save_like_st,
+    timeline,
+)
 
 ADAPTER = OpenAIChatAdapter()
 
@@ -175,6 +183,30 @@ async def test_deleted_chat_is_marked_and_a_renamed_one_keeps_its_data(
     gone = await library.store.call(lambda db: db.chat(renamed.id))
     assert gone is not None and gone.deleted
     assert renamed.id not in library.index.entries
+
+
+async def test_serving_another_data_folder_says_so_and_the_first_comes_back(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    first, second = tmp_path / "first", tmp_path / "second"
+    final_state(first / "default-user")
+    (second / "default-user").mkdir(parents=True)
+    chat_id = SOLO_ID
+    store = Store(tmp_path / "store.sqlite3")
+    async with store:
+        await ChatLibrary(first, store).index_all()
+        assert await store.call(lambda db: db.mirrored_folder()) == str(first.resolve())
+        with caplog.at_level(logging.WARNING, logger="proxy.library"):
+            await ChatLibrary(second, store).index_all()
+        [warning] = [r.getMessage() for r in caplog.records]
+        assert f"mirrored SillyTavern's data folder {first.resolve()}" in warning
+        assert f"it mirrors {second} from now on" in warning
+        gone = await store.call(lambda db: db.chat(chat_id))
+        assert gone is not None and gone.deleted
+        # Served again within the week, the first folder's chat is back, messages and all.
+        await ChatLibrary(first, store).index_all()
+        back = await store.call(lambda db: db.chat(chat_id))
+        assert back is not None and not back.deleted and back.messages == gone.messages
 
 
 async def test_persona_and_groups_are_reread_when_their_files_change(

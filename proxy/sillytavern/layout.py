@@ -64,6 +64,14 @@ def inside(root: Path, path: Path) -> bool:
         return False
 
 
+def same_folder(one: str | Path, other: str | Path) -> bool:
+    """Whether two names of folders name the same one (`~`, `..` and links resolved)."""
+    try:
+        return Path(one).expanduser().resolve() == Path(other).expanduser().resolve()
+    except (OSError, RuntimeError):  # a link loop
+        return False
+
+
 def scan(data_dir: Path) -> Iterator[ChatLocation]:
     """Every chat file under the data folder, for all users."""
     try:

@@ -124,6 +124,19 @@ class Database:
             self.db.executemany("DELETE FROM chats WHERE id=?", [(c,) for c in gone])
         return gone
 
+    def mirrored_folder(self) -> str | None:
+        """ST's data folder this store mirrors (its chat ids are paths under it), or None
+        before the first indexing."""
+        row = self.db.execute("SELECT value FROM settings_kv WHERE key='st_data_dir'").fetchone()
+        return str(row[0]) if row else None
+
+    def set_mirrored_folder(self, folder: str) -> None:
+        self.db.execute(
+            "INSERT INTO settings_kv (key, value) VALUES ('st_data_dir', ?) "
+            "ON CONFLICT(key) DO UPDATE SET value=excluded.value",
+            (folder,),
+        )
+
     def rename(self, old_id: str, new_id: str) -> None:
         """Move a chat's data to a new id (the file was renamed)."""
         with self.transaction():
