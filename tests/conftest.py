@@ -6,6 +6,7 @@ import logging
 import os
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -13,7 +14,9 @@ from aiohttp.test_utils import TestClient, TestServer
 
 from proxy.chat.providers import MemoryProvider, StaticMemory
 from proxy.core.models import Memory
+from proxy.library import ChatLibrary
 from proxy.settings import Settings, _set_dotted
+from proxy.store import Store
 from proxy.web import make_app
 from tests.fakes.fake_llm import FakeState, make_fake_llm
 
@@ -94,3 +97,13 @@ def proxy(aiohttp_client: Any, fake_llm: FakeLLM) -> ProxyFactory:
 
 
 from tests.memory_env import memory_proxy  # noqa: E402, F401 - a shared fixture
+
+
+@pytest.fixture
+async def library(tmp_path: Path) -> ChatLibrary:
+    """A library of an empty data folder (`default-user/` only), indexed."""
+    data = tmp_path / "data"
+    (data / "default-user").mkdir(parents=True)
+    lib = ChatLibrary(data, Store(tmp_path / "store.sqlite3"))
+    await lib.index_all()
+    return lib

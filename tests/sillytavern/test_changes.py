@@ -284,7 +284,7 @@ async def test_with_the_watcher_too_each_save_is_read_once(
     """The notification reads a save at once; the watcher's debounced batch that names the
     same file later finds it vouched for, and does not read it a second time."""
     story, library = await following(tmp_path)
-    reads = spy(monkeypatch, library, "_refresh_many")
+    reads = spy(monkeypatch, library.mirror, "refresh_many")
     async with Watcher(library, debounce_ms=10) as watcher:
         await asyncio.wait_for(watcher.ready.wait(), 5)
         batches = spy(monkeypatch, watcher, "_apply")
