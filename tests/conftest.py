@@ -15,7 +15,8 @@ from aiohttp.test_utils import TestClient, TestServer
 from proxy.chat.providers import MemoryProvider, StaticMemory
 from proxy.core.models import Memory
 from proxy.library import ChatLibrary
-from proxy.settings import Settings, _set_dotted
+from proxy.settings import Settings
+from proxy.settings.loading import _set_dotted
 from proxy.store import Store
 from proxy.web import make_app
 from tests.fakes.fake_llm import FakeState, make_fake_llm

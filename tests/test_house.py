@@ -26,7 +26,7 @@ IMPURE = {
 # Modules without a test module of their own, and why.
 UNTESTED = {
     "proxy/__main__.py": "two lines that call `proxy.cli.main` (tested in tests/test_cli.py)",
-    "proxy/settings/__main__.py": "prints `example_toml()`, compared in tests/test_settings.py",
+    "proxy/settings/__main__.py": "prints `example_toml()` (tests/settings/test_example.py)",
     "proxy/web/keys.py": "typed app keys only; every test through make_app reads them",
     "proxy/web/routes.py": "the routes tests/web/test_relay.py and test_cassettes.py drive",
     "proxy/memory/engine.py": "planning is driven end to end in tests/memory/test_loop.py",
