@@ -11,8 +11,7 @@ import logging
 import os
 import signal
 import sys
-import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import Callable, Sequence
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -20,9 +19,9 @@ from typing import Any
 from aiohttp import web
 
 from adapters import formats
-from adapters.text_completions import NAME as TEXT
 from proxy.chat.injection import Injector, load_injection_templates, policy_from
 from proxy.chat.providers import StaticMemory
+from proxy.cli_chats import read_bytes, run_chats, run_identify
 from proxy.cli_import import add_import_command, run_import_settings
 from proxy.cli_memory import add_memory_commands, run_memory_command
 from proxy.cli_service import (
@@ -37,12 +36,9 @@ from proxy.core.guard import is_loopback
 from proxy.core.headers import safe_url
 from proxy.core.models import Memory
 from proxy.errors import AdapterError, ConfigError, RecapProxyError
-from proxy.library import ChatLibrary
 from proxy.logs import setup_logging
 from proxy.reload import Reloader
 from proxy.settings import Settings, default_config_path, load_settings
-from proxy.sillytavern.layout import data_dir_for, same_folder
-from proxy.store import Store
 
 log = logging.getLogger("proxy")
 
@@ -141,9 +137,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "serve":
             return _serve(args)
         if args.command == "chats":
-            return asyncio.run(_chats(args))
+            return asyncio.run(run_chats(args))
         if args.command == "identify":
-            return asyncio.run(_identify(args))
+            return asyncio.run(run_identify(args))
         if args.command == "inject":
             return _inject(args)
         if args.command == "import-settings":
@@ -286,7 +282,7 @@ def _inject(args: argparse.Namespace) -> int:
     text = args.memory
     if args.memory_file is not None:
         text = _read_text(args.memory_file, "memory file")
-    raw = _read_bytes(args.request) if args.request else sys.stdin.buffer.read()
+    raw = read_bytes(args.request) if args.request else sys.stdin.buffer.read()
     adapter = formats().for_body(raw)
     try:
         adapter.parse(raw)
@@ -321,13 +317,6 @@ def _inject(args: argparse.Namespace) -> int:
     return 0
 
 
-def _read_bytes(path: Path) -> bytes:
-    try:
-        return path.read_bytes()
-    except OSError as exc:
-        raise RecapProxyError(f"cannot read {path}: {exc.strerror}") from None
-
-
 def _read_text(path: Path, what: str) -> str:
     try:
         return path.read_text(encoding="utf-8")
@@ -335,90 +324,3 @@ def _read_text(path: Path, what: str) -> str:
         raise RecapProxyError(f"cannot read {what} {path}: {exc.strerror}") from None
     except UnicodeDecodeError:
         raise RecapProxyError(f"{what} {path} is not UTF-8 text") from None
-
-
-@contextlib.asynccontextmanager
-async def _open_library(args: argparse.Namespace) -> AsyncIterator[tuple[ChatLibrary, Settings]]:
-    """ST's chats, indexed into the configured store (closed on the way out)."""
-    settings = load_settings(
-        args.config,
-        overrides={"sillytavern.data_dir": str(args.st_data) if args.st_data else None},
-    )
-    setup_logging("warning")
-    store_path = settings.store.resolved_path()
-    async with Store(store_path) as store:
-        mirrored = await store.call(lambda db: db.mirrored_folder())
-        data_dir = _folder_to_index(settings, mirrored, store_path)
-        library = ChatLibrary(data_dir, store)
-        await library.index_all()
-        yield library, settings
-
-
-def _folder_to_index(settings: Settings, mirrored: str | None, store_path: Path) -> Path:
-    """The data folder given (`--st-data` or the config), else the one the store mirrors
-    (which `serve --st-data` may have named), else one in the usual places. Never another
-    folder than the store's: reading one into it marks every chat of the other deleted,
-    the running server's too."""
-    configured = settings.sillytavern.data_dir
-    if configured is None and mirrored is not None and Path(mirrored).is_dir():
-        configured = Path(mirrored)
-    data_dir = data_dir_for(configured)
-    if data_dir is None:
-        where = "in the usual places" if configured is None else f"at {configured} (no such folder)"
-        raise RecapProxyError(
-            f"no SillyTavern data folder {where}: pass --st-data DIR or set sillytavern.data_dir"
-        )
-    if mirrored is not None and not same_folder(mirrored, data_dir):
-        raise RecapProxyError(
-            f"the store {store_path} mirrors SillyTavern's data folder {mirrored}, not "
-            f"{data_dir}: reading {data_dir} into it would mark that folder's chats deleted. "
-            f"Leave out --st-data to read {mirrored}, give {data_dir} a store of its own "
-            f"([store] path in another config, --config), or move this store to it with "
-            f"`recap-proxy serve --st-data {data_dir}`"
-        )
-    return data_dir
-
-
-async def _chats(args: argparse.Namespace) -> int:
-    from proxy.web.api import chat_summary
-
-    async with _open_library(args) as (library, _):
-        records = await library.store.chats()
-    rows = [chat_summary(r) for r in records]
-    if args.json:
-        print(json.dumps(rows, indent=2, ensure_ascii=False))
-        return 0
-    if not rows:
-        print(f"no chats under {library.data_dir}", file=sys.stderr)
-        return 0
-    width = max(len(str(row["name"])) for row in rows)
-    print(f"{'MESSAGES':>8}  {'UPDATED':<16}  {'KIND':<9}  {'NAME':<{width}}  ID")
-    for row in rows:
-        updated = row["updated"]
-        when = time.strftime(
-            "%Y-%m-%d %H:%M", time.localtime(updated if isinstance(updated, float) else 0)
-        )
-        name = str(row["name"])
-        print(f"{row['messages']:>8}  {when:<16}  {row['kind']:<9}  {name:<{width}}  {row['id']}")
-    return 0
-
-
-async def _identify(args: argparse.Namespace) -> int:
-    from proxy.web.api import identification_json
-
-    raw = _read_bytes(args.request) if args.request else sys.stdin.buffer.read()
-    adapter = formats().for_body(raw)
-    try:
-        # A body that is not one is said before the data folder is indexed; a text prompt
-        # is read after, split into turns by the instruct template ST's settings name.
-        parsed = adapter.parse(raw) if adapter.name != TEXT else None
-        async with _open_library(args) as (library, settings):
-            if parsed is None:
-                parsed = formats(library.prompt_formats).for_body(raw).parse(raw)
-            markers = settings.injection.history_start_markers
-            found = await library.identify_request(parsed.messages, markers, args.chat_id)
-    except AdapterError as exc:
-        print(f"recap-proxy: {args.request or 'stdin'}: {exc}", file=sys.stderr)
-        return 2
-    print(json.dumps(identification_json(found.identification), indent=2))
-    return 0 if found.identification is not None else 1
