@@ -109,3 +109,13 @@ def recapped(db: Database) -> set[int]:
     """The positions of the story chat's messages that have a message recap."""
     found = db.memory.messages_by_uid([uid for uid, _ in db.memory.message_recaps(CHAT_ID)])
     return {m.position for m in found.values()}
+
+
+async def cli(memory: Memory, *argv: str) -> int:
+    """A memory command (`backfill`, `memory`, `queue`, ...) against this proxy."""
+    from proxy.cli import build_parser
+    from proxy.cli_memory import run_memory_command
+
+    server = str(memory.client.server.make_url("/"))
+    args = build_parser().parse_args([argv[0], "--server", server, *argv[1:]])
+    return await run_memory_command(args)

@@ -15,8 +15,7 @@ from proxy.sillytavern.worlds import read_world
 from proxy.web.keys import LIBRARY
 from tests.memory.story import CHAT_ID, Story
 from tests.memory.test_loop import chat_requests
-from tests.memory_env import Memory, MemoryFactory
-from tests.test_cli_memory import cli
+from tests.memory_env import Memory, MemoryFactory, cli
 
 NO_RECAPS = {"memory.message_recaps": False}
 

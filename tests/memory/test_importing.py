@@ -26,8 +26,7 @@ from tests.memory.extension_chats import (
 )
 from tests.memory.story import CHAT_ID
 from tests.memory.test_loop import chat_requests
-from tests.memory_env import Memory, MemoryFactory
-from tests.test_cli_memory import cli
+from tests.memory_env import Memory, MemoryFactory, cli
 
 API = f"/recap/api/chats/{quote(CHAT_ID, safe='')}"
 QUIET = {"memory.message_recaps": False, "memory.auto_scene_break": False}

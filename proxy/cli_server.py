@@ -1,0 +1,108 @@
+"""The running proxy as the CLI's memory commands reach it: its API (`Server`), where it
+listens, and which chat a name the user typed stands for (`pick_chat`)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import orjson
+
+from proxy.core.guard import KEY_HEADER
+from proxy.errors import RecapProxyError
+from proxy.settings import Settings
+
+
+class Server:
+    """The running proxy's API, as the memory commands call it."""
+
+    def __init__(
+        self, base: str, session: aiohttp.ClientSession, access_key: str | None = None
+    ) -> None:
+        self.base = base.rstrip("/")
+        self.session = session
+        self.headers = {KEY_HEADER: access_key} if access_key else {}
+
+    async def call(self, method: str, path: str, body: Any = None) -> Any:
+        """The server's JSON answer; its error message as `RecapProxyError`."""
+        return orjson.loads(await self._send(method, path, body))
+
+    async def text(self, path: str) -> str:
+        """A GET whose answer is a file (an export), not JSON."""
+        return (await self._send("GET", path, None)).decode("utf-8")
+
+    async def _send(self, method: str, path: str, body: Any) -> bytes:
+        if method != "GET" and body is None:
+            body = {}  # changes always go as JSON: the server takes nothing else
+        try:
+            async with self.session.request(
+                method, self.base + path, json=body, headers=self.headers
+            ) as response:
+                raw = await response.read()
+        except aiohttp.ClientConnectionError:
+            raise RecapProxyError(
+                f"no recap-proxy server at {self.base}: start it with `recap-proxy serve` "
+                "(or pass --server URL)"
+            ) from None
+        if response.status >= 400:
+            try:
+                data = orjson.loads(raw)
+                message = data["error"]["message"] if isinstance(data, dict) else data
+            except (orjson.JSONDecodeError, KeyError, TypeError):
+                # Not the API's own error (another server on the port, a proxy between):
+                # the route it went to helps.
+                message = f"{method} {path}: {raw.decode('utf-8', 'replace')}"
+            # The API's own error names the chat and message already: the route (a long
+            # percent-encoded chat id) would only bury it.
+            raise RecapProxyError(str(message))
+        return raw
+
+    async def chat_id(self, name: str) -> str:
+        chats = await self.call("GET", "/recap/api/chats")
+        chosen, note = pick_chat(name, chats)
+        if note:
+            print(f"recap-proxy: {note}", file=sys.stderr)
+        return chosen
+
+
+def pick_chat(name: str, chats: list[dict[str, Any]]) -> tuple[str, str | None]:
+    """The chat a user named: its id, its file name (with or without `.jsonl`, with or
+    without its folders), or its character's or group's name (that character's newest
+    chat). Returns (id, a note saying which chat a name stood for, or None). A name that
+    fits chats of different characters (or users) is an error listing them."""
+    wanted = name.strip()
+    bare = wanted.removesuffix(".jsonl")
+    newest = sorted(chats, key=lambda c: c.get("updated") or 0, reverse=True)
+    exact = [c for c in newest if bare in (c["id"], c["file"].removesuffix(".jsonl"))]
+    by_file = [c for c in newest if Path(c["file"]).stem == bare]
+    by_name = [c for c in newest if c["name"] == wanted] or [
+        c for c in newest if c["name"].casefold() == wanted.casefold()
+    ]
+    for found, what in ((exact, None), (by_file, "file"), (by_name, "name")):
+        if not found:
+            continue
+        owners = {(c["user"], c["kind"], c.get("owner") or c["name"]) for c in found}
+        if len(owners) > 1:
+            listed = "\n  ".join(f"{c['id']}  ({c['kind']} {c['name']})" for c in found)
+            raise RecapProxyError(
+                f"{wanted!r} names chats of {len(owners)} different characters or groups; "
+                f"name one by its id:\n  {listed}"
+            )
+        chosen = str(found[0]["id"])
+        if what is None or (what == "file" and len(found) == 1):
+            return chosen, None
+        among = f" (the newest of its {len(found)} chats)" if len(found) > 1 else ""
+        return chosen, f"{wanted!r} is {chosen}{among}"
+    raise RecapProxyError(f"no chat named {wanted!r} (see `recap-proxy chats`)")
+
+
+def server_url(args: argparse.Namespace, settings: Settings) -> str:
+    """`--server`, else the address `[server]` sets (a wildcard host asked on loopback)."""
+    if args.server:
+        return str(args.server)
+    host = settings.server.host
+    host = "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
+    return f"http://{host}:{settings.server.port}"
