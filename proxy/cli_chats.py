@@ -12,14 +12,21 @@ import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import aiohttp
+
 from adapters import formats
 from adapters.text_completions import NAME as TEXT
+from proxy.cli_server import Server, reachable
 from proxy.errors import AdapterError, RecapProxyError
 from proxy.library import ChatLibrary
 from proxy.logs import setup_logging
 from proxy.settings import Settings, load_settings
 from proxy.sillytavern.layout import data_dir_for, same_folder
 from proxy.store import Store
+from proxy.store.lock import serving
+
+# What `chats` lists of each chat (`proxy.web.api.chat_summary`), from a server's answer too.
+SUMMARY = ("id", "user", "kind", "name", "owner", "file", "messages", "updated")
 
 
 def read_bytes(path: Path) -> bytes:
@@ -29,21 +36,60 @@ def read_bytes(path: Path) -> bytes:
         raise RecapProxyError(f"cannot read {path}: {exc.strerror}") from None
 
 
-@contextlib.asynccontextmanager
-async def _open_library(args: argparse.Namespace) -> AsyncIterator[tuple[ChatLibrary, Settings]]:
-    """ST's chats, indexed into the configured store (closed on the way out)."""
+def _settings(args: argparse.Namespace) -> Settings:
     settings = load_settings(
         args.config,
         overrides={"sillytavern.data_dir": str(args.st_data) if args.st_data else None},
     )
     setup_logging("warning")
+    return settings
+
+
+@contextlib.asynccontextmanager
+async def _served(settings: Settings) -> AsyncIterator[Server | None]:
+    """The proxy that serves the configured store, if one runs (its lock file says where
+    it listens), to be asked instead of indexing beside it: two writers of one mirror
+    would each miss the changes the other read first. None when none answers."""
+    listening = serving(settings.store.resolved_path())
+    if listening is None:
+        yield None
+        return
+    key = settings.server.access_key
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as session:
+        server = Server(reachable(*listening), session, key.get_secret_value() if key else None)
+        try:
+            root = await server.call("GET", "/")
+        except RecapProxyError:
+            root = None
+        if not isinstance(root, dict) or root.get("service") != "recap-proxy":
+            # Its process is alive but no proxy answers there (starting, or the pid is
+            # another process's now): the command reads the folder itself.
+            yield None
+            return
+        served, given = root.get("st_data"), settings.sillytavern.data_dir
+        found = data_dir_for(given) if given is not None else None
+        if given is not None and (
+            served is None or found is None or not same_folder(served, found)
+        ):
+            raise RecapProxyError(
+                f"the recap-proxy serving this store ({server.base}) reads SillyTavern's data "
+                f"folder {served}, not {found or given}: leave out --st-data to see its chats, "
+                "or give that folder a store of its own ([store] path in another config, "
+                "--config)"
+            )
+        yield server
+
+
+@contextlib.asynccontextmanager
+async def _open_library(settings: Settings) -> AsyncIterator[ChatLibrary]:
+    """ST's chats, indexed into the configured store (closed on the way out)."""
     store_path = settings.store.resolved_path()
     async with Store(store_path) as store:
         mirrored = await store.call(lambda db: db.mirrored_folder())
         data_dir = _folder_to_index(settings, mirrored, store_path)
         library = ChatLibrary(data_dir, store)
         await library.index_all()
-        yield library, settings
+        yield library
 
 
 def _folder_to_index(settings: Settings, mirrored: str | None, store_path: Path) -> Path:
@@ -74,14 +120,21 @@ def _folder_to_index(settings: Settings, mirrored: str | None, store_path: Path)
 async def run_chats(args: argparse.Namespace) -> int:
     from proxy.web.api import chat_summary
 
-    async with _open_library(args) as (library, _):
-        records = await library.store.chats()
-    rows = [chat_summary(r) for r in records]
+    settings = _settings(args)
+    async with _served(settings) as server:
+        if server is not None:
+            listed = await server.call("GET", "/recap/api/chats")
+            rows = [{key: chat.get(key) for key in SUMMARY} for chat in listed]
+            where = f"the folder {server.base} serves"
+        else:
+            async with _open_library(settings) as library:
+                rows = [chat_summary(r) for r in await library.store.chats()]
+            where = str(library.data_dir)
     if args.json:
         print(json.dumps(rows, indent=2, ensure_ascii=False))
         return 0
     if not rows:
-        print(f"no chats under {library.data_dir}", file=sys.stderr)
+        print(f"no chats under {where}", file=sys.stderr)
         return 0
     width = max(len(str(row["name"])) for row in rows)
     print(f"{'MESSAGES':>8}  {'UPDATED':<16}  {'KIND':<9}  {'NAME':<{width}}  ID")
@@ -104,7 +157,14 @@ async def run_identify(args: argparse.Namespace) -> int:
         # A body that is not one is said before the data folder is indexed; a text prompt
         # is read after, split into turns by the instruct template ST's settings name.
         parsed = adapter.parse(raw) if adapter.name != TEXT else None
-        async with _open_library(args) as (library, settings):
+        settings = _settings(args)
+        async with _served(settings) as server:
+            if server is not None:
+                named = {"X-ST-Chat-Id": args.chat_id} if args.chat_id else {}
+                answer = await server.post_bytes("/recap/api/identify", raw, named)
+                print(json.dumps(answer, indent=2))
+                return 0 if answer.get("chat") is not None else 1
+        async with _open_library(settings) as library:
             if parsed is None:
                 parsed = formats(library.prompt_formats).for_body(raw).parse(raw)
             markers = settings.injection.history_start_markers

@@ -34,12 +34,29 @@ class Server:
         """A GET whose answer is a file (an export), not JSON."""
         return (await self._send("GET", path, None)).decode("utf-8")
 
-    async def _send(self, method: str, path: str, body: Any) -> bytes:
-        if method != "GET" and body is None:
+    async def post_bytes(self, path: str, raw: bytes, headers: dict[str, str]) -> Any:
+        """A body sent as it is (a request as ST sent it, for `identify`); the JSON answer."""
+        sent = {"Content-Type": "application/json", **headers}
+        return orjson.loads(await self._send("POST", path, None, raw=raw, headers=sent))
+
+    async def _send(
+        self,
+        method: str,
+        path: str,
+        body: Any,
+        *,
+        raw: bytes | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> bytes:
+        if method != "GET" and body is None and raw is None:
             body = {}  # changes always go as JSON: the server takes nothing else
         try:
             async with self.session.request(
-                method, self.base + path, json=body, headers=self.headers
+                method,
+                self.base + path,
+                json=body if raw is None else None,
+                data=raw,
+                headers={**self.headers, **(headers or {})},
             ) as response:
                 raw = await response.read()
         except aiohttp.ClientConnectionError:
@@ -100,9 +117,13 @@ def pick_chat(name: str, chats: list[dict[str, Any]]) -> tuple[str, str | None]:
 
 
 def server_url(args: argparse.Namespace, settings: Settings) -> str:
-    """`--server`, else the address `[server]` sets (a wildcard host asked on loopback)."""
+    """`--server`, else the address `[server]` sets."""
     if args.server:
         return str(args.server)
-    host = settings.server.host
+    return reachable(settings.server.host, settings.server.port)
+
+
+def reachable(host: str, port: int) -> str:
+    """The URL a server listening on `host` answers at (a wildcard host on loopback)."""
     host = "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
-    return f"http://{host}:{settings.server.port}"
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"

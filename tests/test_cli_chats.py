@@ -1,15 +1,19 @@
-"""`recap-proxy chats` and `recap-proxy identify` against a data folder, no server."""
+"""`recap-proxy chats` and `recap-proxy identify` against a data folder, and while a
+proxy serves the store."""
 
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import pytest
 
+from proxy import cli_chats
 from proxy.cli import main
 from tests.adapters.captures import SOURCES, chats_before, generations
 from tests.st_data import CAPTURE, GROUP_ID, SOLO_ID, final_state
+from tests.test_serve_e2e import free_port, launch, stop, wait_for_port
 
 
 @pytest.fixture
@@ -123,3 +127,60 @@ def test_the_folder_the_store_mirrors_is_read_and_no_other(
     assert "mirrors SillyTavern's data folder" in capsys.readouterr().err
     assert main(["chats", "--json"]) == 0
     assert {r["id"] for r in json.loads(capsys.readouterr().out)} == {SOLO_ID, GROUP_ID}
+
+
+def test_while_a_proxy_serves_the_store_they_ask_it(
+    st_data: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Indexing beside the server made two writers of one mirror: a save the command read
+    # first was never installed in the server's index (its hash already in the store).
+    port = free_port()
+    config = tmp_path / "config.toml"
+    config.write_text(
+        f'[store]\npath = "{tmp_path / "s.sqlite3"}"\n[server]\nport = {port}\n'
+        f'[upstream]\nbase_url = "http://127.0.0.1:{free_port()}/v1"\n',
+        encoding="utf-8",
+    )
+    proc = launch(tmp_path, "proxy", "serve", "--config", str(config), "--st-data", str(st_data))
+    try:
+        wait_for_port(port, proc)
+
+        def indexes_itself(*_: object) -> None:
+            raise AssertionError("indexed beside the server")
+
+        monkeypatch.setattr(cli_chats, "ChatLibrary", indexes_itself)
+        rows: list[dict[str, object]] = []
+        for _ in range(100):  # the server indexes the folder once it listens
+            assert main(["chats", "--config", str(config), "--json"]) == 0
+            rows = json.loads(capsys.readouterr().out)
+            if len(rows) == 2:
+                break
+            time.sleep(0.05)
+        assert {r["id"]: r["messages"] for r in rows} == {SOLO_ID: 16, GROUP_ID: 9}
+        assert set(rows[0]) == set(cli_chats.SUMMARY)
+
+        records = [json.loads(x) for x in (CAPTURE / "requests.jsonl").read_text().splitlines()]
+        body = [r["body"] for r in records if r["step"] == "18_group_send_02"][-1]
+        request = tmp_path / "request.json"
+        request.write_text(json.dumps(body))
+        assert main(["identify", "--config", str(config), str(request)]) == 0
+        answer = json.loads(capsys.readouterr().out)
+        assert (answer["chat"], answer["generation"]) == (GROUP_ID, "swipe")
+        named = ["identify", "--config", str(config), "--chat-id", SOLO_ID, str(request)]
+        assert main(named) == 0
+        assert json.loads(capsys.readouterr().out)["chat"] == SOLO_ID
+
+        other = tmp_path / "other"
+        final_state(other / "default-user")
+        assert main(["chats", "--config", str(config), "--st-data", str(other)]) == 1
+        err = capsys.readouterr().err
+        assert f"reads SillyTavern's data folder {st_data}, not {other}" in err
+    finally:
+        stop(proc)
+    # Once it stopped, the command reads the folder itself again.
+    monkeypatch.undo()
+    assert main(["chats", "--config", str(config), "--json"]) == 0
+    assert len(json.loads(capsys.readouterr().out)) == 2

@@ -2,8 +2,8 @@
 
 `serve` holds an exclusive `flock` on `<store>.lock` while its memory engine runs, and
 writes who holds it (pid, address) into the file. The lock belongs to the open file, so
-it ends with the process however it ends: a crash leaves no stale lock behind. The CLI's
-short reads (`chats`, `identify`) take no lock: SQLite's own locking serves them.
+it ends with the process however it ends: a crash leaves no stale lock behind. `chats`
+and `identify` take no lock: they find the serving proxy here (`serving`) and ask it.
 """
 
 from __future__ import annotations
@@ -25,12 +25,32 @@ except ImportError:  # Windows: no flock; the proxy runs without the guard, and 
     fcntl = None  # type: ignore[assignment]
 
 
+def serving(store_path: Path | str) -> tuple[str, int] | None:
+    """Where the proxy that serves the store listens, `(host, port)`, if one runs: the
+    holder its lock file names, when that process is alive (the file outlives it)."""
+    try:
+        holder = json.loads(Path(f"{store_path}.lock").read_bytes())
+        pid, (host, port) = int(holder["pid"]), holder["listening"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None  # none, or written by a proxy before `listening` was
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return None
+    except PermissionError:
+        pass  # alive, another user's
+    return str(host), int(port)
+
+
 class StoreLock:
     """Held for the life of a serving proxy; a context manager."""
 
-    def __init__(self, store_path: Path | str, owner: str) -> None:
+    def __init__(
+        self, store_path: Path | str, owner: str, listening: tuple[str, int] | None = None
+    ) -> None:
         self.path = Path(f"{store_path}.lock")
         self.owner = owner
+        self.listening = listening  # (host, port): where `chats` and `identify` ask it
         self._fd: int | None = None
 
     def __enter__(self) -> StoreLock:
@@ -50,7 +70,12 @@ class StoreLock:
                 "own [store] path"
             ) from None
         os.ftruncate(fd, 0)
-        record = {"pid": os.getpid(), "serving": self.owner, "since": time.time()}
+        record = {
+            "pid": os.getpid(),
+            "serving": self.owner,
+            "listening": self.listening,
+            "since": time.time(),
+        }
         os.write(fd, json.dumps(record).encode())
         self._fd = fd
         return self
@@ -62,6 +87,7 @@ class StoreLock:
         tb: TracebackType | None,
     ) -> None:
         if self._fd is not None:
+            os.ftruncate(self._fd, 0)  # no longer serving: `serving` finds nobody
             os.close(self._fd)  # releases the lock
             self._fd = None
 

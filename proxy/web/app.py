@@ -270,7 +270,8 @@ def _memory_ctx(
             if engine is not None and str(store.path) != ":memory:":
                 # First: a second proxy on this store must not even migrate it.
                 address = f"http://{settings.server.host}:{settings.server.port}"
-                stack.enter_context(StoreLock(store.path, address))
+                listening = (settings.server.host, settings.server.port)
+                stack.enter_context(StoreLock(store.path, address, listening))
             await stack.enter_async_context(store)
             if engine is not None:
                 await stack.enter_async_context(engine)

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 from aiohttp import web
 
 from proxy.errors import StoreBusy
-from proxy.store.lock import StoreLock
+from proxy.store.lock import StoreLock, serving
 from proxy.web import make_app
 from tests.conftest import FakeLLM, make_settings
 
@@ -32,6 +35,24 @@ def test_a_stale_lock_file_does_not_block(tmp_path: Path) -> None:
     Path(f"{store}.lock").write_text('{"pid": 999999, "serving": "http://gone", "since": 0}')
     with StoreLock(store, "http://127.0.0.1:8765") as lock:
         assert '"serving": "http://127.0.0.1:8765"' in lock.path.read_text()
+
+
+def test_the_holder_says_where_it_listens_while_it_lives(tmp_path: Path) -> None:
+    store = tmp_path / "s.sqlite3"
+    assert serving(store) is None  # no lock file
+    with StoreLock(store, "http://0.0.0.0:8765", ("0.0.0.0", 8765)):
+        assert serving(store) == ("0.0.0.0", 8765)
+    assert serving(store) is None  # released
+    # A crashed holder's file names a process that is gone.
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, check=True)  # fmt: skip
+    Path(f"{store}.lock").write_text(
+        json.dumps({"pid": int(gone.stdout), "listening": ["127.0.0.1", 8765]})
+    )
+    assert serving(store) is None
+    # One written before it said where it listens.
+    Path(f"{store}.lock").write_text(json.dumps({"pid": os.getpid(), "serving": "x"}))
+    assert serving(store) is None
 
 
 async def test_a_second_proxy_on_the_same_store_does_not_start(
