@@ -79,7 +79,7 @@ async def run_checks(
         access = settings.server.access_key
         running = await _running(http, origin, access.get_secret_value() if access else None)
         checks.append(_port(settings, running))
-        checks.append(_data(settings, data_dir))
+        checks.append(_data(settings, data_dir, running))
         if data_dir is not None:
             checks.extend(_st_points_here(data_dir, origin, settings))
         checks.append(await _upstream(http, settings, running))
@@ -179,6 +179,8 @@ async def _running(
         root = None
     if isinstance(root, dict) and isinstance(root.get("upstream"), str):
         body["forwards_to"] = root["upstream"]
+    if isinstance(root, dict) and isinstance(root.get("st_data"), str):
+        body["reads"] = root["st_data"]  # ST's data folder, which `--st-data` may have set
     return body
 
 
@@ -204,7 +206,18 @@ def _port(settings: Settings, running: dict[str, Any] | None) -> Check:
     return Check("port", True, f"{where} is free (recap-proxy is not running: start `serve`)")
 
 
-def _data(settings: Settings, data_dir: Path | None) -> Check:
+def _data(settings: Settings, data_dir: Path | None, running: dict[str, Any] | None) -> Check:
+    found = _data_folder(settings, data_dir)
+    elsewhere = (running or {}).get("reads")
+    if elsewhere and (data_dir is None or not same_folder(elsewhere, data_dir)):
+        # `serve --st-data DIR` with no config: the checks would look at another folder.
+        note = (f"; the running recap-proxy reads {elsewhere} "
+                f"(`doctor --st-data {elsewhere}` checks that one)")  # fmt: skip
+        return replace(found, detail=found.detail + note)
+    return found
+
+
+def _data_folder(settings: Settings, data_dir: Path | None) -> Check:
     if data_dir is None:
         configured = settings.sillytavern.data_dir
         detail = (

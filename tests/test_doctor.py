@@ -239,10 +239,18 @@ async def test_doctor_takes_serves_options_and_names_the_running_proxys_upstream
             return found
 
         report = await asyncio.to_thread(with_upstream)
+        # Likewise its data folder, which `serve --st-data` set: doctor named none.
+        assert "running recap-proxy reads" not in checks["SillyTavern data"]["detail"]
+        other = tmp_path / "other" / "data"
+        Story(other, set()).grow(2)
+        _, elsewhere = await _doctor(config, other, capsys)
     finally:
         stop(proc)
     [upstream] = [c for c in report["checks"] if c["name"] == "upstream"]
     assert upstream == {**upstream, "ok": True, "detail": f"{fake_llm.base_url} answers (200)"}
+    assert elsewhere["SillyTavern data"]["detail"].endswith(
+        f"; the running recap-proxy reads {data} (`doctor --st-data {data}` checks that one)"
+    )
 
 
 def test_a_store_set_inside_st_data_is_a_failed_check(
