@@ -11,7 +11,7 @@ import logging
 import os
 import signal
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -137,18 +137,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "serve":
             return _serve(args)
         if args.command == "chats":
-            return asyncio.run(run_chats(args))
+            return _run(run_chats(args))
         if args.command == "identify":
-            return asyncio.run(run_identify(args))
+            return _run(run_identify(args))
         if args.command == "inject":
             return _inject(args)
         if args.command == "import-settings":
             return run_import_settings(args)
         if args.command == "doctor":
-            return asyncio.run(run_doctor(args))
+            return _run(run_doctor(args))
         if args.command == "service":
             return run_service(args)
-        return asyncio.run(run_memory_command(args))
+        return _run(run_memory_command(args))
     except ConfigError as exc:
         print(f"recap-proxy: {exc}", file=sys.stderr)
         return 2
@@ -161,6 +161,34 @@ def main(argv: Sequence[str] | None = None) -> int:
         # `recap-proxy queue | head`: the reader left; say nothing more.
         sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - stays open until exit
         return 0
+
+
+def _run(command: Coroutine[Any, Any, int]) -> int:
+    """`asyncio.run`, where SIGTERM (a service manager, `timeout`) stops the command as
+    Ctrl-C does, its cleanup run (`backfill` ends its progress line and says the jobs go
+    on), with exit status 143."""
+
+    async def guarded() -> int:
+        task = asyncio.current_task()
+        assert task is not None
+        terminated = False
+
+        def terminate() -> None:
+            nonlocal terminated
+            terminated = True
+            task.cancel()
+
+        # None on Windows, nor off the main thread (a test's): SIGTERM acts as it would.
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, terminate)
+        try:
+            return await command
+        except asyncio.CancelledError:
+            if terminated:
+                return 128 + signal.SIGTERM
+            raise
+
+    return asyncio.run(guarded())
 
 
 # Objects allocated, less those freed, before the collector looks at the young ones

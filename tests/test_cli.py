@@ -1,9 +1,14 @@
-"""`recap-proxy inject`: the preview goes through the server's own code."""
+"""`recap-proxy inject` (the preview goes through the server's own code), and what every
+command shares: its options, its garbage collector, how it stops."""
 
 from __future__ import annotations
 
 import gc
 import json
+import os
+import select
+import signal
+import time
 from pathlib import Path
 
 import pytest
@@ -11,6 +16,8 @@ import pytest
 from proxy.cli import GC_YOUNG, main, tune_gc
 from tests.adapters.captures import generations
 from tests.core.st_requests import st_body
+from tests.memory.story import CHAT_ID, Story
+from tests.test_serve_e2e import free_port, launch, stop, wait_for_port
 
 REQUEST = st_body("stream-04-05_send_03")  # 10 messages, history from index 4
 
@@ -168,3 +175,37 @@ def test_an_option_a_command_does_not_take_is_named_with_its_usage(
     err = capsys.readouterr().err
     assert stopped.value.code == 2 and f"recap-proxy {said}" in err
     assert f"usage: recap-proxy {argv[0]}" in err  # the command's usage, not the top level's
+
+
+def test_a_command_stopped_by_sigterm_cleans_up_as_after_ctrl_c(tmp_path: Path) -> None:
+    # A backfill stopped by a service manager (or `timeout`) used to die mid-line, its
+    # progress bar left without a newline and nothing said.
+    data = tmp_path / "st" / "data"
+    Story(data, {12}).grow(80)  # enough for a scene-break check
+    port = free_port()
+    config = tmp_path / "config.toml"
+    config.write_text(
+        f'[server]\nport = {port}\n[store]\npath = "{tmp_path / "s.sqlite3"}"\n'
+        f'[upstream]\nbase_url = "http://127.0.0.1:{free_port()}/v1"\n',
+        encoding="utf-8",
+    )
+    server = launch(tmp_path, "proxy", "serve", "--config", str(config), "--st-data", str(data))
+    try:
+        wait_for_port(port, server)
+        # No request and no [memory.llm] model: its jobs wait, and so does the backfill.
+        backfill = launch(tmp_path, "proxy", "backfill", "--config", str(config), CHAT_ID)
+        assert backfill.stderr is not None
+        said = b""
+        deadline = time.monotonic() + 30
+        while b"waiting for a model" not in said and time.monotonic() < deadline:
+            if select.select([backfill.stderr], [], [], 0.1)[0]:
+                said += os.read(backfill.stderr.fileno(), 4096)
+        assert b"waiting for a model" in said, said
+        backfill.send_signal(signal.SIGTERM)
+        _, rest = backfill.communicate(timeout=10)
+    finally:
+        stop(server)
+    text = (said + rest).decode()
+    assert backfill.returncode == 143, text
+    assert "\nstopped watching; the jobs go on in the server" in text
+    assert "Traceback" not in text
