@@ -1,6 +1,6 @@
-"""`recap-proxy chats` and `recap-proxy identify`: ST's data folder read into the store
-by the command itself, with or without a server running (they share the store, and the
-folder it mirrors)."""
+"""`recap-proxy chats` and `recap-proxy identify`: asked of the proxy that serves the
+store when one runs, else answered by reading ST's data folder into the store (the folder
+it mirrors, never another) with no server at all."""
 
 from __future__ import annotations
 
