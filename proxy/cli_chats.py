@@ -98,9 +98,7 @@ def _folder_to_index(settings: Settings, mirrored: str | None, store_path: Path)
     folder than the store's: reading one into it marks every chat of the other deleted,
     the running server's too."""
     configured = settings.sillytavern.data_dir
-    if configured is None and mirrored is not None and Path(mirrored).is_dir():
-        configured = Path(mirrored)
-    data_dir = data_dir_for(configured)
+    data_dir = data_dir_for(configured, mirrored)
     if data_dir is None:
         where = "in the usual places" if configured is None else f"at {configured} (no such folder)"
         raise RecapProxyError(

@@ -27,6 +27,7 @@ from proxy.errors import ConfigError
 from proxy.settings import Settings, default_config_path, load_settings, load_settings_partly
 from proxy.sillytavern.connection import connection, points_at, proxy_urls
 from proxy.sillytavern.layout import data_dir_for, inside, same_folder, scan
+from proxy.store import mirrored_folder_of
 
 PROBE_SECONDS = 5.0
 
@@ -72,8 +73,10 @@ async def run_checks(
             given = any(v is not None for v in (overrides or {}).values())
             then = "the checks below use the defaults" + (" and the command line" if given else "")
         checks.append(Check("config", False, f"{detail}; {then}", fix))
-    data_dir = data_dir_for(settings.sillytavern.data_dir)  # as serve takes it
-    checks.append(_store(settings, data_dir))
+    configured = settings.sillytavern.data_dir
+    mirrored = mirrored_folder_of(settings.store.resolved_path())
+    data_dir = data_dir_for(configured, mirrored)  # as serve takes it
+    checks.append(_store(settings, data_dir, mirrored))
     origin = f"http://{_host_for_url(settings.server.host)}:{settings.server.port}"
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=PROBE_SECONDS)) as http:
         access = settings.server.access_key
@@ -106,7 +109,7 @@ def render(checks: Sequence[Check], as_json: bool) -> str:
 # -- the checks -------------------------------------------------------------------------------
 
 
-def _store(settings: Settings, data_dir: Path | None) -> Check:
+def _store(settings: Settings, data_dir: Path | None, mirrored: str | None) -> Check:
     path = settings.store.resolved_path()
     folder = path.parent
     if data_dir is not None and inside(data_dir, path):
@@ -131,31 +134,24 @@ def _store(settings: Settings, data_dir: Path | None) -> Check:
         db = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, timeout=2)
         try:
             db.execute("SELECT count(*) FROM sqlite_master").fetchone()
-            mirrored = _mirrored(db)
         finally:
             db.close()
     except sqlite3.Error as exc:
         return Check("store", False, f"{path} cannot be read: {exc}", "restore it from a backup "
                      "or move it aside (the proxy makes a new one)")  # fmt: skip
     if mirrored is not None and data_dir is not None and not same_folder(mirrored, data_dir):
+        moved = (f"if ST moved to {data_dir}, serve it: its chats are found by their paths, "
+                 "memory and all")  # fmt: skip
+        gone = not Path(mirrored).is_dir()
         return Check(
-            "store", False, f"{path} mirrors SillyTavern's data folder {mirrored}, but serve "
-            f"would read {data_dir}: the chats of {mirrored} would be marked deleted (their "
-            "memory kept a week)",
-            f"pass --st-data {mirrored} (or set [sillytavern] data_dir to it); if ST moved to "
-            f"{data_dir}, serve it: its chats are found by their paths, memory and all",
+            "store", False, f"{path} mirrors SillyTavern's data folder {mirrored}"
+            f"{' (gone now)' if gone else ''}, but serve would read {data_dir}: the chats of "
+            f"{mirrored} would be marked deleted (their memory kept a week)",
+            moved if gone else f"pass --st-data {mirrored} (or set [sillytavern] data_dir to "
+            f"it, or leave it out); {moved}",
         )  # fmt: skip
     mirrors = f", mirrors {mirrored}" if mirrored is not None else ""
     return Check("store", True, f"{path} is writable ({path.stat().st_size / 1e6:.1f} MB{mirrors})")
-
-
-def _mirrored(db: sqlite3.Connection) -> str | None:
-    """The data folder a store mirrors (`Database.mirrored_folder`), read-only."""
-    try:
-        row = db.execute("SELECT value FROM settings_kv WHERE key='st_data_dir'").fetchone()
-    except sqlite3.OperationalError:  # a store made before the table was
-        return None
-    return str(row[0]) if row else None
 
 
 async def _running(

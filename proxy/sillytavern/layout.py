@@ -212,10 +212,13 @@ def data_dir_near(path: Path) -> Path | None:
     return None
 
 
-def data_dir_for(configured: Path | None) -> Path | None:
+def data_dir_for(configured: Path | None, mirrored: str | None = None) -> Path | None:
     """ST's data folder as every command takes it: the one configured (or the data folder
-    it holds, `data_dir_near`), else the first in the usual places; None when the one
-    configured does not exist, or none is found."""
+    it holds, `data_dir_near`), else the one the store mirrors (`mirrored`, the folder it
+    was last served with) while it exists, else the first in the usual places; None when
+    the one configured does not exist, or none is found."""
+    if configured is None and mirrored is not None and Path(mirrored).is_dir():
+        configured = Path(mirrored)
     if configured is None:
         return find_data_dir(Path.home(), Path.cwd(), dict(os.environ))
     if not configured.is_dir():

@@ -10,6 +10,7 @@ move time.
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -21,7 +22,15 @@ from proxy.store.records import ChatRecord, MessageRecord
 from proxy.store.schema import MIGRATIONS
 from proxy.store.search import SceneSearch
 
-__all__ = ["MIGRATIONS", "ChatRecord", "Clock", "Database", "MessageRecord", "Store"]
+__all__ = [
+    "MIGRATIONS",
+    "ChatRecord",
+    "Clock",
+    "Database",
+    "MessageRecord",
+    "Store",
+    "mirrored_folder_of",
+]
 
 T = TypeVar("T")
 
@@ -88,3 +97,20 @@ class Store:
 
     async def messages(self, chat_id: str) -> list[MessageRecord]:
         return await self.call(lambda db: db.messages(chat_id))
+
+
+def mirrored_folder_of(path: Path) -> str | None:
+    """The data folder the store file at `path` mirrors (`Database.mirrored_folder`), read
+    without opening the store (no migration, no thread): before a server or a check has
+    chosen its folder. None when there is no such file or it names none."""
+    if not path.is_file():
+        return None
+    try:
+        db = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, timeout=2)
+        try:
+            row = db.execute("SELECT value FROM settings_kv WHERE key='st_data_dir'").fetchone()
+        finally:
+            db.close()
+    except sqlite3.Error:  # unreadable, or made before the table was: the store says so
+        return None
+    return str(row[0]) if row else None

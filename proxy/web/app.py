@@ -30,8 +30,8 @@ from proxy.memory.views import Frame
 from proxy.metrics import Metrics
 from proxy.reload import Reloader
 from proxy.settings import Settings
-from proxy.sillytavern.layout import data_dir_for, inside, looks_like_data_dir
-from proxy.store import Store
+from proxy.sillytavern.layout import data_dir_for, inside, looks_like_data_dir, same_folder
+from proxy.store import Store, mirrored_folder_of
 from proxy.store.lock import StoreLock
 from proxy.upstream import Upstream
 from proxy.vitals import Vitals
@@ -227,16 +227,19 @@ def writes_outside(data_dir: Path, settings: Settings, store: bool, record: bool
 
 
 def resolve_data_dir(settings: Settings) -> Path | None:
-    """ST's data folder from the settings or the usual places (`data_dir_for`), or None;
-    what was taken, and why, is logged."""
+    """ST's data folder from the settings, the store or the usual places (`data_dir_for`),
+    or None; what was taken, and why, is logged."""
     configured = settings.sillytavern.data_dir
-    found = data_dir_for(configured)
+    mirrored = mirrored_folder_of(settings.store.resolved_path()) if configured is None else None
+    found = data_dir_for(configured, mirrored)
     if configured is None:
         if found is None:
             log.warning(
                 "no SillyTavern data folder found in the usual places; set sillytavern.data_dir "
                 "(or --st-data) for memory. Proxying without memory."
             )
+        elif mirrored is not None and same_folder(mirrored, found):
+            log.info("using SillyTavern data folder %s, the one the store mirrors", found)
         else:
             log.info("using SillyTavern data folder %s", found)
     elif found is None:

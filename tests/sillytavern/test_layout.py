@@ -45,3 +45,9 @@ def test_every_command_takes_the_data_folder_one_way(
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     monkeypatch.chdir(tmp_path)
     assert data_dir_for(None) == data  # nothing configured: the usual places
+    # The folder the store mirrors (it was served with) comes before the usual places,
+    # and after the one configured; gone, it is no answer.
+    served = install(tmp_path / "served")
+    assert data_dir_for(None, str(served)) == served
+    assert data_dir_for(data, str(served)) == data
+    assert data_dir_for(None, str(tmp_path / "gone")) == data

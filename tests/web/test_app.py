@@ -3,6 +3,7 @@ closes what was opened."""
 
 from __future__ import annotations
 
+import logging
 import re
 from pathlib import Path
 
@@ -95,3 +96,20 @@ def test_an_in_memory_store_is_no_file_in_st_data(
     settings = settings_for(tmp_path, fake_llm)
     monkeypatch.chdir(tmp_path / "data")  # where ":memory:" would resolve, were it a path
     make_app(make_settings(**{**settings, "store.path": ":memory:"}))
+
+
+async def test_with_no_folder_given_the_one_the_store_mirrors_is_served(
+    tmp_path: Path, fake_llm: FakeLLM, caplog: pytest.LogCaptureFixture
+) -> None:
+    # `serve --st-data DIR` once, then `serve` alone: DIR again, not the usual places
+    # (which, finding another folder, marked every chat of DIR deleted).
+    settings = settings_for(tmp_path, fake_llm)
+    async with Store(settings["store.path"]) as store:
+        await store.call(lambda db: db.set_mirrored_folder(settings["sillytavern.data_dir"]))
+    alone = {k: v for k, v in settings.items() if k != "sillytavern.data_dir"}
+    with caplog.at_level(logging.INFO, logger="proxy.web.app"):
+        app = make_app(make_settings(**alone))
+    assert app[LIBRARY].data_dir == tmp_path / "data"
+    assert f"using SillyTavern data folder {tmp_path / 'data'}, the one the store mirrors" in (
+        caplog.text
+    )
