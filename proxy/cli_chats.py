@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import aiohttp
+import orjson
 
 from adapters import formats
 from adapters.text_completions import NAME as TEXT
@@ -58,8 +59,15 @@ async def _served(settings: Settings) -> AsyncIterator[Server | None]:
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as session:
         server = Server(reachable(*listening), session, key.get_secret_value() if key else None)
         try:
-            root = await server.call("GET", "/")
-        except RecapProxyError:
+            async with session.get(server.base + "/", headers=server.headers) as answer:
+                status, raw = answer.status, await answer.read()
+        except (aiohttp.ClientError, TimeoutError):
+            status, raw = 0, b""
+        if status in (401, 403):  # it is there, and refuses: without its key, say so
+            raise server.error("GET", "/", raw)
+        try:
+            root = orjson.loads(raw) if status == 200 else None
+        except orjson.JSONDecodeError:
             root = None
         if not isinstance(root, dict) or root.get("service") != "recap-proxy":
             # Its process is alive but no proxy answers there (starting, or the pid is

@@ -65,17 +65,22 @@ class Server:
                 "(or pass --server URL)"
             ) from None
         if response.status >= 400:
-            try:
-                data = orjson.loads(raw)
-                message = data["error"]["message"] if isinstance(data, dict) else data
-            except (orjson.JSONDecodeError, KeyError, TypeError):
-                # Not the API's own error (another server on the port, a proxy between):
-                # the route it went to helps.
-                message = f"{method} {path}: {raw.decode('utf-8', 'replace')}"
-            # The API's own error names the chat and message already: the route (a long
-            # percent-encoded chat id) would only bury it.
-            raise RecapProxyError(str(message))
+            raise self.error(method, path, raw)
         return raw
+
+    @staticmethod
+    def error(method: str, path: str, raw: bytes) -> RecapProxyError:
+        """The error an answer of the server says (its API's message)."""
+        try:
+            data = orjson.loads(raw)
+            message = data["error"]["message"] if isinstance(data, dict) else data
+        except (orjson.JSONDecodeError, KeyError, TypeError):
+            # Not the API's own error (another server on the port, a proxy between): the
+            # route it went to helps.
+            message = f"{method} {path}: {raw.decode('utf-8', 'replace')}"
+        # The API's own error names the chat and message already: the route (a long
+        # percent-encoded chat id) would only bury it.
+        return RecapProxyError(str(message))
 
     async def chat_id(self, name: str) -> str:
         chats = await self.call("GET", "/recap/api/chats")

@@ -184,3 +184,23 @@ def test_while_a_proxy_serves_the_store_they_ask_it(
     monkeypatch.undo()
     assert main(["chats", "--config", str(config), "--json"]) == 0
     assert len(json.loads(capsys.readouterr().out)) == 2
+
+
+def test_a_serving_proxy_that_wants_its_key_says_so(
+    st_data: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    port = free_port()
+    common = f'[store]\npath = "{tmp_path / "s.sqlite3"}"\n[server]\nport = {port}\n'
+    keyed, keyless = tmp_path / "keyed.toml", tmp_path / "keyless.toml"
+    keyed.write_text(common + 'access_key = "a-long-random-access-key"\n', encoding="utf-8")
+    keyless.write_text(common, encoding="utf-8")
+    proc = launch(tmp_path, "proxy", "serve", "--config", str(keyed), "--st-data", str(st_data))
+    try:
+        wait_for_port(port, proc)
+        # Not read beside it (as when nothing answers): its refusal is the answer.
+        assert main(["chats", "--config", str(keyless)]) == 1
+        assert "this proxy needs its access key" in capsys.readouterr().err
+        assert main(["chats", "--config", str(keyed), "--json"]) == 0
+        assert isinstance(json.loads(capsys.readouterr().out), list)
+    finally:
+        stop(proc)
