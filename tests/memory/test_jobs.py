@@ -260,8 +260,18 @@ async def test_a_queued_job_says_what_it_waits_for(setup) -> None:  # type: igno
         for key in ("no-model", "flaky", "fine"):
             await queue.enqueue("a", Operation.MESSAGE_RECAP, key, {}, "h", f"up-{key}")
         await until(lambda: len(fake.order) == 3, "each job run once")
-        await queue.looked()
-        jobs = {j.dedup_key: j for j in await queue.jobs()}
+        jobs: dict[str, Job] = {}
+
+        async def recorded() -> bool:
+            # A job's outcome is written after its handler returns, beside the runner's
+            # looks for work: wait for the three, not for the runner.
+            found = {j.dedup_key: j for j in await queue.jobs()}
+            jobs.update(found)
+            return found["fine"].state == "done" and all(
+                found[k].error for k in ("no-model", "flaky")
+            )
+
+        await until(recorded, "each outcome recorded")
     assert {k: j.waiting_for for k, j in jobs.items()} == {
         "no-model": "model", "flaky": "retry", "fine": None
     }  # fmt: skip
