@@ -103,7 +103,9 @@ class Mirror:
             if rel in present:
                 continue
             location = locate(rel)
-            if location is not None and db.chat(location.chat_id) is not None:
+            record = db.chat(location.chat_id) if location is not None else None
+            # Once: the OS's notification and the watcher's batch may both name the file.
+            if location is not None and record is not None and not record.deleted:
                 results.append(self._deleted(db, location.chat_id))
         for rel in rels:
             self._forget_user_file(PurePosixPath(rel))

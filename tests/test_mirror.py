@@ -92,6 +92,8 @@ async def test_deleted_chat_is_marked_and_a_renamed_one_keeps_its_data(
     gone = await library.store.call(lambda db: db.chat(renamed.id))
     assert gone is not None and gone.deleted
     assert renamed.id not in library.index.entries
+    # Named again (the OS's notification, then the watcher's batch): deleted once.
+    assert await library.refresh([new]) == []
 
 
 async def test_persona_and_groups_are_reread_when_their_files_change(
