@@ -120,6 +120,8 @@ async def test_a_person_follows_and_fixes_the_memory(
     # The access key is asked once per browser session.
     await page.fill("#key-input", KEY)
     await page.click("#key-form button")
+    # Which of ST's folders the chats are from, beside their count.
+    await expect(page.locator("#chat-count")).to_have_text(f"2 chats in {served.data}")
     await page.fill("#filter", "ava")
     chats = page.locator("#chats tbody tr:visible")
     await expect(chats).to_have_count(1)

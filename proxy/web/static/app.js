@@ -174,6 +174,8 @@ async function renderChats(fresh = true) {
   const root = main();
   const filter = fresh ? "" : (document.getElementById("filter") || {}).value || "";
   const chats = await api("GET", "/recap/api/chats");
+  // Which ST data folder these are from (fixed for the server's life: asked once).
+  if (state.stData === undefined) state.stData = (await api("GET", "/")).st_data || null;
   chats.sort((a, b) => (b.updated || 0) - (a.updated || 0));
   const rows = chats.map((c) => {
     const memory = c.memory || {};
@@ -201,7 +203,8 @@ async function renderChats(fresh = true) {
   const input = h("input", { id: "filter", type: "search", placeholder: "filter by name", value: filter,
     oninput: (e) => applyFilter(e.target.value) });
   root.replaceChildren(
-    h("h2", {}, "Chats"), h("div", { class: "bar-row" }, input, h("span", { class: "muted" }, plural(chats.length, "chat"))),
+    h("h2", {}, "Chats"), h("div", { class: "bar-row" }, input, h("span", { class: "muted", id: "chat-count" },
+      plural(chats.length, "chat") + (state.stData ? ` in ${state.stData}` : ""))),
     h("table", { id: "chats" }, h("thead", {}, h("tr", {}, ["Chat", "Character or group", "User", "Kind", "Messages",
       "Last save", "Memory", "Scenes", "Running", "Queue (queued / running)"].map((t) => h("th", {}, t)))),
     h("tbody", {}, rows)));
