@@ -5,6 +5,7 @@ it mirrors, never another) with no server at all."""
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
 import json
 import sys
@@ -28,6 +29,7 @@ from proxy.store.lock import serving
 
 # What `chats` lists of each chat (`proxy.web.api.chat_summary`), from a server's answer too.
 SUMMARY = ("id", "user", "kind", "name", "owner", "file", "messages", "updated")
+START_WAIT = 3.0  # seconds a starting proxy's port is waited for
 
 
 def read_bytes(path: Path) -> bytes:
@@ -58,11 +60,7 @@ async def _served(settings: Settings) -> AsyncIterator[Server | None]:
     key = settings.server.access_key
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as session:
         server = Server(reachable(*listening), session, key.get_secret_value() if key else None)
-        try:
-            async with session.get(server.base + "/", headers=server.headers) as answer:
-                status, raw = answer.status, await answer.read()
-        except (aiohttp.ClientError, TimeoutError):
-            status, raw = 0, b""
+        status, raw = await _ask_root(server, settings, listening)
         if status in (401, 403):  # it is there, and refuses: without its key, say so
             raise server.error("GET", "/", raw)
         try:
@@ -86,6 +84,26 @@ async def _served(settings: Settings) -> AsyncIterator[Server | None]:
                 "--config)"
             )
         yield server
+
+
+async def _ask_root(
+    server: Server, settings: Settings, listening: tuple[str, int]
+) -> tuple[int, bytes]:
+    """Its `GET /`: status and body, or (0, b"") when nothing answers. A proxy that is
+    starting holds the store's lock before its port opens: the port is waited for, as
+    long as the lock file still names it, for up to `START_WAIT` seconds."""
+    deadline = time.monotonic() + START_WAIT
+    while True:
+        try:
+            async with server.session.get(server.base + "/", headers=server.headers) as answer:
+                return answer.status, await answer.read()
+        except aiohttp.ClientConnectionError:
+            gone = serving(settings.store.resolved_path()) != listening
+            if gone or time.monotonic() > deadline:
+                return 0, b""
+            await asyncio.sleep(0.05)
+        except (aiohttp.ClientError, TimeoutError):
+            return 0, b""
 
 
 @contextlib.asynccontextmanager

@@ -3,11 +3,15 @@ proxy serves the store."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import os
+import threading
 import time
 from pathlib import Path
 
 import pytest
+from aiohttp import web
 
 from proxy import cli_chats
 from proxy.cli import main
@@ -205,3 +209,50 @@ def test_a_serving_proxy_that_wants_its_key_says_so(
         assert isinstance(json.loads(capsys.readouterr().out), list)
     finally:
         stop(proc)
+
+
+def test_a_proxy_still_starting_is_waited_for(
+    st_data: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # `serve` takes the store's lock before its port opens: a command in between read the
+    # folder beside it. Here a stand-in proxy opens its port 0.3 s after the lock says it
+    # serves; its one chat is not in the folder.
+    port = free_port()
+    store = tmp_path / "s.sqlite3"
+    config = tmp_path / "config.toml"
+    config.write_text(f'[store]\npath = "{store}"\n[server]\nport = {port}\n', encoding="utf-8")
+    Path(f"{store}.lock").write_text(
+        json.dumps({"pid": os.getpid(), "listening": ["127.0.0.1", port]}), encoding="utf-8"
+    )
+    row = dict.fromkeys(cli_chats.SUMMARY, "x") | {"id": "only/on/the/server", "messages": 1}
+
+    async def root(_: web.Request) -> web.Response:
+        return web.json_response({"service": "recap-proxy", "st_data": str(st_data)})
+
+    async def chats(_: web.Request) -> web.Response:
+        return web.json_response([row])
+
+    def stand_in() -> None:
+        async def run() -> None:
+            await asyncio.sleep(0.3)
+            app = web.Application()
+            app.router.add_get("/", root)
+            app.router.add_get("/recap/api/chats", chats)
+            runner = web.AppRunner(app)
+            await runner.setup()
+            await web.TCPSite(runner, "127.0.0.1", port).start()
+            while not done.is_set():
+                await asyncio.sleep(0.05)
+            await runner.cleanup()
+
+        asyncio.run(run())
+
+    done = threading.Event()
+    thread = threading.Thread(target=stand_in)
+    thread.start()
+    try:
+        assert main(["chats", "--config", str(config), "--json"]) == 0
+    finally:
+        done.set()
+        thread.join()
+    assert [r["id"] for r in json.loads(capsys.readouterr().out)] == ["only/on/the/server"]
