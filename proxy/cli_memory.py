@@ -217,18 +217,22 @@ async def _regenerate(server: Server, base: str, args: argparse.Namespace) -> in
 async def _queue(server: Server, args: argparse.Namespace) -> int:
     chat = quote(await server.chat_id(args.chat), safe="") if args.chat else None
     if args.action == "list":
-        listing = await server.call("GET", "/recap/api/queue" + (f"?chat={chat}" if chat else ""))
-        print(f"paused: {listing['paused']}")
-        jobs = sorted(listing["jobs"], key=lambda j: int(j["id"]))
         # A backfilled story leaves hundreds of done jobs: the work that is not done (queued,
         # running, failed, dropped) comes first, then only the newest done ones.
-        done = [j for j in jobs if j["state"] == "done"]
-        hidden = 0 if args.all else max(0, len(done) - SHOWN_DONE)
-        for job in [j for j in jobs if j["state"] != "done"] + done[hidden:]:
+        query = [f"chat={chat}"] if chat else []
+        if not args.all:
+            query.append(f"done={SHOWN_DONE}")
+        listing = await server.call("GET", "/recap/api/queue?" + "&".join(query))
+        print(f"paused: {listing['paused']}")
+        jobs = sorted(listing["jobs"], key=lambda j: (j["state"] == "done", int(j["id"])))
+        for job in jobs:
             error = f"  {job['error']}" if job["error"] else ""
             print(f"{job['id']:>6} {job['state']:<8} {job['operation']:<22} {job['chat']}{error}")
-        if hidden:
-            print(f"(and {hidden} older done job(s): `recap-proxy queue --all` lists them)")
+        if listing.get("older_done"):
+            print(
+                f"(and {listing['older_done']} older done job(s): `recap-proxy queue --all` "
+                "lists them)"
+            )
         return 0
     if args.action == "retry":
         if args.job is None:

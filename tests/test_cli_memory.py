@@ -52,6 +52,13 @@ async def test_queue_lists_the_work_not_done_and_the_newest_done_jobs(
     every = capsys.readouterr().out.splitlines()
     assert len([line for line in every if line.split()[1] == "done"]) == 10 + hidden
     assert not every[-1].startswith("(and ")
+    # The server cuts the listing (the page asks it so too): the newest N done jobs.
+    answer = await (await memory.client.get("/recap/api/queue?done=3")).json()
+    shown = [j["id"] for j in answer["jobs"] if j["state"] == "done"]
+    assert shown == ids[-3:] and answer["older_done"] == 10 + hidden - 3
+    assert any(j["state"] == "queued" for j in answer["jobs"])
+    whole = await (await memory.client.get("/recap/api/queue")).json()
+    assert "older_done" not in whole and len(whole["jobs"]) > len(answer["jobs"])
 
 
 async def test_breaks_regenerate_queue_and_toggle(

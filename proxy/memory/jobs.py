@@ -189,6 +189,10 @@ class JobQueue:
     async def jobs(self, chat_id: str | None = None, states: tuple[str, ...] = ()) -> list[Job]:
         return await self.store.call(lambda db: db.jobs.list(chat_id, states))
 
+    async def newest_done(self, chat_id: str | None, shown: int) -> tuple[list[Job], int]:
+        """The jobs not done and the newest `shown` done ones; how many older were left."""
+        return await self.store.call(lambda db: db.jobs.newest_done(chat_id, shown))
+
     async def looked(self) -> None:
         """Wait until the runner has looked for work twice since this call, so at least
         once with everything written before it (tests: a paused queue claims nothing)."""

@@ -273,6 +273,23 @@ class JobTable(Table):
             "DELETE FROM jobs WHERE state IN ('done', 'dropped') AND updated<?", (before,)
         ).rowcount
 
+    def newest_done(self, chat_id: str | None, shown: int) -> tuple[list[Job], int]:
+        """The work not done (queued, running, failed, dropped), then the newest `shown`
+        done jobs, in id order; and how many older done jobs were left out."""
+        where, params = ("AND chat_id=?", (chat_id,)) if chat_id is not None else ("", ())
+        rows = self.db.execute(
+            f"SELECT {JOB_COLUMNS} FROM jobs WHERE state!='done' {where}", params
+        ).fetchall()
+        rows += self.db.execute(
+            f"SELECT {JOB_COLUMNS} FROM jobs WHERE state='done' {where} ORDER BY id DESC LIMIT ?",
+            (*params, shown),
+        ).fetchall()
+        (done,) = self.db.execute(
+            f"SELECT COUNT(*) FROM jobs WHERE state='done' {where}", params
+        ).fetchone()
+        jobs = sorted((_job(r) for r in rows), key=lambda j: j.id)
+        return jobs, int(done) - sum(1 for j in jobs if j.state == "done")
+
     def list(self, chat_id: str | None = None, states: Collection[str] = ()) -> list[Job]:
         clauses, params = [], []
         if chat_id is not None:

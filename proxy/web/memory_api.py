@@ -23,7 +23,7 @@ from proxy.errors import Conflict, NotFound, RequestError, Unavailable
 from proxy.memory.actions import MemoryActions
 from proxy.memory.jobs import JobQueue
 from proxy.web.keys import ACTIONS, EVENTS, INJECTOR, QUEUE
-from proxy.web.params import field, json_body, optional, path_number
+from proxy.web.params import field, json_body, optional, path_number, query_number
 
 CHAT = "/recap/api/chats/{chat_id:.+}"
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -282,9 +282,16 @@ def _whole(insertions: Sequence[Insertion]) -> JSONObject | None:
 
 
 async def queue(request: web.Request) -> web.Response:
+    """Every job kept; with `done=N`, the work not done and the newest N done jobs, and
+    `older_done`, how many were left out (a backfilled story leaves hundreds)."""
     queue = _queue(request)
-    jobs = await queue.jobs(request.query.get("chat"))
-    return web.json_response({"paused": await queue.paused(), "jobs": [j.public() for j in jobs]})
+    chat, shown = request.query.get("chat"), query_number(request, "done")
+    answer: JSONObject = {"paused": await queue.paused()}
+    if shown is None:
+        jobs = await queue.jobs(chat)
+    else:
+        jobs, answer["older_done"] = await queue.newest_done(chat, shown)
+    return web.json_response({**answer, "jobs": [j.public() for j in jobs]})
 
 
 async def queue_action(request: web.Request) -> web.Response:

@@ -224,7 +224,7 @@ function applyFilter(text) {
 const SHOWN_DONE = 50; // done jobs the queue page lists
 
 async function renderQueue() {
-  const [queue, chats] = await Promise.all([api("GET", "/recap/api/queue"), api("GET", "/recap/api/chats")]);
+  const [queue, chats] = await Promise.all([api("GET", `/recap/api/queue?done=${SHOWN_DONE}`), api("GET", "/recap/api/chats")]);
   const usage = chats.filter((c) => c.usage && c.usage.total);
   const tokens = (u) => (u ? `${u.calls} calls, ${u.prompt_tokens + u.answer_tokens} tokens` : "—");
   const control = (action, label) => h("button", { id: "queue-" + action, onclick: async () => {
@@ -232,10 +232,7 @@ async function renderQueue() {
     renderQueue();
   } }, label);
   // The work not done, and the newest done jobs only: a backfilled story leaves hundreds.
-  const sorted = queue.jobs.slice().sort((a, b) => b.id - a.id);
-  const done = sorted.filter((j) => j.state === "done");
-  const hidden = new Set(done.slice(SHOWN_DONE).map((j) => j.id));
-  const jobs = sorted.filter((j) => !hidden.has(j.id));
+  const jobs = queue.jobs.slice().sort((a, b) => b.id - a.id);
   const waiting = { model: "waiting for a model", retry: "retrying" };
   main().replaceChildren(
     h("h2", {}, "Queue"),
@@ -248,7 +245,7 @@ async function renderQueue() {
         h("td", { class: "num" }, j.attempts), h("td", { class: "error" }, j.error || ""),
         h("td", {}, when(j.updated)),
         h("td", {}, j.state === "failed" || j.state === "dropped" ? h("button", { onclick: () => act("POST", `/recap/api/queue/jobs/${j.id}/retry`, {}, "retrying") }, "Retry") : ""))))),
-    hidden.size ? h("p", { class: "muted", id: "older-jobs" }, `and ${hidden.size} older done jobs (\`recap-proxy queue --all\` lists them)`) : "",
+    queue.older_done ? h("p", { class: "muted", id: "older-jobs" }, `and ${queue.older_done} older done jobs (\`recap-proxy queue --all\` lists them)`) : "",
     h("h3", {}, "The proxy's own calls"),
     h("table", { id: "usage" }, h("thead", {}, h("tr", {}, ["Chat", "Today", "In all"].map((t) => h("th", {}, t)))),
       h("tbody", {}, usage.map((c) => h("tr", {}, h("td", {}, c.name), h("td", {}, tokens(c.usage.today)), h("td", {}, tokens(c.usage.total)))))));
