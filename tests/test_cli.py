@@ -17,7 +17,7 @@ from proxy.cli import GC_YOUNG, main, tune_gc
 from tests.adapters.captures import generations
 from tests.core.st_requests import st_body
 from tests.memory.story import CHAT_ID, Story
-from tests.test_serve_e2e import free_port, launch, stop, wait_for_port
+from tests.test_serve_e2e import free_port, launch, serve_config, stop, wait_for_port
 
 REQUEST = st_body("stream-04-05_send_03")  # 10 messages, history from index 4
 
@@ -183,12 +183,7 @@ def test_a_command_stopped_by_sigterm_cleans_up_as_after_ctrl_c(tmp_path: Path) 
     data = tmp_path / "st" / "data"
     Story(data, {12}).grow(80)  # enough for a scene-break check
     port = free_port()
-    config = tmp_path / "config.toml"
-    config.write_text(
-        f'[server]\nport = {port}\n[store]\npath = "{tmp_path / "s.sqlite3"}"\n'
-        f'[upstream]\nbase_url = "http://127.0.0.1:{free_port()}/v1"\n',
-        encoding="utf-8",
-    )
+    config = serve_config(tmp_path, port)
     server = launch(tmp_path, "proxy", "serve", "--config", str(config), "--st-data", str(data))
     try:
         wait_for_port(port, server)

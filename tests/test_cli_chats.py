@@ -17,7 +17,7 @@ from proxy import cli_chats
 from proxy.cli import main
 from tests.adapters.captures import SOURCES, chats_before, generations
 from tests.st_data import CAPTURE, GROUP_ID, SOLO_ID, final_state
-from tests.test_serve_e2e import free_port, launch, stop, wait_for_port
+from tests.test_serve_e2e import free_port, launch, serve_config, stop, wait_for_port
 
 
 @pytest.fixture
@@ -25,6 +25,15 @@ def st_data(tmp_path: Path) -> Path:
     data = tmp_path / "data"
     final_state(data / "default-user")
     return data
+
+
+def group_turn(tmp_path: Path) -> Path:
+    """A captured request, as a file: Seraphina's turn after Orin's reply in the group
+    chat, whose final file also holds her reply (so: a swipe)."""
+    records = [json.loads(line) for line in (CAPTURE / "requests.jsonl").read_text().splitlines()]
+    path = tmp_path / "request.json"
+    path.write_text(json.dumps([r["body"] for r in records if r["step"] == "18_group_send_02"][-1]))
+    return path
 
 
 def test_chats_table_and_json(st_data: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -38,11 +47,7 @@ def test_chats_table_and_json(st_data: Path, capsys: pytest.CaptureFixture[str])
 
 
 def test_identify(st_data: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    records = [json.loads(line) for line in (CAPTURE / "requests.jsonl").read_text().splitlines()]
-    # Seraphina's turn after Orin's reply; the final file also holds her reply: a swipe.
-    body = [r["body"] for r in records if r["step"] == "18_group_send_02"][-1]
-    path = tmp_path / "request.json"
-    path.write_text(json.dumps(body))
+    path = group_turn(tmp_path)
     assert main(["identify", "--st-data", str(st_data), str(path)]) == 0
     answer = json.loads(capsys.readouterr().out)
     assert answer["chat"] == GROUP_ID and answer["generation"] == "swipe"
@@ -143,12 +148,7 @@ def test_while_a_proxy_serves_the_store_they_ask_it(
     # Indexing beside the server made two writers of one mirror: a save the command read
     # first was never installed in the server's index (its hash already in the store).
     port = free_port()
-    config = tmp_path / "config.toml"
-    config.write_text(
-        f'[store]\npath = "{tmp_path / "s.sqlite3"}"\n[server]\nport = {port}\n'
-        f'[upstream]\nbase_url = "http://127.0.0.1:{free_port()}/v1"\n',
-        encoding="utf-8",
-    )
+    config = serve_config(tmp_path, port)
     proc = launch(tmp_path, "proxy", "serve", "--config", str(config), "--st-data", str(st_data))
     try:
         wait_for_port(port, proc)
@@ -167,10 +167,7 @@ def test_while_a_proxy_serves_the_store_they_ask_it(
         assert {r["id"]: r["messages"] for r in rows} == {SOLO_ID: 16, GROUP_ID: 9}
         assert set(rows[0]) == set(cli_chats.SUMMARY)
 
-        records = [json.loads(x) for x in (CAPTURE / "requests.jsonl").read_text().splitlines()]
-        body = [r["body"] for r in records if r["step"] == "18_group_send_02"][-1]
-        request = tmp_path / "request.json"
-        request.write_text(json.dumps(body))
+        request = group_turn(tmp_path)
         assert main(["identify", "--config", str(config), str(request)]) == 0
         answer = json.loads(capsys.readouterr().out)
         assert (answer["chat"], answer["generation"]) == (GROUP_ID, "swipe")
@@ -195,10 +192,8 @@ def test_a_serving_proxy_that_wants_its_key_says_so(
     st_data: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     port = free_port()
-    common = f'[store]\npath = "{tmp_path / "s.sqlite3"}"\n[server]\nport = {port}\n'
-    keyed, keyless = tmp_path / "keyed.toml", tmp_path / "keyless.toml"
-    keyed.write_text(common + 'access_key = "a-long-random-access-key"\n', encoding="utf-8")
-    keyless.write_text(common, encoding="utf-8")
+    keyed = serve_config(tmp_path, port, "keyed.toml", 'access_key = "a-long-random-access-key"')
+    keyless = serve_config(tmp_path, port, "keyless.toml")
     proc = launch(tmp_path, "proxy", "serve", "--config", str(keyed), "--st-data", str(st_data))
     try:
         wait_for_port(port, proc)
@@ -219,8 +214,7 @@ def test_a_proxy_still_starting_is_waited_for(
     # serves; its one chat is not in the folder.
     port = free_port()
     store = tmp_path / "s.sqlite3"
-    config = tmp_path / "config.toml"
-    config.write_text(f'[store]\npath = "{store}"\n[server]\nport = {port}\n', encoding="utf-8")
+    config = serve_config(tmp_path, port)
     Path(f"{store}.lock").write_text(
         json.dumps({"pid": os.getpid(), "listening": ["127.0.0.1", port]}), encoding="utf-8"
     )

@@ -53,6 +53,19 @@ def env(tmp_path: Path) -> dict[str, str]:
     return out
 
 
+def serve_config(tmp_path: Path, port: int, name: str = "config.toml", server: str = "") -> Path:
+    """A config for `serve` on `port`: its store in `tmp_path`, an upstream nothing
+    answers at, and `server`'s lines added under `[server]`."""
+    path = tmp_path / name
+    path.write_text(
+        f'[store]\npath = "{tmp_path / "s.sqlite3"}"\n'
+        f'[upstream]\nbase_url = "http://127.0.0.1:{free_port()}/v1"\n'
+        f"[server]\nport = {port}\n{server}",
+        encoding="utf-8",
+    )
+    return path
+
+
 def launch(
     tmp_path: Path, module: str, *args: str, stderr: Any = subprocess.PIPE
 ) -> subprocess.Popen[bytes]:
