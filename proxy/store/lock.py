@@ -45,11 +45,8 @@ def serving(store_path: Path | str) -> tuple[str, int] | None:
 class StoreLock:
     """Held for the life of a serving proxy; a context manager."""
 
-    def __init__(
-        self, store_path: Path | str, owner: str, listening: tuple[str, int] | None = None
-    ) -> None:
+    def __init__(self, store_path: Path | str, listening: tuple[str, int]) -> None:
         self.path = Path(f"{store_path}.lock")
-        self.owner = owner
         self.listening = listening  # (host, port): where `chats` and `identify` ask it
         self._fd: int | None = None
 
@@ -72,7 +69,7 @@ class StoreLock:
         os.ftruncate(fd, 0)
         record = {
             "pid": os.getpid(),
-            "serving": self.owner,
+            "serving": "http://{}:{}".format(*self.listening),  # for a second one's error
             "listening": self.listening,
             "since": time.time(),
         }

@@ -272,9 +272,8 @@ def _memory_ctx(
         async with contextlib.AsyncExitStack() as stack:
             if engine is not None and str(store.path) != ":memory:":
                 # First: a second proxy on this store must not even migrate it.
-                address = f"http://{settings.server.host}:{settings.server.port}"
                 listening = (settings.server.host, settings.server.port)
-                stack.enter_context(StoreLock(store.path, address, listening))
+                stack.enter_context(StoreLock(store.path, listening))
             await stack.enter_async_context(store)
             if engine is not None:
                 await stack.enter_async_context(engine)

@@ -21,26 +21,26 @@ def test_a_second_holder_is_told_who_holds_the_store(tmp_path: Path) -> None:
     store = tmp_path / "s.sqlite3"
     busy = rf"pid {os.getpid()}, serving http://127.0.0.1:8765"
     with (
-        StoreLock(store, "http://127.0.0.1:8765"),
+        StoreLock(store, ("127.0.0.1", 8765)),
         pytest.raises(StoreBusy, match=busy),
-        StoreLock(store, "http://127.0.0.1:9999"),
+        StoreLock(store, ("127.0.0.1", 9999)),
     ):
         pass
-    with StoreLock(store, "http://127.0.0.1:9999"):  # released with its holder
+    with StoreLock(store, ("127.0.0.1", 9999)):  # released with its holder
         pass
 
 
 def test_a_stale_lock_file_does_not_block(tmp_path: Path) -> None:
     store = tmp_path / "s.sqlite3"
     Path(f"{store}.lock").write_text('{"pid": 999999, "serving": "http://gone", "since": 0}')
-    with StoreLock(store, "http://127.0.0.1:8765") as lock:
+    with StoreLock(store, ("127.0.0.1", 8765)) as lock:
         assert '"serving": "http://127.0.0.1:8765"' in lock.path.read_text()
 
 
 def test_the_holder_says_where_it_listens_while_it_lives(tmp_path: Path) -> None:
     store = tmp_path / "s.sqlite3"
     assert serving(store) is None  # no lock file
-    with StoreLock(store, "http://0.0.0.0:8765", ("0.0.0.0", 8765)):
+    with StoreLock(store, ("0.0.0.0", 8765)):
         assert serving(store) == ("0.0.0.0", 8765)
     assert serving(store) is None  # released
     # A crashed holder's file names a process that is gone.
