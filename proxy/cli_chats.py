@@ -60,50 +60,54 @@ async def _served(settings: Settings) -> AsyncIterator[Server | None]:
     key = settings.server.access_key
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as session:
         server = Server(reachable(*listening), session, key.get_secret_value() if key else None)
-        status, raw = await _ask_root(server, settings, listening)
-        if status in (401, 403):  # it is there, and refuses: without its key, say so
-            raise server.error("GET", "/", raw)
-        try:
-            root = orjson.loads(raw) if status == 200 else None
-        except orjson.JSONDecodeError:
-            root = None
-        if not isinstance(root, dict) or root.get("service") != "recap-proxy":
-            # Its process is alive but no proxy answers there (starting, or the pid is
-            # another process's now): the command reads the folder itself.
-            yield None
-            return
-        served, given = root.get("st_data"), settings.sillytavern.data_dir
-        found = data_dir_for(given) if given is not None else None
-        if given is not None and (
-            served is None or found is None or not same_folder(served, found)
-        ):
-            raise RecapProxyError(
-                f"the recap-proxy serving this store ({server.base}) reads SillyTavern's data "
-                f"folder {served}, not {found or given}: leave out --st-data to see its chats, "
-                "or give that folder a store of its own ([store] path in another config, "
-                "--config)"
-            )
-        yield server
+        root = await _root(server, settings, listening)
+        if root is not None:
+            _reads_the_folder_given(server, root, settings)
+        yield server if root is not None else None
 
 
-async def _ask_root(
+async def _root(
     server: Server, settings: Settings, listening: tuple[str, int]
-) -> tuple[int, bytes]:
-    """Its `GET /`: status and body, or (0, b"") when nothing answers. A proxy that is
-    starting holds the store's lock before its port opens: the port is waited for, as
-    long as the lock file still names it, for up to `START_WAIT` seconds."""
+) -> dict[str, object] | None:
+    """Its `GET /`, when a recap-proxy answers there; None when nothing does (the pid is
+    another process's now), or no proxy. A proxy that is starting holds the store's lock
+    before its port opens: the port is waited for, as long as the lock file still names
+    it, for up to `START_WAIT` seconds. Its refusal (no access key) is raised."""
     deadline = time.monotonic() + START_WAIT
     while True:
         try:
             async with server.session.get(server.base + "/", headers=server.headers) as answer:
-                return answer.status, await answer.read()
+                status, raw = answer.status, await answer.read()
+            break
         except aiohttp.ClientConnectionError:
             gone = serving(settings.store.resolved_path()) != listening
             if gone or time.monotonic() > deadline:
-                return 0, b""
+                return None
             await asyncio.sleep(0.05)
         except (aiohttp.ClientError, TimeoutError):
-            return 0, b""
+            return None
+    if status in (401, 403):
+        raise server.error("GET", "/", raw)
+    try:
+        root = orjson.loads(raw) if status == 200 else None
+    except orjson.JSONDecodeError:
+        return None
+    return root if isinstance(root, dict) and root.get("service") == "recap-proxy" else None
+
+
+def _reads_the_folder_given(server: Server, root: dict[str, object], settings: Settings) -> None:
+    """Refuse a data folder given (`--st-data`, the config) that the server does not read."""
+    served, given = root.get("st_data"), settings.sillytavern.data_dir
+    if given is None:
+        return
+    found = data_dir_for(given)
+    if not isinstance(served, str) or found is None or not same_folder(served, found):
+        raise RecapProxyError(
+            f"the recap-proxy serving this store ({server.base}) reads SillyTavern's data "
+            f"folder {served}, not {found or given}: leave out --st-data to see its chats, "
+            "or give that folder a store of its own ([store] path in another config, "
+            "--config)"
+        )
 
 
 @contextlib.asynccontextmanager
