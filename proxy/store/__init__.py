@@ -17,7 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TypeVar
 
-from proxy.store.database import Clock, Database
+from proxy.store.database import MIRRORED_FOLDER, Clock, Database
 from proxy.store.records import ChatRecord, MessageRecord
 from proxy.store.schema import MIGRATIONS
 from proxy.store.search import SceneSearch
@@ -108,7 +108,7 @@ def mirrored_folder_of(path: Path) -> str | None:
     try:
         db = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, timeout=2)
         try:
-            row = db.execute("SELECT value FROM settings_kv WHERE key='st_data_dir'").fetchone()
+            row = db.execute(MIRRORED_FOLDER).fetchone()
         finally:
             db.close()
     except sqlite3.Error:  # unreadable, or made before the table was: the store says so

@@ -39,6 +39,11 @@ Clock = Callable[[], float]
 _ASSIGNMENTS = ", ".join(f"{c.strip()}=?" for c in WRITE_COLUMNS.split(","))
 
 
+# The data folder a store mirrors: read by `Database.mirrored_folder`, and before the store
+# is opened by `proxy.store.mirrored_folder_of`.
+MIRRORED_FOLDER = "SELECT value FROM settings_kv WHERE key='st_data_dir'"
+
+
 class Database:
     """The proxy's SQLite file, for code running on the store's thread."""
 
@@ -127,7 +132,7 @@ class Database:
     def mirrored_folder(self) -> str | None:
         """ST's data folder this store mirrors (its chat ids are paths under it), or None
         before the first indexing."""
-        row = self.db.execute("SELECT value FROM settings_kv WHERE key='st_data_dir'").fetchone()
+        row = self.db.execute(MIRRORED_FOLDER).fetchone()
         return str(row[0]) if row else None
 
     def set_mirrored_folder(self, folder: str) -> None:
