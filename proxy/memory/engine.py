@@ -1,12 +1,10 @@
 """The memory engine: chat changes become jobs, and each request gets its chat's memory.
 
-Planning runs on the store's thread after every change to an active chat (a save seen by
-the watcher, a finished job, a correction through the API). It works out, from the store
-alone, what is missing, in the queue's order of importance: the running recap for the
-next finished scene, a recap for each scene without one, a scene-break check for the open
-scene when one can succeed, and message recaps in full batches. A chat becomes active
-when a request through the proxy is identified as it (or through `backfill`/the API), so
-the proxy never spends calls on the hundreds of old chats in a data folder.
+A chat is planned (`proxy.memory.upkeep`, on the store's thread) after every change to it
+while it is active: a save seen by the watcher, a finished job, a correction through the
+API. A chat becomes active when a request through the proxy is identified as it (or
+through `backfill`/the API), so the proxy never spends calls on the hundreds of old chats
+in a data folder.
 
 After planning, the chat's `MemoryView` is rebuilt: the text and the covered messages'
 fingerprints the chat path needs, so that a request does no store reads at all.
@@ -20,33 +18,26 @@ import dataclasses
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import NamedTuple
 
 from proxy.core.models import Caller, ChatMessage, Identification
-from proxy.core.plan import InjectionPolicy, chat_enabled
+from proxy.core.plan import InjectionPolicy
 from proxy.core.tokens import TokenCounter
 from proxy.core.trim import Cut
 from proxy.events import EventBus
 from proxy.library import ChatLibrary, Refreshed
-from proxy.memory.branches import inherit
-from proxy.memory.folding import RunningPlanner
 from proxy.memory.handlers import handlers
 from proxy.memory.handling import HandlerContext, LoreSource
-from proxy.memory.importing import import_chat
-from proxy.memory.jobs import JobQueue, JobSpec, write_job
+from proxy.memory.jobs import JobQueue
 from proxy.memory.llm import LLMClient
-from proxy.memory.operations import Operation, job_key
-from proxy.memory.planning import WorkPlanner
+from proxy.memory.operations import Operation
 from proxy.memory.prompts import Prompts
 from proxy.memory.recall import ranking
-from proxy.memory.running import prune
 from proxy.memory.settings import MemorySettings
+from proxy.memory.upkeep import Planned, Upkeep
 from proxy.memory.views import (
     Frame,
-    MemoryView,
     RequestMemory,
     ViewInputs,
-    build_view,
     history_start,
     request_memory,
 )
@@ -60,14 +51,6 @@ log = logging.getLogger(__name__)
 # Seconds a chat's planning waits, after ST saved the user's message, for the request that
 # carries it (ST builds its prompt in between: tens of milliseconds, more for a long chat).
 REQUEST_HOLD = 0.5
-
-
-class Planned(NamedTuple):
-    """What planning a chat did: the jobs it queued, and when the chat's oldest failure
-    that still stands failed (its cool-down ends from then)."""
-
-    queued: int
-    failed_at: float | None = None
 
 
 class MemoryEngine:
@@ -96,7 +79,6 @@ class MemoryEngine:
         self.library = library
         self.llm = llm
         self.settings = settings
-        self.policy = policy
         self.counter = counter or TokenCounter()
         self.clock = clock
         context = HandlerContext(
@@ -110,25 +92,25 @@ class MemoryEngine:
             lore=lore,
             events=events,
         )
-        self.running = RunningPlanner(settings, self.counter.count)
-        # A failed job stands (visible) this long, then planning makes it again.
-        self.cool_down = queue_settings.failed_retry_minutes * 60
-        self._retry_timers: dict[str, asyncio.TimerHandle] = {}
         self.handlers = handlers(context)
-        self.view_inputs = ViewInputs(settings, self.counter, library.persona, frame or Frame())
         self.queue = JobQueue(
             store, self.handlers, queue_settings, clock=clock, secrets=llm.secrets, events=events
         )
         self.queue.on_settled.append(lambda job: self.plan_now(job.chat_id))
-        self.work = WorkPlanner(settings, self.counter)
-        self.views: dict[str, MemoryView] = {}
+        # A failed job stands (visible) this long, then planning makes it again.
+        self.cool_down = queue_settings.failed_retry_minutes * 60
+        inputs = ViewInputs(settings, self.counter, library.persona, frame or Frame())
+        self.upkeep = Upkeep(
+            settings, policy, inputs, self.handlers, llm, cool_down=self.cool_down, clock=clock
+        )
+        # The chat path reads the views and writes where ST cut (the same dicts as upkeep's).
+        self.views = self.upkeep.views
+        self.cuts = self.upkeep.cuts
+        self._retry_timers: dict[str, asyncio.TimerHandle] = {}
         self.active: set[str] = set()
         # chat -> (earliest changed position, whether messages were deleted)
         self._pending: dict[str, tuple[int | None, bool]] = {}
         self._tasks = TaskSet()
-        self._import_failed: set[str] = set()  # logged once per chat
-        # chat -> where ST cut its latest request, and where that request's history began
-        self.cuts: dict[str, Cut] = {}
         # Chats whose planning waits for the request that a save announced (`on_refresh`).
         self._awaited: dict[str, asyncio.Event] = {}
 
@@ -137,14 +119,12 @@ class MemoryEngine:
     ) -> None:
         """New settings and prompts, live (a reload): jobs from now on use them, and every
         active chat is planned again (its view rebuilt) in the background."""
-        self.settings, self.policy = settings, policy
+        self.settings = settings
         context = next(iter(self.handlers.values())).context
         context = dataclasses.replace(context, settings=settings, prompts=prompts)
         for handler in self.handlers.values():
             handler.context = context
-        self.running = RunningPlanner(settings, self.counter.count)
-        self.work = WorkPlanner(settings, self.counter)
-        self.view_inputs = dataclasses.replace(self.view_inputs, settings=settings, frame=frame)
+        self.upkeep.reconfigure(settings, policy, frame)
         if settings.llm != self.llm.settings:
             # A model set now (`[memory.llm] model`) is for the jobs that wait for one:
             # parked up to `backoff_cap_seconds`, they would not see it before then.
@@ -373,7 +353,7 @@ class MemoryEngine:
         if cut.st > 0 and ident.chat_id in self.active:
             self.schedule(ident.chat_id)
 
-    # -- store thread ---------------------------------------------------------------------------
+    # -- store thread (`Upkeep`) -----------------------------------------------------------
 
     def plan(
         self,
@@ -384,105 +364,19 @@ class MemoryEngine:
         backfill: bool = False,
         rescan: bool = False,
     ) -> Planned:
-        """Queue what this chat's memory lacks; rebuild its view."""
-        memory = db.memory
-        chat = db.chat(chat_id)
-        state = memory.state(chat_id)
-        if chat is None or chat.deleted or state is None or not state.active:
-            self.views.pop(chat_id, None)
-            return Planned(0)
-        if chat.main_chat and not state.inherited:
-            inherit(db, chat, self.clock())
-        if self.settings.import_extensions:
-            try:
-                import_chat(db, chat, self.clock())
-            except Exception:  # the chat's own memory goes on without the import
-                if chat_id not in self._import_failed:
-                    self._import_failed.add(chat_id)
-                    log.exception("importing the memory extension data of %s failed", chat_id)
-        if rescan and state.checked_uid is not None:
-            memory.set_state(chat_id, checked_uid=None)
-            state = memory.state(chat_id)
-            assert state is not None
-        if not self.upkeep_on(chat_id, chat.enabled):
-            self.views[chat_id] = self.view(db, chat_id)
-            return Planned(0)
-        jobs: list[tuple[Operation, str, Payload]] = []
-        breaks = [b for b in memory.breaks(chat_id) if b.visible]
-        prune(db, chat_id)
-        # Scene recaps: every closed scene without one, or whose messages changed.
-        for scene in breaks:
-            if scene.current is None or (since is not None and scene.position >= since):
-                payload: Payload = {"break": scene.uid}
-                if scene.current is None or self._scene_changed(db, chat_id, scene.uid, payload):
-                    key = job_key(Operation.SCENE_RECAP, chat_id, scene.uid)
-                    jobs.append((Operation.SCENE_RECAP, key, payload))
-        # The running recap: condense it when over budget, else fold in the next scene.
-        failed_since = self.clock() - self.cool_down
-        if self.settings.running_recap:
-            refused = lambda key: db.jobs.failed_since(key, failed_since)  # noqa: E731
-            jobs.extend(self.running.plan(db, chat_id, breaks, state, refused))
-        last_break = breaks[-1].position if breaks else -1
-        detect = None
-        if self.settings.auto_scene_break:
-            detect = self.work.detection(db, chat_id, last_break, state)
-            if detect is not None:
-                key = job_key(Operation.DETECT_SCENE_BREAK, chat_id)
-                jobs.append((Operation.DETECT_SCENE_BREAK, key, detect))
-        policy = self.settings.message_recaps
-        if policy != "off":
-            # `needed`: only what ST no longer sends (and a few ahead of its cut).
-            cut = None if policy == "always" else self.cuts.get(chat_id, Cut(0, 0, 0))
-            due = detect is not None
-            jobs.extend(self.work.message_batches(db, chat_id, backfill, last_break, due, cut))
-        queued = sum(self.stamp(db, chat_id, *job)[1] for job in jobs)
-        before = self.views.get(chat_id)
-        view = self.views[chat_id] = self.view(db, chat_id, since)
-        if before is None or view.vocabulary is not before.vocabulary:
-            db.memory.optimize_search()  # its scenes changed: keep recall's queries fast
-        return Planned(queued, db.jobs.first_failure(chat_id, failed_since))
+        """Queue what this chat's memory lacks; rebuild its view (store thread)."""
+        return self.upkeep.plan(db, chat_id, since, backfill=backfill, rescan=rescan)
 
     def memory_on(self, chat_id: str, own_state: bool | None) -> bool:
-        """Whether this chat's requests get memory: its own on/off (`own_state`, None for
-        the default) as `[injection]` lets it count."""
-        return chat_enabled(self.policy, chat_id, own_state)
+        return self.upkeep.memory_on(chat_id, own_state)
 
     def upkeep_on(self, chat_id: str, own_state: bool | None) -> bool:
-        """Whether the chat's memory is kept up: `[memory] enabled`, and the chat's memory
-        on (`memory_on`)."""
-        return self.settings.enabled and self.memory_on(chat_id, own_state)
+        return self.upkeep.upkeep_on(chat_id, own_state)
 
     def messages_until_check(self, db: Database, chat_id: str) -> int | None:
-        """How many more messages the chat's open scene needs before its next scene-break
-        check (store thread); None when none will come: the chat is not looked after
-        yet, or its memory or automatic detection is off."""
-        chat, state = db.chat(chat_id), db.memory.state(chat_id)
-        if chat is None or state is None or not state.active:
-            return None
-        if not (self.settings.auto_scene_break and self.upkeep_on(chat_id, chat.enabled)):
-            return None
-        breaks = [b.position for b in db.memory.breaks(chat_id) if b.visible]
-        return self.work.messages_until_check(db, chat_id, max(breaks, default=-1), state)
+        return self.upkeep.messages_until_check(db, chat_id)
 
     def stamp(
         self, db: Database, chat_id: str, operation: Operation, key: str, payload: Payload
     ) -> tuple[int | None, bool]:
-        """Write a job stamped with its input's current hash (store thread): (id, new), or
-        (None, False) when its input is gone. The one way planning and the API queue work."""
-        input_hash = self.handlers[operation].input_hash(db, chat_id, payload)
-        if input_hash is None:
-            return None, False
-        job = JobSpec(chat_id, operation, key, payload, input_hash, self.llm.upstream_name)
-        now = self.clock()
-        return write_job(db, job, now, failed_since=now - self.cool_down)
-
-    def _scene_changed(self, db: Database, chat_id: str, uid: int, payload: Payload) -> bool:
-        recaps = db.memory.scene_recaps(uid)
-        if not recaps or recaps[-1].source != "llm":
-            return False  # the user's own recap is theirs to regenerate
-        made_from = db.memory.scene_recap_input(uid, recaps[-1].version)
-        current = self.handlers[Operation.SCENE_RECAP].input_hash(db, chat_id, payload)
-        return made_from is not None and made_from != current
-
-    def view(self, db: Database, chat_id: str, since: int | None = None) -> MemoryView:
-        return build_view(db, self.view_inputs, chat_id, self.views.get(chat_id), since)
+        return self.upkeep.stamp(db, chat_id, operation, key, payload)

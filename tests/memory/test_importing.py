@@ -258,7 +258,7 @@ async def test_a_failing_import_leaves_the_chats_own_memory_going(
     def broken(*args: object) -> None:
         raise ValueError("unexpected extension data")
 
-    monkeypatch.setattr("proxy.memory.engine.import_chat", broken)
+    monkeypatch.setattr("proxy.memory.upkeep.import_chat", broken)
     memory = await memory_proxy(16, {8}, **{"memory.message_recaps": False})
     await memory.client.post("/v1/chat/completions", json=memory.story.request())
     await memory.until(lambda db: len(db.memory.running_recaps(CHAT_ID)) == 1)

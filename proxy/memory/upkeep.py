@@ -1,0 +1,193 @@
+"""What a chat's memory lacks, worked out on the store's thread: the jobs to queue, and the
+chat's `MemoryView` rebuilt afterwards.
+
+The engine (`proxy.memory.engine`) decides when a chat is planned, on the event loop; this
+is the planning itself, which reads and writes the store and so runs only in a
+`Store.call`. It works out, from the store alone, what is missing, in the queue's order of
+importance: the running recap for the next finished scene, a recap for each scene without
+one, a scene-break check for the open scene when one can succeed, and message recaps in
+full batches.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Callable, Mapping
+from typing import NamedTuple
+
+from proxy.core.plan import InjectionPolicy, chat_enabled
+from proxy.core.trim import Cut
+from proxy.memory.branches import inherit
+from proxy.memory.folding import RunningPlanner
+from proxy.memory.handling import OperationHandler
+from proxy.memory.importing import import_chat
+from proxy.memory.jobs import JobSpec, write_job
+from proxy.memory.llm import LLMClient
+from proxy.memory.operations import Operation, job_key
+from proxy.memory.planning import WorkPlanner
+from proxy.memory.running import prune
+from proxy.memory.settings import MemorySettings
+from proxy.memory.views import Frame, MemoryView, ViewInputs, build_view
+from proxy.store import Database
+from proxy.store.jobs import Payload
+
+log = logging.getLogger(__name__)
+
+
+class Planned(NamedTuple):
+    """What planning a chat did: the jobs it queued, and when the chat's oldest failure
+    that still stands failed (its cool-down ends from then)."""
+
+    queued: int
+    failed_at: float | None = None
+
+
+class Upkeep:
+    """Plans chats on the store's thread and keeps their views (`views`) for the chat path,
+    which reads them on the event loop without a store read."""
+
+    def __init__(
+        self,
+        settings: MemorySettings,
+        policy: InjectionPolicy,
+        view_inputs: ViewInputs,
+        handlers: Mapping[Operation, OperationHandler],
+        llm: LLMClient,
+        *,
+        cool_down: float,
+        clock: Callable[[], float],
+    ) -> None:
+        """`cool_down`: seconds a failed job stands (visible) before planning makes it
+        again."""
+        self.llm = llm
+        self.handlers = handlers
+        self.cool_down = cool_down
+        self.clock = clock
+        self.views: dict[str, MemoryView] = {}
+        # chat -> where ST cut its latest request, and where that request's history began
+        # (written by the chat path, read here: `message_recaps = "needed"`)
+        self.cuts: dict[str, Cut] = {}
+        self._import_failed: set[str] = set()  # logged once per chat
+        self.view_inputs = view_inputs
+        self.reconfigure(settings, policy, view_inputs.frame)
+
+    def reconfigure(self, settings: MemorySettings, policy: InjectionPolicy, frame: Frame) -> None:
+        """New settings: the next planning of each chat uses them."""
+        self.settings, self.policy = settings, policy
+        counter = self.view_inputs.counter
+        self.running = RunningPlanner(settings, counter.count)
+        self.work = WorkPlanner(settings, counter)
+        self.view_inputs = dataclasses.replace(self.view_inputs, settings=settings, frame=frame)
+
+    def plan(
+        self,
+        db: Database,
+        chat_id: str,
+        since: int | None = None,
+        *,
+        backfill: bool = False,
+        rescan: bool = False,
+    ) -> Planned:
+        """Queue what this chat's memory lacks; rebuild its view."""
+        memory = db.memory
+        chat = db.chat(chat_id)
+        state = memory.state(chat_id)
+        if chat is None or chat.deleted or state is None or not state.active:
+            self.views.pop(chat_id, None)
+            return Planned(0)
+        if chat.main_chat and not state.inherited:
+            inherit(db, chat, self.clock())
+        if self.settings.import_extensions:
+            try:
+                import_chat(db, chat, self.clock())
+            except Exception:  # the chat's own memory goes on without the import
+                if chat_id not in self._import_failed:
+                    self._import_failed.add(chat_id)
+                    log.exception("importing the memory extension data of %s failed", chat_id)
+        if rescan and state.checked_uid is not None:
+            memory.set_state(chat_id, checked_uid=None)
+            state = memory.state(chat_id)
+            assert state is not None
+        if not self.upkeep_on(chat_id, chat.enabled):
+            self.views[chat_id] = self.view(db, chat_id)
+            return Planned(0)
+        jobs: list[tuple[Operation, str, Payload]] = []
+        breaks = [b for b in memory.breaks(chat_id) if b.visible]
+        prune(db, chat_id)
+        # Scene recaps: every closed scene without one, or whose messages changed.
+        for scene in breaks:
+            if scene.current is None or (since is not None and scene.position >= since):
+                payload: Payload = {"break": scene.uid}
+                if scene.current is None or self._scene_changed(db, chat_id, scene.uid, payload):
+                    key = job_key(Operation.SCENE_RECAP, chat_id, scene.uid)
+                    jobs.append((Operation.SCENE_RECAP, key, payload))
+        # The running recap: condense it when over budget, else fold in the next scene.
+        failed_since = self.clock() - self.cool_down
+        if self.settings.running_recap:
+            refused = lambda key: db.jobs.failed_since(key, failed_since)  # noqa: E731
+            jobs.extend(self.running.plan(db, chat_id, breaks, state, refused))
+        last_break = breaks[-1].position if breaks else -1
+        detect = None
+        if self.settings.auto_scene_break:
+            detect = self.work.detection(db, chat_id, last_break, state)
+            if detect is not None:
+                key = job_key(Operation.DETECT_SCENE_BREAK, chat_id)
+                jobs.append((Operation.DETECT_SCENE_BREAK, key, detect))
+        policy = self.settings.message_recaps
+        if policy != "off":
+            # `needed`: only what ST no longer sends (and a few ahead of its cut).
+            cut = None if policy == "always" else self.cuts.get(chat_id, Cut(0, 0, 0))
+            due = detect is not None
+            jobs.extend(self.work.message_batches(db, chat_id, backfill, last_break, due, cut))
+        queued = sum(self.stamp(db, chat_id, *job)[1] for job in jobs)
+        before = self.views.get(chat_id)
+        view = self.views[chat_id] = self.view(db, chat_id, since)
+        if before is None or view.vocabulary is not before.vocabulary:
+            db.memory.optimize_search()  # its scenes changed: keep recall's queries fast
+        return Planned(queued, db.jobs.first_failure(chat_id, failed_since))
+
+    def memory_on(self, chat_id: str, own_state: bool | None) -> bool:
+        """Whether this chat's requests get memory: its own on/off (`own_state`, None for
+        the default) as `[injection]` lets it count."""
+        return chat_enabled(self.policy, chat_id, own_state)
+
+    def upkeep_on(self, chat_id: str, own_state: bool | None) -> bool:
+        """Whether the chat's memory is kept up: `[memory] enabled`, and the chat's memory
+        on (`memory_on`)."""
+        return self.settings.enabled and self.memory_on(chat_id, own_state)
+
+    def messages_until_check(self, db: Database, chat_id: str) -> int | None:
+        """How many more messages the chat's open scene needs before its next scene-break
+        check; None when none will come: the chat is not looked after yet, or its memory
+        or automatic detection is off."""
+        chat, state = db.chat(chat_id), db.memory.state(chat_id)
+        if chat is None or state is None or not state.active:
+            return None
+        if not (self.settings.auto_scene_break and self.upkeep_on(chat_id, chat.enabled)):
+            return None
+        breaks = [b.position for b in db.memory.breaks(chat_id) if b.visible]
+        return self.work.messages_until_check(db, chat_id, max(breaks, default=-1), state)
+
+    def stamp(
+        self, db: Database, chat_id: str, operation: Operation, key: str, payload: Payload
+    ) -> tuple[int | None, bool]:
+        """Write a job stamped with its input's current hash: (id, new), or (None, False)
+        when its input is gone. The one way planning and the API queue work."""
+        input_hash = self.handlers[operation].input_hash(db, chat_id, payload)
+        if input_hash is None:
+            return None, False
+        job = JobSpec(chat_id, operation, key, payload, input_hash, self.llm.upstream_name)
+        now = self.clock()
+        return write_job(db, job, now, failed_since=now - self.cool_down)
+
+    def _scene_changed(self, db: Database, chat_id: str, uid: int, payload: Payload) -> bool:
+        recaps = db.memory.scene_recaps(uid)
+        if not recaps or recaps[-1].source != "llm":
+            return False  # the user's own recap is theirs to regenerate
+        made_from = db.memory.scene_recap_input(uid, recaps[-1].version)
+        current = self.handlers[Operation.SCENE_RECAP].input_hash(db, chat_id, payload)
+        return made_from is not None and made_from != current
+
+    def view(self, db: Database, chat_id: str, since: int | None = None) -> MemoryView:
+        return build_view(db, self.view_inputs, chat_id, self.views.get(chat_id), since)
