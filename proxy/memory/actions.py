@@ -1,8 +1,9 @@
 """What a user can see and correct in a chat's memory (the API and CLI call these).
 
-Reads and writes run on the store's thread; every correction then re-plans the chat, so
-that what depends on it follows (a new break gets its recap, an edited scene recap is
-folded in again). Scenes are named by their last message's ST index, messages by theirs.
+Reads and writes run on the store's thread (what is shown: `proxy.memory.readout`); every
+correction then re-plans the chat, so that what depends on it follows (a new break gets
+its recap, an edited scene recap is folded in again). Scenes are named by their last
+message's ST index, messages by theirs.
 """
 
 from __future__ import annotations
@@ -11,8 +12,9 @@ from collections.abc import Callable, Mapping
 from typing import Protocol, TypeVar
 
 from proxy.core.export import Exported
-from proxy.core.jsontypes import JSONObject, JSONValue
+from proxy.core.jsontypes import JSONObject
 from proxy.errors import Conflict, NotFound
+from proxy.memory import readout
 from proxy.memory.carry import copy_running, gather
 from proxy.memory.chatinfo import swipe_of
 from proxy.memory.operations import Operation, job_key
@@ -21,8 +23,7 @@ from proxy.memory.views import MemoryView
 from proxy.sillytavern.chatfile import text_hash
 from proxy.store import Database, Store
 from proxy.store.jobs import Payload
-from proxy.store.memory import MemoryTable
-from proxy.store.records import ChatRecord, MessageRecord, RunningRecap, SceneBreak
+from proxy.store.records import ChatRecord, MessageRecord, SceneBreak
 
 T = TypeVar("T")
 
@@ -98,52 +99,9 @@ class MemoryActions:
     async def overview(self, chat_id: str) -> JSONObject:
         def work(db: Database) -> JSONObject:
             chat = self._chat(db, chat_id)
-            state = db.memory.state(chat_id)
-            current = db.memory.current_running(chat_id)
-            jobs = db.jobs.list(chat_id, ("queued", "running", "failed"))
-            view = self.engine.views.get(chat_id)
-            breaks = [b for b in db.memory.breaks(chat_id) if b.visible]
-            failures: list[JSONValue] = [
-                {"job": j.id, "operation": j.operation, "error": j.error, "at": j.updated}
-                for j in jobs
-                if j.state == "failed"
-            ]
-            # Queued jobs that met an error: they wait for a model (the chat has had no
-            # request yet) or for their retry at `not_before`.
-            waiting: list[JSONValue] = [
-                {
-                    "job": j.id,
-                    "operation": j.operation,
-                    "waiting_for": j.waiting_for,
-                    "held": j.held,
-                    "error": j.error,
-                    "not_before": j.not_before,
-                }
-                for j in jobs
-                if j.waiting_for is not None
-            ]
-            return {
-                "chat": chat_id,
-                "enabled": chat.enabled,
-                "on": self.engine.memory_on(chat_id, chat.enabled),  # what `enabled` comes to
-                "active": bool(state and state.active),
-                "messages": chat.messages,
-                "scenes": len(breaks),
-                # How far the newest running recap covers the chat (`backfill`'s bar).
-                "covered_through": covered_through(db, chat_id),
-                "running_recap": _running_json(db.memory, current, current) if current else None,
-                "message_recaps": len(db.memory.message_recaps(chat_id)),
-                "left_out_through": view.cutoff if view else None,
-                # Why a short chat has no scenes yet: the open scene's next check is this
-                # many messages away (None: no check will come).
-                "scene_check_in": self.engine.messages_until_check(db, chat_id),
-                "queue": {
-                    state: sum(1 for j in jobs if j.state == state)
-                    for state in ("queued", "running", "failed")
-                },
-                "failures": failures[-5:],
-                "waiting": waiting[:5],
-            }
+            on = self.engine.memory_on(chat_id, chat.enabled)
+            check_in = self.engine.messages_until_check(db, chat_id)
+            return readout.overview(db, chat, self.engine.views.get(chat_id), on, check_in)
 
         return await self.store.call(work)
 
@@ -177,44 +135,12 @@ class MemoryActions:
     async def scenes(self, chat_id: str) -> list[JSONObject]:
         def work(db: Database) -> list[JSONObject]:
             self._chat(db, chat_id)
-            out: list[JSONObject] = []
-            first = 0
-            for scene in db.memory.breaks(chat_id):
-                current = db.memory.current_scene_recap(scene)
-                out.append(
-                    {
-                        "index": scene.position,
-                        "first": first,
-                        "name": scene.name,
-                        "visible": scene.visible,
-                        "source": scene.source,
-                        "rationale": scene.rationale,
-                        "current_version": scene.current,
-                        "versions": len(db.memory.scene_recaps(scene.uid)),
-                        "recap": current.recap if current else None,
-                    }
-                )
-                if scene.visible:
-                    first = scene.position + 1
-            return out
+            return readout.scenes(db, chat_id)
 
         return await self.store.call(work)
 
     async def scene(self, chat_id: str, index: int) -> JSONObject:
-        def work(db: Database) -> JSONObject:
-            scene = self._scene(db, chat_id, index)
-            versions = db.memory.scene_recaps(scene.uid)
-            return {
-                "index": scene.position,
-                "name": scene.name,
-                "visible": scene.visible,
-                "source": scene.source,
-                "rationale": scene.rationale,
-                "current_version": scene.current,
-                "versions": [v.public(scene.current) for v in versions],
-            }
-
-        return await self.store.call(work)
+        return await self.store.call(lambda db: readout.scene(db, self._scene(db, chat_id, index)))
 
     async def set_break(self, chat_id: str, index: int, visible: bool = True) -> JSONObject:
         def work(db: Database) -> None:
@@ -282,8 +208,7 @@ class MemoryActions:
     async def running(self, chat_id: str) -> list[JSONObject]:
         def work(db: Database) -> list[JSONObject]:
             self._chat(db, chat_id)
-            current = db.memory.current_running(chat_id)
-            return [_running_json(db.memory, v, current) for v in db.memory.running_recaps(chat_id)]
+            return readout.running_versions(db.memory, chat_id)
 
         return await self.store.call(work)
 
@@ -343,29 +268,7 @@ class MemoryActions:
     async def message_recaps(self, chat_id: str) -> list[JSONObject]:
         def work(db: Database) -> list[JSONObject]:
             self._chat(db, chat_id)
-            recaps = db.memory.message_recaps(chat_id)
-            excluded = db.memory.excluded(chat_id)
-            view = self.engine.views.get(chat_id)
-            injected = set(view.shelf.positions) if view else set()
-            out: list[JSONObject] = []
-            for record in db.memory.messages_from(chat_id):
-                done = recaps.get((record.uid, swipe_of(record)))
-                if done is None and record.uid not in excluded:
-                    continue
-                fresh = done is not None and done.source_hash == text_hash(record.message.mes)
-                out.append(
-                    {
-                        "index": record.position,
-                        "swipe": swipe_of(record),
-                        "recap": done.recap if done else None,
-                        "edited": bool(done and done.edited),
-                        "source": done.source if done else None,
-                        "stale": bool(done and not fresh),
-                        "excluded": record.uid in excluded,
-                        "can_be_injected": record.position in injected,
-                    }
-                )
-            return out
+            return readout.message_recaps(db, chat_id, self.engine.views.get(chat_id))
 
         return await self.store.call(work)
 
@@ -415,18 +318,3 @@ class MemoryActions:
         db.jobs.retry(job_id, self.engine.clock())
         self.engine.wake()
         return job_id
-
-
-def _running_json(
-    memory: MemoryTable, version: RunningRecap, current: RunningRecap | None
-) -> JSONObject:
-    return {
-        "version": version.version,
-        "created": version.created,
-        "content": version.content,
-        "scene_count": version.scene_count,
-        "prev_scene_index": memory.position_of(version.prev_scene_uid),
-        "new_scene_index": memory.position_of(version.new_scene_uid),
-        "source": version.source,
-        "current": current is not None and version.version == current.version,
-    }
