@@ -25,7 +25,7 @@ from yarl import URL
 
 from proxy.core.headers import Headers
 from proxy.errors import UpstreamError
-from proxy.http1 import Pool
+from proxy.pool import Pool
 from proxy.settings import UpstreamSettings
 
 

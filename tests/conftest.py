@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
+from yarl import URL
 
 from proxy.chat.providers import MemoryProvider, StaticMemory
 from proxy.core.models import Memory
@@ -20,6 +22,9 @@ from proxy.settings.loading import _set_dotted
 from proxy.store import Store
 from proxy.web import make_app
 from tests.fakes.fake_llm import FakeState, make_fake_llm
+
+# What a `raw_server` connection runs: it reads the request and writes the answer's bytes.
+Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 
 
 def make_settings(**dotted: Any) -> Settings:
@@ -108,3 +113,20 @@ async def library(tmp_path: Path) -> ChatLibrary:
     lib = ChatLibrary(data, Store(tmp_path / "store.sqlite3"))
     await lib.index_all()
     return lib
+
+
+@pytest.fixture
+async def raw_server() -> AsyncIterator[Callable[[Handler], Awaitable[URL]]]:
+    """A socket server that answers with whatever bytes a test writes."""
+    servers: list[asyncio.Server] = []
+
+    async def start(handler: Handler) -> URL:
+        server = await asyncio.start_server(handler, "127.0.0.1", 0)
+        servers.append(server)
+        port = server.sockets[0].getsockname()[1]
+        return URL(f"http://127.0.0.1:{port}")
+
+    yield start
+    for server in servers:
+        server.close()
+        await server.wait_closed()
