@@ -90,15 +90,15 @@ def test_deleted_chats_are_forgotten_after_a_week() -> None:
     message = STMessage(name="Seraphina", mes="hi")
     store.save_chat(record(), [None], [b"d1"], lambda i: message, [Event("added", 0)])
     uid = store.messages("u/chats/S/c")[0].uid
-    store.add_snapshot("u/chats/S/c", 0, 0, "normal", {"active": [], "inactive": []})
-    assert store.snapshot_for(uid, 0) is not None
+    store.lore.add_snapshot("u/chats/S/c", 0, 0, "normal", {"active": [], "inactive": []}, now[0])
+    assert store.lore.snapshot_for(uid, 0) is not None
     store.mark_deleted("u/chats/S/c")
     assert store.purge_deleted() == []  # a rename may still claim it
     now[0] = 1e12
     assert store.purge_deleted() == ["u/chats/S/c"]
     assert store.chat("u/chats/S/c") is None
     assert store.messages("u/chats/S/c") == []
-    assert store.snapshot_for(uid, 0) is None
+    assert store.lore.snapshot_for(uid, 0) is None
     assert store.events("u/chats/S/c") == []
 
 

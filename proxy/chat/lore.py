@@ -97,7 +97,7 @@ class LoreService:
                 return ""
             current = {e.key: e for e in matcher.entries}
             lines = []
-            for item in db.active_lore(chat_id, first, last):
+            for item in db.lore.active_lore(chat_id, first, last):
                 found = current.get((item["world"], str(item["uid"])))
                 if found is not None:
                     title = found.entry.comment or ", ".join(found.entry.key) or "entry"
@@ -126,7 +126,9 @@ class LoreService:
         st_sticky = st_sticky_keys(chat.chat_metadata, db.visible_count(chat.id))
         result = snapshot(matcher.entries, active, tracker, st_sticky)
         which = self._swipe(db, chat, ident, swipe)
-        db.add_snapshot(chat.id, ident.target_message, which, ident.generation, result)
+        db.lore.add_snapshot(
+            chat.id, ident.target_message, which, ident.generation, result, db.clock()
+        )
 
     def _swipe(
         self, db: Database, chat: ChatRecord, ident: Identification, swipe: int | None

@@ -153,7 +153,7 @@ async def message_lore(request: web.Request) -> web.Response:
         if message is None:
             return None
         swipe = asked if asked is not None else message.message.swipe_id or 0
-        found = db.snapshot_for(message.uid, swipe)
+        found = db.lore.snapshot_for(message.uid, swipe)
         return None if found is None else {"swipe": swipe, **found}
 
     snapshot = await store.call(find)

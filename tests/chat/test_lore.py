@@ -74,7 +74,7 @@ async def lore_of(
 ) -> dict[str, Any] | None:
     message = await library.store.call(lambda db: db.message_at(chat_id, index))
     assert message is not None
-    return await library.store.call(lambda db: db.snapshot_for(message.uid, swipe))
+    return await library.store.call(lambda db: db.lore.snapshot_for(message.uid, swipe))
 
 
 def keys(entries: list[dict[str, Any]]) -> set[tuple[str, int]]:
