@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from adapters.text_completions import Template, TextCompletionAdapter, split_prompt
+from adapters.instruct import Template, split_prompt
+from adapters.text_completions import TextCompletionAdapter
 from proxy.core.models import Insertion, Role
 from proxy.core.placement import find_history
 from proxy.errors import UnknownPromptFormat

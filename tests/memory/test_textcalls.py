@@ -9,7 +9,8 @@ from functools import partial
 
 import pytest
 
-from adapters.text_completions import TEMPLATES, write_prompt
+from adapters.instruct import TEMPLATES
+from adapters.text_completions import write_prompt
 from proxy.core.models import Caller
 from proxy.errors import JobFailure
 from proxy.memory.llm import LLMClient
