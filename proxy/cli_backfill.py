@@ -19,7 +19,11 @@ async def backfill(server: Server, chat: str, base: str, *, wait: bool) -> int:
     """Queue the chat's upkeep, then (with `wait`) draw its progress until no job of the
     chat is left; 1 when a job failed or the chat's memory is off."""
     queue = f"/recap/api/queue?chat={quote(chat, safe='')}"
-    before = max((j["id"] for j in (await server.call("GET", queue))["jobs"]), default=0)
+    # The newest job of the chat so far is among the work not done and the newest done.
+    known = (await server.call("GET", f"{queue}&done=1"))["jobs"]
+    before = max((j["id"] for j in known), default=0)
+    # Then each look lists only what is live and what came after: not the chat's history.
+    queue = f"{queue}&after={before}"
     started = await server.call("POST", f"{base}/backfill")
     if started.get("memory_on") is False:
         print(

@@ -59,6 +59,15 @@ async def test_queue_lists_the_work_not_done_and_the_newest_done_jobs(
     assert any(j["state"] == "queued" for j in answer["jobs"])
     whole = await (await memory.client.get("/recap/api/queue")).json()
     assert "older_done" not in whole and len(whole["jobs"]) > len(answer["jobs"])
+    # A backfill's look: what is live, and every job after the one it started from.
+    after = ids[-2]
+    looked = await (await memory.client.get(f"/recap/api/queue?after={after}")).json()
+    live = [j["id"] for j in whole["jobs"] if j["state"] in ("queued", "running")]
+    newer = [j["id"] for j in whole["jobs"] if j["id"] > after]
+    assert [j["id"] for j in looked["jobs"]] == sorted({*live, *newer})
+    assert live and ids[-1] in newer and ids[0] not in newer
+    both = await memory.client.get("/recap/api/queue?after=1&done=1")
+    assert both.status == 400 and "not both" in (await both.json())["error"]["message"]
 
 
 async def test_breaks_regenerate_queue_and_toggle(

@@ -193,6 +193,10 @@ class JobQueue:
         """The jobs not done and the newest `shown` done ones; how many older were left."""
         return await self.store.call(lambda db: db.jobs.newest_done(chat_id, shown))
 
+    async def live_or_after(self, chat_id: str | None, after: int) -> list[Job]:
+        """The jobs queued or running, and every job newer than job `after`."""
+        return await self.store.call(lambda db: db.jobs.live_or_after(chat_id, after))
+
     async def looked(self) -> None:
         """Wait until the runner has looked for work twice since this call, so at least
         once with everything written before it (tests: a paused queue claims nothing)."""

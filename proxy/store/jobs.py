@@ -290,6 +290,17 @@ class JobTable(Table):
         jobs = sorted((_job(r) for r in rows), key=lambda j: j.id)
         return jobs, int(done) - sum(1 for j in jobs if j.state == "done")
 
+    def live_or_after(self, chat_id: str | None, after: int) -> list[Job]:
+        """The jobs queued or running, and every job newer than job `after`, in id order:
+        what a watcher of work it started (`backfill`) needs, and not the older history."""
+        where, params = ("AND chat_id=?", (chat_id,)) if chat_id is not None else ("", ())
+        rows = self.db.execute(
+            f"SELECT {JOB_COLUMNS} FROM jobs WHERE (state IN ('queued', 'running') OR id>?) "
+            f"{where} ORDER BY id",
+            (after, *params),
+        )
+        return [_job(r) for r in rows]
+
     def list(self, chat_id: str | None = None, states: Collection[str] = ()) -> list[Job]:
         clauses, params = [], []
         if chat_id is not None:

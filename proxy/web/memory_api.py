@@ -283,14 +283,21 @@ def _whole(insertions: Sequence[Insertion]) -> JSONObject | None:
 
 async def queue(request: web.Request) -> web.Response:
     """Every job kept; with `done=N`, the work not done and the newest N done jobs, and
-    `older_done`, how many were left out (a backfilled story leaves hundreds)."""
+    `older_done`, how many were left out (a backfilled story leaves hundreds); with
+    `after=ID`, the jobs queued or running and every job newer than job ID (a backfill's
+    progress: the work it queued, and what still holds the chat up)."""
     queue = _queue(request)
-    chat, shown = request.query.get("chat"), query_number(request, "done")
+    chat = request.query.get("chat")
+    shown, after = query_number(request, "done"), query_number(request, "after")
+    if shown is not None and after is not None:
+        raise RequestError("ask for done=N or after=ID, not both")
     answer: JSONObject = {"paused": await queue.paused()}
-    if shown is None:
-        jobs = await queue.jobs(chat)
-    else:
+    if shown is not None:
         jobs, answer["older_done"] = await queue.newest_done(chat, shown)
+    elif after is not None:
+        jobs = await queue.live_or_after(chat, after)
+    else:
+        jobs = await queue.jobs(chat)
     return web.json_response({**answer, "jobs": [j.public() for j in jobs]})
 
 

@@ -281,3 +281,32 @@ async def test_a_queued_job_says_what_it_waits_for(setup) -> None:  # type: igno
         "no-model": "waiting for a model", "flaky": "retrying: the API answered 503", "fine": None
     }  # fmt: skip
     assert (jobs["no-model"].state, jobs["no-model"].attempts) == ("queued", 0)  # not used up
+
+
+async def test_a_look_after_a_job_lists_what_is_live_and_what_came_after(setup) -> None:  # type: ignore[no-untyped-def]
+    store, fake, handlers = setup
+    async with JobQueue(store, handlers, FAST) as queue:
+        await queue.enqueue("a", Operation.MESSAGE_RECAP, "old", {}, "h", "up")
+        await queue.idle()
+        await queue.pause()
+        held = await queue.enqueue("a", Operation.MESSAGE_RECAP, "held", {}, "h", "up")
+        fake.gate = asyncio.Event()
+        start = max(j.id for j in await queue.jobs("a"))
+        await queue.resume()
+        await until(lambda: fake.in_flight == 1, "the held job running, at the gate")
+        await queue.pause()
+        newer = await queue.enqueue("a", Operation.SCENE_RECAP, "newer", {}, "h", "up")
+        await queue.enqueue("b", Operation.SCENE_RECAP, "other chat", {}, "h", "up")
+
+        looked = await queue.live_or_after("a", start)
+        # `held` (running, older than `start`) and `newer`; not the done `old`, nor b's.
+        assert [(j.id, j.state) for j in looked] == [(held, "running"), (newer, "queued")]
+        assert [j.dedup_key for j in await queue.live_or_after(None, newer)] == [
+            "held",
+            "newer",
+            "other chat",
+        ]
+        fake.gate.set()
+        await queue.resume()
+        await queue.idle()
+        assert [j.dedup_key for j in await queue.live_or_after("a", start)] == ["newer"]

@@ -342,7 +342,8 @@ function keptNote(answer) {
 // apart, find nothing queued or running (as `recap-proxy backfill` does); until then the
 // bar shows how far the running recap covers the chat.
 async function startBackfill(id) {
-  const queue = "/recap/api/queue?chat=" + encodeURIComponent(id);
+  const queue = "/recap/api/queue?done=1&chat=" + encodeURIComponent(id);
+  // The chat's newest job so far is among the work not done and the newest done job.
   const before = Math.max(0, ...(await api("GET", queue)).jobs.map((j) => j.id));
   const answer = await act("POST", chatPath(id) + "/backfill", {});
   if (!answer) return;
@@ -390,7 +391,7 @@ function heldReason(job, brief = false) {
 
 async function lookAtBackfill(run) {
   const [found, overview] = await Promise.all([
-    api("GET", "/recap/api/queue?chat=" + encodeURIComponent(run.chat)),
+    api("GET", `/recap/api/queue?after=${run.before}&chat=` + encodeURIComponent(run.chat)),
     api("GET", chatPath(run.chat) + "/memory"),
   ]);
   // The chat's work is over when none of its jobs is left, those queued before the
