@@ -326,14 +326,22 @@ async def _upstream(
     upstream = settings.upstream
     key = upstream.api_key.get_secret_value() if upstream.api_key is not None else None
     setting = "[upstream] base_url (--upstream)"
-    found = await _probe(http, upstream.base_url, key, "upstream", setting)
     elsewhere = (running or {}).get("forwards_to")
-    if elsewhere and elsewhere.rstrip("/") != safe_url(upstream.base_url).rstrip("/"):
-        # `serve --upstream URL` with no config: the checks would test another API.
-        note = (f"; the running recap-proxy forwards to {elsewhere} instead "
-                f"(`doctor --upstream {elsewhere}` checks that one)")  # fmt: skip
+    if not elsewhere or elsewhere.rstrip("/") == safe_url(upstream.base_url).rstrip("/"):
+        return await _probe(http, upstream.base_url, key, "upstream", setting)
+    if "base_url" not in upstream.model_fields_set:
+        # `serve --upstream URL` (the README's first command) and no upstream set here:
+        # the API that proxy forwards to is the one in use, and the one to check.
+        found = await _probe(http, elsewhere, key, "upstream", setting)
+        note = (f", the one the running recap-proxy forwards to (from its command line: a "
+                f"serve without --upstream would forward to {safe_url(upstream.base_url)}; "
+                "[upstream] base_url in the config keeps it)")  # fmt: skip
         return replace(found, detail=found.detail + note)
-    return found
+    # The config (or doctor's own --upstream) names another API than the running proxy's.
+    found = await _probe(http, upstream.base_url, key, "upstream", setting)
+    note = (f"; the running recap-proxy forwards to {elsewhere} instead "
+            f"(`doctor --upstream {elsewhere}` checks that one)")  # fmt: skip
+    return replace(found, detail=found.detail + note)
 
 
 async def _memory_llm(http: aiohttp.ClientSession, settings: Settings) -> Check:

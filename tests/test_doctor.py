@@ -253,6 +253,31 @@ async def test_doctor_takes_serves_options_and_names_the_running_proxys_upstream
     )
 
 
+async def test_with_no_upstream_set_doctor_checks_the_one_the_running_proxy_uses(
+    tmp_path: Path, fake_llm: FakeLLM, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The README's first command: `serve --upstream URL`, no upstream in any config.
+    data, config, port = setup(tmp_path, "unused")
+    config.write_text(
+        config.read_text(encoding="utf-8").replace('[upstream]\nbase_url = "unused"\n', ""),
+        encoding="utf-8",
+    )
+    args = ("--config", str(config), "--st-data", str(data))
+    proc = launch(tmp_path, "proxy", "serve", *args, "--upstream", fake_llm.base_url)
+    try:
+        await asyncio.to_thread(wait_for_port, port, proc)
+        _, checks = await _doctor(config, data, capsys)
+    finally:
+        stop(proc)
+    upstream = checks["upstream"]
+    assert upstream["ok"] is True
+    assert upstream["detail"] == (
+        f"{fake_llm.base_url} answers (200), the one the running recap-proxy forwards to "
+        "(from its command line: a serve without --upstream would forward to "
+        "http://127.0.0.1:5001/v1; [upstream] base_url in the config keeps it)"
+    )
+
+
 def test_a_store_set_inside_st_data_is_a_failed_check(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
