@@ -29,7 +29,10 @@ SHOWN_DONE = 10  # done jobs `queue` lists without --all
 def add_memory_commands(sub: Any, config_arg: Any) -> None:
     def server_arg(p: argparse.ArgumentParser) -> None:
         config_arg(p)
-        p.add_argument("--server", help="the running proxy (default: from [server] settings)")
+        p.add_argument(
+            "--server",
+            help="the running proxy (default: the one serving the store, else [server] settings)",
+        )
 
     chat_help = "chat id, file name, or character/group name (newest chat)"
     backfill = sub.add_parser("backfill", help="build memory for an existing chat, with progress")

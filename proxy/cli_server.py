@@ -14,6 +14,7 @@ import orjson
 from proxy.core.guard import KEY_HEADER
 from proxy.errors import RecapProxyError
 from proxy.settings import Settings
+from proxy.store.lock import serving
 
 
 class Server:
@@ -122,9 +123,13 @@ def pick_chat(name: str, chats: list[dict[str, Any]]) -> tuple[str, str | None]:
 
 
 def server_url(args: argparse.Namespace, settings: Settings) -> str:
-    """`--server`, else the address `[server]` sets."""
+    """`--server`, else where the proxy serving the store listens (its lock file says: a
+    `serve --port N` is found), else the address `[server]` sets."""
     if args.server:
         return str(args.server)
+    listening = serving(settings.store.resolved_path())
+    if listening is not None:
+        return reachable(*listening)
     return reachable(settings.server.host, settings.server.port)
 
 

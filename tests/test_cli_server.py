@@ -3,12 +3,17 @@ which chat a typed name stands for."""
 
 from __future__ import annotations
 
+import json
+import os
+from pathlib import Path
+
 import pytest
 
 from proxy.cli import build_parser
 from proxy.cli_memory import run_memory_command
-from proxy.cli_server import pick_chat
+from proxy.cli_server import pick_chat, server_url
 from proxy.errors import RecapProxyError
+from tests.conftest import make_settings
 from tests.memory_env import MemoryFactory, cli
 
 
@@ -16,6 +21,21 @@ async def test_no_server_says_how_to_start_one(unused_tcp_port: int) -> None:
     args = build_parser().parse_args(["queue", "--server", f"http://127.0.0.1:{unused_tcp_port}"])
     with pytest.raises(RecapProxyError, match="recap-proxy serve"):
         await run_memory_command(args)
+
+
+def test_the_server_is_where_its_stores_lock_says_it_listens(tmp_path: Path) -> None:
+    store = tmp_path / "store.sqlite3"
+    settings = make_settings(**{"store.path": str(store), "server.port": 8999})
+    args = build_parser().parse_args(["queue"])
+    assert server_url(args, settings) == "http://127.0.0.1:8999"  # no proxy serves it
+    # `serve --port 9100` holds the store: its lock file names where it listens.
+    lock = Path(f"{store}.lock")
+    lock.write_text(json.dumps({"pid": os.getpid(), "listening": ["127.0.0.1", 9100]}))
+    assert server_url(args, settings) == "http://127.0.0.1:9100"
+    given = build_parser().parse_args(["queue", "--server", "http://127.0.0.1:7000"])
+    assert server_url(given, settings) == "http://127.0.0.1:7000"  # --server wins
+    lock.write_text("")  # a stopped proxy empties it
+    assert server_url(args, settings) == "http://127.0.0.1:8999"
 
 
 CHATS = [

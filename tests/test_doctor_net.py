@@ -1,5 +1,6 @@
 """doctor's checks over the network: what a running proxy saw, and the proxy found where
-its store's lock says it listens when the settings name another port."""
+its store's lock says it listens when the settings name another port (as the memory
+commands find it)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from proxy.cli import main
 from proxy.doctor_net import history_checks
 from tests.conftest import FakeLLM
 from tests.test_doctor import _doctor, setup
@@ -57,6 +59,9 @@ async def test_a_proxy_serving_on_another_port_is_found_through_its_store(
         await asyncio.to_thread(wait_for_port, elsewhere, proc)
         # The config names `port`: the proxy runs elsewhere, and doctor says where.
         code, set_here = await _doctor(config, data, capsys)
+        # The memory commands find it the same way.
+        listed = await asyncio.to_thread(main, ["queue", "--config", str(config)])
+        queue_out = capsys.readouterr().out
         without_port(config)
         with socket.socket() as sock:
             default_taken = sock.connect_ex(("127.0.0.1", 8765)) == 0
@@ -70,6 +75,7 @@ async def test_a_proxy_serving_on_another_port_is_found_through_its_store(
     assert f"not on 127.0.0.1:{port} as the settings say" in check["detail"]
     assert f"`doctor --port {elsewhere}` checks the one running" in check["fix"]
     assert set_here["memory jobs"]["ok"] is True  # asked of the proxy found
+    assert listed == 0 and queue_out.startswith("paused: False")
     if default_taken:
         pytest.skip("something listens on 8765, the default port this part relies on")
     # Nothing names a port: the proxy running is the one checked, and said so.
