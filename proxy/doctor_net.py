@@ -90,8 +90,8 @@ def port_check(settings: Settings, running: dict[str, Any] | None) -> Check:
                          f"--port would listen on {where}; [server] port in the config keeps "
                          "it)")  # fmt: skip
         return Check(
-            "port", False, f"{detail}, not on {where} as the settings say: ST and the checks "
-            "below look there",
+            "port", False, f"{detail}, not on {where} as the settings say (where ST's URL is "
+            "checked against)",
             f"set [server] port (and host) to where it runs, or restart it without --port; "
             f"`doctor --port {there.rpartition(':')[2]}` checks the one running",
         )  # fmt: skip
