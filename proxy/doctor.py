@@ -5,7 +5,8 @@ The commonest trouble with a proxy between two programs is a wrong field, not a 
 still pointing at the API directly, the proxy at the wrong port, a data folder not
 found. Each check here reads (never writes) what it looks at: the config, the store's
 folder, the port, ST's data folder and every user's `settings.json`, the upstream and the
-memory LLM (a model list, status only), the tokenizer, and a running proxy's `/health`.
+memory LLM (a model list, status only), the tokenizer, and a running proxy's `/health`
+(those that ask over the network: `proxy.doctor_net`).
 """
 
 from __future__ import annotations
@@ -75,12 +76,12 @@ async def run_checks(
     origin = f"http://{host_for_url(settings.server.host)}:{settings.server.port}"
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=PROBE_SECONDS)) as http:
         access = settings.server.access_key
-        key = access.get_secret_value() if access else None
-        running = await running_proxy(http, origin, key)
+        access_key = access.get_secret_value() if access else None
+        running = await running_proxy(http, origin, access_key)
         if running is None:
             # `serve --port N` (or `--host`): none where the settings say, but the store's
             # lock names where the proxy serving it listens.
-            running = await listed_proxy(http, settings.store.resolved_path(), key)
+            running = await listed_proxy(http, settings.store.resolved_path(), access_key)
             if running is not None and not {"host", "port"} & settings.server.model_fields_set:
                 origin = running["origin"]  # nothing set here: ST must point where it runs
         checks.append(port_check(settings, running))
