@@ -1,4 +1,4 @@
-"""The only owner of the connections towards LLM APIs (`proxy.http1.Pool`, whose
+"""The only owner of the connections towards LLM APIs (`proxy.pool.Pool`, whose
 failures are the proxy's own `UpstreamError`s), and where each route's API is found.
 
 `send_to` answers with an `UpstreamResponse`: status, headers and the body as an async
