@@ -259,12 +259,10 @@ class JobTable(Table):
 
     def clear(self, chat_id: str | None = None) -> int:
         """Remove waiting, failed and dropped jobs (of one chat); running ones finish."""
-        where = "state IN ('queued', 'failed', 'dropped')"
-        params: tuple[Any, ...] = ()
-        if chat_id is not None:
-            where += " AND chat_id=?"
-            params = (chat_id,)
-        return self.db.execute(f"DELETE FROM jobs WHERE {where}", params).rowcount
+        where, params = _of_chat(chat_id)
+        return self.db.execute(
+            f"DELETE FROM jobs WHERE state IN ('queued', 'failed', 'dropped') {where}", params
+        ).rowcount
 
     def prune(self, before: float) -> int:
         """Forget finished jobs (done, dropped) last changed before `before`: the queue's
@@ -276,7 +274,7 @@ class JobTable(Table):
     def newest_done(self, chat_id: str | None, shown: int) -> tuple[list[Job], int]:
         """The work not done (queued, running, failed, dropped), then the newest `shown`
         done jobs, in id order; and how many older done jobs were left out."""
-        where, params = ("AND chat_id=?", (chat_id,)) if chat_id is not None else ("", ())
+        where, params = _of_chat(chat_id)
         rows = self.db.execute(
             f"SELECT {JOB_COLUMNS} FROM jobs WHERE state!='done' {where}", params
         ).fetchall()
@@ -293,7 +291,7 @@ class JobTable(Table):
     def live_or_after(self, chat_id: str | None, after: int) -> list[Job]:
         """The jobs queued or running, and every job newer than job `after`, in id order:
         what a watcher of work it started (`backfill`) needs, and not the older history."""
-        where, params = ("AND chat_id=?", (chat_id,)) if chat_id is not None else ("", ())
+        where, params = _of_chat(chat_id)
         rows = self.db.execute(
             f"SELECT {JOB_COLUMNS} FROM jobs WHERE (state IN ('queued', 'running') OR id>?) "
             f"{where} ORDER BY id",
@@ -332,3 +330,9 @@ class JobTable(Table):
             f"UPDATE jobs SET {', '.join(sets)} WHERE id=?",
             (state, now, *fields.values(), job_id),
         )
+
+
+def _of_chat(chat_id: str | None) -> tuple[str, tuple[str, ...]]:
+    """The condition that keeps one chat's jobs (`AND chat_id=?`, to follow a WHERE) and its
+    parameter; nothing for every chat's."""
+    return ("AND chat_id=?", (chat_id,)) if chat_id is not None else ("", ())
