@@ -101,7 +101,7 @@ class Meter:
         self.tokens: Counter[str] = Counter()
         self.plan_cpu: list[float] = []
         self.job_cpu: dict[str, list[float]] = defaultdict(list)
-        complete, plan = engine.llm.complete, engine.plan
+        complete, plan = engine.llm.complete, engine.upkeep.plan
 
         async def counted(operation: str, chat_id: str, messages: Any, **limits: Any) -> Any:
             self.calls[operation] += 1
@@ -116,7 +116,7 @@ class Meter:
                 self.plan_cpu.append(time.thread_time() - began)
 
         engine.llm.complete = counted  # type: ignore[method-assign]
-        engine.plan = timed_plan  # type: ignore[method-assign]
+        engine.upkeep.plan = timed_plan  # type: ignore[method-assign]
         for operation, handler in engine.handlers.items():
             run = handler.run
 

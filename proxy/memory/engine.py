@@ -33,7 +33,7 @@ from proxy.memory.operations import Operation
 from proxy.memory.prompts import Prompts
 from proxy.memory.recall import ranking
 from proxy.memory.settings import MemorySettings
-from proxy.memory.upkeep import Planned, Upkeep
+from proxy.memory.upkeep import Upkeep
 from proxy.memory.views import (
     Frame,
     RequestMemory,
@@ -78,7 +78,6 @@ class MemoryEngine:
         self.store = store
         self.library = library
         self.llm = llm
-        self.settings = settings
         self.counter = counter or TokenCounter()
         self.clock = clock
         context = HandlerContext(
@@ -98,10 +97,10 @@ class MemoryEngine:
         )
         self.queue.on_settled.append(lambda job: self.plan_now(job.chat_id))
         # A failed job stands (visible) this long, then planning makes it again.
-        self.cool_down = queue_settings.failed_retry_minutes * 60
+        cool_down = queue_settings.failed_retry_minutes * 60
         inputs = ViewInputs(settings, self.counter, library.persona, frame or Frame())
         self.upkeep = Upkeep(
-            settings, policy, inputs, self.handlers, llm, cool_down=self.cool_down, clock=clock
+            settings, policy, inputs, self.handlers, llm, cool_down=cool_down, clock=clock
         )
         # The chat path reads the views and writes where ST cut (the same dicts as upkeep's).
         self.views = self.upkeep.views
@@ -114,12 +113,16 @@ class MemoryEngine:
         # Chats whose planning waits for the request that a save announced (`on_refresh`).
         self._awaited: dict[str, asyncio.Event] = {}
 
+    @property
+    def settings(self) -> MemorySettings:
+        """The memory settings in force: `Upkeep`'s, which a reload replaces."""
+        return self.upkeep.settings
+
     def reconfigure(
         self, settings: MemorySettings, policy: InjectionPolicy, frame: Frame, prompts: Prompts
     ) -> None:
         """New settings and prompts, live (a reload): jobs from now on use them, and every
         active chat is planned again (its view rebuilt) in the background."""
-        self.settings = settings
         context = next(iter(self.handlers.values())).context
         context = dataclasses.replace(context, settings=settings, prompts=prompts)
         for handler in self.handlers.values():
@@ -284,7 +287,7 @@ class MemoryEngine:
     ) -> int:
         try:
             planned = await self.store.call(
-                lambda db: self.plan(db, chat_id, since, backfill=backfill, rescan=rescan)
+                lambda db: self.upkeep.plan(db, chat_id, since, backfill=backfill, rescan=rescan)
             )
         except Exception:
             log.exception("planning the memory of %s failed", chat_id)
@@ -302,7 +305,7 @@ class MemoryEngine:
         made again then, without the user having to notice it (one timer per chat)."""
         if chat_id in self._retry_timers:
             return
-        delay = max(0.0, failed_at + self.cool_down - self.clock()) + 0.01
+        delay = max(0.0, failed_at + self.upkeep.cool_down - self.clock()) + 0.01
 
         def fire() -> None:
             self._retry_timers.pop(chat_id, None)
@@ -334,11 +337,11 @@ class MemoryEngine:
         model: str | None,
     ) -> RequestMemory:
         """The macro values and the request indices to leave out, for one request."""
-        view = self.views.get(ident.chat_id)
-        start = history_start(view, self.settings, ident, history)
+        view, settings = self.views.get(ident.chat_id), self.upkeep.settings
+        start = history_start(view, settings, ident, history)
         self._note_cut(ident, start[0])
         return request_memory(
-            view, self.settings, ident, messages, history, start, model, self.store.search
+            view, settings, ident, messages, history, start, model, self.store.search
         )
 
     def _note_cut(self, ident: Identification, cut: Cut | None) -> None:
@@ -354,18 +357,6 @@ class MemoryEngine:
             self.schedule(ident.chat_id)
 
     # -- store thread (`Upkeep`) -----------------------------------------------------------
-
-    def plan(
-        self,
-        db: Database,
-        chat_id: str,
-        since: int | None = None,
-        *,
-        backfill: bool = False,
-        rescan: bool = False,
-    ) -> Planned:
-        """Queue what this chat's memory lacks; rebuild its view (store thread)."""
-        return self.upkeep.plan(db, chat_id, since, backfill=backfill, rescan=rescan)
 
     def memory_on(self, chat_id: str, own_state: bool | None) -> bool:
         return self.upkeep.memory_on(chat_id, own_state)
