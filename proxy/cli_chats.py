@@ -18,6 +18,7 @@ import orjson
 
 from adapters import formats
 from adapters.text_completions import NAME as TEXT
+from proxy.chat.providers import CHAT_ID_HEADER
 from proxy.cli_server import Server, reachable
 from proxy.errors import AdapterError, RecapProxyError
 from proxy.library import ChatLibrary
@@ -188,7 +189,7 @@ async def run_identify(args: argparse.Namespace) -> int:
         settings = _settings(args)
         async with _served(settings) as server:
             if server is not None:
-                named = {"X-ST-Chat-Id": args.chat_id} if args.chat_id else {}
+                named = {CHAT_ID_HEADER: args.chat_id} if args.chat_id else {}
                 answer = await server.post_bytes("/recap/api/identify", raw, named)
                 print(json.dumps(answer, indent=2))
                 return 0 if answer.get("chat") is not None else 1

@@ -9,6 +9,7 @@ import time
 
 from aiohttp import web
 
+from proxy.chat.providers import CHAT_ID_HEADER
 from proxy.core.jsontypes import JSONObject
 from proxy.core.models import Identification
 from proxy.errors import NotFound, Unavailable
@@ -125,7 +126,7 @@ async def identify_request(request: web.Request) -> web.Response:
     parsed = request.app[FORMATS].for_body(raw).parse(raw)  # AdapterError: a 400
     markers = request.app[SETTINGS].injection.history_start_markers
     found = await library.identify_request(
-        parsed.messages, markers, request.headers.get("X-ST-Chat-Id")
+        parsed.messages, markers, request.headers.get(CHAT_ID_HEADER)
     )
     return web.json_response(identification_json(found.identification))
 
