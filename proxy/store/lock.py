@@ -67,12 +67,7 @@ class StoreLock:
                 "own [store] path"
             ) from None
         os.ftruncate(fd, 0)
-        record = {
-            "pid": os.getpid(),
-            "serving": "http://{}:{}".format(*self.listening),  # for a second one's error
-            "listening": self.listening,
-            "since": time.time(),
-        }
+        record = {"pid": os.getpid(), "listening": self.listening, "since": time.time()}
         os.write(fd, json.dumps(record).encode())
         self._fd = fd
         return self
@@ -90,8 +85,11 @@ class StoreLock:
 
 
 def _describe(raw: bytes) -> str:
+    """The holder a lock file names, for a second proxy's error."""
     try:
         holder = json.loads(raw)
-        return f"pid {holder['pid']}, serving {holder['serving']}"
+        pid, (host, port) = int(holder["pid"]), holder["listening"]
     except (ValueError, KeyError, TypeError):
         return "its details unreadable"
+    host = f"[{host}]" if ":" in str(host) else host
+    return f"pid {pid}, serving http://{host}:{port}"

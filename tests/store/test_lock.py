@@ -12,7 +12,7 @@ import pytest
 from aiohttp import web
 
 from proxy.errors import StoreBusy
-from proxy.store.lock import StoreLock, serving
+from proxy.store.lock import StoreLock, _describe, serving
 from proxy.web import make_app
 from tests.conftest import FakeLLM, make_settings
 
@@ -28,13 +28,18 @@ def test_a_second_holder_is_told_who_holds_the_store(tmp_path: Path) -> None:
         pass
     with StoreLock(store, ("127.0.0.1", 9999)):  # released with its holder
         pass
+    # Said from where the holder listens (an IPv6 host in brackets), or not at all.
+    assert (
+        _describe(b'{"pid": 7, "listening": ["::1", 8765]}') == "pid 7, serving http://[::1]:8765"
+    )
+    assert _describe(b'{"pid": 7, "serving": "x"}') == "its details unreadable"
 
 
 def test_a_stale_lock_file_does_not_block(tmp_path: Path) -> None:
     store = tmp_path / "s.sqlite3"
     Path(f"{store}.lock").write_text('{"pid": 999999, "serving": "http://gone", "since": 0}')
     with StoreLock(store, ("127.0.0.1", 8765)) as lock:
-        assert '"serving": "http://127.0.0.1:8765"' in lock.path.read_text()
+        assert json.loads(lock.path.read_text())["listening"] == ["127.0.0.1", 8765]
 
 
 def test_the_holder_says_where_it_listens_while_it_lives(tmp_path: Path) -> None:
