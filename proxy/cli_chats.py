@@ -19,7 +19,8 @@ import orjson
 from adapters import formats
 from adapters.text_completions import NAME as TEXT
 from proxy.chat.providers import CHAT_ID_HEADER
-from proxy.cli_server import Server, reachable
+from proxy.cli_server import Server
+from proxy.core.guard import reachable
 from proxy.errors import AdapterError, RecapProxyError
 from proxy.library import ChatLibrary
 from proxy.logs import setup_logging

@@ -11,7 +11,7 @@ from typing import Any
 import aiohttp
 import orjson
 
-from proxy.core.guard import KEY_HEADER
+from proxy.core.guard import KEY_HEADER, reachable
 from proxy.errors import RecapProxyError
 from proxy.settings import Settings
 from proxy.store.lock import serving
@@ -131,9 +131,3 @@ def server_url(args: argparse.Namespace, settings: Settings) -> str:
     if listening is not None:
         return reachable(*listening)
     return reachable(settings.server.host, settings.server.port)
-
-
-def reachable(host: str, port: int) -> str:
-    """The URL a server listening on `host` answers at (a wildcard host on loopback)."""
-    host = "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
-    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"

@@ -21,12 +21,12 @@ from typing import Any
 
 import aiohttp
 
+from proxy.core.guard import reachable
 from proxy.core.tokens import TokenCounter
 from proxy.doctor_net import (
     PROBE_SECONDS,
     Check,
     history_checks,
-    host_for_url,
     listed_proxy,
     memory_llm_check,
     port_check,
@@ -73,7 +73,7 @@ async def run_checks(
     mirrored = mirrored_folder_of(settings.store.resolved_path())
     data_dir = data_dir_for(configured, mirrored)  # as serve takes it
     checks.append(_store(settings, data_dir, mirrored))
-    origin = f"http://{host_for_url(settings.server.host)}:{settings.server.port}"
+    origin = reachable(settings.server.host, settings.server.port)
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=PROBE_SECONDS)) as http:
         access = settings.server.access_key
         access_key = access.get_secret_value() if access else None

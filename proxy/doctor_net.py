@@ -13,6 +13,7 @@ from urllib.parse import urlsplit
 
 import aiohttp
 
+from proxy.core.guard import reachable
 from proxy.core.headers import safe_url
 from proxy.settings import Settings
 from proxy.store.lock import serving
@@ -67,7 +68,7 @@ async def listed_proxy(
     listening = serving(store_path)
     if listening is None:
         return None
-    origin = f"http://{host_for_url(listening[0])}:{listening[1]}"
+    origin = reachable(*listening)
     found = await running_proxy(http, origin, access_key)
     if found is not None:
         found["origin"] = origin
@@ -221,9 +222,3 @@ def history_checks(running: dict[str, Any] | None) -> list[Check]:
                             f"the last: {upstream['last_error']}",
                             "see the proxy's log around that time"))  # fmt: skip
     return checks
-
-
-def host_for_url(host: str) -> str:
-    if host in ("0.0.0.0", "::", ""):
-        return "127.0.0.1"
-    return f"[{host}]" if ":" in host and not host.startswith("[") else host

@@ -48,6 +48,15 @@ class GuardPolicy:
 
 
 @lru_cache(maxsize=256)  # every request's `Host`, and few distinct ones
+def reachable(host: str, port: int) -> str:
+    """The URL a server listening on `host`:`port` answers at: a wildcard host on loopback,
+    an IPv6 host in brackets (the CLI and `doctor` asking a running proxy)."""
+    host = "127.0.0.1" if host in WILDCARDS else host
+    if ":" in host and not host.startswith("["):
+        host = f"[{host}]"
+    return f"http://{host}:{port}"
+
+
 def split_host(host: str) -> tuple[str, int | None]:
     """`[::1]:8765` -> ("::1", 8765); `localhost` -> ("localhost", None)."""
     host = host.strip().lower()

@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 from types import TracebackType
 
+from proxy.core.guard import reachable
 from proxy.errors import StoreBusy
 
 log = logging.getLogger(__name__)
@@ -91,5 +92,4 @@ def _describe(raw: bytes) -> str:
         pid, (host, port) = int(holder["pid"]), holder["listening"]
     except (ValueError, KeyError, TypeError):
         return "its details unreadable"
-    host = f"[{host}]" if ":" in str(host) else host
-    return f"pid {pid}, serving http://{host}:{port}"
+    return f"pid {pid}, serving {reachable(str(host), int(port))}"

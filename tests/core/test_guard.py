@@ -11,6 +11,7 @@ from proxy.core.guard import (
     host_allowed,
     normalize_origin,
     origin_allowed,
+    reachable,
     split_host,
 )
 
@@ -90,3 +91,12 @@ def test_the_access_key() -> None:
     assert carries_access_key({"x-api-key": "s3cret"}, policy) == ("x-api-key",)
     assert not carries_access_key({"Authorization": "Bearer sk-real"}, policy)
     assert access_allowed("/v1/models", {}, LOCAL)  # no key set: nothing asked
+
+
+def test_a_listening_address_becomes_the_url_it_answers_at() -> None:
+    assert reachable("127.0.0.1", 8765) == "http://127.0.0.1:8765"
+    assert reachable("0.0.0.0", 9100) == "http://127.0.0.1:9100"  # a wildcard: on loopback
+    assert reachable("", 9100) == "http://127.0.0.1:9100"
+    assert reachable("::1", 8765) == "http://[::1]:8765"
+    assert reachable("[::1]", 8765) == "http://[::1]:8765"
+    assert reachable("recap.lan", 80) == "http://recap.lan:80"
