@@ -9,15 +9,17 @@ that names the key and says what was expected.
 from __future__ import annotations
 
 import contextlib
+import difflib
 import json
 import os
 import tomllib
+import typing
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import platformdirs
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from proxy.errors import ConfigError
 from proxy.section import APP_NAME
@@ -173,7 +175,7 @@ def _describe(exc: ValidationError, path: Path | None, env_keys: set[str]) -> st
     for err in exc.errors():
         key = ".".join(str(part) for part in err["loc"])
         if err["type"] == "extra_forbidden":
-            what = "unknown key"
+            what = "unknown key" + _suggestion(err["loc"])
         else:
             shown = "<hidden>" if "api_key" in key else repr(err["input"])
             what = f"{err['msg'].removeprefix('Value error, ')} (got {shown})"
@@ -185,3 +187,45 @@ def _describe(exc: ValidationError, path: Path | None, env_keys: set[str]) -> st
             source = f" [in {path}]"
         lines.append(f"  {key}: {what}{source}")
     return "\n".join(lines)
+
+
+def _model_in(annotation: Any) -> type[BaseModel] | None:
+    """The settings section an annotation holds: itself, or inside a list or an Optional."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in typing.get_args(annotation):
+        found = _model_in(arg)
+        if found is not None:
+            return found
+    return None
+
+
+def _sections(model: type[BaseModel], path: str = "") -> dict[str, type[BaseModel]]:
+    """Every section of `model` by its dotted name ("" for the top)."""
+    found = {path: model}
+    for name, field in model.model_fields.items():
+        inner = _model_in(field.annotation)
+        if inner is not None:
+            found |= _sections(inner, f"{path}.{name}" if path else name)
+    return found
+
+
+def _suggestion(loc: tuple[int | str, ...]) -> str:
+    """What an unknown key was likely meant to be: a near spelling in its own section
+    (`memory.mesage_recaps`), else the section that has that key (`upstream.port`)."""
+    *parents, leaf = (str(part) for part in loc if not isinstance(part, int))
+    sections = _sections(Settings)
+    here = ".".join(parents)
+    model = sections.get(here)
+    if model is not None:
+        near = difflib.get_close_matches(leaf, list(model.model_fields), n=1, cutoff=0.75)
+        if near:
+            return f" (did you mean {near[0]}?)"
+    elsewhere = [
+        f"{name}.{leaf}" if name else leaf
+        for name, section in sections.items()
+        if name != here and leaf in section.model_fields
+    ]
+    if elsewhere:
+        return f" (did you mean {' or '.join(elsewhere)}?)"
+    return ""

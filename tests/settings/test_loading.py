@@ -55,6 +55,37 @@ def test_unknown_key_is_named(tmp_path: Path) -> None:
         load_settings(path, env={})
 
 
+@pytest.mark.parametrize(
+    ("text", "said"),
+    [
+        # A slip of the keyboard, in a section, a sub-section and a route.
+        (
+            "[memory]\nmesage_recaps = 'always'\n",
+            "memory.mesage_recaps: unknown key (did you mean message_recaps?)",
+        ),
+        ("[memory.llm]\nmodle = 'x'\n", "memory.llm.modle: unknown key (did you mean model?)"),
+        (
+            "[[upstream.routes]]\nprefix = '/c'\nbase_url = 'http://x/v1'\napikey = 'k'\n",
+            "upstream.routes.0.apikey: unknown key (did you mean api_key?)",
+        ),
+        # A key of another section, or of none.
+        ("[upstream]\nport = 9\n", "upstream.port: unknown key (did you mean server.port?)"),
+        ("port = 9\n", "port: unknown key (did you mean server.port?)"),
+        ("[server]\nzzz = 1\n", "server.zzz: unknown key ["),
+    ],
+)
+def test_unknown_key_says_what_was_meant(tmp_path: Path, text: str, said: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        load_settings(write(tmp_path, text), env={})
+    assert said in str(err.value)
+
+
+def test_unknown_env_key_says_what_was_meant() -> None:
+    with pytest.raises(ConfigError) as err:
+        load_settings(None, env={"RECAP_PROXY_SERVER__PROT": "1"})
+    assert "server.prot: unknown key (did you mean port?) [from environment" in str(err.value)
+
+
 def test_bad_env_value_names_the_variable() -> None:
     with pytest.raises(ConfigError, match="RECAP_PROXY_INJECTION__DEPTH"):
         load_settings(None, env={"RECAP_PROXY_INJECTION__DEPTH": "-3"})
