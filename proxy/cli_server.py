@@ -119,6 +119,11 @@ def pick_chat(name: str, chats: list[dict[str, Any]]) -> tuple[str, str | None]:
             return chosen, None
         among = f" (the newest of its {len(found)} chats)" if len(found) > 1 else ""
         return chosen, f"{wanted!r} is {chosen}{among}"
+    folded = bare.casefold()
+    near = [c["id"] for c in newest if folded and folded in Path(c["file"]).stem.casefold()]
+    if near:
+        listed = "\n  ".join(near[:5])
+        raise RecapProxyError(f"no chat named {wanted!r}; its name is part of:\n  {listed}")
     raise RecapProxyError(f"no chat named {wanted!r} (see `recap-proxy chats`)")
 
 

@@ -78,6 +78,19 @@ def test_a_name_of_two_characters_lists_them() -> None:
         pick_chat("Nobody", CHATS)
 
 
+def test_part_of_a_chats_name_lists_the_chats_it_is_part_of() -> None:
+    # A chat renamed in ST ("Orin - the long road") is named by its new file name whole;
+    # a part of it is not a name, but the error says which chats it would fit.
+    with pytest.raises(RecapProxyError) as caught:
+        pick_chat("orin -", CHATS)
+    said = str(caught.value)
+    assert said.startswith("no chat named 'orin -'; its name is part of:")
+    assert said.index("u/chats/Orin2/Orin - 9") < said.index(
+        "u/chats/Orin/Orin - 1"
+    )  # newest first
+    assert "Sera" not in said
+
+
 async def test_the_cli_sends_the_access_key_from_the_config(
     memory_proxy: MemoryFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:
