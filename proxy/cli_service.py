@@ -80,7 +80,8 @@ def run_service(args: argparse.Namespace) -> int:
             print(
                 f"note: there is no config file ({default_config_path()}): the service runs with "
                 "the defaults. Put your [upstream] base_url and [sillytavern] data_dir there "
-                "(what you gave serve as --upstream and --st-data), or install with --config F."
+                "(what you gave serve as --upstream and --st-data), or install with those "
+                "options (install --upstream URL --st-data DIR) or with --config F."
             )
     else:
         print(service.uninstall(found, args.dry_run), end="")

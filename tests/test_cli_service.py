@@ -28,6 +28,7 @@ def test_install_dry_run_then_install_then_uninstall(
     assert out.startswith(f"would write {unit}:") and "ExecStart=" in out
     assert "journalctl --user -u recap-proxy -f" in out and not unit.exists()
     assert "note: there is no config file" in out and "[upstream] base_url" in out
+    assert "install --upstream URL --st-data DIR" in out
     assert main(["service", "install"]) == 0
     assert unit.read_text().startswith("[Unit]")
     assert capsys.readouterr().out.startswith(f"wrote {unit}")
