@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from proxy.core import identify as identify_module
-from proxy.core.identify import message_fingerprint
+from proxy.core.identify import TEXT_KEPT, index_message, message_fingerprint
 from proxy.core.models import ChatMessage
 from proxy.library import ChatLibrary
 from proxy.sillytavern.chatfile import parse_chat
@@ -163,9 +163,11 @@ async def test_a_chat_saved_over_and_over_mirrors_as_a_fresh_read_would(tmp_path
             if message is not None
         ], (step, change)
         entry = library.index.entries[SOLO_ID]
-        assert [m.text for m in entry.tail] == [
-            m.mes for m in fresh.messages if m is not None and not m.is_system
+        visible = [m for m in fresh.messages if m is not None and not m.is_system]
+        assert [m.fps for m in entry.tail] == [
+            index_message(0, m.is_user, m.name, m.mes).fps for m in visible
         ][-len(entry.tail) :]
+        assert [m.text for m in entry.tail][-TEXT_KEPT:] == [m.mes for m in visible][-TEXT_KEPT:]
     assert kept > 0  # the fast path was taken, not only the full one
     await library.store.close()
 

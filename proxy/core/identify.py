@@ -27,6 +27,11 @@ from functools import lru_cache
 from proxy.core.models import ChatMessage, Generation, HistorySpan, Identification
 
 TAIL = 64  # newest visible messages per chat kept for matching
+# Of those, the newest this many keep their text: identification reads the last one's (a
+# continue), the engine the newest `relevant_scenes_context` (at most 20) to rank scenes
+# ahead of a request. The rest are held for their fingerprints alone: the text was half of
+# what the index of a thousand chats held in memory.
+TEXT_KEPT = 20
 MAX_SKIPPED = 12  # request messages that match nothing before an alignment gives up
 CONTINUE_NUDGE = "[continue"
 GROUP_NUDGE = "[write the next reply only as"
@@ -45,14 +50,20 @@ def fingerprint(text: str) -> int:
 message_fingerprint = lru_cache(maxsize=2048)(fingerprint)
 
 
+# A message's fingerprints, each distinct: one per way a request may carry it (with or
+# without its speaker's name, macros filled or not), two to four. A tuple, not a
+# frozenset: `in` over so few is as fast, and a tuple is a quarter of the memory.
+Fingerprints = tuple[int, ...]
+
+
 @dataclass(frozen=True, slots=True)
 class IndexedMessage:
     """A visible file message: ST's index, speaker, and its fingerprints."""
 
     position: int
     is_user: bool
-    text: str  # normalised
-    fps: frozenset[int]
+    text: str  # normalised; "" past the newest `TEXT_KEPT` of a chat's tail
+    fps: Fingerprints
 
 
 def index_message(
@@ -69,7 +80,7 @@ def index_message(
         position=position,
         is_user=is_user,
         text=normalize(text),
-        fps=frozenset(fingerprint(v) for v in variants),
+        fps=tuple({fingerprint(v) for v in variants}),
     )
 
 
@@ -95,30 +106,48 @@ class ChatIndex:
     """Fingerprints of every chat's newest messages, with a reverse map for lookups."""
 
     entries: dict[str, ChatEntry] = field(default_factory=dict)
-    by_fp: dict[int, set[str]] = field(default_factory=dict)
+    # The chats whose tail holds a fingerprint. A tuple: nearly every fingerprint is one
+    # chat's (a set of one is four times the memory), and the few shared ones (a
+    # character's greeting) are shared by tens, not thousands.
+    by_fp: dict[int, tuple[str, ...]] = field(default_factory=dict)
     version: int = 0  # counts changes: what was looked up before one may be stale
 
     def put(self, entry: ChatEntry) -> None:
-        self.remove(entry.chat_id)
+        chat_id = entry.chat_id
+        self.remove(chat_id)
         self.version += 1
-        entry.tail = entry.tail[-TAIL:]
-        self.entries[entry.chat_id] = entry
+        tail = entry.tail[-TAIL:]
+        keep = len(tail) - TEXT_KEPT
+        entry.tail = [
+            IndexedMessage(m.position, m.is_user, "", m.fps) if i < keep and m.text else m
+            for i, m in enumerate(tail)
+        ]
+        self.entries[chat_id] = entry
+        by_fp = self.by_fp
         for message in entry.tail:
             for fp in message.fps:
-                self.by_fp.setdefault(fp, set()).add(entry.chat_id)
+                holders = by_fp.get(fp)
+                if holders is None:
+                    by_fp[fp] = (chat_id,)
+                elif chat_id not in holders:
+                    by_fp[fp] = (*holders, chat_id)
 
     def remove(self, chat_id: str) -> None:
         old = self.entries.pop(chat_id, None)
         if old is None:
             return
         self.version += 1
+        by_fp = self.by_fp
         for message in old.tail:
             for fp in message.fps:
-                holders = self.by_fp.get(fp)
-                if holders is not None:
-                    holders.discard(chat_id)
-                    if not holders:
-                        del self.by_fp[fp]
+                holders = by_fp.get(fp)
+                if holders is None or chat_id not in holders:
+                    continue
+                rest = tuple(c for c in holders if c != chat_id)
+                if rest:
+                    by_fp[fp] = rest
+                else:
+                    del by_fp[fp]
 
     def resolve(self, name: str) -> str | None:
         """A chat id from what a client named: an id, a file name, or a group name."""
@@ -137,7 +166,7 @@ class ChatIndex:
         for fp in fps:
             chats = by_fp.get(fp)
             if chats:
-                found |= chats
+                found.update(chats)
         return found
 
 

@@ -15,7 +15,7 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from proxy.core.identify import message_fingerprint
+from proxy.core.identify import Fingerprints, message_fingerprint
 from proxy.core.models import ChatMessage
 
 MAX_SKIPPED = 12  # unmatched request messages (injections) tolerated inside the covered run
@@ -44,13 +44,13 @@ class Covered:
     normalised text (and its `Name: ` / macro variants), and a hash of the exact text,
     which is what ST sends almost always and is much cheaper to compare."""
 
-    fps: tuple[frozenset[int], ...]
+    fps: tuple[Fingerprints, ...]
     raws: tuple[int, ...] = ()
     by_fp: dict[int, list[int]] = field(default_factory=dict)
     by_raw: dict[int, list[int]] = field(default_factory=dict)
 
     @classmethod
-    def of(cls, fps: Sequence[frozenset[int]], texts: Sequence[str] = ()) -> Covered:
+    def of(cls, fps: Sequence[Fingerprints], texts: Sequence[str] = ()) -> Covered:
         by_fp: dict[int, list[int]] = {}
         for i, prints in enumerate(fps):
             for fp in prints:
@@ -61,7 +61,7 @@ class Covered:
             by_raw.setdefault(raw, []).append(i)
         return cls(tuple(fps), raws, by_fp, by_raw)
 
-    def extended(self, fps: Sequence[frozenset[int]], texts: Sequence[str]) -> Covered:
+    def extended(self, fps: Sequence[Fingerprints], texts: Sequence[str]) -> Covered:
         """These messages covered too, after the others (the cutoff moved on): a new
         value that shares what did not change, so that a long chat's covered messages
         are not all fingerprinted again at every scene."""

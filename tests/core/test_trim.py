@@ -110,7 +110,7 @@ def test_a_covered_run_compared_at_once_leaves_out_what_one_by_one_would(
 
 
 def test_extending_the_covered_messages_equals_building_them_whole() -> None:
-    fps = [frozenset({1, 2}), frozenset({3}), frozenset({2, 4}), frozenset({5})]
+    fps = [(1, 2), (3,), (2, 4), (5,)]
     texts = ["a", "b", "c", "a"]
     whole = Covered.of(fps, texts)
     first = Covered.of(fps[:2], texts[:2])
