@@ -115,7 +115,12 @@ def limited(reply: str, max_tokens: object) -> tuple[str, str]:
     return reply, "stop"
 
 
-def completion(reply: str, *, model: str, finish: str = "stop") -> dict[str, Any]:
+def completion(
+    reply: str, *, model: str, finish: str = "stop", usage: tuple[int, int] = (1, 1)
+) -> dict[str, Any]:
+    """A chat completion; `usage`: the prompt's and the answer's tokens, as an API says
+    them (the proxy's own calls get their real counts, a chat's reply a token each)."""
+    prompt, answer = usage
     return {
         "id": "chatcmpl-fake",
         "object": "chat.completion",
@@ -128,7 +133,11 @@ def completion(reply: str, *, model: str, finish: str = "stop") -> dict[str, Any
                 "finish_reason": finish,
             }
         ],
-        "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+        "usage": {
+            "prompt_tokens": prompt,
+            "completion_tokens": answer,
+            "total_tokens": prompt + answer,
+        },
     }
 
 
@@ -269,9 +278,9 @@ async def chat(request: web.Request) -> web.StreamResponse:
         else:
             answer = memory_answer(operation, prompt)
         answer, finish = limited(answer, limit)
-        count_call(state, operation, [str(m.get("content", "")) for m in payload["messages"]],
-                   answer)  # fmt: skip
-        return web.json_response(completion(answer, model=model, finish=finish))
+        contents = [str(m.get("content", "")) for m in payload["messages"]]
+        usage = count_call(state, operation, contents, answer)
+        return web.json_response(completion(answer, model=model, finish=finish, usage=usage))
     reply, finish = limited(REPLY, limit)
     if not payload.get("stream"):
         raw = json.dumps(completion(reply, model=model, finish=finish)).encode()
@@ -285,7 +294,9 @@ async def chat(request: web.Request) -> web.StreamResponse:
     return await stream(request, chunks, drop_at=2 if mode == "break" else None)
 
 
-def anthropic_message(text: str, *, model: str, stop: str = "end_turn") -> dict[str, Any]:
+def anthropic_message(
+    text: str, *, model: str, stop: str = "end_turn", usage: tuple[int, int] = (1, 1)
+) -> dict[str, Any]:
     return {
         "id": "msg_fake",
         "type": "message",
@@ -293,7 +304,7 @@ def anthropic_message(text: str, *, model: str, stop: str = "end_turn") -> dict[
         "model": model,
         "content": [{"type": "text", "text": text}],
         "stop_reason": stop,
-        "usage": {"input_tokens": 1, "output_tokens": 1},
+        "usage": {"input_tokens": usage[0], "output_tokens": usage[1]},
     }
 
 
@@ -334,9 +345,9 @@ async def messages(request: web.Request) -> web.StreamResponse:
     operation = request.headers.get("X-Recap-Proxy-Operation")
     if operation is not None:
         prompt = [str(payload.get("system", "")), str(payload["messages"][0]["content"])]
-        answer, finish = own_answer(state, operation, prompt, limit)
+        answer, finish, usage = own_answer(state, operation, prompt, limit)
         stop = "max_tokens" if finish == "length" else "end_turn"
-        return web.json_response(anthropic_message(answer, model=model, stop=stop))
+        return web.json_response(anthropic_message(answer, model=model, stop=stop, usage=usage))
     reply, finish = limited(REPLY, limit)
     stop = "max_tokens" if finish == "length" else "end_turn"
     if not payload.get("stream"):
@@ -344,23 +355,26 @@ async def messages(request: web.Request) -> web.StreamResponse:
     return await stream(request, anthropic_events(reply, model=model, stop=stop))
 
 
-def count_call(state: FakeState, operation: str, prompt: list[str], answer: str) -> None:
-    """One of the proxy's own calls, counted for `/_fake/stats` (cl100k tokens)."""
+def count_call(state: FakeState, operation: str, prompt: list[str], answer: str) -> tuple[int, int]:
+    """One of the proxy's own calls, counted for `/_fake/stats` (cl100k tokens); returns
+    its prompt's and answer's tokens, for the answer's `usage`."""
     counted = state.usage.setdefault(operation, [0, 0, 0])
+    prompt_tokens = sum(COUNTER.count(part) for part in prompt)
+    answer_tokens = COUNTER.count(answer)
     counted[0] += 1
-    counted[1] += sum(COUNTER.count(part) for part in prompt)
-    counted[2] += COUNTER.count(answer)
+    counted[1] += prompt_tokens
+    counted[2] += answer_tokens
+    return prompt_tokens, answer_tokens
 
 
 def own_answer(
     state: FakeState, operation: str, prompt: list[str], limit: object
-) -> tuple[str, str]:
+) -> tuple[str, str, tuple[int, int]]:
     """The answer to one of the proxy's own calls (its prompt's last part is the one the
-    operation wrote), cut at `limit` and counted."""
+    operation wrote), cut at `limit`, its finish reason, and its usage (counted)."""
     state.operations.append(operation)
     answer, finish = limited(memory_answer(operation, prompt[-1]), limit)
-    count_call(state, operation, prompt, answer)
-    return answer, finish
+    return answer, finish, count_call(state, operation, prompt, answer)
 
 
 async def stream(

@@ -79,7 +79,7 @@ async def complete(request: web.Request) -> web.StreamResponse:
     limit = (options or {}).get(key)
     operation = request.headers.get("X-Recap-Proxy-Operation")
     if operation is not None:
-        answer, finish = fake_llm.own_answer(state, operation, [str(payload["prompt"])], limit)
+        answer, finish, _ = fake_llm.own_answer(state, operation, [str(payload["prompt"])], limit)
         return web.json_response(whole(answer, finish))
     reply, finish = fake_llm.limited(fake_llm.REPLY, limit)
     streamed = payload.get("stream") is not False if path == "/api/generate" else (

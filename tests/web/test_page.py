@@ -64,6 +64,10 @@ async def test_what_the_page_reads(memory_proxy: MemoryFactory) -> None:
     assert chat["enabled"] is None and chat["memory"]["scenes"] == 1
     assert chat["memory"]["running_version"] == 1 and chat["memory"]["active"] is True
     assert chat["usage"]["today"]["calls"] >= 3 and chat["usage"]["total"]["prompt_tokens"] > 0
+    # What the API said each call cost (the fake says its cl100k counts), summed.
+    spent = [sum(counts[i] for counts in memory.fake.state.usage.values()) for i in range(3)]
+    total = chat["usage"]["total"]
+    assert [total["calls"], total["prompt_tokens"], total["answer_tokens"]] == spent
     messages = await (await memory.client.get(CHAT + "/messages")).json()
     assert len(messages) == 16 and messages[3]["hidden"] is True
     assert messages[0]["text"] == memory.story.messages[0]["mes"]  # whole, not cut
