@@ -9,10 +9,13 @@ Screenshots go to `RECAP_SCREENSHOTS` when set (the README's come from there).
 
 from __future__ import annotations
 
+import asyncio
 import os
+import re
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import quote
 
 import aiohttp
 import pytest
@@ -26,7 +29,7 @@ REQUIRED = os.environ.get("RECAP_BROWSER_TESTS") == "1"
 if not CHROMIUM.exists() and not REQUIRED:
     pytest.skip(f"no browser at {CHROMIUM} (Debian's chromium package)", allow_module_level=True)
 
-from playwright.async_api import Browser, Page, async_playwright, expect  # noqa: E402
+from playwright.async_api import Browser, Page, Route, async_playwright, expect  # noqa: E402
 
 # How the machine's closed network wants chromium started (no calls home).
 ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -216,7 +219,13 @@ async def test_a_person_follows_and_fixes_the_memory(
     await expect(page.locator("#queue-state")).to_have_text("paused")
     await page.click("#queue-resume")
     await expect(page.locator("#queue-state")).to_have_text("running")
-    await expect(page.locator("#usage")).to_contain_text("calls")
+    # Its own calls, per chat (named as in the queue, a link to it), prompt and answer
+    # tokens apart: an API bills them at different prices.
+    spent = page.locator(f"#usage tr[data-chat='{CHAT_ID}']")
+    await expect(spent.locator("td").nth(1)).to_have_text(
+        re.compile(r"^\d+ calls?: [\d,]+ tokens in, [\d,]+ out$")
+    )
+    await expect(spent.locator("a")).to_have_text(CHAT_ID.split("/")[-1])
 
     # Backfill another chat and follow its progress to the end.
     await page.click("a[href='#/']")
@@ -291,3 +300,37 @@ async def test_a_long_chat_renders_only_what_is_in_view(served: Served, browser:
     assert 0 < rendered < 400, rendered  # a few blocks, not 5,000 messages
     await page.mouse.wheel(0, -30000)  # back towards the start
     await expect(page.locator(".msg")).not_to_have_count(rendered)  # more as it scrolls
+
+
+async def test_what_is_typed_in_the_filter_while_the_list_reloads_stays(
+    served: Served, browser: Browser
+) -> None:
+    page = await open_page(browser, served.url + "/recap/")
+    await page.fill("#key-input", KEY)
+    await page.click("#key-form button")
+    ava = page.locator("#chats tbody tr", has_text="Ava")
+    await expect(page.locator("#chats tbody tr")).to_have_count(2)
+    # The list's next load is held until the user has typed.
+    asked, typed = asyncio.Event(), asyncio.Event()
+
+    async def hold(route: Route) -> None:
+        asked.set()
+        await typed.wait()
+        await route.continue_()
+
+    await page.route("**/recap/api/chats", hold)
+    # A change made elsewhere reloads the list (its event reaches the page)...
+    async with aiohttp.ClientSession(headers={"X-Recap-Key": KEY}) as session:
+        url = f"{served.url}/recap/api/chats/{quote(CHAT_ID, safe='')}/memory"
+        async with session.put(url, json={"enabled": False}) as response:
+            assert response.status == 200
+    await asyncio.wait_for(asked.wait(), 15)
+    # ...and while it loads, the user filters.
+    await page.fill("#filter", "bea")
+    typed.set()
+    await expect(ava.locator("select")).to_have_value("off")  # the list did reload
+    await expect(page.locator("#filter")).to_have_value("bea")
+    await expect(page.locator("#filter")).to_be_focused()
+    await expect(ava).to_be_hidden()
+    await expect(page.locator("#chats tbody tr", has_text="Bea")).to_be_visible()
+    assert page.errors == []  # type: ignore[attr-defined]

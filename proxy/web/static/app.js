@@ -147,7 +147,7 @@ async function listen() {
   }
 }
 
-const refreshChats = debounce(() => state.view === "chats" && renderChats(false), 400);
+const refreshChats = debounce(() => state.view === "chats" && renderChats(), 400);
 const refreshQueue = debounce(() => state.view === "queue" && renderQueue(), 300);
 const refreshChat = debounce((what) => state.view === "chat" && updateChat(what), 250);
 
@@ -170,12 +170,15 @@ function onEvent(event) {
 
 // -- the chats --------------------------------------------------------------------------
 
-async function renderChats(fresh = true) {
+async function renderChats() {
   const root = main();
-  const filter = fresh ? "" : (document.getElementById("filter") || {}).value || "";
   const chats = await api("GET", "/recap/api/chats");
   // Which ST data folder these are from (fixed for the server's life: asked once).
   if (state.stData === undefined) state.stData = (await api("GET", "/")).st_data || null;
+  // The filter as it is now, once the list is in: what was typed while it loaded stays.
+  const old = document.getElementById("filter");
+  const filter = old ? old.value : "";
+  const typing = old !== null && document.activeElement === old;
   chats.sort((a, b) => (b.updated || 0) - (a.updated || 0));
   const rows = chats.map((c) => {
     const memory = c.memory || {};
@@ -209,7 +212,10 @@ async function renderChats(fresh = true) {
       "Last save", "Memory", "Scenes", "Running", "Queue (queued / running)"].map((t) => h("th", {}, t)))),
     h("tbody", {}, rows)));
   applyFilter(filter);
-  if (!fresh && document.activeElement !== input && filter) input.focus();
+  if (typing) {
+    input.focus();
+    input.setSelectionRange(filter.length, filter.length);
+  }
 }
 
 function applyFilter(text) {
@@ -226,7 +232,11 @@ const SHOWN_DONE = 50; // done jobs the queue page lists
 async function renderQueue() {
   const [queue, chats] = await Promise.all([api("GET", `/recap/api/queue?done=${SHOWN_DONE}`), api("GET", "/recap/api/chats")]);
   const usage = chats.filter((c) => c.usage && c.usage.total);
-  const tokens = (u) => (u ? `${u.calls} calls, ${u.prompt_tokens + u.answer_tokens} tokens` : "—");
+  // Prompt and answer apart: APIs bill the two at different prices.
+  const count = (n) => n.toLocaleString("en-US");
+  const tokens = (u) => (u && u.calls ? `${plural(u.calls, "call")}: ${count(u.prompt_tokens)} tokens in, ${count(u.answer_tokens)} out` : "—");
+  const sum = (key) => ["calls", "prompt_tokens", "answer_tokens"].reduce((all, k) => ({ ...all, [k]: usage.reduce((n, c) => n + ((c.usage[key] || {})[k] || 0), 0) }), {});
+  const chatLink = (id, text) => h("a", { href: "#/chat/" + encodeURIComponent(id) }, text);
   const control = (action, label) => h("button", { id: "queue-" + action, onclick: async () => {
     await act("POST", `/recap/api/queue/${action}`, {}, label);
     renderQueue();
@@ -240,7 +250,7 @@ async function renderQueue() {
       queue.paused ? control("resume", "Resume") : control("pause", "Pause"), control("clear", "Clear")),
     h("table", { id: "jobs" }, h("thead", {}, h("tr", {}, ["Job", "Chat", "Operation", "State", "Attempts", "Error", "Updated", ""].map((t) => h("th", {}, t)))),
       h("tbody", {}, jobs.map((j) => h("tr", { "data-job": j.id },
-        h("td", {}, j.id), h("td", {}, h("a", { href: "#/chat/" + encodeURIComponent(j.chat) }, j.chat.split("/").pop())),
+        h("td", {}, j.id), h("td", {}, chatLink(j.chat, j.chat.split("/").pop())),
         h("td", {}, j.operation), h("td", { class: "state" }, j.waiting_for ? `${j.state} (${waiting[j.waiting_for]})` : j.state),
         h("td", { class: "num" }, j.attempts), h("td", { class: "error" }, j.error || ""),
         h("td", {}, when(j.updated)),
@@ -248,7 +258,9 @@ async function renderQueue() {
     queue.older_done ? h("p", { class: "muted", id: "older-jobs" }, `and ${queue.older_done} older done jobs (\`recap-proxy queue --all\` lists them)`) : "",
     h("h3", {}, "The proxy's own calls"),
     h("table", { id: "usage" }, h("thead", {}, h("tr", {}, ["Chat", "Today", "In all"].map((t) => h("th", {}, t)))),
-      h("tbody", {}, usage.map((c) => h("tr", {}, h("td", {}, c.name), h("td", {}, tokens(c.usage.today)), h("td", {}, tokens(c.usage.total)))))));
+      h("tbody", {}, usage.map((c) => h("tr", { "data-chat": c.id }, h("td", {}, chatLink(c.id, c.file.split("/").pop().replace(/\.jsonl$/, ""))),
+        h("td", {}, tokens(c.usage.today)), h("td", {}, tokens(c.usage.total))))),
+      usage.length > 1 ? h("tfoot", {}, h("tr", {}, h("th", {}, "All chats"), h("th", {}, tokens(sum("today"))), h("th", {}, tokens(sum("total"))))) : ""));
 }
 
 // -- routing -------------------------------------------------------------------------------
