@@ -236,6 +236,19 @@ async def test_a_person_follows_and_fixes_the_memory(
     await expect(page.locator("#backfill-progress > div")).to_have_attribute(
         "style", "width: 100%;"
     )
+    # Both chats' calls now, and their sum: the fake's own count of every call.
+    await page.click("a[href='#/queue']")
+    await expect(page.locator("#usage tbody tr")).to_have_count(2)
+    total = page.locator("#usage tfoot th").nth(2)
+    for _ in range(100):  # a call that ends meanwhile reloads the table, and adds to both
+        calls, prompt, answer = (
+            sum(c[i] for c in served.fake.state.usage.values()) for i in range(3)
+        )
+        if await total.inner_text() == f"{calls} calls: {prompt:,} tokens in, {answer:,} out":
+            break
+        await asyncio.sleep(0.1)
+    else:
+        raise AssertionError(f"the page's total {await total.inner_text()!r} is not the calls'")
     assert page.errors == []  # type: ignore[attr-defined]
 
 
