@@ -19,6 +19,8 @@ from proxy.settings import Settings
 from proxy.store.lock import serving
 
 PROBE_SECONDS = 5.0
+# Characters of a failed job's error that the memory jobs check shows (the rest: `queue`).
+FAILURE_SHOWN = 240
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +59,19 @@ async def running_proxy(
         body["forwards_to"] = root["upstream"]
     if isinstance(root, dict) and isinstance(root.get("st_data"), str):
         body["reads"] = root["st_data"]  # ST's data folder, which `--st-data` may have set
+    queue = body.get("queue")
+    if isinstance(queue, dict) and queue.get("failed"):
+        # What failed, so that doctor can say why (the work not done, no done job).
+        try:
+            async with http.get(origin + "/recap/api/queue?done=0", headers=headers) as answer:
+                listed = await answer.json(content_type=None)
+        except (aiohttp.ClientError, TimeoutError, ValueError):
+            listed = None
+        if isinstance(listed, dict) and isinstance(listed.get("jobs"), list):
+            failed = [
+                j for j in listed["jobs"] if isinstance(j, dict) and j.get("state") == "failed"
+            ]
+            body["failed_jobs"] = sorted(failed, key=lambda j: j.get("updated") or 0, reverse=True)
     return body
 
 
@@ -205,6 +220,18 @@ def history_checks(running: dict[str, Any] | None) -> list[Check]:
     failed = queue.get("failed", 0)
     detail = f"{failed} failed" if failed else "none failed"
     fix = "see `recap-proxy queue` for their errors"
+    newest = (running.get("failed_jobs") or [None])[0]
+    if failed and newest is not None:
+        chat = str(newest.get("chat", "")).rsplit("/", 1)[-1]
+        error = " ".join(str(newest.get("error") or "no error kept").split())
+        if len(error) > FAILURE_SHOWN:
+            error = error[: FAILURE_SHOWN - 1] + "…"
+        detail += (
+            f"; the newest, job {newest.get('id')} {newest.get('operation')} ({chat}): {error}"
+        )
+        fix = (f"`recap-proxy queue` lists them; once the cause is mended, "
+               f"`recap-proxy queue retry {newest.get('id')}` runs it again (failed jobs are "
+               "made again by themselves after [queue] failed_retry_minutes)")  # fmt: skip
     checks.append(Check("memory jobs", failed == 0, detail, fix))
     waiting = queue.get("waiting_for_model", 0)
     if waiting:

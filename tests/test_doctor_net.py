@@ -7,14 +7,49 @@ from __future__ import annotations
 import asyncio
 import socket
 from pathlib import Path
+from typing import Any
 
+import aiohttp
 import pytest
+from aiohttp import web
 
 from proxy.cli import main
-from proxy.doctor_net import history_checks
+from proxy.doctor_net import history_checks, running_proxy
 from tests.conftest import FakeLLM
 from tests.test_doctor import _doctor, setup
 from tests.test_serve_e2e import free_port, launch, stop, wait_for_port
+
+
+async def test_a_running_proxy_with_failed_jobs_is_asked_what_failed(
+    aiohttp_server: Any,
+) -> None:
+    asked: list[str] = []
+
+    async def answer(request: web.Request) -> web.Response:
+        asked.append(request.path_qs)
+        if request.headers.get("X-Recap-Key") != "k":
+            return web.json_response({"error": {"message": "key"}}, status=401)
+        if request.path == "/health":
+            return web.json_response({"uptime_s": 1, "queue": {"failed": 2}})
+        if request.path == "/":
+            return web.json_response({"upstream": "http://127.0.0.1:5001/v1"})
+        jobs = [
+            {"id": 3, "state": "failed", "updated": 10.0, "error": "older"},
+            {"id": 7, "state": "queued", "updated": 30.0},
+            {"id": 5, "state": "failed", "updated": 20.0, "error": "newer"},
+        ]
+        return web.json_response({"paused": False, "jobs": jobs})
+
+    app = web.Application()
+    app.router.add_get("/{tail:.*}", answer)
+    server = await aiohttp_server(app)
+    origin = str(server.make_url("")).rstrip("/")
+    async with aiohttp.ClientSession() as http:
+        found = await running_proxy(http, origin, "k")
+    assert found is not None
+    assert asked == ["/health", "/", "/recap/api/queue?done=0"]
+    assert [j["id"] for j in found["failed_jobs"]] == [5, 3]  # failed only, newest first
+    assert "the newest, job 5" in {c.name: c for c in history_checks(found)}["memory jobs"].detail
 
 
 def test_a_running_proxys_history_becomes_checks() -> None:
@@ -27,6 +62,19 @@ def test_a_running_proxys_history_becomes_checks() -> None:
     assert checks["requests in the last hour"].ok is False
     assert "2 identified as a chat, 7 not" in checks["requests in the last hour"].detail
     assert checks["memory jobs"].ok is False and "recap-proxy queue" in checks["memory jobs"].fix
+    # With what failed (the running proxy's queue, newest first): the newest, said.
+    error = "JobFailure: scene_recap: not a chat completion: " + "x" * 400
+    health["failed_jobs"] = [
+        {"id": 9, "chat": "u/chats/Ava/Ava - 1", "operation": "scene_recap", "error": error},
+        {"id": 4, "chat": "u/chats/Bea/Bea - 1", "operation": "running_recap", "error": "old"},
+    ]
+    jobs = {c.name: c for c in history_checks(health)}["memory jobs"]
+    assert jobs.detail.startswith(
+        "1 failed; the newest, job 9 scene_recap (Ava - 1): JobFailure: scene_recap: not a "
+    )
+    assert len(jobs.detail) < 300 and jobs.detail.endswith("x…") and "old" not in jobs.detail
+    assert "`recap-proxy queue retry 9` runs it again" in jobs.fix
+    del health["failed_jobs"]
     assert checks["upstream errors"].ok is False and "HTTP 502" in checks["upstream errors"].detail
     assert [c.ok for c in history_checks(None)] == [None]
     assert "jobs waiting" not in checks

@@ -20,6 +20,7 @@ import orjson
 from pydantic import SecretStr
 from yarl import URL
 
+from proxy.core.headers import safe_url
 from proxy.core.models import Caller, PromptWriter
 from proxy.errors import JobFailure, NoCredentials, Refused, Unauthorized, UpstreamError
 from proxy.memory.answers import Answer, read_answer, read_anthropic, short
@@ -212,17 +213,25 @@ class LLMClient:
             raise Unauthorized(f"{operation}: the API answered {status}: {short(raw)}")
         if status == 429 or status >= 500:
             raise JobFailure(f"{operation}: the API answered {status}: {short(raw)}")
+        # Where it went, for the two failures a wrong base URL makes (a 404, another
+        # server's answer): the path the proxy built on it is what to check.
+        where = safe_url(str(end.url))
         if status >= 400:
             # The same request would be refused again.
-            raise Refused(f"{operation}: the API refused the call ({status}): {short(raw)}")
-        if end.anthropic:
-            return read_anthropic(raw, end.model, operation)
-        if end.completion:
-            done = read_completion(end.completion, raw)
-            if done is None:
-                raise JobFailure(f"{operation}: not a completion: {short(raw)}")
-            return Answer(done.text, "", end.model, done.finish_reason)
-        return read_answer(raw, end.model, operation)
+            raise Refused(
+                f"{operation}: the API refused the call ({status}) at {where}: {short(raw)}"
+            )
+        try:
+            if end.anthropic:
+                return read_anthropic(raw, end.model, operation)
+            if end.completion:
+                done = read_completion(end.completion, raw)
+                if done is None:
+                    raise JobFailure(f"{operation}: not a completion: {short(raw)}")
+                return Answer(done.text, "", end.model, done.finish_reason)
+            return read_answer(raw, end.model, operation)
+        except JobFailure as exc:
+            raise JobFailure(f"{exc} (the answer of {where})") from None
 
     async def _send(
         self,

@@ -134,6 +134,27 @@ async def test_answers_become_job_failures(
     assert str(status) in str(caught.value)
 
 
+async def test_a_wrong_base_url_is_named_in_the_failure(
+    fake_llm: FakeLLM, chat_upstream: Upstream
+) -> None:
+    # A refusal names where the call went...
+    client = LLMClient(LLMSettings(model="status=400"), chat_upstream, None)
+    with pytest.raises(Refused) as refused:
+        await client.complete(Operation.MESSAGE_RECAP, "c", PROMPT)
+    assert f"refused the call (400) at {fake_llm.base_url}/chat/completions: " in str(refused.value)
+    # ...and so does an answer that is no completion: here a base URL without its `/v1`,
+    # where another route of the server answers.
+    bare = str(fake_llm.server.make_url("/")).rstrip("/")
+    async with Upstream(UpstreamSettings(base_url=bare)) as wrong:
+        client = LLMClient(LLMSettings(model="m"), wrong, None)
+        with pytest.raises(JobFailure) as caught:
+            await client.complete(Operation.SCENE_RECAP, "c", PROMPT)
+    assert type(caught.value) is JobFailure and caught.value.retry is True
+    said = str(caught.value)
+    assert said.startswith("scene_recap: not a chat completion: ")
+    assert said.endswith(f"(the answer of {bare}/chat/completions)")
+
+
 async def test_unreachable_and_unknown_model() -> None:
     async with Upstream(UpstreamSettings(base_url="http://127.0.0.1:9/v1")) as dead:
         client = LLMClient(LLMSettings(model="m"), dead, None)
