@@ -346,4 +346,12 @@ async def test_what_is_typed_in_the_filter_while_the_list_reloads_stays(
     await expect(page.locator("#filter")).to_be_focused()
     await expect(ava).to_be_hidden()
     await expect(page.locator("#chats tbody tr", has_text="Bea")).to_be_visible()
+    # A chat opened from the filtered list, and back: the list is as it was left.
+    await page.unroute("**/recap/api/chats")
+    await page.locator("#chats tbody tr:visible a").click()
+    await expect(page.locator("#backfill")).to_be_visible()
+    await page.click("a[href='#/']")
+    await expect(page.locator("#chats tbody tr", has_text="Bea")).to_be_visible()
+    await expect(page.locator("#filter")).to_have_value("bea")
+    await expect(ava).to_be_hidden()
     assert page.errors == []  # type: ignore[attr-defined]

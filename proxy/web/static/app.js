@@ -4,7 +4,7 @@
 
 const KEY = "recap-proxy-key";
 const BLOCK = 40; // messages rendered together once their block scrolls into view
-const state = { view: null, chat: null, events: 0, backfill: null };
+const state = { view: null, chat: null, events: 0, backfill: null, filter: "" };
 
 // -- little helpers ----------------------------------------------------------------------
 
@@ -175,9 +175,10 @@ async function renderChats() {
   const chats = await api("GET", "/recap/api/chats");
   // Which ST data folder these are from (fixed for the server's life: asked once).
   if (state.stData === undefined) state.stData = (await api("GET", "/")).st_data || null;
-  // The filter as it is now, once the list is in: what was typed while it loaded stays.
+  // The filter as it is now, once the list is in: what was typed while it loaded stays,
+  // and so does the one left for a chat's page.
   const old = document.getElementById("filter");
-  const filter = old ? old.value : "";
+  const filter = old ? old.value : state.filter;
   const typing = old !== null && document.activeElement === old;
   chats.sort((a, b) => (b.updated || 0) - (a.updated || 0));
   const rows = chats.map((c) => {
@@ -219,6 +220,7 @@ async function renderChats() {
 }
 
 function applyFilter(text) {
+  state.filter = text;
   const needle = text.trim().toLowerCase();
   for (const row of document.querySelectorAll("#chats tbody tr")) {
     row.hidden = needle !== "" && !row.dataset.name.includes(needle);
