@@ -210,21 +210,34 @@ def _sections(model: type[BaseModel], path: str = "") -> dict[str, type[BaseMode
     return found
 
 
+def _section_at(parents: list[str]) -> type[BaseModel] | None:
+    """The section a key sits in, by the names before it. A name that is no field is the
+    key of a table of sections (`[memory.llm.operations.scene_recap]`): its value's."""
+    model: type[BaseModel] = Settings
+    for part in parents:
+        field = model.model_fields.get(part)
+        if field is None:
+            continue
+        inner = _model_in(field.annotation)
+        if inner is None:
+            return None
+        model = inner
+    return model
+
+
 def _suggestion(loc: tuple[int | str, ...]) -> str:
     """What an unknown key was likely meant to be: a near spelling in its own section
     (`memory.mesage_recaps`), else the section that has that key (`upstream.port`)."""
     *parents, leaf = (str(part) for part in loc if not isinstance(part, int))
-    sections = _sections(Settings)
-    here = ".".join(parents)
-    model = sections.get(here)
+    model = _section_at(parents)
     if model is not None:
         near = difflib.get_close_matches(leaf, list(model.model_fields), n=1, cutoff=0.75)
         if near:
             return f" (did you mean {near[0]}?)"
     elsewhere = [
         f"{name}.{leaf}" if name else leaf
-        for name, section in sections.items()
-        if name != here and leaf in section.model_fields
+        for name, section in _sections(Settings).items()
+        if section is not model and leaf in section.model_fields
     ]
     if elsewhere:
         return f" (did you mean {' or '.join(elsewhere)}?)"

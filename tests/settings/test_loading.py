@@ -68,6 +68,10 @@ def test_unknown_key_is_named(tmp_path: Path) -> None:
             "[[upstream.routes]]\nprefix = '/c'\nbase_url = 'http://x/v1'\napikey = 'k'\n",
             "upstream.routes.0.apikey: unknown key (did you mean api_key?)",
         ),
+        (
+            "[memory.llm.operations.scene_recap]\ntemprature = 0.2\n",
+            "memory.llm.operations.scene_recap.temprature: unknown key (did you mean temperature?)",
+        ),
         # A key of another section, or of none.
         ("[upstream]\nport = 9\n", "upstream.port: unknown key (did you mean server.port?)"),
         ("port = 9\n", "port: unknown key (did you mean server.port?)"),
