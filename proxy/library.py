@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote
 
+from proxy.core.chat_index import ChatIndex
 from proxy.core.identify import (
-    ChatIndex,
     Prints,
     find_st_metadata,
     identify,

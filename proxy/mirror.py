@@ -16,7 +16,7 @@ from typing import Any
 
 import orjson
 
-from proxy.core.identify import TAIL, ChatEntry, indexed_message, message_fingerprint
+from proxy.core.chat_index import TAIL, ChatEntry, indexed_message, message_fingerprint
 from proxy.sillytavern.chatfile import ChatFile, RecentSplits, file_digest, parse_chat
 from proxy.sillytavern.layout import (
     ChatLocation,

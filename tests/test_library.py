@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from adapters.openai_chat import OpenAIChatAdapter
-from proxy.core.identify import message_fingerprint
+from proxy.core.chat_index import message_fingerprint
 from proxy.core.models import ChatMessage
 from proxy.library import ChatLibrary
 from proxy.store import Store

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from proxy.core import identify as identify_module
-from proxy.core.identify import TEXT_KEPT, index_message, message_fingerprint
+from proxy.core import chat_index as index_module
+from proxy.core.chat_index import TEXT_KEPT, index_message, message_fingerprint
 from proxy.core.models import ChatMessage
 from proxy.library import ChatLibrary
 from proxy.sillytavern.chatfile import parse_chat
@@ -205,7 +205,7 @@ async def test_the_messages_a_save_added_are_fingerprinted_when_it_is_read(
     message_fingerprint.cache_clear()  # another test's chat may have had the same texts
     story.grow(2)  # a reply and the user's next message
     await library.refresh([story.path])
-    calls = spy(monkeypatch, identify_module, "normalize")
+    calls = spy(monkeypatch, index_module, "normalize")
     request = story.request()["messages"]
     messages = [ChatMessage(m["role"], m["content"]) for m in request]
     found = (await library.identify_request(messages, MARKERS)).identification

@@ -14,7 +14,7 @@ from collections import deque
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from proxy.core.identify import normalize
+from proxy.core.chat_index import normalize
 from proxy.core.lore import LoreEntry, LoreMatcher, StickyTracker, prepare, snapshot, st_sticky_keys
 from proxy.core.models import ChatMessage, Identification
 from proxy.library import ChatLibrary

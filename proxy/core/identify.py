@@ -1,12 +1,10 @@
 """Which indexed chat a request belongs to, and what kind of generation it is. Pure.
 
 ST sends no chat id. The request's chat history is compared with the newest visible
-messages of the indexed chats, newest first, by fingerprints of whitespace-normalised
-text. A file message has several fingerprints: its text, `Name: text` (group chats and
-ST's "names in content" mode), and its text with `{{char}}`/`{{user}}` filled in (greetings
-are stored raw). Request messages that match nothing are ST's own injections (Author's
-Note, world info at depth) and are skipped. The best alignment wins; a tie goes to the
-most recently saved chat, with low confidence.
+messages of the indexed chats (`proxy.core.chat_index`), newest first, by the
+fingerprints of their whitespace-normalised text. Request messages that match nothing are
+ST's own injections (Author's Note, world info at depth) and are skipped. The best
+alignment wins; a tie goes to the most recently saved chat, with low confidence.
 
 Generation kinds, from how the request's end meets the file's end:
 - normal: the file's last visible message is the request's last history message, a user one
@@ -20,154 +18,22 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
-from functools import lru_cache
+from collections.abc import Sequence
+from dataclasses import dataclass
 
+from proxy.core.chat_index import (
+    TAIL,
+    ChatEntry,
+    ChatIndex,
+    IndexedMessage,
+    message_fingerprint,
+    normalize,
+)
 from proxy.core.models import ChatMessage, Generation, HistorySpan, Identification
 
-TAIL = 64  # newest visible messages per chat kept for matching
-# Of those, the newest this many keep their text: identification reads the last one's (a
-# continue), the engine the newest `relevant_scenes_context` (at most 20) to rank scenes
-# ahead of a request. The rest are held for their fingerprints alone: the text was half of
-# what the index of a thousand chats held in memory.
-TEXT_KEPT = 20
 MAX_SKIPPED = 12  # request messages that match nothing before an alignment gives up
 CONTINUE_NUDGE = "[continue"
 GROUP_NUDGE = "[write the next reply only as"
-
-
-def normalize(text: str) -> str:
-    return " ".join(text.split())
-
-
-def fingerprint(text: str) -> int:
-    return hash(normalize(text))
-
-
-# `fingerprint` of a request message, memoised: consecutive requests of a chat carry
-# mostly the same messages, and normalising them is most of identifying a request.
-message_fingerprint = lru_cache(maxsize=2048)(fingerprint)
-
-
-# A message's fingerprints, each distinct: one per way a request may carry it (with or
-# without its speaker's name, macros filled or not), two to four. A tuple, not a
-# frozenset: `in` over so few is as fast, and a tuple is a quarter of the memory.
-Fingerprints = tuple[int, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class IndexedMessage:
-    """A visible file message: ST's index, speaker, and its fingerprints."""
-
-    position: int
-    is_user: bool
-    text: str  # normalised; "" past the newest `TEXT_KEPT` of a chat's tail
-    fps: Fingerprints
-
-
-def index_message(
-    position: int, is_user: bool, name: str, text: str, *, char: str = "", user: str = ""
-) -> IndexedMessage:
-    variants = {text, f"{name}: {text}"}
-    if "{{" in text:
-        filled = text
-        for macro, value in (("{{char}}", char or name), ("{{user}}", user)):
-            if value:
-                filled = filled.replace(macro, value).replace(macro.upper(), value)
-        variants |= {filled, f"{name}: {filled}"}
-    return IndexedMessage(
-        position=position,
-        is_user=is_user,
-        text=normalize(text),
-        fps=tuple({fingerprint(v) for v in variants}),
-    )
-
-
-# `index_message`, memoised: after each save a chat's newest messages are indexed again,
-# and all but the one or two the save added or changed are the same as last time.
-indexed_message = lru_cache(maxsize=4096)(index_message)
-
-
-@dataclass(slots=True)
-class ChatEntry:
-    chat_id: str
-    updated: float
-    total: int  # all messages in the file, hidden ones included
-    tail: list[IndexedMessage]  # the newest visible messages, oldest first
-    name: str = ""  # file name without .jsonl
-    group_name: str | None = None
-    enabled: bool | None = None  # the chat's own memory on/off, None = default
-    world: str | None = None  # the chat's own lorebook (`chat_metadata.world_info`)
-
-
-@dataclass(slots=True)
-class ChatIndex:
-    """Fingerprints of every chat's newest messages, with a reverse map for lookups."""
-
-    entries: dict[str, ChatEntry] = field(default_factory=dict)
-    # The chats whose tail holds a fingerprint. A tuple: nearly every fingerprint is one
-    # chat's (a set of one is four times the memory), and the few shared ones (a
-    # character's greeting) are shared by tens, not thousands.
-    by_fp: dict[int, tuple[str, ...]] = field(default_factory=dict)
-    version: int = 0  # counts changes: what was looked up before one may be stale
-
-    def put(self, entry: ChatEntry) -> None:
-        chat_id = entry.chat_id
-        self.remove(chat_id)
-        self.version += 1
-        tail = entry.tail[-TAIL:]
-        keep = len(tail) - TEXT_KEPT
-        entry.tail = [
-            IndexedMessage(m.position, m.is_user, "", m.fps) if i < keep and m.text else m
-            for i, m in enumerate(tail)
-        ]
-        self.entries[chat_id] = entry
-        by_fp = self.by_fp
-        for message in entry.tail:
-            for fp in message.fps:
-                holders = by_fp.get(fp)
-                if holders is None:
-                    by_fp[fp] = (chat_id,)
-                elif chat_id not in holders:
-                    by_fp[fp] = (*holders, chat_id)
-
-    def remove(self, chat_id: str) -> None:
-        old = self.entries.pop(chat_id, None)
-        if old is None:
-            return
-        self.version += 1
-        by_fp = self.by_fp
-        for message in old.tail:
-            for fp in message.fps:
-                holders = by_fp.get(fp)
-                if holders is None or chat_id not in holders:
-                    continue
-                rest = tuple(c for c in holders if c != chat_id)
-                if rest:
-                    by_fp[fp] = rest
-                else:
-                    del by_fp[fp]
-
-    def resolve(self, name: str) -> str | None:
-        """A chat id from what a client named: an id, a file name, or a group name."""
-        name = name.strip().removesuffix(".jsonl")
-        if name in self.entries:
-            return name
-        for attribute in ("name", "group_name"):
-            found = [e for e in self.entries.values() if getattr(e, attribute) == name]
-            if found:
-                return max(found, key=lambda e: e.updated).chat_id
-        return None
-
-    def candidates(self, fps: Iterable[int]) -> set[str]:
-        found: set[str] = set()
-        by_fp = self.by_fp
-        for fp in fps:
-            chats = by_fp.get(fp)
-            if chats:
-                found.update(chats)
-        return found
 
 
 # Not frozen: built for every chat request (see proxy.core.models).

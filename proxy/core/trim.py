@@ -15,7 +15,7 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from proxy.core.identify import Fingerprints, message_fingerprint
+from proxy.core.chat_index import Fingerprints, message_fingerprint
 from proxy.core.models import ChatMessage
 
 MAX_SKIPPED = 12  # unmatched request messages (injections) tolerated inside the covered run

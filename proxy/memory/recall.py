@@ -8,7 +8,7 @@ from collections.abc import Hashable, Mapping, Sequence
 from functools import lru_cache
 from typing import Any, Protocol
 
-from proxy.core.identify import message_fingerprint, normalize
+from proxy.core.chat_index import message_fingerprint, normalize
 from proxy.core.models import ChatMessage
 from proxy.core.recall import (
     SceneCard,

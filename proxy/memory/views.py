@@ -15,7 +15,7 @@ from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from proxy.core.identify import index_message
+from proxy.core.chat_index import index_message
 from proxy.core.models import ChatMessage, Identification
 from proxy.core.recall import (
     SceneCard,

@@ -12,7 +12,7 @@ import pytest
 from adapters import formats
 from adapters.openai_chat import OpenAIChatAdapter
 from proxy.chat.lore import LoreService
-from proxy.core.identify import normalize
+from proxy.core.chat_index import normalize
 from proxy.library import ChatLibrary
 from proxy.store import Store
 from tests.adapters.captures import SOURCES, chats_before, generations, records

@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import random
 
+import pytest
+
 import proxy.core.identify as module
-from proxy.core.identify import (
+from proxy.core.chat_index import (
     ChatEntry,
     ChatIndex,
-    find_st_metadata,
-    identify,
+    fingerprint,
     index_message,
     message_fingerprint,
 )
+from proxy.core.identify import find_st_metadata, identify
 from proxy.core.models import ChatMessage
 from proxy.core.placement import find_history
 
@@ -160,72 +162,23 @@ def test_st_metadata_block() -> None:
     assert broken is not None and broken.chat is None and broken.stripped == "x"
 
 
-def test_index_resolves_names_and_forgets_removed_chats() -> None:
-    index = ChatIndex()
-    index.put(entry("u/chats/S/Seraphina - 1", 1.0, [(False, "Seraphina", "Hi.")]))
-    assert index.resolve("Seraphina - 1.jsonl") == "u/chats/S/Seraphina - 1"
-    assert index.resolve("u/chats/S/Seraphina - 1") == "u/chats/S/Seraphina - 1"
-    assert index.resolve("nope") is None
-    index.remove("u/chats/S/Seraphina - 1")
-    assert index.by_fp == {} and index.entries == {}
-
-
-def test_the_index_keeps_fingerprints_of_its_tail_and_text_of_its_newest() -> None:
-    # Three chats sharing a greeting; one of 80 messages, more than the tail holds.
-    index = ChatIndex()
-    long = [
-        (bool(i % 2), "Alex" if i % 2 else "Seraphina", f"line {i} of the long one")
-        for i in range(80)
-    ]
-    for name, texts in (
-        ("u/chats/S/a", [(False, "Seraphina", GREETING), (True, "Alex", "a's first")]),
-        ("u/chats/S/b", [(False, "Seraphina", GREETING), (True, "Alex", "b's first")]),
-        ("u/chats/S/long", [(False, "Seraphina", GREETING), *long]),
-    ):
-        index.put(entry(name, 1.0, texts))
-    tail = index.entries["u/chats/S/long"].tail
-    assert len(tail) == module.TAIL and tail[-1].position == 80
-    # Only the newest `TEXT_KEPT` keep their text; every one keeps its fingerprints.
-    assert [m.text for m in tail[-module.TEXT_KEPT :]] == [
-        f"line {i} of the long one" for i in range(80 - module.TEXT_KEPT, 80)
-    ]
-    assert {m.text for m in tail[: -module.TEXT_KEPT]} == {""}
-    assert [m.fps for m in tail] == [
-        index_message(i, *long[i - 1], char="Seraphina", user="Alex").fps
-        for i in range(80 - module.TAIL + 1, 81)
-    ]
-    old_line = message_fingerprint(f"line {80 - module.TAIL} of the long one")
-    assert index.by_fp[old_line] == ("u/chats/S/long",)
-    assert message_fingerprint("line 15 of the long one") not in index.by_fp  # out of the tail
-    greeting = message_fingerprint("*You wake in a glade.* Welcome, Alex.")
-    assert index.by_fp[greeting] == ("u/chats/S/a", "u/chats/S/b")  # the long one's is gone
-    # Put again (ST saved) and removed: a shared fingerprint keeps its other holders once.
-    index.put(entry("u/chats/S/a", 2.0, [(False, "Seraphina", GREETING), (True, "Alex", "a2")]))
-    assert index.by_fp[greeting] == ("u/chats/S/b", "u/chats/S/a")
-    index.remove("u/chats/S/b")
-    assert index.by_fp[greeting] == ("u/chats/S/a",)
-    assert index.candidates([greeting, old_line]) == {"u/chats/S/a", "u/chats/S/long"}
-    for chat_id in ("u/chats/S/a", "u/chats/S/long"):
-        index.remove(chat_id)
-    assert index.by_fp == {} and index.entries == {}
-
-
 # -- the fast path: request texts fingerprinted once, memoised across requests ---------------
 
 WORDS = ["glade", "wolf", "river", "oath", "moon", "lantern", "key", "gate", "forest", "spirit"]
 
 
-def full_path(messages: list[ChatMessage], index: ChatIndex) -> object:
+def full_path(
+    messages: list[ChatMessage], index: ChatIndex, monkeypatch: pytest.MonkeyPatch
+) -> object:
     """`identify` with every request message fingerprinted afresh (no memo)."""
-    fast = module.message_fingerprint
-    module.message_fingerprint = module.fingerprint  # type: ignore[assignment]
-    try:
+    with monkeypatch.context() as patched:
+        patched.setattr(module, "message_fingerprint", fingerprint)
         return run(index, messages)
-    finally:
-        module.message_fingerprint = fast
 
 
-def test_the_fast_path_answers_as_the_full_path_through_edits_swipes_and_deletions() -> None:
+def test_the_fast_path_answers_as_the_full_path_through_edits_swipes_and_deletions(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     rng = random.Random(11)
     chat: list[tuple[bool, str, str]] = [(False, "Seraphina", GREETING)]
 
@@ -262,7 +215,7 @@ def test_the_fast_path_answers_as_the_full_path_through_edits_swipes_and_deletio
         index.put(entry("u/chats/S/chat", float(step), chat))
         for messages, printed in early:
             fast = identify(messages, find_history(messages, MARKERS), index, printed=printed)
-            assert fast == run(index, messages) == full_path(messages, index), step
+            assert fast == run(index, messages) == full_path(messages, index, monkeypatch), step
             if fast is not None:
                 kinds.add(fast.generation)
         if step % 50 == 0:

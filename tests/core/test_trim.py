@@ -8,7 +8,7 @@ from unittest.mock import patch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from proxy.core.identify import index_message
+from proxy.core.chat_index import index_message
 from proxy.core.models import ChatMessage
 from proxy.core.trim import Covered, _Request, droppable, stepped_drop, stepped_start, trim_cutoff
 

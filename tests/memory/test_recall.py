@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from proxy.core.identify import normalize
+from proxy.core.chat_index import normalize
 from proxy.core.models import ChatMessage
 from proxy.core.recall import SceneCard, Vocabulary, words_of
 from proxy.memory import recall
