@@ -53,18 +53,26 @@ class IndexedMessage:
 def index_message(
     position: int, is_user: bool, name: str, text: str, *, char: str = "", user: str = ""
 ) -> IndexedMessage:
-    variants = {text, f"{name}: {text}"}
+    """The message with the `fingerprint` of each way a request may carry it: its text and
+    `{name}: {text}`, each also with `{{char}}`/`{{user}}` filled in where it has them."""
+    # Each text is normalised once: `{name}: {text}` normalises to the normalised
+    # `{name}:` and the normalised text (whitespace splits it there either way), so it is
+    # not split and joined again whole. Normalising was most of indexing a chat.
+    label = normalize(name + ":")
+    plain = normalize(text)
+    normal = {plain, f"{label} {plain}" if plain else label}
     if "{{" in text:
         filled = text
         for macro, value in (("{{char}}", char or name), ("{{user}}", user)):
             if value:
                 filled = filled.replace(macro, value).replace(macro.upper(), value)
-        variants |= {filled, f"{name}: {filled}"}
+        filled = normalize(filled)
+        normal |= {filled, f"{label} {filled}" if filled else label}
     return IndexedMessage(
         position=position,
         is_user=is_user,
-        text=normalize(text),
-        fps=tuple({fingerprint(v) for v in variants}),
+        text=plain,
+        fps=tuple({hash(n) for n in normal}),
     )
 
 

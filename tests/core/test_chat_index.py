@@ -3,7 +3,16 @@ hold a fingerprint, kept right through puts and removals."""
 
 from __future__ import annotations
 
-from proxy.core.chat_index import TAIL, TEXT_KEPT, ChatIndex, index_message, message_fingerprint
+import random
+
+from proxy.core.chat_index import (
+    TAIL,
+    TEXT_KEPT,
+    ChatIndex,
+    fingerprint,
+    index_message,
+    message_fingerprint,
+)
 from tests.core.test_identify import GREETING, entry
 
 
@@ -55,3 +64,25 @@ def test_the_index_keeps_fingerprints_of_its_tail_and_text_of_its_newest() -> No
     for chat_id in ("u/chats/S/a", "u/chats/S/long"):
         index.remove(chat_id)
     assert index.by_fp == {} and index.entries == {}
+
+
+def test_a_messages_fingerprints_are_those_of_each_way_a_request_carries_it() -> None:
+    # `index_message` normalises each text once; what it gives must be what fingerprinting
+    # every variant whole gives, whatever the whitespace (ST keeps it as typed).
+    rng = random.Random(3)
+    pieces = ["a", "Ava", "{{char}}", "{{USER}}", "{{user}}", ":", "é", " ", "  ", "\n", "\t",
+              "\u00a0", "\u2003", ""]  # fmt: skip
+    for _ in range(3000):
+        name = "".join(rng.choices(pieces, k=rng.randint(0, 3)))
+        text = "".join(rng.choices(pieces, k=rng.randint(0, 8)))
+        char, user = rng.choice(["", "Sera"]), rng.choice(["", "Alex", " Al  ex "])
+        variants = {text, f"{name}: {text}"}
+        if "{{" in text:
+            filled = text
+            for macro, value in (("{{char}}", char or name), ("{{user}}", user)):
+                if value:
+                    filled = filled.replace(macro, value).replace(macro.upper(), value)
+            variants |= {filled, f"{name}: {filled}"}
+        message = index_message(0, False, name, text, char=char, user=user)
+        assert sorted(message.fps) == sorted({fingerprint(v) for v in variants}), (name, text)
+        assert message.text == " ".join(text.split())
