@@ -18,6 +18,7 @@ import logging
 from collections import OrderedDict
 from collections.abc import Container
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any, NamedTuple
 
 import orjson
@@ -41,6 +42,15 @@ def normalize_send_date(value: object) -> str | None:
         except (OverflowError, OSError, ValueError):
             return str(value)
     text = str(value).strip()
+    if not text[:1].isalpha():
+        return text  # ISO-8601 already, or other text no month name starts
+    return _dated(text)
+
+
+@lru_cache(maxsize=1024)
+def _dated(text: str) -> str:
+    """`normalize_send_date` for the forms that start with a month name. Memoised: a
+    chat's messages share their minute, and strptime was a third of reading a chat."""
     for fmt in _OLD_DATE_FORMATS:
         try:
             return dt.datetime.strptime(text, fmt).isoformat(timespec="minutes")
