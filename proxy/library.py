@@ -31,7 +31,14 @@ from proxy.core.models import ChatMessage, HistorySpan, Identification
 from proxy.core.placement import find_history
 from proxy.mirror import Mirror, Refreshed, Stat
 from proxy.sillytavern.changes import EarlyReads, Freshness
-from proxy.sillytavern.layout import SUFFIX, GroupInfo, locate, same_folder, scan
+from proxy.sillytavern.layout import (
+    SUFFIX,
+    GroupInfo,
+    locate,
+    newest_first,
+    same_folder,
+    scan,
+)
 from proxy.store import Database, Store
 
 __all__ = ["ChatLibrary", "Refreshed", "RequestIdentity"]
@@ -109,7 +116,7 @@ class ChatLibrary:
                 data_dir,
                 before,
             )
-        locations = await self.store.call(lambda db: list(scan(data_dir)))
+        locations = await self.store.call(lambda db: newest_first(data_dir, scan(data_dir)))
         await self.store.call(lambda db: self.mirror.reset_caches())
         count = 0
         for location in locations:

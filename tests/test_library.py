@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,7 @@ from adapters.openai_chat import OpenAIChatAdapter
 from proxy.core.chat_index import message_fingerprint
 from proxy.core.models import ChatMessage
 from proxy.library import ChatLibrary
+from proxy.sillytavern.layout import locate, newest_first
 from proxy.store import Store
 from proxy.watcher import Watcher
 from tests.memory.story import Story
@@ -175,3 +177,22 @@ async def test_a_request_that_fits_no_chat_says_why_in_the_debug_log(
     assert "no chat history" in reasons[1]
     assert "1 chat(s) share its newest messages, but none ends the way it does" in reasons[2]
     await library.store.close()
+
+
+async def test_after_a_restart_the_chats_saved_last_are_indexed_first(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    stories = [Story(data, set(), char=name) for name in ("Ava", "Bea", "Cid")]
+    for when, story in zip((300, 100, 200), stories, strict=True):
+        story.grow(4)
+        os.utime(story.path, (when, when))
+    library = ChatLibrary(data, Store(tmp_path / "store.sqlite3"))
+    installed: list[str] = []
+    library.listeners.append(lambda result: installed.append(result.chat_id))
+    await library.index_all()
+    await library.store.close()
+    ava, bea, cid = (s.chat_id for s in stories)
+    assert installed == [ava, cid, bea]
+    # A file gone between the listing and its turn comes last.
+    here, gone = locate(f"{bea}.jsonl"), locate("u/chats/X/gone.jsonl")
+    assert here is not None and gone is not None
+    assert newest_first(data, [gone, here]) == [here, gone]

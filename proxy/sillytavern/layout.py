@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any, Literal
@@ -94,6 +94,20 @@ def scan(data_dir: Path) -> Iterator[ChatLocation]:
                     location = locate(path.relative_to(data_dir).as_posix())
                     if location is not None and inside(data_dir, path):
                         yield location
+
+
+def newest_first(data_dir: Path, locations: Iterable[ChatLocation]) -> list[ChatLocation]:
+    """The chats, the most recently saved first (a file gone meanwhile last): indexed in
+    this order after a restart, the chat in use is found within the first few, and its
+    requests get their memory at once, not once the whole folder is read."""
+
+    def saved(location: ChatLocation) -> float:
+        try:
+            return os.stat(data_dir / location.rel).st_mtime
+        except OSError:
+            return 0.0
+
+    return sorted(locations, key=saved, reverse=True)
 
 
 @dataclass(frozen=True, slots=True)
