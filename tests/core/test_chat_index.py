@@ -13,6 +13,7 @@ from proxy.core.chat_index import (
     index_message,
     message_fingerprint,
 )
+from proxy.memory.settings import MemorySettings
 from tests.core.test_identify import GREETING, entry
 
 
@@ -86,3 +87,11 @@ def test_a_messages_fingerprints_are_those_of_each_way_a_request_carries_it() ->
         message = index_message(0, False, name, text, char=char, user=user)
         assert sorted(message.fps) == sorted({fingerprint(v) for v in variants}), (name, text)
         assert message.text == " ".join(text.split())
+
+
+def test_the_text_kept_covers_every_message_the_engine_ranks_scenes_by() -> None:
+    # `MemoryEngine.foresee` reads the text of a chat's newest `relevant_scenes_context`
+    # messages from the index: a larger setting would read texts the index dropped.
+    field = MemorySettings.model_fields["relevant_scenes_context"]
+    most = next(m.le for m in field.metadata if getattr(m, "le", None) is not None)
+    assert most <= TEXT_KEPT
