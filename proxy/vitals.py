@@ -94,7 +94,7 @@ class Health:
     """One look at the proxy: each part's state, and the verdict."""
 
     store: str  # "ok", "none" (no data folder: no store in use) or the error
-    watcher: str  # "running", "off" (no data folder or watching turned off), "stopped"
+    watcher: str  # "running", "off" (no data folder or watching off), "missing", "stopped"
     queue: dict[str, int]
     vitals: Vitals
 
@@ -105,6 +105,8 @@ class Health:
             found.append(f"store: {self.store}")
         if self.watcher == "stopped":
             found.append("the watch on SillyTavern's data folder stopped")
+        if self.watcher == "missing":
+            found.append("SillyTavern's data folder is gone: its chats are not followed")
         if self.vitals.upstream_failing:
             found.append(
                 f"the upstream failed the last {self.vitals.upstream.failures_in_a_row} "

@@ -36,6 +36,8 @@ STEP_MS = 50
 # How long one wait for changes lasts, in ms: the first that ends empty says that the OS
 # watch is in place (`Watcher.ready`).
 WAIT_MS = 100
+# How often a data folder that went away is looked for, in seconds.
+GONE_POLL_S = 2.0
 
 Batch = set[tuple[Change, str]]
 
@@ -128,14 +130,19 @@ class Watcher:
         self.ready = asyncio.Event()
         # Folders the OS would not let us watch (or read): left out, said once.
         self.excluded: set[Path] = set()
+        self.gone = False  # the data folder is not there: waiting for it to come back
+        self._read_again = False  # it came back: read it whole once watched again
 
     @property
     def state(self) -> str:
-        """`running`, `off` (never started: no data folder, or watching turned off) or
+        """`running`, `off` (never started: no data folder, or watching turned off),
+        `missing` (the data folder went away: it is looked for until it comes back) or
         `stopped` (it ended while the proxy runs: changes are no longer seen)."""
         if self._task is None:
             return "off"
-        return "stopped" if self._task.done() else "running"
+        if self._task.done():
+            return "stopped"
+        return "missing" if self.gone else "running"
 
     async def __aenter__(self) -> Watcher:
         if self.library.data_dir is not None:
@@ -171,7 +178,10 @@ class Watcher:
 
         while not self._stop.is_set():
             try:
-                await self._follow(watch_roots(root, self.excluded), keep)
+                if not await asyncio.to_thread(root.is_dir):
+                    await self._await_return(root)
+                    continue
+                await self._follow(watch_roots(root, self.excluded), keep, root)
             except asyncio.CancelledError:
                 raise
             except PermissionError as exc:
@@ -191,9 +201,40 @@ class Watcher:
                 log.exception("watching %s failed; retrying in 2 s", data_dir)
                 await asyncio.sleep(2)
 
-    async def _follow(self, roots: list[Path], keep: Callable[[Change, str], bool]) -> None:
+    async def _await_return(self, root: Path) -> None:
+        """The data folder went away (deleted, moved, a backup being restored over it): the
+        OS watch went with it. Look for it until it is back; once it is watched anew, it
+        is read again whole (its chats come back with their memory)."""
+        self.gone = True
+        log.warning(
+            "SillyTavern's data folder %s is gone; its chats are not followed until it comes "
+            "back (looked for every %.0f s)",
+            root,
+            GONE_POLL_S,
+        )
+        # Polled: nothing tells of a folder coming back but a watch on its parent, which
+        # may have gone too.
+        while not await asyncio.to_thread(root.is_dir):  # noqa: ASYNC110
+            await asyncio.sleep(GONE_POLL_S)
+        # Read again by `_follow` once the new watch is in place: a file still being
+        # written back then raises its event, not one written before the read.
+        self._read_again = True
+
+    async def _reread(self, root: Path) -> None:
+        log.info("SillyTavern's data folder %s is back; reading it again", root)
+        try:
+            await self.library.index_all()
+        except Exception:
+            log.exception("reading %s again failed", root)
+        finally:
+            self.gone = self._read_again = False
+
+    async def _follow(
+        self, roots: list[Path], keep: Callable[[Change, str], bool], root: Path
+    ) -> None:
         """One watch over `roots` in its own thread, its batches applied here in order,
-        until it stops; what it raised (a folder it may not watch) is raised here."""
+        until it stops or `root` is no longer there; what it raised (a folder it may not
+        watch) is raised here."""
         loop = asyncio.get_running_loop()
         batches: asyncio.Queue[Batch | BaseException | None] = asyncio.Queue()
 
@@ -219,6 +260,10 @@ class Watcher:
                     if changes or not said_ready:
                         said_ready = True
                         hand_on(changes)
+                    if not root.is_dir():
+                        # Its OS watch went with it, even if it comes back: `_run` waits
+                        # for it and watches it anew.
+                        break
             except BaseException as exc:  # handed to the loop, which decides
                 ended = exc
             hand_on(ended)
@@ -232,6 +277,8 @@ class Watcher:
             if isinstance(item, BaseException):
                 raise item
             self.ready.set()
+            if self._read_again:
+                await self._reread(root)
             if item:
                 await self._apply(item)
 

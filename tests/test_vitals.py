@@ -34,3 +34,5 @@ def test_each_part_names_its_problem() -> None:
         "the watch on SillyTavern's data folder stopped",
     ]
     assert broken.to_json()["status"] == "degraded"
+    gone = Health("ok", "missing", {}, vitals)
+    assert gone.problems == ["SillyTavern's data folder is gone: its chats are not followed"]

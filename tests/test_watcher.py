@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import shutil
 import threading
 from pathlib import Path
 from typing import Any
@@ -11,6 +12,7 @@ from typing import Any
 import pytest
 from watchfiles import watch
 
+import proxy.watcher as watcher_module
 from proxy.library import ChatLibrary
 from proxy.store import Store
 from proxy.watcher import Watcher, is_relevant, watch_roots
@@ -161,4 +163,35 @@ async def test_an_idle_watch_leaves_the_event_loop_alone(
         thread = watcher._thread
         assert thread is not None and thread.is_alive()
     assert not thread.is_alive()  # stopped and joined with the app
+    await library.store.close()
+
+
+async def test_a_data_folder_deleted_and_put_back_is_read_and_watched_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr(watcher_module, "GONE_POLL_S", 0.05)
+    data = tmp_path / "data"
+    story = Story(data, set())
+    story.grow(6)
+    library = ChatLibrary(data, Store(tmp_path / "store.sqlite3"))
+    await library.index_all()
+    backup = tmp_path / "backup"
+    shutil.copytree(data, backup)
+    async with Watcher(library, debounce_ms=20) as watcher:
+        await asyncio.wait_for(watcher.ready.wait(), 5)
+        # Gone (ST reinstalled, a backup about to be restored): said, in /health too.
+        with caplog.at_level(logging.WARNING, logger="proxy.watcher"):
+            shutil.rmtree(data)
+            await wait_for(lambda: watcher.state == "missing", what="the folder's loss")
+        assert "is gone" in caplog.text
+        await wait_for(lambda: story.chat_id not in library.index.entries, what="deleted")
+        # Back: its chat returns with what the store kept, and the folder is watched anew.
+        shutil.copytree(backup, data)
+        await wait_for(lambda: story.chat_id in library.index.entries, what="read again")
+        await wait_for(lambda: watcher.state == "running", what="watched again")
+        other = Story(data, set(), char="Bea")
+        other.grow(4)
+        await wait_for(lambda: other.chat_id in library.index.entries, what="a new chat")
+        story.grow(2)
+        await wait_for(lambda: library.index.entries[story.chat_id].total == 8, what="a save")
     await library.store.close()
