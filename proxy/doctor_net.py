@@ -42,19 +42,11 @@ async def running_proxy(
     """The `/health` of a recap-proxy listening at `origin`, if one is (asked with the
     configured access key, which it needs like every request)."""
     headers = {"X-Recap-Key": access_key} if access_key else {}
-    try:
-        async with http.get(origin + "/health", headers=headers) as answer:
-            body = await answer.json(content_type=None)
-    except (aiohttp.ClientError, TimeoutError, ValueError):
-        return None
+    body = await _json_at(http, origin + "/health", headers)
     if not (isinstance(body, dict) and "uptime_s" in body):
         return None
     # Where it forwards to (its `/` says), which its command line may have set.
-    try:
-        async with http.get(origin + "/", headers=headers) as answer:
-            root = await answer.json(content_type=None)
-    except (aiohttp.ClientError, TimeoutError, ValueError):
-        root = None
+    root = await _json_at(http, origin + "/", headers)
     if isinstance(root, dict) and isinstance(root.get("upstream"), str):
         body["forwards_to"] = root["upstream"]
     if isinstance(root, dict) and isinstance(root.get("st_data"), str):
@@ -62,17 +54,22 @@ async def running_proxy(
     queue = body.get("queue")
     if isinstance(queue, dict) and queue.get("failed"):
         # What failed, so that doctor can say why (the work not done, no done job).
-        try:
-            async with http.get(origin + "/recap/api/queue?done=0", headers=headers) as answer:
-                listed = await answer.json(content_type=None)
-        except (aiohttp.ClientError, TimeoutError, ValueError):
-            listed = None
+        listed = await _json_at(http, origin + "/recap/api/queue?done=0", headers)
         if isinstance(listed, dict) and isinstance(listed.get("jobs"), list):
             failed = [
                 j for j in listed["jobs"] if isinstance(j, dict) and j.get("state") == "failed"
             ]
             body["failed_jobs"] = sorted(failed, key=lambda j: j.get("updated") or 0, reverse=True)
     return body
+
+
+async def _json_at(http: aiohttp.ClientSession, url: str, headers: dict[str, str]) -> Any:
+    """What `url` answers, decoded; None when nothing answers or it is not JSON."""
+    try:
+        async with http.get(url, headers=headers) as answer:
+            return await answer.json(content_type=None)
+    except (aiohttp.ClientError, TimeoutError, ValueError):
+        return None
 
 
 async def listed_proxy(
