@@ -130,8 +130,9 @@ class Watcher:
         self.ready = asyncio.Event()
         # Folders the OS would not let us watch (or read): left out, said once.
         self.excluded: set[Path] = set()
-        self.gone = False  # the data folder is not there: waiting for it to come back
-        self._read_again = False  # it came back: read it whole once watched again
+        # The data folder went away: looked for until it is back, then read again whole
+        # once watched anew (`_follow`, which runs only while the folder is there).
+        self.gone = False
 
     @property
     def state(self) -> str:
@@ -214,11 +215,10 @@ class Watcher:
         )
         # Polled: nothing tells of a folder coming back but a watch on its parent, which
         # may have gone too.
-        while not await asyncio.to_thread(root.is_dir):  # noqa: ASYNC110
-            await asyncio.sleep(GONE_POLL_S)
         # Read again by `_follow` once the new watch is in place: a file still being
         # written back then raises its event, not one written before the read.
-        self._read_again = True
+        while not await asyncio.to_thread(root.is_dir):  # noqa: ASYNC110
+            await asyncio.sleep(GONE_POLL_S)
 
     async def _reread(self, root: Path) -> None:
         log.info("SillyTavern's data folder %s is back; reading it again", root)
@@ -227,7 +227,7 @@ class Watcher:
         except Exception:
             log.exception("reading %s again failed", root)
         finally:
-            self.gone = self._read_again = False
+            self.gone = False
 
     async def _follow(
         self, roots: list[Path], keep: Callable[[Change, str], bool], root: Path
@@ -277,7 +277,7 @@ class Watcher:
             if isinstance(item, BaseException):
                 raise item
             self.ready.set()
-            if self._read_again:
+            if self.gone:
                 await self._reread(root)
             if item:
                 await self._apply(item)
