@@ -215,10 +215,10 @@ class Watcher:
         )
         # Polled: nothing tells of a folder coming back but a watch on its parent, which
         # may have gone too.
-        # Read again by `_follow` once the new watch is in place: a file still being
-        # written back then raises its event, not one written before the read.
         while not await asyncio.to_thread(root.is_dir):  # noqa: ASYNC110
             await asyncio.sleep(GONE_POLL_S)
+        # Still `gone`: `_follow` reads it again once the new watch is in place, so that a
+        # file still being written back raises its event after the read, not before it.
 
     async def _reread(self, root: Path) -> None:
         log.info("SillyTavern's data folder %s is back; reading it again", root)
