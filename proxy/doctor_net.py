@@ -197,10 +197,45 @@ async def memory_llm_check(http: aiohttp.ClientSession, settings: Settings) -> C
     return await probe(http, llm.base_url, key, "memory LLM", "[memory.llm] base_url")
 
 
+# What to do about the running proxy's store failing, by the words of SQLite's error.
+STORE_FIXES = (
+    ("full", "free space on the disk that holds it (or set [store] path on another disk and "
+     "restart): the proxy writes again by itself and catches up with ST's chats"),
+    ("readonly", "make the file and its folder writable for the user the proxy runs as"),
+    ("locked", "another program holds the store (a second recap-proxy on the same file?): "
+     "stop it"),
+    ("malformed", "the file is damaged: stop serve, move it aside and start again (chats are "
+     "read anew; their memory is written again by the LLM)"),
+    ("not a database", "the file is not a store: stop serve, move it aside and start again"),
+    ("no answer", "the store is busy with a long piece of work: ask again in a moment"),
+)  # fmt: skip
+
+
+def running_checks(running: dict[str, Any]) -> list[Check]:
+    """The running proxy's store and watch, as its `/health` gives them."""
+    checks = []
+    store = running.get("store")
+    if isinstance(store, str) and store not in ("ok", "none"):
+        fix = next((f for word, f in STORE_FIXES if word in store), "see the proxy's log")
+        checks.append(Check("running store", False, store, fix))
+    watcher = running.get("watcher")
+    if watcher == "missing":
+        checks.append(Check(
+            "running watch", False, "SillyTavern's data folder it reads is gone",
+            "put it back (it is read again by itself), or restart serve with --st-data where "
+            "ST's data is now",
+        ))  # fmt: skip
+    elif watcher == "stopped":
+        checks.append(Check("running watch", False, "the watch on SillyTavern's data folder "
+                            "stopped: saves are not followed", "see the proxy's log, then "
+                            "restart serve"))  # fmt: skip
+    return checks
+
+
 def history_checks(running: dict[str, Any] | None) -> list[Check]:
     if running is None:
         return [Check("recent history", None, "no running recap-proxy to ask")]
-    checks = []
+    checks = running_checks(running)
     requests = running.get("requests") or {}
     identified, unknown = requests.get("identified", 0), requests.get("unidentified", 0)
     if identified or unknown:

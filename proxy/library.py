@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import sqlite3
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from functools import partial
@@ -39,7 +40,7 @@ from proxy.sillytavern.layout import (
     same_folder,
     scan,
 )
-from proxy.store import Database, Store
+from proxy.store import Database, Store, file_error
 
 __all__ = ["ChatLibrary", "Refreshed", "RequestIdentity"]
 
@@ -122,9 +123,17 @@ class ChatLibrary:
         for location in locations:
             read: dict[str, Stat] = {}
             watched = self._watching()
-            result = await self.store.call(
-                partial(self.mirror.refresh_location, location=location, startup=True, read=read)
+            refresh = partial(
+                self.mirror.refresh_location, location=location, startup=True, read=read
             )
+            try:
+                result = await self.store.call(refresh)
+            except Exception as exc:
+                if isinstance(exc, sqlite3.Error) and file_error(exc):
+                    raise  # every chat would fail alike: the caller tries again later
+                # One chat that cannot be read (a bug it meets) does not stop the others.
+                log.exception("reading the chat %s failed", location.chat_id)
+                continue
             if result is not None:
                 self._install(result)
                 count += 1

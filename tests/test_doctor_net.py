@@ -87,6 +87,21 @@ def test_a_running_proxys_history_becomes_checks() -> None:
     assert "set [memory.llm] model" in waiting.line()
 
 
+def test_a_running_proxys_failing_store_and_lost_folder_are_said_with_what_to_do() -> None:
+    health: dict[str, Any] = {"store": "ok", "watcher": "running", "requests": {}}
+    assert not {"running store", "running watch"} & {c.name for c in history_checks(health)}
+    health["store"] = "cannot write /s/store.sqlite3: database or disk is full"
+    health["watcher"] = "missing"
+    checks = {c.name: c for c in history_checks(health)}
+    store = checks["running store"]
+    assert store.ok is False and store.detail == health["store"]
+    assert store.fix.startswith("free space on the disk that holds it")
+    watch = checks["running watch"]
+    assert watch.ok is False and "put it back" in watch.fix
+    health["store"] = "cannot write /s/store.sqlite3: attempt to write a readonly database"
+    assert "writable" in {c.name: c for c in history_checks(health)}["running store"].fix
+
+
 def without_port(config: Path) -> None:
     """The config as `setup` wrote it, its `[server] port` taken out."""
     lines = config.read_text(encoding="utf-8").splitlines()

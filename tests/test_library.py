@@ -7,6 +7,7 @@ import json
 import logging
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -196,3 +197,26 @@ async def test_after_a_restart_the_chats_saved_last_are_indexed_first(tmp_path: 
     here, gone = locate(f"{bea}.jsonl"), locate("u/chats/X/gone.jsonl")
     assert here is not None and gone is not None
     assert newest_first(data, [gone, here]) == [here, gone]
+
+
+async def test_a_chat_that_cannot_be_read_does_not_stop_the_others(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    data = tmp_path / "data"
+    stories = [Story(data, set(), char=name) for name in ("Ava", "Bea", "Cid")]
+    for story in stories:
+        story.grow(4)
+    library = ChatLibrary(data, Store(tmp_path / "store.sqlite3"))
+    read = library.mirror.refresh_location
+
+    def broken(*args: Any, location: Any, **kwargs: Any) -> Any:
+        if location.chat_id == stories[1].chat_id:
+            raise ValueError("a chat file no one foresaw")
+        return read(*args, location=location, **kwargs)
+
+    monkeypatch.setattr(library.mirror, "refresh_location", broken)
+    assert await library.index_all() == 2
+    await library.store.close()
+    assert f"reading the chat {stories[1].chat_id} failed" in caplog.text
+    assert "a chat file no one foresaw" in caplog.text  # with its traceback
+    assert set(library.index.entries) == {stories[0].chat_id, stories[2].chat_id}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import sqlite3
 import threading
 from pathlib import Path
@@ -123,3 +124,72 @@ def test_upgrades_have_chats_read_again(tmp_path: Path) -> None:
     assert solo is not None and (solo.size, solo.file_hash, solo.character_name) == (-1, None, None)
     assert group is not None and (group.size, group.file_hash) == (-1, None)
     store.close()
+
+
+def test_a_failed_write_raises_its_own_error_and_leaves_no_transaction_open() -> None:
+    store = Database(":memory:", clock)
+    # SQLite rolls a transaction back by itself on some errors (a full disk): the error
+    # raised is that one, not a failed ROLLBACK's "no transaction is active".
+    with pytest.raises(sqlite3.OperationalError, match="disk is full"), store.transaction():
+        store.db.execute("ROLLBACK")
+        raise sqlite3.OperationalError("database or disk is full")
+    # A COMMIT that fails (a deferred constraint here; a full disk alike) is rolled back:
+    # the next transaction can begin, and nothing of the failed one went in.
+    with pytest.raises(sqlite3.IntegrityError), store.transaction():
+        store.db.execute("PRAGMA defer_foreign_keys=ON")
+        store.db.execute("INSERT INTO memory_state (chat_id) VALUES ('no such chat')")
+    assert not store.db.in_transaction
+    with store.transaction():
+        store.db.execute("INSERT INTO settings_kv (key, value) VALUES ('k', 'v')")
+    assert store.db.execute("SELECT COUNT(*) FROM memory_state").fetchone()[0] == 0
+
+
+async def test_a_store_that_cannot_write_says_so_until_a_write_goes_in_again(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    now = [1000.0]
+    path = tmp_path / "s.sqlite3"
+
+    def write(db: Database) -> None:
+        db.db.execute(
+            "INSERT INTO settings_kv VALUES (hex(randomblob(8)), ?)", ("x" * 50_000,)
+        )
+
+    def read(db: Database) -> int:
+        return int(db.db.execute("SELECT COUNT(*) FROM chats").fetchone()[0])
+
+    def full(db: Database) -> None:  # the file may not grow: SQLite's own SQLITE_FULL
+        db.db.execute("DELETE FROM settings_kv")
+        pages = db.db.execute("PRAGMA page_count").fetchone()[0]
+        db.db.execute(f"PRAGMA max_page_count={pages}")
+
+    caplog.set_level(logging.INFO, logger="proxy.store")
+    async with Store(path, clock=lambda: now[0]) as store:
+        with pytest.raises(sqlite3.OperationalError, match="syntax"):
+            await store.call(lambda db: db.db.execute("SELEC 1"))
+        assert store.failure is None  # a query's own mistake is no failing file
+        await store.call(full)
+        for _ in range(2):
+            with pytest.raises(sqlite3.OperationalError, match="full"):
+                await store.call(write)
+        assert store.failure == f"cannot write {path}: database or disk is full"
+        assert [r.levelname for r in caplog.records] == ["ERROR"]  # once, not per write
+        assert "chat requests still go upstream" in caplog.text
+        # Reads work on a full disk and say nothing; a small write that fits is no sign
+        # that the store works again while bigger ones still fail.
+        assert await store.call(read) == 0
+        await store.call(lambda db: db.db.execute("INSERT INTO settings_kv VALUES ('a', 'b')"))
+        assert store.failure is not None
+        now[0] += 25
+        with pytest.raises(sqlite3.OperationalError):
+            await store.call(write)
+        now[0] += 25
+        await store.call(lambda db: db.db.execute("UPDATE settings_kv SET value = 'c'"))
+        assert store.failure is not None  # 25 s after the last failure
+        # Space again: a write that goes in long enough after the last failure ends it.
+        await store.call(lambda db: db.db.execute("PRAGMA max_page_count=1073741823"))
+        await store.call(write)
+        now[0] += 10
+        assert store.failure is None
+        await store.call(write)
+        assert "is written again" in caplog.records[-1].message

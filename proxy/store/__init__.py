@@ -10,6 +10,7 @@ move time.
 from __future__ import annotations
 
 import asyncio
+import logging
 import sqlite3
 import time
 from collections.abc import Callable
@@ -29,10 +30,37 @@ __all__ = [
     "Database",
     "MessageRecord",
     "Store",
+    "file_error",
     "mirrored_folder_of",
 ]
 
 T = TypeVar("T")
+
+log = logging.getLogger(__name__)
+
+# SQLite's answers that mean its file cannot be written or read as it should (a full
+# disk, a read-only or damaged file, another process holding it), not a query's mistake.
+FILE_ERRORS = (
+    "SQLITE_FULL",
+    "SQLITE_READONLY",
+    "SQLITE_IOERR",
+    "SQLITE_CORRUPT",
+    "SQLITE_NOTADB",
+    "SQLITE_CANTOPEN",
+    "SQLITE_BUSY",
+    "SQLITE_LOCKED",
+)
+
+
+# A full disk still takes small writes (into space a rolled-back write freed) while a
+# chat's does not fit: the store counts as failing until a write succeeds this long after
+# the last error.
+FAILURE_HOLD_S = 30.0
+
+
+def file_error(exc: sqlite3.Error) -> bool:
+    """Whether `exc` is SQLite failing at its file (`FILE_ERRORS`)."""
+    return str(getattr(exc, "sqlite_errorname", "")).startswith(FILE_ERRORS)
 
 
 class Store:
@@ -44,6 +72,13 @@ class Store:
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="recap-store")
         self._db: Database | None = None
         self._closed = False
+        # The last file error (`FILE_ERRORS`) and when, and when a write last went in:
+        # with the store failing, chats are not mirrored and memory is not kept while
+        # chats still flow, so `/health` says it (`failure`). Written on the store's
+        # thread, read on the loop's.
+        self._failure: str | None = None
+        self._failed_at = 0.0
+        self._wrote_at = 0.0
         # The one read the chat path makes, on its own read-only connection.
         self.search = SceneSearch(path)
 
@@ -65,9 +100,45 @@ class Store:
         return await asyncio.get_running_loop().run_in_executor(self._thread, self._run, fn)
 
     def _run(self, fn: Callable[[Database], T]) -> T:
-        if self._db is None:
-            self._db = Database(self.path, self.clock)
-        return fn(self._db)
+        try:
+            if self._db is None:
+                self._db = Database(self.path, self.clock)
+            db = self._db
+            changes = db.db.total_changes
+            result = fn(db)
+        except sqlite3.Error as exc:
+            if file_error(exc):
+                self._failed(exc)
+            raise
+        if db.db.total_changes != changes:
+            self._wrote(self.clock())
+        return result
+
+    def _wrote(self, now: float) -> None:
+        if self._failure is not None and now - self._failed_at >= FAILURE_HOLD_S:
+            log.info("the store %s is written again", self.path)
+            self._failure = None
+        self._wrote_at = now
+
+    def _failed(self, exc: sqlite3.Error) -> None:
+        if self.failure is None:  # once for each time it starts failing
+            log.error(
+                "the store %s cannot be written (%s): chats are not mirrored and their "
+                "memory is not kept until it can be; chat requests still go upstream",
+                self.path,
+                exc,
+            )
+        self._failure = f"cannot write {self.path}: {exc}"
+        self._failed_at = self.clock()
+
+    @property
+    def failure(self) -> str | None:
+        """The store's file error, until a write goes in `FAILURE_HOLD_S` after it."""
+        if self._failure is None:
+            return None
+        if self._wrote_at > self._failed_at and self.clock() - self._failed_at >= FAILURE_HOLD_S:
+            return None
+        return self._failure
 
     @property
     def closed(self) -> bool:

@@ -343,5 +343,19 @@ class _Transaction:
 
     def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
         self.depth -= 1
-        if self.depth == 0:
-            self.db.execute("ROLLBACK" if exc_type else "COMMIT")
+        if self.depth != 0:
+            return
+        if exc_type is None:
+            try:
+                self.db.execute("COMMIT")
+            except sqlite3.Error:
+                self._rollback()  # a COMMIT that failed (disk full) leaves it open
+                raise
+        else:
+            self._rollback()
+
+    def _rollback(self) -> None:
+        # SQLite rolls back by itself on some errors (SQLITE_FULL, SQLITE_IOERR); a
+        # ROLLBACK then would raise "no transaction is active" over the real error.
+        if self.db.in_transaction:
+            self.db.execute("ROLLBACK")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import sqlite3
 import time
 from collections.abc import AsyncIterator, Callable
 from functools import partial
@@ -31,7 +32,7 @@ from proxy.metrics import Metrics
 from proxy.reload import Reloader
 from proxy.settings import Settings
 from proxy.sillytavern.layout import data_dir_for, inside, looks_like_data_dir, same_folder
-from proxy.store import Store, mirrored_folder_of
+from proxy.store import Store, file_error, mirrored_folder_of
 from proxy.store.lock import StoreLock
 from proxy.upstream import Upstream
 from proxy.vitals import Vitals
@@ -67,6 +68,7 @@ log = logging.getLogger(__name__)
 
 # ST sends the whole prompt in one body; 100k-token chats are several MB.
 MAX_BODY_BYTES = 256 * 1024 * 1024
+INDEX_RETRY_S = 10.0  # seconds between indexings while the store cannot be written
 
 
 def make_app(
@@ -300,11 +302,19 @@ async def _watching(
             await watcher.__aenter__()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(watcher.ready.wait(), 5)
-        try:
-            count = await library.index_all()
+        while True:
+            try:
+                count = await library.index_all()
+            except Exception as exc:
+                if not (isinstance(exc, sqlite3.Error) and file_error(exc)):
+                    log.exception("indexing %s failed", library.data_dir)
+                    return
+                # The store says it (log, /health); once it is written again, indexing
+                # picks up where it stopped (chats read in full are not read again).
+                await asyncio.sleep(INDEX_RETRY_S)
+                continue
             log.info("indexed %d SillyTavern chat(s) in %s", count, library.data_dir)
-        except Exception:
-            log.exception("indexing %s failed", library.data_dir)
+            return
 
     if settings.sillytavern.watch and not settings.sillytavern.force_polling:
         # Before indexing, so that every chat it installs is followed from then on.

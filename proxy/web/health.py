@@ -31,7 +31,7 @@ async def health(request: web.Request) -> web.Response:
             queue = await asyncio.wait_for(
                 store.call(lambda db: probe(db.db, time.time())), STORE_WAIT
             )
-            state = "ok"
+            state = store.failure or "ok"  # reads work on a full disk; writes say it
         except TimeoutError:
             state = f"no answer within {STORE_WAIT:.0f} s"
         except Exception as exc:  # the store's own error is what the operator needs

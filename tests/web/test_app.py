@@ -6,16 +6,19 @@ from __future__ import annotations
 import logging
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 from aiohttp import web
 
 from proxy.errors import ConfigError
 from proxy.memory.engine import MemoryEngine
-from proxy.store import Store
+from proxy.store import Database, Store
 from proxy.web import make_app
 from proxy.web.keys import ENGINE, LIBRARY, STORE
 from tests.conftest import FakeLLM, make_settings
+from tests.memory.story import Story
+from tests.waiting import until
 
 
 def settings_for(tmp_path: Path, fake_llm: FakeLLM) -> dict[str, str]:
@@ -113,3 +116,35 @@ async def test_with_no_folder_given_the_one_the_store_mirrors_is_served(
     assert f"using SillyTavern data folder {tmp_path / 'data'}, the one the store mirrors" in (
         caplog.text
     )
+
+
+async def test_indexing_waits_out_a_full_store_then_catches_up(
+    tmp_path: Path, fake_llm: FakeLLM, aiohttp_client: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("proxy.web.app.INDEX_RETRY_S", 0.05)
+    settings = settings_for(tmp_path, fake_llm)
+    story = Story(tmp_path / "data", set(), char="Ava")
+    story.grow(60)  # more than the new store's pages hold
+    store = Store(tmp_path / "store.sqlite3")
+
+    def full(db: Database) -> None:  # the file may not grow: SQLite's own SQLITE_FULL
+        pages = db.db.execute("PRAGMA page_count").fetchone()[0]
+        db.db.execute(f"PRAGMA max_page_count={pages}")
+
+    await store.call(full)
+    client = await aiohttp_client(make_app(make_settings(**settings), store=store))
+    await until(lambda: store.failure is not None, "the store failing")
+    health = await client.get("/health")
+    assert health.status == 503 and "disk is full" in (await health.json())["store"]
+    # Chats still go upstream, without memory.
+    answer = await client.post("/v1/chat/completions", json=story.request())
+    assert answer.status == 200 and answer.headers["X-Recap-Chat"] == ""
+
+    # Space again: indexing picks up by itself, and the chat is known.
+    await store.call(lambda db: db.db.execute("PRAGMA max_page_count=1073741823"))
+
+    async def identified() -> bool:
+        answer = await client.post("/v1/chat/completions", json=story.request())
+        return bool(answer.headers["X-Recap-Chat"])
+
+    await until(identified, "the chat identified once the store has room")

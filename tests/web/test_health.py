@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import quote
 
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from proxy import __version__
@@ -20,7 +21,7 @@ async def health_of(memory: Memory) -> tuple[int, dict[str, Any]]:
 
 
 async def test_ok_then_degraded_by_the_store_then_by_the_watcher(
-    memory_proxy: MemoryFactory,
+    memory_proxy: MemoryFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     memory = await memory_proxy(16, {8})
     await memory.client.post("/v1/chat/completions", json=memory.story.request())
@@ -41,6 +42,12 @@ async def test_ok_then_degraded_by_the_store_then_by_the_watcher(
     assert status == 503 and report["status"] == "degraded"
     assert "readonly" in report["store"] and report["problems"][0].startswith("store:")
     await store.call(lambda db: db.db.execute("PRAGMA query_only=0"))
+    # Writable again, but a store that failed a moment ago is not trusted yet (a full
+    # disk takes small writes while a chat's fails): it is, once a write goes in
+    # `FAILURE_HOLD_S` after the last failure.
+    status, report = await health_of(memory)
+    assert status == 503 and "readonly" in report["store"]
+    monkeypatch.setattr("proxy.store.FAILURE_HOLD_S", 0.0)
     assert (await health_of(memory))[0] == 200
 
     # The watch on ST's folder ended.
