@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import sqlite3
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from functools import partial
@@ -40,7 +39,7 @@ from proxy.sillytavern.layout import (
     same_folder,
     scan,
 )
-from proxy.store import Database, Store, file_error
+from proxy.store import Database, Store, file_error, log_failed
 
 __all__ = ["ChatLibrary", "Refreshed", "RequestIdentity"]
 
@@ -86,6 +85,11 @@ class ChatLibrary:
         self._early = EarlyReads(self._read_saved)
         if self.freshness is not None:
             self.freshness.on_write = self._written
+        # What the store failed to take (a full disk): the chat files, or all of them, to
+        # read again once it can (`catch_up`); `fell_behind` says there is some.
+        self._behind: set[Path] = set()
+        self._behind_all = False
+        self.fell_behind = asyncio.Event()
 
     # -- indexing ------------------------------------------------------------------------
 
@@ -129,8 +133,10 @@ class ChatLibrary:
             try:
                 result = await self.store.call(refresh)
             except Exception as exc:
-                if isinstance(exc, sqlite3.Error) and file_error(exc):
-                    raise  # every chat would fail alike: the caller tries again later
+                if file_error(exc):  # every chat would fail alike
+                    self._behind_all = True
+                    self.fell_behind.set()
+                    raise
                 # One chat that cannot be read (a bug it meets) does not stop the others.
                 log.exception("reading the chat %s failed", location.chat_id)
                 continue
@@ -162,11 +168,28 @@ class ChatLibrary:
             return self.mirror.refresh_many(db, [r for r in map(self._rel, files) if r], read)
 
         watched = self._watching()
-        results = await self.store.call(work)
+        try:
+            results = await self.store.call(work)
+        except Exception as exc:
+            if file_error(exc):
+                self._behind.update(paths)
+                self.fell_behind.set()
+            raise
         for result in results:
             self._install(result)
         self._took(read, watched)
         return results
+
+    async def catch_up(self) -> int:
+        """Read again what the store failed to take (`fell_behind`): the whole folder if
+        indexing it failed, else the chat files whose re-read failed; how many chats."""
+        self.fell_behind.clear()
+        everything, paths = self._behind_all, sorted(self._behind)
+        self._behind_all = False
+        self._behind.clear()
+        if everything:
+            return await self.index_all()
+        return len(await self.refresh(paths)) if paths else 0
 
     async def refresh_watched(self, paths: Iterable[Path]) -> list[Refreshed]:
         """The watcher's batch: `refresh`, less the chat files that the OS's notifications
@@ -251,7 +274,10 @@ class ChatLibrary:
     async def _read_saved(self, chat_id: str) -> None:
         if self.freshness is not None:
             self.freshness.reading(chat_id)  # so its request skips the stat
-        await self.refresh([Path(self._file(chat_id))])
+        try:
+            await self.refresh([Path(self._file(chat_id))])
+        except Exception:  # said here: one line when the store is failing
+            log_failed(log, "re-reading %s after ST saved it failed", chat_id)
 
     async def _reread(self, name: str) -> bool:
         """Re-read the chat file `name`, waiting for it at most `FRESHNESS_WAIT`; True if

@@ -27,6 +27,7 @@ from watchfiles import Change, watch
 
 from proxy.library import ChatLibrary
 from proxy.sillytavern.layout import CHATS, GROUP_CHATS, locate
+from proxy.store import log_failed
 
 log = logging.getLogger(__name__)
 
@@ -225,7 +226,7 @@ class Watcher:
         try:
             await self.library.index_all()
         except Exception:
-            log.exception("reading %s again failed", root)
+            log_failed(log, "reading %s again failed", root)
         finally:
             self.gone = False
 
@@ -292,7 +293,7 @@ class Watcher:
         try:
             results = await self.library.refresh_watched(paths)
         except Exception:
-            log.exception("indexing %d changed file(s) failed", len(paths))
+            log_failed(log, "indexing %d changed file(s) failed", len(paths))
             return
         for result in results:
             if result.events:

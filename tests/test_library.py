@@ -14,9 +14,9 @@ import pytest
 from adapters.openai_chat import OpenAIChatAdapter
 from proxy.core.chat_index import message_fingerprint
 from proxy.core.models import ChatMessage
-from proxy.library import ChatLibrary
-from proxy.sillytavern.layout import locate, newest_first
-from proxy.store import Store
+from proxy.library import ChatLibrary, Refreshed
+from proxy.sillytavern.layout import ChatLocation, locate, newest_first
+from proxy.store import Database, Store
 from proxy.watcher import Watcher
 from tests.memory.story import Story
 from tests.st_data import (
@@ -209,10 +209,10 @@ async def test_a_chat_that_cannot_be_read_does_not_stop_the_others(
     library = ChatLibrary(data, Store(tmp_path / "store.sqlite3"))
     read = library.mirror.refresh_location
 
-    def broken(*args: Any, location: Any, **kwargs: Any) -> Any:
+    def broken(db: Database, location: ChatLocation, **kwargs: Any) -> Refreshed | None:
         if location.chat_id == stories[1].chat_id:
             raise ValueError("a chat file no one foresaw")
-        return read(*args, location=location, **kwargs)
+        return read(db, location, **kwargs)
 
     monkeypatch.setattr(library.mirror, "refresh_location", broken)
     assert await library.index_all() == 2

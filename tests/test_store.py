@@ -11,7 +11,7 @@ import pytest
 
 from proxy.sillytavern.chatfile import STMessage
 from proxy.sillytavern.reconcile import Event
-from proxy.store import MIGRATIONS, ChatRecord, Database, Store
+from proxy.store import MIGRATIONS, ChatRecord, Database, Store, file_error, log_failed
 
 
 def record(chat_id: str = "u/chats/S/c") -> ChatRecord:
@@ -151,9 +151,7 @@ async def test_a_store_that_cannot_write_says_so_until_a_write_goes_in_again(
     path = tmp_path / "s.sqlite3"
 
     def write(db: Database) -> None:
-        db.db.execute(
-            "INSERT INTO settings_kv VALUES (hex(randomblob(8)), ?)", ("x" * 50_000,)
-        )
+        db.db.execute("INSERT INTO settings_kv VALUES (hex(randomblob(8)), ?)", ("x" * 50_000,))
 
     def read(db: Database) -> int:
         return int(db.db.execute("SELECT COUNT(*) FROM chats").fetchone()[0])
@@ -193,3 +191,23 @@ async def test_a_store_that_cannot_write_says_so_until_a_write_goes_in_again(
         assert store.failure is None
         await store.call(write)
         assert "is written again" in caplog.records[-1].message
+
+
+def test_what_failed_on_a_failing_store_is_one_line_and_anything_else_a_traceback(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    log = logging.getLogger("tests.store")
+    full = sqlite3.OperationalError("database or disk is full")
+    full.sqlite_errorname = "SQLITE_FULL"  # as SQLite's own errors carry it
+    for error in (full, sqlite3.OperationalError("no such table: x"), ValueError("bug")):
+        try:
+            raise error
+        except Exception:
+            log_failed(log, "reading %s failed", "Ava")
+    said = [(r.levelname, r.getMessage(), r.exc_info is not None) for r in caplog.records]
+    assert said == [
+        ("WARNING", "reading Ava failed (database or disk is full)", False),
+        ("ERROR", "reading Ava failed", True),
+        ("ERROR", "reading Ava failed", True),
+    ]
+    assert file_error(full) and not file_error(ValueError()) and not file_error(None)

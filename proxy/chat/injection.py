@@ -21,6 +21,7 @@ from proxy.core.render import Template
 from proxy.core.tokens import TokenCounter
 from proxy.errors import TemplateError, UnknownPromptFormat
 from proxy.settings.injection import InjectionSettings
+from proxy.store import file_error
 from proxy.template_files import bundled_template
 
 log = logging.getLogger(__name__)
@@ -217,7 +218,7 @@ class Injector:
                 type(exc).__name__,
                 exc,
                 also,
-                exc_info=True,
+                exc_info=not file_error(exc),  # the store has said why, once
             )
             # The chat stays known (for X-Recap-Chat) when only a later step failed.
             return Outcome(body=raw, memory=memory)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import sqlite3
+import sys
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -31,6 +32,7 @@ __all__ = [
     "MessageRecord",
     "Store",
     "file_error",
+    "log_failed",
     "mirrored_folder_of",
 ]
 
@@ -58,9 +60,21 @@ FILE_ERRORS = (
 FAILURE_HOLD_S = 30.0
 
 
-def file_error(exc: sqlite3.Error) -> bool:
+def file_error(exc: BaseException | None) -> bool:
     """Whether `exc` is SQLite failing at its file (`FILE_ERRORS`)."""
-    return str(getattr(exc, "sqlite_errorname", "")).startswith(FILE_ERRORS)
+    return isinstance(exc, sqlite3.Error) and str(getattr(exc, "sqlite_errorname", "")).startswith(
+        FILE_ERRORS
+    )
+
+
+def log_failed(logger: logging.Logger, message: str, *args: object) -> None:
+    """In an `except` block: `message` logged with the traceback, or in one line with the
+    error when it is the store's file failing (the store has said so, once)."""
+    exc = sys.exc_info()[1]
+    if file_error(exc):
+        logger.warning(message + " (%s)", *args, exc)
+    else:
+        logger.exception(message, *args)
 
 
 class Store:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import sqlite3
 import time
 from collections.abc import AsyncIterator, Callable
 from functools import partial
@@ -68,7 +67,7 @@ log = logging.getLogger(__name__)
 
 # ST sends the whole prompt in one body; 100k-token chats are several MB.
 MAX_BODY_BYTES = 256 * 1024 * 1024
-INDEX_RETRY_S = 10.0  # seconds between indexings while the store cannot be written
+INDEX_RETRY_S = 10.0  # seconds between reads of what a failing store did not take
 
 
 def make_app(
@@ -302,19 +301,24 @@ async def _watching(
             await watcher.__aenter__()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(watcher.ready.wait(), 5)
-        while True:
-            try:
-                count = await library.index_all()
-            except Exception as exc:
-                if not (isinstance(exc, sqlite3.Error) and file_error(exc)):
-                    log.exception("indexing %s failed", library.data_dir)
-                    return
-                # The store says it (log, /health); once it is written again, indexing
-                # picks up where it stopped (chats read in full are not read again).
-                await asyncio.sleep(INDEX_RETRY_S)
-                continue
+        try:
+            count = await library.index_all()
             log.info("indexed %d SillyTavern chat(s) in %s", count, library.data_dir)
-            return
+        except Exception as exc:
+            if not file_error(exc):  # the store's own failure it has said itself
+                log.exception("indexing %s failed", library.data_dir)
+        # The store failing (a full disk) leaves chats behind their files, here or at a
+        # save: they are read again once it takes writes, with no restart.
+        while True:
+            await library.fell_behind.wait()
+            await asyncio.sleep(INDEX_RETRY_S)
+            try:
+                count = await library.catch_up()
+            except Exception as exc:
+                if not file_error(exc):
+                    log.exception("reading chats again after the store failed went wrong")
+                continue
+            log.info("%d SillyTavern chat(s) read again now that the store takes them", count)
 
     if settings.sillytavern.watch and not settings.sillytavern.force_polling:
         # Before indexing, so that every chat it installs is followed from then on.

@@ -35,7 +35,7 @@ async def health(request: web.Request) -> web.Response:
         except TimeoutError:
             state = f"no answer within {STORE_WAIT:.0f} s"
         except Exception as exc:  # the store's own error is what the operator needs
-            state = f"{type(exc).__name__}: {exc}"
+            state = store.failure or f"{type(exc).__name__}: {exc}"
     watcher = app.get(WATCHER)
     report = Health(state, watcher.state if watcher else "off", queue, app[VITALS]).to_json()
     return web.json_response(report, status=200 if report["status"] == "ok" else 503)

@@ -148,3 +148,18 @@ async def test_indexing_waits_out_a_full_store_then_catches_up(
         return bool(answer.headers["X-Recap-Chat"])
 
     await until(identified, "the chat identified once the store has room")
+
+    # Full again while ST saves the chat: its re-read fails, and is made again once the
+    # store has room, with no request to ask for it.
+    await store.call(full)
+    story.grow(60)
+    library = client.server.app[LIBRARY]
+    await until(library.fell_behind.is_set, "the chat's re-read failing")
+    assert (await store.chat(story.chat_id)).messages == 60  # type: ignore[union-attr]
+    await store.call(lambda db: db.db.execute("PRAGMA max_page_count=1073741823"))
+
+    async def caught_up() -> bool:
+        record = await store.chat(story.chat_id)
+        return record is not None and record.messages == 120
+
+    await until(caught_up, "the saved chat read again once the store has room")
