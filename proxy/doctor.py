@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import sqlite3
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, replace
 from pathlib import Path
@@ -38,7 +37,7 @@ from proxy.errors import ConfigError
 from proxy.settings import Settings, default_config_path, load_settings, load_settings_partly
 from proxy.sillytavern.connection import connection, points_at, proxy_urls
 from proxy.sillytavern.layout import data_dir_for, inside, same_folder, scan
-from proxy.store import mirrored_folder_of
+from proxy.store import mirrored_folder_of, unusable
 
 
 async def run_checks(
@@ -133,15 +132,12 @@ def _store(settings: Settings, data_dir: Path | None, mirrored: str | None) -> C
         return Check("store", True, f"{path} will be created at the first start")
     if not os.access(path, os.W_OK):
         return Check("store", False, f"{path} is read-only", "make the file writable (chmod u+w)")
-    try:
-        db = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, timeout=2)
-        try:
-            db.execute("SELECT count(*) FROM sqlite_master").fetchone()
-        finally:
-            db.close()
-    except sqlite3.Error as exc:
-        return Check("store", False, f"{path} cannot be read: {exc}", "restore it from a backup "
-                     "or move it aside (the proxy makes a new one)")  # fmt: skip
+    problem = unusable(path)
+    if problem is not None:
+        fix = ("upgrade recap-proxy" if "newer" in problem else "restore it from a backup or "
+               "move it aside (the proxy makes a new one: chats are read anew, their memory "
+               "written again by the LLM)")  # fmt: skip
+        return Check("store", False, f"{path} cannot be used: {problem}", fix)
     if mirrored is not None and data_dir is not None and not same_folder(mirrored, data_dir):
         moved = (f"if ST moved to {data_dir}, serve it: its chats are found by their paths, "
                  "memory and all")  # fmt: skip

@@ -207,6 +207,7 @@ STORE_FIXES = (
     ("malformed", "the file is damaged: stop serve, move it aside and start again (chats are "
      "read anew; their memory is written again by the LLM)"),
     ("not a database", "the file is not a store: stop serve, move it aside and start again"),
+    ("newer", "upgrade recap-proxy: a newer one wrote this store"),
     ("no answer", "the store is busy with a long piece of work: ask again in a moment"),
 )  # fmt: skip
 

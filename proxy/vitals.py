@@ -43,6 +43,8 @@ class Vitals:
         self.wall = wall
         self.started = clock()
         self.upstream = UpstreamRecord()
+        # Why the store could not be used at all (the proxy then runs without memory).
+        self.store_problem: str | None = None
         self._requests: deque[tuple[float, str]] = deque()  # (when, outcome), the last hour
 
     def saw(self, outcome: str) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import shutil
+import sqlite3
 from pathlib import Path
 from typing import Any
 
@@ -286,3 +287,24 @@ def test_a_store_of_another_data_folder_is_a_failed_check(
         in (checks["store"]["detail"])
     )
     assert f"--st-data {data}" in checks["store"]["fix"]
+
+
+def test_a_damaged_or_newer_store_is_a_failed_check_with_what_to_do(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    data, config, _ = setup(tmp_path, f"http://127.0.0.1:{free_port()}/v1")
+    store = tmp_path / "s.sqlite3"
+    store.write_bytes(b"not a store, " * 1000)
+    _, checks = doctor(config, data, capsys)
+    assert checks["store"]["ok"] is False
+    assert checks["store"]["detail"] == f"{store} cannot be used: file is not a database"
+    assert checks["store"]["fix"].startswith("restore it from a backup or move it aside")
+    store.unlink()
+    assert main(["chats", "--config", str(config), "--st-data", str(data)]) == 0
+    capsys.readouterr()
+    db = sqlite3.connect(store)
+    db.execute("PRAGMA user_version=999")
+    db.close()
+    _, checks = doctor(config, data, capsys)
+    assert "schema 999, newer than this recap-proxy's" in checks["store"]["detail"]
+    assert checks["store"]["fix"] == "upgrade recap-proxy"

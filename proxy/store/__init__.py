@@ -34,6 +34,7 @@ __all__ = [
     "file_error",
     "log_failed",
     "mirrored_folder_of",
+    "unusable",
 ]
 
 T = TypeVar("T")
@@ -182,6 +183,31 @@ class Store:
 
     async def messages(self, chat_id: str) -> list[MessageRecord]:
         return await self.call(lambda db: db.messages(chat_id))
+
+
+def unusable(path: Path) -> str | None:
+    """Why the store file at `path` cannot be used: not a store, damaged where its first
+    pages are, or written by a newer recap-proxy; None when it can (or is not made yet).
+    Read only, before a server opens it (which would fail at once)."""
+    if not path.is_file():
+        return None
+    try:
+        db = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, timeout=2)
+        try:
+            db.execute("SELECT count(*) FROM sqlite_master").fetchone()
+            version = int(db.execute("PRAGMA user_version").fetchone()[0])
+        finally:
+            db.close()
+    except sqlite3.Error as exc:
+        if str(getattr(exc, "sqlite_errorname", "")).startswith(("SQLITE_BUSY", "SQLITE_LOCKED")):
+            return None  # in use by another recap-proxy: its lock says so
+        return str(exc)
+    if version > len(MIGRATIONS):
+        return (
+            f"it has schema {version}, newer than this recap-proxy's ({len(MIGRATIONS)}): "
+            "upgrade recap-proxy"
+        )
+    return None
 
 
 def mirrored_folder_of(path: Path) -> str | None:

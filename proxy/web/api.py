@@ -17,7 +17,7 @@ from proxy.library import ChatLibrary
 from proxy.store import Database
 from proxy.store.overview import chat_summaries, idle
 from proxy.store.records import ChatRecord, MessageRecord
-from proxy.web.keys import ENGINE, FORMATS, LIBRARY, SETTINGS
+from proxy.web.keys import ENGINE, FORMATS, LIBRARY, SETTINGS, VITALS
 from proxy.web.params import path_number, query_number
 
 SHORT_TEXT = 200
@@ -40,11 +40,25 @@ def chat_summary(record: ChatRecord) -> JSONObject:
 def library_of(request: web.Request) -> ChatLibrary:
     library = request.app.get(LIBRARY)
     if library is None:
-        raise Unavailable(
+        raise unavailable(
+            request,
             "no SillyTavern data folder: set sillytavern.data_dir or start with --st-data",
-            code="no_data_folder",
+            "no_data_folder",
         )
     return library
+
+
+def unavailable(request: web.Request, reason: str, code: str) -> Unavailable:
+    """The memory's API without its parts: why (a store that could not be used comes
+    first: the parts were left out for it, whatever the settings say)."""
+    problem = request.app[VITALS].store_problem
+    if problem is not None:
+        return Unavailable(
+            f"no memory: the store is unusable ({problem}); `recap-proxy doctor` says how "
+            "to mend it",
+            code="store_unusable",
+        )
+    return Unavailable(reason, code=code)
 
 
 async def list_chats(request: web.Request) -> web.Response:

@@ -31,7 +31,7 @@ from proxy.metrics import Metrics
 from proxy.reload import Reloader
 from proxy.settings import Settings
 from proxy.sillytavern.layout import data_dir_for, inside, looks_like_data_dir, same_folder
-from proxy.store import Store, file_error, mirrored_folder_of
+from proxy.store import Store, file_error, mirrored_folder_of, unusable
 from proxy.store.lock import StoreLock
 from proxy.upstream import Upstream
 from proxy.vitals import Vitals
@@ -105,6 +105,8 @@ def make_app(
     counter = counter or TokenCounter()
     bus = app[EVENTS] = events or EventBus()
     vitals = app[VITALS] = Vitals()
+    if data_dir is not None and store is None:
+        data_dir = _usable_store(settings, data_dir, vitals)
     store_path = settings.store.resolved_path() if data_dir is not None else None
     metrics = app[METRICS] = Metrics(store_path if store is None else _file_of(store))
     bus.listeners.append(metrics.on_event)
@@ -253,6 +255,23 @@ def resolve_data_dir(settings: Settings) -> Path | None:
             found,
         )
     return found
+
+
+def _usable_store(settings: Settings, data_dir: Path, vitals: Vitals) -> Path | None:
+    """`data_dir`, or None when the store cannot be used (damaged, not a store, from a newer
+    recap-proxy): the chats still go upstream, without memory, and `/health` says why."""
+    path = settings.store.resolved_path()
+    problem = unusable(path)
+    if problem is None:
+        return data_dir
+    log.error(
+        "the store %s cannot be used (%s): proxying without memory until it is mended "
+        "(`recap-proxy doctor` says how)",
+        path,
+        problem,
+    )
+    vitals.store_problem = f"cannot use {path}: {problem}"
+    return None
 
 
 def _file_of(store: Store) -> Path | None:

@@ -25,7 +25,7 @@ async def health(request: web.Request) -> web.Response:
     app = request.app
     store = app.get(STORE)
     queue = dict.fromkeys(STATES, 0)
-    state = "none"
+    state = app[VITALS].store_problem or "none"
     if store is not None:
         try:
             queue = await asyncio.wait_for(

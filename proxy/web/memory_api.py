@@ -19,9 +19,10 @@ from proxy.core.export import FORMATS, MEDIA_TYPES, to_json, to_markdown, to_wor
 from proxy.core.jsontypes import JSONAnswer, JSONObject, JSONValue
 from proxy.core.models import Insertion, Placement
 from proxy.core.plan import CHANGING, STABLE, InjectionPolicy
-from proxy.errors import Conflict, NotFound, RequestError, Unavailable
+from proxy.errors import Conflict, NotFound, RequestError
 from proxy.memory.actions import MemoryActions
 from proxy.memory.jobs import JobQueue
+from proxy.web.api import unavailable
 from proxy.web.keys import ACTIONS, EVENTS, INJECTOR, QUEUE
 from proxy.web.params import field, json_body, optional, path_number, query_number
 
@@ -38,14 +39,14 @@ NO_ENGINE = (
 def _actions(request: web.Request) -> MemoryActions:
     actions = request.app.get(ACTIONS)
     if actions is None:
-        raise Unavailable(NO_ENGINE, code="no_memory_engine")
+        raise unavailable(request, NO_ENGINE, "no_memory_engine")
     return actions
 
 
 def _queue(request: web.Request) -> JobQueue:
     queue = request.app.get(QUEUE)
     if queue is None:
-        raise Unavailable(NO_ENGINE, code="no_memory_engine")
+        raise unavailable(request, NO_ENGINE, "no_memory_engine")
     return queue
 
 

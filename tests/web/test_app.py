@@ -163,3 +163,30 @@ async def test_indexing_waits_out_a_full_store_then_catches_up(
         return record is not None and record.messages == 120
 
     await until(caught_up, "the saved chat read again once the store has room")
+
+
+async def test_a_store_that_cannot_be_used_leaves_the_proxy_proxying_and_says_why(
+    tmp_path: Path, fake_llm: FakeLLM, aiohttp_client: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    settings = settings_for(tmp_path, fake_llm)
+    Story(tmp_path / "data", set(), char="Ava").grow(4)
+    damaged = b"not a store, " * 1000
+    (tmp_path / "store.sqlite3").write_bytes(damaged)
+    app = make_app(make_settings(**settings))
+    assert STORE not in app and LIBRARY not in app
+    client = await aiohttp_client(app)
+    answer = await client.post(
+        "/v1/chat/completions", json={"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+    )
+    assert answer.status == 200 and (await answer.json())["choices"]
+    health = await client.get("/health")
+    report = await health.json()
+    assert health.status == 503
+    assert report["store"] == f"cannot use {tmp_path / 'store.sqlite3'}: file is not a database"
+    assert "proxying without memory until it is mended" in caplog.text
+    for path in ("/recap/api/chats", "/recap/api/queue"):  # the page says it too
+        listed = await client.get(path)
+        error = (await listed.json())["error"]
+        assert listed.status == 503 and error["code"] == "store_unusable", path
+        assert "file is not a database" in error["message"]
+    assert (tmp_path / "store.sqlite3").read_bytes() == damaged  # left for the user to save
