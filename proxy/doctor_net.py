@@ -202,6 +202,9 @@ STORE_FIXES = (
     ("full", "free space on the disk that holds it (or set [store] path on another disk and "
      "restart): the proxy writes again by itself and catches up with ST's chats"),
     ("readonly", "make the file and its folder writable for the user the proxy runs as"),
+    ("read-only", "make the file and its folder writable for the user the proxy runs as"),
+    ("cannot be written", "make the file and its folder writable for the user the proxy runs "
+     "as"),
     ("locked", "another program holds the store (a second recap-proxy on the same file?): "
      "stop it"),
     ("malformed", "the file is damaged: stop serve, move it aside and start again (chats are "
@@ -217,7 +220,8 @@ def running_checks(running: dict[str, Any]) -> list[Check]:
     checks = []
     store = running.get("store")
     if isinstance(store, str) and store not in ("ok", "none"):
-        fix = next((f for word, f in STORE_FIXES if word in store), "see the proxy's log")
+        reason = store.split(": ", 1)[-1]  # past "cannot write <path>": not the path's words
+        fix = next((f for word, f in STORE_FIXES if word in reason), "see the proxy's log")
         checks.append(Check("running store", False, store, fix))
     watcher = running.get("watcher")
     if watcher == "missing":

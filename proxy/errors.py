@@ -3,6 +3,7 @@
     RecapProxyError                 anything the proxy itself raises on purpose
     ├── ConfigError                 bad settings: names the key and what was expected
     ├── StoreBusy                   another recap-proxy already serves this store
+    ├── StoreUnusable               the store file cannot be opened: damaged, not a store, newer
     ├── RequestError                a request we cannot interpret                          -> 400
     │   └── AdapterError            the body does not fit the wire format of its route
     ├── TemplateError               a template file is missing or unreadable
@@ -52,6 +53,11 @@ class ConfigError(RecapProxyError):
 
 class StoreBusy(RecapProxyError):
     """Another running recap-proxy holds the store (it would run the same queue)."""
+
+
+class StoreUnusable(RecapProxyError):
+    """The store file cannot be opened: damaged, not a store, read-only or written by a
+    newer recap-proxy (what SQLite said is in the message)."""
 
 
 class RequestError(RecapProxyError):

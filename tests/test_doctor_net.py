@@ -98,7 +98,8 @@ def test_a_running_proxys_failing_store_and_lost_folder_are_said_with_what_to_do
     assert store.fix.startswith("free space on the disk that holds it")
     watch = checks["running watch"]
     assert watch.ok is False and "put it back" in watch.fix
-    health["store"] = "cannot write /s/store.sqlite3: attempt to write a readonly database"
+    # Said by SQLite's words, not the path's ("full" here).
+    health["store"] = "cannot write /home/fuller/s.sqlite3: attempt to write a readonly database"
     assert "writable" in {c.name: c for c in history_checks(health)}["running store"].fix
 
 

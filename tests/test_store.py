@@ -9,9 +9,18 @@ from pathlib import Path
 
 import pytest
 
+from proxy.errors import StoreUnusable
 from proxy.sillytavern.chatfile import STMessage
 from proxy.sillytavern.reconcile import Event
-from proxy.store import MIGRATIONS, ChatRecord, Database, Store, file_error, log_failed
+from proxy.store import (
+    MIGRATIONS,
+    ChatRecord,
+    Database,
+    Store,
+    file_error,
+    log_failed,
+    unusable,
+)
 
 
 def record(chat_id: str = "u/chats/S/c") -> ChatRecord:
@@ -51,7 +60,7 @@ def test_migrations_run_once_and_a_newer_store_is_refused(tmp_path: Path) -> Non
     db = sqlite3.connect(path)
     db.execute(f"PRAGMA user_version={len(MIGRATIONS) + 1}")
     db.close()
-    with pytest.raises(RuntimeError, match="newer than this recap-proxy"):
+    with pytest.raises(StoreUnusable, match="newer than this recap-proxy"):
         Database(path, clock)
 
 
@@ -67,7 +76,7 @@ async def test_the_store_runs_every_call_on_its_one_thread_and_closes(tmp_path: 
     db.execute(f"PRAGMA user_version={len(MIGRATIONS) + 1}")
     db.close()
     newer = Store(path)
-    with pytest.raises(RuntimeError, match="newer than this recap-proxy"):
+    with pytest.raises(StoreUnusable, match="newer than this recap-proxy"):
         await newer.open()
     await newer.close()
 
@@ -211,3 +220,17 @@ def test_what_failed_on_a_failing_store_is_one_line_and_anything_else_a_tracebac
         ("ERROR", "reading Ava failed", True),
     ]
     assert file_error(full) and not file_error(ValueError()) and not file_error(None)
+
+
+def test_a_file_that_is_no_store_is_refused_in_words_and_left_as_it_was(tmp_path: Path) -> None:
+    path = tmp_path / "s.sqlite3"
+    path.write_bytes(b"not a store, " * 1000)
+    with pytest.raises(StoreUnusable) as refused:
+        Database(path, clock)
+    assert str(refused.value) == (
+        f"the store {path} cannot be used: file is not a database; `recap-proxy doctor` says "
+        "how to mend it"
+    )
+    assert path.read_bytes() == b"not a store, " * 1000
+    assert unusable(path) == "file is not a database"
+    assert unusable(tmp_path / "none.sqlite3") is None  # made at the first start

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import sqlite3
 import sys
 import time
@@ -19,7 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TypeVar
 
-from proxy.store.database import MIRRORED_FOLDER, Clock, Database
+from proxy.store.database import MIRRORED_FOLDER, Clock, Database, file_error
 from proxy.store.records import ChatRecord, MessageRecord
 from proxy.store.schema import MIGRATIONS
 from proxy.store.search import SceneSearch
@@ -41,31 +42,10 @@ T = TypeVar("T")
 
 log = logging.getLogger(__name__)
 
-# SQLite's answers that mean its file cannot be written or read as it should (a full
-# disk, a read-only or damaged file, another process holding it), not a query's mistake.
-FILE_ERRORS = (
-    "SQLITE_FULL",
-    "SQLITE_READONLY",
-    "SQLITE_IOERR",
-    "SQLITE_CORRUPT",
-    "SQLITE_NOTADB",
-    "SQLITE_CANTOPEN",
-    "SQLITE_BUSY",
-    "SQLITE_LOCKED",
-)
-
-
 # A full disk still takes small writes (into space a rolled-back write freed) while a
 # chat's does not fit: the store counts as failing until a write succeeds this long after
 # the last error.
 FAILURE_HOLD_S = 30.0
-
-
-def file_error(exc: BaseException | None) -> bool:
-    """Whether `exc` is SQLite failing at its file (`FILE_ERRORS`)."""
-    return isinstance(exc, sqlite3.Error) and str(getattr(exc, "sqlite_errorname", "")).startswith(
-        FILE_ERRORS
-    )
 
 
 def log_failed(logger: logging.Logger, message: str, *args: object) -> None:
@@ -191,6 +171,10 @@ def unusable(path: Path) -> str | None:
     Read only, before a server opens it (which would fail at once)."""
     if not path.is_file():
         return None
+    if not os.access(path, os.W_OK):
+        return "the file is read-only"
+    if not os.access(path.parent, os.W_OK):  # SQLite writes its journal beside it
+        return f"its folder {path.parent} cannot be written"
     try:
         db = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, timeout=2)
         try:
@@ -216,6 +200,10 @@ def mirrored_folder_of(path: Path) -> str | None:
     chosen its folder. None when there is no such file or it names none."""
     if not path.is_file():
         return None
+    if not os.access(path, os.W_OK):
+        return "the file is read-only"
+    if not os.access(path.parent, os.W_OK):  # SQLite writes its journal beside it
+        return f"its folder {path.parent} cannot be written"
     try:
         db = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, timeout=2)
         try:

@@ -12,6 +12,7 @@ import sqlite3
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
+from proxy.errors import StoreUnusable
 from proxy.sillytavern.chatfile import STMessage
 from proxy.sillytavern.reconcile import Event, OldMessage
 from proxy.store.extensions import ExtensionTable
@@ -34,6 +35,27 @@ from proxy.store.usage import UsageTable
 
 Clock = Callable[[], float]
 
+# SQLite's answers that mean its file cannot be written or read as it should (a full
+# disk, a read-only or damaged file, another process holding it), not a query's mistake.
+FILE_ERRORS = (
+    "SQLITE_FULL",
+    "SQLITE_READONLY",
+    "SQLITE_IOERR",
+    "SQLITE_CORRUPT",
+    "SQLITE_NOTADB",
+    "SQLITE_CANTOPEN",
+    "SQLITE_BUSY",
+    "SQLITE_LOCKED",
+)
+
+
+def file_error(exc: BaseException | None) -> bool:
+    """Whether `exc` is SQLite failing at its file (`FILE_ERRORS`)."""
+    if not isinstance(exc, sqlite3.Error):
+        return False
+    return str(getattr(exc, "sqlite_errorname", "")).startswith(FILE_ERRORS)
+
+
 _ASSIGNMENTS = ", ".join(f"{c.strip()}=?" for c in WRITE_COLUMNS.split(","))
 
 
@@ -51,13 +73,24 @@ class Database:
             Path(path).parent.mkdir(parents=True, exist_ok=True)
         self.path = path
         self.db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None)
-        self.db.row_factory = sqlite3.Row
-        self.db.execute("PRAGMA journal_mode=WAL")
-        self.db.execute("PRAGMA synchronous=NORMAL")
-        self.db.execute("PRAGMA foreign_keys=ON")
-        # The CLI and a running server may share the file: wait for the other's write.
-        self.db.execute("PRAGMA busy_timeout=5000")
-        self._migrate()
+        try:
+            self.db.row_factory = sqlite3.Row
+            # The CLI and a running server may share the file: wait for the other's write.
+            self.db.execute("PRAGMA busy_timeout=5000")
+            self.db.execute("PRAGMA journal_mode=WAL")
+            self.db.execute("PRAGMA synchronous=NORMAL")
+            self.db.execute("PRAGMA foreign_keys=ON")
+            self._migrate()
+        except sqlite3.Error as exc:
+            self.db.close()
+            if not file_error(exc):
+                raise
+            raise StoreUnusable(
+                f"the store {path} cannot be used: {exc}; `recap-proxy doctor` says how to mend it"
+            ) from exc
+        except StoreUnusable:
+            self.db.close()
+            raise
         self._tx = _Transaction(self.db)
         self.jobs = JobTable(self.db, self.transaction)
         self.memory = MemoryTable(self.db, self.transaction)
@@ -75,9 +108,9 @@ class Database:
     def _migrate(self) -> None:
         version = self.schema_version
         if version > len(MIGRATIONS):
-            raise RuntimeError(
-                f"store {self.path} has schema {version}, newer than this recap-proxy "
-                f"({len(MIGRATIONS)}); upgrade recap-proxy"
+            raise StoreUnusable(
+                f"the store {self.path} has schema {version}, newer than this recap-proxy "
+                f"({len(MIGRATIONS)}): upgrade recap-proxy"
             )
         for number in range(version + 1, len(MIGRATIONS) + 1):
             # One transaction per migration: the schema and its version move together.
