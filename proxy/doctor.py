@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, replace
 from pathlib import Path
@@ -38,6 +39,10 @@ from proxy.settings import Settings, default_config_path, load_settings, load_se
 from proxy.sillytavern.connection import connection, points_at, proxy_urls
 from proxy.sillytavern.layout import data_dir_for, inside, same_folder, scan
 from proxy.store import mirrored_folder_of, unusable
+
+# Free space under which the store's disk is a failed check: a chat's save takes a few MB
+# at most, but the disk fills from elsewhere too.
+LOW_DISK = 100_000_000
 
 
 async def run_checks(
@@ -128,6 +133,13 @@ def _store(settings: Settings, data_dir: Path | None, mirrored: str | None) -> C
             "store", False, f"{folder} cannot be created or written",
             "give your user write access there, or set [store] path to a folder it can write",
         )  # fmt: skip
+    free = shutil.disk_usage(existing).free
+    if free < LOW_DISK:
+        return Check(
+            "store", False, f"only {free / 1e6:.0f} MB free on the disk of {folder}: once it is "
+            "full, chats are not mirrored and their memory is not kept",
+            "free space on that disk, or set [store] path on another",
+        )  # fmt: skip
     if not path.exists():
         return Check("store", True, f"{path} will be created at the first start")
     if not os.access(path, os.W_OK):
@@ -150,7 +162,8 @@ def _store(settings: Settings, data_dir: Path | None, mirrored: str | None) -> C
             f"it, or leave it out); {moved}",
         )  # fmt: skip
     mirrors = f", mirrors {mirrored}" if mirrored is not None else ""
-    return Check("store", True, f"{path} is writable ({path.stat().st_size / 1e6:.1f} MB{mirrors})")
+    return Check("store", True, f"{path} is writable ({path.stat().st_size / 1e6:.1f} MB{mirrors}; "
+                 f"{free / 1e9:.1f} GB free on its disk)")  # fmt: skip
 
 
 def _data(settings: Settings, data_dir: Path | None, running: dict[str, Any] | None) -> Check:

@@ -308,3 +308,18 @@ def test_a_damaged_or_newer_store_is_a_failed_check_with_what_to_do(
     _, checks = doctor(config, data, capsys)
     assert "schema 999, newer than this recap-proxy's" in checks["store"]["detail"]
     assert checks["store"]["fix"] == "upgrade recap-proxy"
+
+
+def test_a_store_disk_nearly_full_is_a_failed_check(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    data, config, _ = setup(tmp_path, f"http://127.0.0.1:{free_port()}/v1")
+    assert main(["chats", "--config", str(config), "--st-data", str(data)]) == 0
+    capsys.readouterr()
+    _, checks = doctor(config, data, capsys)
+    assert checks["store"]["ok"] is True and "GB free on its disk)" in checks["store"]["detail"]
+    usage = shutil.disk_usage(tmp_path)
+    monkeypatch.setattr("proxy.doctor.shutil.disk_usage", lambda _: usage._replace(free=40_000_000))
+    _, checks = doctor(config, data, capsys)
+    assert checks["store"]["ok"] is False
+    assert checks["store"]["detail"].startswith(f"only 40 MB free on the disk of {tmp_path}")
