@@ -30,7 +30,7 @@ from proxy.errors import JobFailure, NoCredentials
 from proxy.events import EventBus
 from proxy.memory.operations import OPERATIONS, PRIORITIES, Operation
 from proxy.settings import QueueSettings
-from proxy.store import Database, Store
+from proxy.store import Database, Store, log_failed
 from proxy.store.jobs import Job, Payload
 from proxy.tasks import TaskSet
 
@@ -38,6 +38,7 @@ log = logging.getLogger(__name__)
 
 Apply = Callable[[Database], None]
 DAY = 86400.0
+STORE_RETRY_S = 5.0  # seconds before the runner looks again when the store failed it
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,6 +115,10 @@ class JobQueue:
         self._passes = 0  # times the runner has looked for work
         self._prune_at = 0.0  # when finished jobs are next looked at (start-up, then daily)
         self._passed = asyncio.Event()
+        # Jobs that ended while the store could not keep how (a full disk): still
+        # `running` there, queued again once it takes writes.
+        self._lost: set[int] = set()
+        self._stalled = False  # the runner's last look at the store failed
         # Called on the event loop after each job ends (done, dropped, failed or retried):
         # the memory engine plans what follows from it.
         self.on_settled: list[Callable[[Job], Awaitable[object]]] = []
@@ -226,7 +231,24 @@ class JobQueue:
                 await self._prune(now)
             busy = {u for u, n in self._running.items() if n >= self.settings.concurrency}
             busy |= {u for u, until in self._cooling.items() if until > now}
-            paused, job, due = await self.store.call(partial(self._next, now=now, busy=busy))
+            lost = frozenset(self._lost)
+            try:
+                paused, job, due = await self.store.call(
+                    partial(self._next, now=now, busy=busy, lost=lost)
+                )
+            except Exception:
+                # The store failing (a full disk, a lock held elsewhere) must not end the
+                # queue for good: it looks again, and says so once.
+                if not self._stalled:
+                    log_failed(log, "the job queue cannot claim work; looking again every "
+                               "%.0f s", STORE_RETRY_S)  # fmt: skip
+                self._stalled = True
+                await asyncio.sleep(STORE_RETRY_S)
+                continue
+            if self._stalled:
+                log.info("the job queue runs again")
+            self._stalled = False
+            self._lost -= lost  # not those lost while it looked
             self._passes += 1
             self._passed.set()
             if job is not None:
@@ -258,8 +280,13 @@ class JobQueue:
             log.info("forgot %d finished job(s) older than %g day(s)", pruned, days)
 
     @staticmethod
-    def _next(db: Database, now: float, busy: set[str]) -> tuple[bool, Job | None, float | None]:
-        """(paused, the job claimed, when the next queued job is due): one store call."""
+    def _next(
+        db: Database, now: float, busy: set[str], lost: frozenset[int]
+    ) -> tuple[bool, Job | None, float | None]:
+        """(paused, the job claimed, when the next queued job is due): one store call,
+        which first queues again the `lost` jobs."""
+        if lost:
+            db.jobs.requeue(lost, now)
         if db.jobs.paused():
             return True, None, None
         job = db.jobs.claim_next(now, busy)
@@ -299,8 +326,14 @@ class JobQueue:
         except asyncio.CancelledError:
             raise
         except Exception as exc:
-            state, error = await self.store.call(partial(self._failed, job=job, exc=exc))
-            self._announce(job.id, job.chat_id, job.operation, state, error)
+            try:
+                state, error = await self.store.call(partial(self._failed, job=job, exc=exc))
+            except Exception:
+                log_failed(log, "job %d %s: how it ended cannot be kept; it runs again",
+                           job.id, job.operation)  # fmt: skip
+                self._lost.add(job.id)
+            else:
+                self._announce(job.id, job.chat_id, job.operation, state, error)
         finally:
             # Before the next job is claimed: what follows from this one may come first.
             for callback in self.on_settled:
@@ -309,7 +342,7 @@ class JobQueue:
                 except asyncio.CancelledError:
                     raise
                 except Exception:
-                    log.exception("after job %d", job.id)
+                    log_failed(log, "after job %d", job.id)
             self._running[job.upstream] -= 1
             if self.settings.delay_seconds:
                 self._cooling[job.upstream] = self.clock() + self.settings.delay_seconds

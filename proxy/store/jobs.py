@@ -248,6 +248,15 @@ class JobTable(Table):
         )
         return cursor.rowcount
 
+    def requeue(self, job_ids: Collection[int], now: float) -> int:
+        """These jobs, if still running (how they ended was never kept), queued again."""
+        marks = ",".join("?" * len(job_ids))
+        cursor = self.db.execute(
+            f"UPDATE jobs SET state='queued', updated=? WHERE state='running' AND id IN ({marks})",
+            (now, *job_ids),
+        )
+        return cursor.rowcount
+
     def retry(self, job_id: int, now: float) -> bool:
         cursor = self.db.execute(
             "UPDATE jobs SET state='queued', attempts=0, error=NULL, not_before=?, updated=? "

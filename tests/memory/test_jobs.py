@@ -210,7 +210,7 @@ async def test_the_runner_stops_when_it_is_woken_as_it_is_stopped(setup) -> None
     queue = JobQueue(store, handlers, FAST)
     # A job is due in a minute: the runner waits with a timeout (with none, 3.11's
     # `wait_for` awaits the event directly and is not affected).
-    queue._next = lambda db, now, busy: (False, None, now + 60)  # type: ignore[method-assign]
+    queue._next = lambda db, now, busy, lost: (False, None, now + 60)  # type: ignore[method-assign]
     await queue.__aenter__()
     await asyncio.sleep(0.05)  # the runner waits for work
     queue.wake()
@@ -310,3 +310,34 @@ async def test_a_look_after_a_job_lists_what_is_live_and_what_came_after(setup) 
         await queue.resume()
         await queue.idle()
         assert [j.dedup_key for j in await queue.live_or_after("a", start)] == ["newer"]
+
+
+async def test_the_queue_outlives_a_store_that_cannot_be_written(  # type: ignore[no-untyped-def]
+    setup, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A full disk, a read-only file, another process holding the lock: the runner cannot
+    # claim a job, nor a job keep its result. Once the store takes writes, it goes on,
+    # and the job whose result could not be kept is run again.
+    monkeypatch.setattr("proxy.memory.jobs.STORE_RETRY_S", 0.01)
+    store, fake, handlers = setup
+
+    def writable(on: bool) -> Any:
+        return store.call(lambda db: db.db.execute(f"PRAGMA query_only={0 if on else 1}"))
+
+    fake.gate = asyncio.Event()
+    async with JobQueue(store, handlers, FAST) as queue:
+        await queue.enqueue("a", Operation.MESSAGE_RECAP, "kept", {}, "h", "up")
+        await until(lambda: fake.in_flight == 1, "the job running")
+        # Queued behind it (one job at a time per upstream): claimed once it ends.
+        await queue.enqueue("b", Operation.MESSAGE_RECAP, "later", {}, "h", "up")
+        await writable(False)
+        fake.gate.set()  # its result comes while the store cannot keep it
+        await until(lambda: fake.in_flight == 0 and not queue._tasks, "the job ended")
+        await asyncio.sleep(0.05)  # the runner meets the failing store, more than once
+        assert fake.applied == []
+        await writable(True)
+        await until(lambda: len(fake.applied) == 2, "both jobs done once it takes writes")
+        await queue.idle()
+        jobs = {j.dedup_key: j.state for j in await queue.jobs()}
+    assert jobs == {"kept": "done", "later": "done"}
+    assert sorted(fake.applied) == [("kept", "h"), ("later", "h")]
