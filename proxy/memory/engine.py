@@ -18,6 +18,7 @@ import dataclasses
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
+from functools import partial
 
 from proxy.core.models import Caller, ChatMessage, Identification
 from proxy.core.plan import InjectionPolicy
@@ -27,7 +28,7 @@ from proxy.events import EventBus
 from proxy.library import ChatLibrary, Refreshed
 from proxy.memory.handlers import handlers
 from proxy.memory.handling import HandlerContext, LoreSource
-from proxy.memory.jobs import JobQueue
+from proxy.memory.jobs import STORE_RETRY_S, JobQueue
 from proxy.memory.llm import LLMClient
 from proxy.memory.operations import Operation
 from proxy.memory.prompts import Prompts
@@ -42,7 +43,7 @@ from proxy.memory.views import (
     request_memory,
 )
 from proxy.settings import QueueSettings
-from proxy.store import Database, Store
+from proxy.store import Database, Store, file_error
 from proxy.store.jobs import Payload
 from proxy.tasks import TaskSet
 
@@ -247,9 +248,21 @@ class MemoryEngine:
     async def _activate(self, chat_id: str) -> None:
         try:
             await self.activate(chat_id)
-        except Exception:
+        except Exception as exc:
             self.active.discard(chat_id)  # the next request tries again
-            log.exception("starting the memory of %s failed", chat_id)
+            if not file_error(exc):
+                log.exception("starting the memory of %s failed", chat_id)
+                return
+            # The store failing (a full disk): tried again, with no request needed.
+            if chat_id not in self._retry_timers:
+                log.warning("starting the memory of %s failed (%s); trying again every %.0f s",
+                            chat_id, exc, STORE_RETRY_S)  # fmt: skip
+            self._later(chat_id, STORE_RETRY_S, partial(self._reactivate, chat_id))
+
+    def _reactivate(self, chat_id: str) -> None:
+        if chat_id not in self.active:  # a request may have started it meanwhile
+            self.active.add(chat_id)
+            self._tasks.spawn(self._activate(chat_id), f"activate {chat_id}")
 
     def schedule(self, chat_id: str, since: int | None = None, *, rescan: bool = False) -> None:
         """Plan a chat soon; several changes before it runs are planned once. `rescan`
@@ -289,8 +302,17 @@ class MemoryEngine:
             planned = await self.store.call(
                 lambda db: self.upkeep.plan(db, chat_id, since, backfill=backfill, rescan=rescan)
             )
-        except Exception:
-            log.exception("planning the memory of %s failed", chat_id)
+        except Exception as exc:
+            if not file_error(exc):
+                log.exception("planning the memory of %s failed", chat_id)
+                return 0
+            # The store failing (a full disk): planned again once it may take writes.
+            if chat_id not in self._retry_timers:
+                log.warning("planning the memory of %s failed (%s); trying again every %.0f s",
+                            chat_id, exc, STORE_RETRY_S)  # fmt: skip
+            self._later(
+                chat_id, STORE_RETRY_S, partial(self.schedule, chat_id, since, rescan=rescan)
+            )
             return 0
         if planned.queued:
             self.queue.wake()
@@ -303,13 +325,18 @@ class MemoryEngine:
     def _retry_when_cooled(self, chat_id: str, failed_at: float) -> None:
         """Plan the chat again when its oldest failure has cooled down: the failed job is
         made again then, without the user having to notice it (one timer per chat)."""
+        delay = max(0.0, failed_at + self.upkeep.cool_down - self.clock()) + 0.01
+        self._later(chat_id, delay, partial(self.schedule, chat_id))
+
+    def _later(self, chat_id: str, delay: float, then: Callable[[], None]) -> None:
+        """`then()` in `delay` seconds, for a chat's retry (one timer per chat: a retry
+        asked for while one waits joins it)."""
         if chat_id in self._retry_timers:
             return
-        delay = max(0.0, failed_at + self.upkeep.cool_down - self.clock()) + 0.01
 
         def fire() -> None:
             self._retry_timers.pop(chat_id, None)
-            self.schedule(chat_id)
+            then()
 
         self._retry_timers[chat_id] = asyncio.get_running_loop().call_later(delay, fire)
 

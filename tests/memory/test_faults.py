@@ -4,6 +4,7 @@ while a job is in flight, a restart mid-queue, two chats at once."""
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 from typing import Any
 
 from proxy.web.keys import LIBRARY
@@ -173,3 +174,41 @@ async def test_two_chats_keep_their_own_memory(memory_proxy: MemoryFactory) -> N
     [a] = await memory.run(lambda db: db.memory.running_recaps(CHAT_ID))
     [b] = await memory.run(lambda db: db.memory.running_recaps(other.chat_id))
     assert "Bea" not in a.content and "Bea" in b.content
+
+
+async def test_planning_that_meets_a_failing_store_is_made_again_once_it_takes_writes(
+    memory_proxy: MemoryFactory, monkeypatch: Any
+) -> None:
+    # A full disk when a chat's upkeep is planned: no job could be written. Once the
+    # store takes writes, the plan is made, with no further request or save to ask.
+    monkeypatch.setattr("proxy.memory.engine.STORE_RETRY_S", 0.05)
+    memory = await memory_proxy(16, ends={8})
+    await memory.run(lambda db: db.db.execute("PRAGMA query_only=1"))
+    await start(memory)
+    await until(lambda: CHAT_ID in memory.engine._retry_timers, "planning failed")
+    await asyncio.sleep(0.2)  # tried again, still failing
+    assert memory.fake.state.operations == []
+    await memory.run(lambda db: db.db.execute("PRAGMA query_only=0"))
+    await memory.until(lambda db: db.memory.running_recaps(CHAT_ID))
+
+
+async def test_a_plan_the_store_could_not_take_is_made_again(
+    memory_proxy: MemoryFactory, monkeypatch: Any
+) -> None:
+    monkeypatch.setattr("proxy.memory.engine.STORE_RETRY_S", 0.05)
+    memory = await memory_proxy(16, ends={8})
+    plan = memory.engine.upkeep.plan
+    failures: list[int] = []
+
+    def full_once(*args: Any, **kwargs: Any) -> Any:
+        if not failures:
+            failures.append(1)
+            full = sqlite3.OperationalError("database or disk is full")
+            full.sqlite_errorname = "SQLITE_FULL"
+            raise full
+        return plan(*args, **kwargs)
+
+    monkeypatch.setattr(memory.engine.upkeep, "plan", full_once)
+    await start(memory)
+    await memory.until(lambda db: db.memory.running_recaps(CHAT_ID))
+    assert failures == [1]
