@@ -32,7 +32,7 @@ from proxy.memory.jobs import STORE_RETRY_S, JobQueue
 from proxy.memory.llm import LLMClient
 from proxy.memory.operations import Operation
 from proxy.memory.prompts import Prompts
-from proxy.memory.recall import ranking
+from proxy.memory.recall import rank_ahead
 from proxy.memory.settings import MemorySettings
 from proxy.memory.upkeep import Upkeep
 from proxy.memory.views import (
@@ -107,6 +107,7 @@ class MemoryEngine:
         self.views = self.upkeep.views
         self.cuts = self.upkeep.cuts
         self._retry_timers: dict[str, asyncio.TimerHandle] = {}
+        self._stalled: set[str] = set()  # chats whose start or plan the store failed
         self.active: set[str] = set()
         # chat -> (earliest changed position, whether messages were deleted)
         self._pending: dict[str, tuple[int | None, bool]] = {}
@@ -181,21 +182,13 @@ class MemoryEngine:
             self.schedule(result.chat_id)  # a save without message changes: metadata
 
     def foresee(self, chat_id: str) -> None:
-        """ST saved new messages of the chat, and the request that carries them follows
-        (once ST has built its prompt): rank the older scenes against its newest messages
-        now. The ranking is kept by the messages' fingerprints (`recall.ranking`), so that
-        request finds it instead of working out search terms and asking the store's
-        full-text index on its way (two queries, most of what its memory step cost)."""
-        view = self.views.get(chat_id)
+        """ST saved new messages of the chat: its scenes ranked ahead of its request."""
         entry = self.library.index.entries.get(chat_id)
-        if view is None or not view.scenes or entry is None:
+        if entry is None:
             return
-        if not self.settings.relevant_scenes_max_tokens:
-            return
-        newest = entry.tail[-self.settings.relevant_scenes_context :]
-        recent = [ChatMessage("user" if m.is_user else "assistant", m.text) for m in newest]
         try:
-            ranking(self.store.search, view, chat_id, recent)
+            rank_ahead(self.store.search, self.views.get(chat_id), chat_id, entry.tail,
+                       self.settings)  # fmt: skip
         except Exception:
             log.exception("ranking the scenes of %s ahead of its request failed", chat_id)
 
@@ -253,11 +246,7 @@ class MemoryEngine:
             if not file_error(exc):
                 log.exception("starting the memory of %s failed", chat_id)
                 return
-            # The store failing (a full disk): tried again, with no request needed.
-            if chat_id not in self._retry_timers:
-                log.warning("starting the memory of %s failed (%s); trying again every %.0f s",
-                            chat_id, exc, STORE_RETRY_S)  # fmt: skip
-            self._later(chat_id, STORE_RETRY_S, partial(self._reactivate, chat_id))
+            self._store_failed(chat_id, "starting", exc, partial(self._reactivate, chat_id))
 
     def _reactivate(self, chat_id: str) -> None:
         if chat_id not in self.active:  # a request may have started it meanwhile
@@ -306,14 +295,10 @@ class MemoryEngine:
             if not file_error(exc):
                 log.exception("planning the memory of %s failed", chat_id)
                 return 0
-            # The store failing (a full disk): planned again once it may take writes.
-            if chat_id not in self._retry_timers:
-                log.warning("planning the memory of %s failed (%s); trying again every %.0f s",
-                            chat_id, exc, STORE_RETRY_S)  # fmt: skip
-            self._later(
-                chat_id, STORE_RETRY_S, partial(self.schedule, chat_id, since, rescan=rescan)
-            )
+            again = partial(self.schedule, chat_id, since, rescan=rescan)
+            self._store_failed(chat_id, "planning", exc, again)
             return 0
+        self._stalled.discard(chat_id)
         if planned.queued:
             self.queue.wake()
             if self.events is not None:
@@ -327,6 +312,17 @@ class MemoryEngine:
         made again then, without the user having to notice it (one timer per chat)."""
         delay = max(0.0, failed_at + self.upkeep.cool_down - self.clock()) + 0.01
         self._later(chat_id, delay, partial(self.schedule, chat_id))
+
+    def _store_failed(
+        self, chat_id: str, doing: str, exc: Exception, again: Callable[[], None]
+    ) -> None:
+        """The store failed (a full disk) what was `doing` for the chat: `again` in a
+        while, with no request needed; said once until it works."""
+        if chat_id not in self._stalled:
+            log.warning("%s the memory of %s failed (%s); trying again every %.0f s",
+                        doing, chat_id, exc, STORE_RETRY_S)  # fmt: skip
+        self._stalled.add(chat_id)
+        self._later(chat_id, STORE_RETRY_S, again)
 
     def _later(self, chat_id: str, delay: float, then: Callable[[], None]) -> None:
         """`then()` in `delay` seconds, for a chat's retry (one timer per chat: a retry

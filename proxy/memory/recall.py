@@ -8,7 +8,7 @@ from collections.abc import Hashable, Mapping, Sequence
 from functools import lru_cache
 from typing import Any, Protocol
 
-from proxy.core.chat_index import message_fingerprint, normalize
+from proxy.core.chat_index import IndexedMessage, message_fingerprint, normalize
 from proxy.core.models import ChatMessage
 from proxy.core.recall import (
     SceneCard,
@@ -83,7 +83,7 @@ def ranking(
 ) -> list[int]:
     """`rank_scenes`, memoised by the roles and fingerprints of `recent` (their text with
     the whitespace folded, all that the ranking reads), not by their text as written: the
-    ranking `MemoryEngine.foresee` makes from the chat file's copy when ST saves is then
+    ranking `rank_ahead` makes from the chat file's copy when ST saves is then
     the one the request that follows finds, with no search terms worked out on its way.
     The request's fingerprints were worked out to identify it: looking them up is cheap."""
     prints = tuple([(m.role, message_fingerprint(m.text)) for m in recent])
@@ -93,6 +93,25 @@ def ranking(
         found = rank_scenes(search, view, chat_id, recent)
         _keep(_RANKS, key, found)
     return found
+
+
+def rank_ahead(
+    search: SceneRanker,
+    view: ChatScenes | None,
+    chat_id: str,
+    tail: Sequence[IndexedMessage],
+    settings: MemorySettings,
+) -> None:
+    """ST saved new messages of the chat, and the request that carries them follows (once
+    ST has built its prompt): rank the older scenes against its newest messages (`tail`,
+    the chat index's) now. `ranking` keeps it by their fingerprints, so that request finds
+    it instead of working out search terms and asking the store's full-text index on its
+    way (two queries, most of what its memory step cost)."""
+    if view is None or not view.scenes or not settings.relevant_scenes_max_tokens:
+        return
+    newest = tail[-settings.relevant_scenes_context :]
+    ranking(search, view, chat_id, [ChatMessage("user" if m.is_user else "assistant", m.text)
+                                     for m in newest])  # fmt: skip
 
 
 def _keep(memo: dict[Hashable, Any], key: Hashable, value: object) -> None:
@@ -111,7 +130,7 @@ def rank_scenes(
     asked = search_terms([users[-1].text], words, view.names) if users else []
     # The end of each message is what is happening now (and bounds the work per request);
     # cut from its text with the whitespace folded, so that the chat file's copy of it
-    # (which the index keeps folded) asks the same question (`MemoryEngine.foresee`).
+    # (which the index keeps folded) asks the same question (`rank_ahead`).
     tails = [normalize(m.text)[-CONTEXT_CHARS:] for m in recent]
     context = [
         term
