@@ -27,7 +27,7 @@ from proxy.sillytavern.worlds import (
     read_lore_settings,
     read_world,
 )
-from proxy.store import Database, Store
+from proxy.store import Database, Store, log_failed
 from proxy.store.records import ChatRecord
 from proxy.tasks import TaskSet
 
@@ -84,7 +84,7 @@ class LoreService:
         try:
             await self.store.call(lambda db: self._record_now(db, ident, texts, swipe))
         except Exception:
-            log.exception("lorebook snapshot for %s failed", ident.chat_id)
+            log_failed(log, "lorebook snapshot for %s failed", ident.chat_id)
 
     async def active_lore(self, chat_id: str, first: int, last: int) -> str:
         """`{{active_lore}}` for a scene: the entries its messages' prompts carried, with

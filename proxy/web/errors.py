@@ -16,6 +16,7 @@ from aiohttp import web
 from aiohttp.typedefs import Handler
 
 from proxy.errors import RecapProxyError
+from proxy.store import file_error
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +44,10 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
             raise
         code = (exc.reason or "error").lower().replace(" ", "_")
         return _body(exc.status, code, exc.text or exc.reason or code)
-    except Exception:
+    except Exception as exc:
+        if file_error(exc):  # a full disk, say: the store has logged it, once
+            log.warning("%s %s failed: %s", request.method, request.rel_url.raw_path, exc)
+            return _body(503, "store_failing", f"the proxy's store failed ({exc}); "
+                         "`recap-proxy doctor` says how to mend it")  # fmt: skip
         log.exception("%s %s failed", request.method, request.rel_url.raw_path)
         return _body(500, "internal_error", "the proxy failed on this request; its log says why")

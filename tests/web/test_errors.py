@@ -3,6 +3,7 @@ the one JSON body, on every route."""
 
 from __future__ import annotations
 
+import sqlite3
 from typing import Any
 
 import pytest
@@ -47,3 +48,27 @@ async def test_the_proxys_own_routes_answer_through_it(proxy: ProxyFactory) -> N
     no_engine = await client.get("/recap/api/queue")
     assert no_engine.status == 503
     assert (await no_engine.json())["error"]["code"] == "no_memory_engine"
+
+
+async def test_a_failing_store_is_a_503_that_says_so_without_a_traceback(
+    aiohttp_client: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    async def full(request: web.Request) -> web.Response:
+        error = sqlite3.OperationalError("database or disk is full")
+        error.sqlite_errorname = "SQLITE_FULL"
+        raise error
+
+    async def bug(request: web.Request) -> web.Response:
+        raise sqlite3.OperationalError("no such column: x")  # ours, not the disk's
+
+    app = web.Application(middlewares=[error_middleware])
+    app.router.add_put("/full", full)
+    app.router.add_put("/bug", bug)
+    client = await aiohttp_client(app)
+    response = await client.put("/full")
+    assert response.status == 503
+    error = (await response.json())["error"]
+    assert error["code"] == "store_failing" and "database or disk is full" in error["message"]
+    assert [r.exc_info for r in caplog.records] == [None]
+    assert (await client.put("/bug")).status == 500
+    assert caplog.records[-1].exc_info is not None
