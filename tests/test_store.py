@@ -19,6 +19,7 @@ from proxy.store import (
     Store,
     file_error,
     log_failed,
+    mirrored_folder_of,
     unusable,
 )
 
@@ -234,3 +235,17 @@ def test_a_file_that_is_no_store_is_refused_in_words_and_left_as_it_was(tmp_path
     assert path.read_bytes() == b"not a store, " * 1000
     assert unusable(path) == "file is not a database"
     assert unusable(tmp_path / "none.sqlite3") is None  # made at the first start
+
+
+def test_a_read_only_store_is_unusable_and_still_names_its_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "s.sqlite3"
+    db = Database(path, clock)
+    db.set_mirrored_folder("/st/data")
+    db.close()
+    monkeypatch.setattr("proxy.store.os.access", lambda p, mode: Path(p) != path)
+    assert unusable(path) == "the file is read-only"
+    assert mirrored_folder_of(path) == "/st/data"
+    monkeypatch.setattr("proxy.store.os.access", lambda p, mode: Path(p) != tmp_path)
+    assert unusable(path) == f"its folder {tmp_path} cannot be written"

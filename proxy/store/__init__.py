@@ -200,10 +200,6 @@ def mirrored_folder_of(path: Path) -> str | None:
     chosen its folder. None when there is no such file or it names none."""
     if not path.is_file():
         return None
-    if not os.access(path, os.W_OK):
-        return "the file is read-only"
-    if not os.access(path.parent, os.W_OK):  # SQLite writes its journal beside it
-        return f"its folder {path.parent} cannot be written"
     try:
         db = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, timeout=2)
         try:

@@ -258,8 +258,8 @@ def resolve_data_dir(settings: Settings) -> Path | None:
 
 
 def _usable_store(settings: Settings, data_dir: Path, vitals: Vitals) -> Path | None:
-    """`data_dir`, or None when the store cannot be used (damaged, not a store, from a newer
-    recap-proxy): the chats still go upstream, without memory, and `/health` says why."""
+    """`data_dir`, or None when the store cannot be used (damaged, not a store, read-only,
+    from a newer recap-proxy): chats still go upstream, without memory; `/health` says why."""
     path = settings.store.resolved_path()
     problem = unusable(path)
     if problem is None:
@@ -342,7 +342,7 @@ async def _watching(
     if settings.sillytavern.watch and not settings.sillytavern.force_polling:
         # Before indexing, so that every chat it installs is followed from then on.
         library.follow_changes()
-    task = asyncio.create_task(index_then_watch(), name="st-initial-index")
+    task = asyncio.create_task(index_then_watch(), name="st-index")
     try:
         yield
     finally:
