@@ -279,14 +279,13 @@ class JobQueue:
         if pruned:
             log.info("forgot %d finished job(s) older than %g day(s)", pruned, days)
 
-    @staticmethod
     def _next(
-        db: Database, now: float, busy: set[str], lost: frozenset[int]
+        self, db: Database, now: float, busy: set[str], lost: frozenset[int]
     ) -> tuple[bool, Job | None, float | None]:
         """(paused, the job claimed, when the next queued job is due): one store call,
         which first queues again the `lost` jobs."""
         if lost:
-            db.jobs.requeue(lost, now)
+            db.jobs.requeue(lost, now, self.settings.max_attempts)
         if db.jobs.paused():
             return True, None, None
         job = db.jobs.claim_next(now, busy)

@@ -95,6 +95,10 @@ def _job(row: sqlite3.Row | tuple[Any, ...]) -> Job:
     return Job(*values)
 
 
+# The error a job keeps when how it ended could not be written (the store failing).
+LOST = "its outcome could not be kept: the store failed"
+
+
 class JobTable(Table):
     def enqueue(
         self,
@@ -248,12 +252,15 @@ class JobTable(Table):
         )
         return cursor.rowcount
 
-    def requeue(self, job_ids: Collection[int], now: float) -> int:
-        """These jobs, if still running (how they ended was never kept), queued again."""
+    def requeue(self, job_ids: Collection[int], now: float, max_attempts: int) -> int:
+        """These jobs, if still running (how they ended was never kept), queued again, or
+        failed once they used up their attempts (each was a call to the LLM)."""
         marks = ",".join("?" * len(job_ids))
         cursor = self.db.execute(
-            f"UPDATE jobs SET state='queued', updated=? WHERE state='running' AND id IN ({marks})",
-            (now, *job_ids),
+            "UPDATE jobs SET state=CASE WHEN attempts >= ? THEN 'failed' ELSE 'queued' END, "
+            "error=COALESCE(error, ?), updated=? "
+            f"WHERE state='running' AND id IN ({marks})",
+            (max_attempts, LOST, now, *job_ids),
         )
         return cursor.rowcount
 

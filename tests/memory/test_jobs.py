@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -341,3 +342,24 @@ async def test_the_queue_outlives_a_store_that_cannot_be_written(  # type: ignor
         jobs = {j.dedup_key: j.state for j in await queue.jobs()}
     assert jobs == {"kept": "done", "later": "done"}
     assert sorted(fake.applied) == [("kept", "h"), ("later", "h")]
+
+
+async def test_a_lost_job_is_queued_again_unless_it_used_up_its_attempts(setup) -> None:  # type: ignore[no-untyped-def]
+    # Each claim was a call to the LLM: a job whose end the store could never keep is not
+    # called for without end.
+    store, _, handlers = setup
+    async with JobQueue(store, handlers, FAST) as queue:
+        await queue.pause()
+        for key in ("fresh", "spent"):
+            await queue.enqueue("a", Operation.MESSAGE_RECAP, key, {}, "h", "up")
+
+    def lose(db: Database) -> int:
+        later = time.time() + 60
+        claimed = [db.jobs.claim_next(later, set()) for _ in range(2)]
+        db.db.execute("UPDATE jobs SET attempts=3 WHERE dedup_key='spent'")
+        return db.jobs.requeue([job.id for job in claimed if job is not None], later, 3)
+
+    assert await store.call(lose) == 2
+    jobs = {j.dedup_key: j for j in await JobQueue(store, handlers, FAST).jobs()}
+    assert (jobs["fresh"].state, jobs["spent"].state) == ("queued", "failed")
+    assert jobs["spent"].error == "its outcome could not be kept: the store failed"
