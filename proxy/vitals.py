@@ -20,6 +20,8 @@ from proxy.core.jsontypes import JSONObject, JSONValue
 
 FAILING_AFTER = 5  # upstream failures in a row before the proxy says it is degraded
 REQUEST_WINDOW = 3600.0  # seconds of chat requests `/health` counts (for `doctor`)
+# Requests are counted by the minute: a busy proxy keeps 60 counts, not every request.
+MINUTE = 60.0
 
 
 @dataclass(slots=True)
@@ -45,22 +47,28 @@ class Vitals:
         self.upstream = UpstreamRecord()
         # Why the store could not be used at all (the proxy then runs without memory).
         self.store_problem: str | None = None
-        self._requests: deque[tuple[float, str]] = deque()  # (when, outcome), the last hour
+        # (minute, outcome -> requests) for the minutes of the last hour that had any.
+        self._minutes: deque[tuple[int, dict[str, int]]] = deque()
 
     def saw(self, outcome: str) -> None:
         """A chat request came in: `identified` as a chat, or `unidentified`."""
-        now = self.clock()
-        self._requests.append((now, outcome))
-        while self._requests and now - self._requests[0][0] > REQUEST_WINDOW:
-            self._requests.popleft()
+        minute = int(self.clock() // MINUTE)
+        minutes = self._minutes
+        if not minutes or minutes[-1][0] != minute:
+            minutes.append((minute, {}))
+            while minutes[0][0] <= minute - REQUEST_WINDOW // MINUTE:
+                minutes.popleft()
+        counts = minutes[-1][1]
+        counts[outcome] = counts.get(outcome, 0) + 1
 
     def recent_requests(self) -> dict[str, int]:
-        """Chat requests of the last hour by outcome."""
-        since = self.clock() - REQUEST_WINDOW
+        """Chat requests of the last hour (to the minute) by outcome."""
+        oldest = int(self.clock() // MINUTE) - REQUEST_WINDOW // MINUTE
         counts = {"identified": 0, "unidentified": 0}
-        for at, outcome in self._requests:
-            if at >= since:
-                counts[outcome] = counts.get(outcome, 0) + 1
+        for minute, seen in self._minutes:
+            if minute > oldest:
+                for outcome, count in seen.items():
+                    counts[outcome] = counts.get(outcome, 0) + count
         return counts
 
     def answered(self, status: int) -> None:

@@ -36,3 +36,16 @@ def test_each_part_names_its_problem() -> None:
     assert broken.to_json()["status"] == "degraded"
     gone = Health("ok", "missing", {}, vitals)
     assert gone.problems == ["SillyTavern's data folder is gone: its chats are not followed"]
+
+
+def test_chat_requests_are_counted_for_the_last_hour_in_at_most_an_hour_of_minutes() -> None:
+    now = [36_000.0]
+    vitals = Vitals(clock=lambda: now[0])
+    for second in range(0, 2 * 3600, 2):  # two hours of a request every 2 s
+        now[0] = 36_000.0 + second
+        vitals.saw("identified" if second % 10 else "unidentified")
+    counts = vitals.recent_requests()
+    assert counts == {"identified": 1440, "unidentified": 360}  # the last 60 minutes
+    assert len(vitals._minutes) <= 61  # not one entry per request
+    now[0] += 3600  # an hour with none
+    assert vitals.recent_requests() == {"identified": 0, "unidentified": 0}
