@@ -355,3 +355,24 @@ async def test_what_is_typed_in_the_filter_while_the_list_reloads_stays(
     await expect(page.locator("#filter")).to_have_value("bea")
     await expect(ava).to_be_hidden()
     assert page.errors == []  # type: ignore[attr-defined]
+
+
+async def test_the_page_says_what_makes_the_proxy_degraded(
+    served: Served, browser: Browser
+) -> None:
+    page = await open_page(browser, served.url + "/recap/")
+    await page.fill("#key-input", KEY)
+    await page.click("#key-form button")
+    await expect(page.locator("#chats tbody tr")).to_have_count(2)
+    banner = page.locator("#health")
+    await expect(banner).to_be_hidden()
+    # ST's data folder moved away (a backup being restored, say): said above the view,
+    # in /health's words, until it is back.
+    away = served.data.with_name("away")
+    served.data.rename(away)
+    gone = "SillyTavern's data folder is gone: its chats are not followed"
+    await expect(banner).to_contain_text(gone, timeout=30_000)
+    await expect(banner).to_contain_text("recap-proxy doctor says what to do.")
+    away.rename(served.data)
+    await expect(banner).to_be_hidden(timeout=30_000)
+    assert page.errors == []  # type: ignore[attr-defined]

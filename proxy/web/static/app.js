@@ -118,6 +118,7 @@ async function listen() {
       if (!response.ok || !response.body) throw new Error(String(response.status));
       live.textContent = "live";
       live.className = "live on";
+      checkHealth(); // (re)connected: the proxy may have restarted, mended or not
       const reader = response.body.pipeThrough(new TextDecoderStream()).getReader();
       let buffer = "";
       for (;;) {
@@ -265,6 +266,23 @@ async function renderQueue() {
       usage.length > 1 ? h("tfoot", {}, h("tr", {}, h("th", {}, "All chats"), h("th", {}, tokens(sum("today"))), h("th", {}, tokens(sum("total"))))) : ""));
 }
 
+// -- the proxy's health: what makes it degraded, said above every view --------------------
+
+const HEALTH_EVERY = 10000; // ms; /health is also what a service manager asks
+
+async function checkHealth() {
+  const banner = document.getElementById("health");
+  try {
+    const response = await fetch("/health", { headers: keyHeaders() });
+    const problems = response.status === 401 ? [] : (await response.json()).problems || [];
+    banner.replaceChildren(...problems.map((text) => h("div", {}, text)),
+      h("div", { class: "muted" }, "recap-proxy doctor says what to do."));
+    banner.hidden = problems.length === 0;
+  } catch (error) {
+    // the proxy itself is away: the live indicator says so
+  }
+}
+
 // -- routing -------------------------------------------------------------------------------
 
 async function route() {
@@ -291,4 +309,6 @@ window.addEventListener("hashchange", () => { state.tab = null; route(); });
 window.addEventListener("DOMContentLoaded", () => {
   route();
   listen();
+  checkHealth();
+  setInterval(checkHealth, HEALTH_EVERY);
 });
