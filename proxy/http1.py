@@ -18,6 +18,7 @@ open at once, and sends requests over them.
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import AsyncIterator
 from typing import Final, Protocol
 
@@ -27,6 +28,20 @@ from proxy.core.headers import Headers
 from proxy.errors import UpstreamError, UpstreamTimeout, UpstreamUnreachable
 
 HIGH_WATER: Final = 256 * 1024  # bytes read ahead of the reader before reading pauses
+_TIMEOUT = re.compile(r"(?i)(?:^|[,;\s])timeout\s*=\s*(\d+)")
+
+
+def kept_for(keep_alive: str) -> float | None:
+    """How long a connection may sit idle before its reuse, from the server's own
+    `Keep-Alive: timeout=N` (llama.cpp's server says 5 s): a second less, or half of it,
+    so that a request is not sent just as the server closes it (a POST that fails so is
+    not sent again). None when the header names no timeout."""
+    found = _TIMEOUT.search(keep_alive)
+    if found is None:
+        return None
+    timeout = float(found.group(1))
+    return max(timeout - 1.0, timeout / 2)
+
 
 Key = tuple[str, str, int]  # scheme, host, port
 
@@ -77,6 +92,7 @@ class Connection(asyncio.Protocol):
         self.head_done = False
         self.complete = False
         self.keep_alive = False
+        self.keep_for: float | None = None  # idle seconds the server allows (`kept_for`)
         self.received = False  # any byte of this exchange's answer
         self.error: UpstreamError | None = None
         self.buffer: list[bytes] = []
@@ -140,6 +156,8 @@ class Connection(asyncio.Protocol):
             self.length = int(text)
         elif lowered == "transfer-encoding" and "chunked" in text.lower():
             self.chunked = True
+        elif lowered == "keep-alive":
+            self.keep_for = kept_for(text)
 
     def on_headers_complete(self) -> None:
         status = self.parser.get_status_code()

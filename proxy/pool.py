@@ -2,10 +2,10 @@
 `proxy.upstream.Upstream`.
 
 At most `limit` connections are open at once; idle ones are reused newest first and
-dropped after `KEEP_IDLE` seconds (before the server's own keep-alive timeout closes them
-under a request). A reused connection that breaks before any byte of the answer is retried
-once on a new one, for idempotent methods only (RFC 9112 §9.3.1): a POST may have reached
-the model.
+dropped after `KEEP_IDLE` seconds, or sooner when the server says its own keep-alive
+timeout (`Keep-Alive: timeout=N`), before it closes them under a request. A reused
+connection that breaks before any byte of the answer is retried once on a new one, for
+idempotent methods only (RFC 9112 §9.3.1): a POST may have reached the model.
 """
 
 from __future__ import annotations
@@ -81,7 +81,8 @@ class Pool:
             idle = self._idle.get(key)
             while idle:
                 conn = idle.pop()
-                if not conn.closed and loop.time() - conn.idle_since < KEEP_IDLE:
+                keep = KEEP_IDLE if conn.keep_for is None else min(KEEP_IDLE, conn.keep_for)
+                if not conn.closed and loop.time() - conn.idle_since < keep:
                     conn.reused = True
                     return conn
                 conn.close()

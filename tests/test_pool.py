@@ -15,6 +15,7 @@ from aiohttp import web
 from yarl import URL
 
 from proxy.errors import UpstreamTimeout, UpstreamUnreachable
+from proxy.http1 import kept_for
 from proxy.pool import KEEP_IDLE, Pool, request_head
 from tests.conftest import Handler
 from tests.test_http1 import ServerFactory, body_of, echo_app, read_request
@@ -38,6 +39,51 @@ async def test_a_connection_is_reused_once_its_answer_was_read(
     again.release(exchange)
     assert len(seen) == 3 and seen[2] is not seen[0]
     pool.close()
+
+
+async def test_a_connection_is_not_reused_past_the_servers_own_keep_alive(
+    raw_server: Callable[[Handler], Awaitable[URL]],
+) -> None:
+    """llama.cpp's server says `Keep-Alive: timeout=5` and closes an idle connection then:
+    one idle that long is not sent a POST as it closes (which could not be sent again)."""
+    accepted: list[int] = []
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        accepted.append(1)
+        with contextlib.suppress(asyncio.IncompleteReadError, ConnectionError):
+            while True:
+                await read_request(reader)
+                writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n"
+                             b"Keep-Alive: timeout=5, max=100\r\n\r\nok")  # fmt: skip
+                await writer.drain()
+        writer.close()
+
+    base = await raw_server(handler)
+    pool = Pool(10, 5, 5)
+    conn, exchange = await pool.request("POST", base, [], b"{}")
+    assert await body_of(conn) == b"ok" and conn.keep_for == 4.0
+    conn.release(exchange)
+    conn.idle_since -= 3.5  # within the server's time: reused
+    again, exchange = await pool.request("POST", base, [], b"{}")
+    assert again is conn and await body_of(again) == b"ok"
+    again.release(exchange)
+    conn.idle_since -= 4.5  # nearly the server's 5 s: a new connection
+    third, exchange = await pool.request("POST", base, [], b"{}")
+    assert third is not conn and conn.closed and await body_of(third) == b"ok"
+    third.release(exchange)
+    assert len(accepted) == 2
+    pool.close()
+
+
+@pytest.mark.parametrize(
+    ("header", "kept"),
+    [("timeout=5, max=100", 4.0), ("max=5, Timeout = 60", 59.0), ("timeout=1", 0.5),
+     ("max=3", None), ("timeouts=9", None), ("", None)],
+)  # fmt: skip
+def test_the_servers_keep_alive_timeout_is_read_with_a_margin(
+    header: str, kept: float | None
+) -> None:
+    assert kept_for(header) == kept
 
 
 async def test_the_request_goes_as_given(raw_server: Callable[[Handler], Awaitable[URL]]) -> None:
