@@ -2,10 +2,11 @@
 `proxy.upstream.Upstream`.
 
 At most `limit` connections are open at once; idle ones are reused newest first and
-dropped after `KEEP_IDLE` seconds, or sooner when the server says its own keep-alive
-timeout (`Keep-Alive: timeout=N`), before it closes them under a request. A reused
-connection that breaks before any byte of the answer is retried once on a new one, for
-idempotent methods only (RFC 9112 §9.3.1): a POST may have reached the model.
+dropped after `KEEP_IDLE` seconds (`KEEP_IDLE_PLAIN` without TLS), or sooner when the
+server says its own keep-alive timeout (`Keep-Alive: timeout=N`), before it closes them
+under a request. A reused connection that breaks before any byte of the answer is retried
+once on a new one, for idempotent methods only (RFC 9112 §9.3.1): a POST may have reached
+the model.
 """
 
 from __future__ import annotations
@@ -21,7 +22,12 @@ from yarl import URL
 from proxy.errors import UpstreamTimeout, UpstreamUnreachable
 from proxy.http1 import Connection, Key
 
-KEEP_IDLE: Final = 15.0  # seconds an idle connection is kept for reuse (aiohttp's default)
+# Seconds an idle connection is kept for reuse: aiohttp's 15 over TLS (a new connection
+# to a remote API costs a handshake); over plain HTTP, a server on this machine or the LAN,
+# less than the 5 s that uvicorn (vLLM, text-generation-webui) and llama.cpp keep it, for
+# a new connection there costs next to nothing.
+KEEP_IDLE: Final = 15.0
+KEEP_IDLE_PLAIN: Final = 4.0
 IDEMPOTENT: Final = frozenset({"GET", "HEAD", "OPTIONS", "TRACE", "PUT", "DELETE"})
 
 
@@ -81,7 +87,9 @@ class Pool:
             idle = self._idle.get(key)
             while idle:
                 conn = idle.pop()
-                keep = KEEP_IDLE if conn.keep_for is None else min(KEEP_IDLE, conn.keep_for)
+                keep = KEEP_IDLE if scheme == "https" else KEEP_IDLE_PLAIN
+                if conn.keep_for is not None:
+                    keep = min(keep, conn.keep_for)
                 if not conn.closed and loop.time() - conn.idle_since < keep:
                     conn.reused = True
                     return conn
