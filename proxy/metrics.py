@@ -177,6 +177,12 @@ class Metrics:
         )
         if store_path is not None:
             self.store_size.set_function(_file_size(store_path))
+        self.store_failing = Gauge(
+            "recap_proxy_store_failing",
+            "1 while the store cannot be written or used (a full disk, a damaged file): chats "
+            "are not mirrored and memory is not kept; /health says why.",
+            registry=registry,
+        )
 
     # -- reported by the chat path (the event loop's thread only) ----------------------------
 
@@ -213,10 +219,13 @@ class Metrics:
 
     # -- read when asked ----------------------------------------------------------------------
 
-    def exposition(self, queue: Mapping[str, int] | None = None) -> bytes:
+    def exposition(
+        self, queue: Mapping[str, int] | None = None, *, store_failing: bool = False
+    ) -> bytes:
         """The text Prometheus reads; `queue`: the jobs by state now, when known."""
         for state, count in (queue or {}).items():
             self.jobs_now.labels(state).set(count)
+        self.store_failing.set(1 if store_failing else 0)
         return bytes(generate_latest(self.registry))
 
 

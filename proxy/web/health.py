@@ -50,7 +50,8 @@ async def metrics(request: web.Request) -> web.Response:
             queue = await asyncio.wait_for(store.call(lambda db: queue_counts(db.db)), STORE_WAIT)
         except Exception:
             queue = None
-    body = request.app[METRICS].exposition(queue)
+    failing = store.failure if store is not None else request.app[VITALS].store_problem
+    body = request.app[METRICS].exposition(queue, store_failing=failing is not None)
     return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
 

@@ -183,6 +183,7 @@ async def test_a_store_that_cannot_be_used_leaves_the_proxy_proxying_and_says_wh
     report = await health.json()
     assert health.status == 503
     assert report["store"] == f"cannot use {tmp_path / 'store.sqlite3'}: file is not a database"
+    assert "\nrecap_proxy_store_failing 1.0\n" in await (await client.get("/metrics")).text()
     assert "proxying without memory until it is mended" in caplog.text
     for path in ("/recap/api/chats", "/recap/api/queue"):  # the page says it too
         listed = await client.get(path)

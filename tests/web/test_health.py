@@ -47,8 +47,10 @@ async def test_ok_then_degraded_by_the_store_then_by_the_watcher(
     # `FAILURE_HOLD_S` after the last failure.
     status, report = await health_of(memory)
     assert status == 503 and "readonly" in report["store"]
+    assert "\nrecap_proxy_store_failing 1.0\n" in await (await memory.client.get("/metrics")).text()
     monkeypatch.setattr("proxy.store.FAILURE_HOLD_S", 0.0)
     assert (await health_of(memory))[0] == 200
+    assert "\nrecap_proxy_store_failing 0.0\n" in await (await memory.client.get("/metrics")).text()
 
     # The watch on ST's folder ended.
     watcher = memory.app[WATCHER]
