@@ -100,6 +100,14 @@ async def open_page(browser: Browser, url: str) -> Page:
     return page
 
 
+async def open_dashboard(browser: Browser, served: Served) -> Page:
+    """The dashboard, given the access key it asks for once per browser session."""
+    page = await open_page(browser, served.url + "/recap/")
+    await page.fill("#key-input", KEY)
+    await page.click("#key-form button")
+    return page
+
+
 async def screenshot(page: Page, name: str, tmp_path: Path) -> None:
     folder = Path(os.environ.get("RECAP_SCREENSHOTS") or tmp_path).resolve()
     folder.mkdir(parents=True, exist_ok=True)
@@ -119,10 +127,7 @@ async def chat_request(served: Served) -> None:
 async def test_a_person_follows_and_fixes_the_memory(
     served: Served, browser: Browser, tmp_path: Path
 ) -> None:
-    page = await open_page(browser, served.url + "/recap/")
-    # The access key is asked once per browser session.
-    await page.fill("#key-input", KEY)
-    await page.click("#key-form button")
+    page = await open_dashboard(browser, served)  # the access key is asked once
     # Which of ST's folders the chats are from, beside their count.
     await expect(page.locator("#chat-count")).to_have_text(f"2 chats in {served.data}")
     await page.fill("#filter", "ava")
@@ -255,9 +260,7 @@ async def test_a_person_follows_and_fixes_the_memory(
 async def test_backfill_says_what_holds_it_up(served: Served, browser: Browser) -> None:
     # Three failures in a row (retried after 1, 2, 4 s): the states below hold long enough.
     served.fake.state.faults["detect_scene_break"] = ["status=503"] * 3
-    page = await open_page(browser, served.url + "/recap/")
-    await page.fill("#key-input", KEY)
-    await page.click("#key-form button")
+    page = await open_dashboard(browser, served)
     await page.fill("#filter", "bea")
     await page.locator("#chats tbody tr:visible a").click()
     await page.click("#backfill")
@@ -299,9 +302,7 @@ async def test_backfill_says_what_holds_it_up(served: Served, browser: Browser) 
 async def test_a_long_chat_renders_only_what_is_in_view(served: Served, browser: Browser) -> None:
     long = Story(served.data, set(), char="Cyd")
     long.grow(5000)
-    page = await open_page(browser, served.url + "/recap/")
-    await page.fill("#key-input", KEY)
-    await page.click("#key-form button")
+    page = await open_dashboard(browser, served)
     await page.fill("#filter", "cyd")
     await expect(page.locator("#chats tbody tr:visible")).to_have_count(1)
     await page.locator("#chats tbody tr:visible a").click()
@@ -318,9 +319,7 @@ async def test_a_long_chat_renders_only_what_is_in_view(served: Served, browser:
 async def test_what_is_typed_in_the_filter_while_the_list_reloads_stays(
     served: Served, browser: Browser
 ) -> None:
-    page = await open_page(browser, served.url + "/recap/")
-    await page.fill("#key-input", KEY)
-    await page.click("#key-form button")
+    page = await open_dashboard(browser, served)
     ava = page.locator("#chats tbody tr", has_text="Ava")
     await expect(page.locator("#chats tbody tr")).to_have_count(2)
     # The list's next load is held until the user has typed.
@@ -360,9 +359,7 @@ async def test_what_is_typed_in_the_filter_while_the_list_reloads_stays(
 async def test_the_page_says_what_makes_the_proxy_degraded(
     served: Served, browser: Browser
 ) -> None:
-    page = await open_page(browser, served.url + "/recap/")
-    await page.fill("#key-input", KEY)
-    await page.click("#key-form button")
+    page = await open_dashboard(browser, served)
     await expect(page.locator("#chats tbody tr")).to_have_count(2)
     banner = page.locator("#health")
     await expect(banner).to_be_hidden()
