@@ -199,19 +199,18 @@ async def memory_llm_check(http: aiohttp.ClientSession, settings: Settings) -> C
 
 # What to do about the running proxy's store failing, by the words of SQLite's error.
 STORE_FIXES = (
-    ("full", "free space on the disk that holds it (or set [store] path on another disk and "
-     "restart): the proxy writes again by itself and catches up with ST's chats"),
-    ("readonly", "make the file and its folder writable for the user the proxy runs as"),
-    ("read-only", "make the file and its folder writable for the user the proxy runs as"),
-    ("cannot be written", "make the file and its folder writable for the user the proxy runs "
-     "as"),
-    ("locked", "another program holds the store (a second recap-proxy on the same file?): "
+    (("full",), "free space on the disk that holds it (or set [store] path on another disk "
+     "and restart): the proxy writes again by itself and catches up with ST's chats"),
+    (("readonly", "read-only", "cannot be written"), "make the file and its folder writable "
+     "for the user the proxy runs as"),
+    (("locked",), "another program holds the store (a second recap-proxy on the same file?): "
      "stop it"),
-    ("malformed", "the file is damaged: stop serve, move it aside and start again (chats are "
-     "read anew; their memory is written again by the LLM)"),
-    ("not a database", "the file is not a store: stop serve, move it aside and start again"),
-    ("newer", "upgrade recap-proxy: a newer one wrote this store"),
-    ("no answer", "the store is busy with a long piece of work: ask again in a moment"),
+    (("malformed",), "the file is damaged: stop serve, move it aside and start again (chats "
+     "are read anew; their memory is written again by the LLM)"),
+    (("not a database",), "the file is not a store: stop serve, move it aside and start "
+     "again"),
+    (("newer",), "upgrade recap-proxy: a newer one wrote this store"),
+    (("no answer",), "the store is busy with a long piece of work: ask again in a moment"),
 )  # fmt: skip
 
 
@@ -221,7 +220,10 @@ def running_checks(running: dict[str, Any]) -> list[Check]:
     store = running.get("store")
     if isinstance(store, str) and store not in ("ok", "none"):
         reason = store.split(": ", 1)[-1]  # past "cannot write <path>": not the path's words
-        fix = next((f for word, f in STORE_FIXES if word in reason), "see the proxy's log")
+        fix = next(
+            (fix for words, fix in STORE_FIXES if any(w in reason for w in words)),
+            "see the proxy's log",
+        )
         checks.append(Check("running store", False, store, fix))
     watcher = running.get("watcher")
     if watcher == "missing":
