@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from proxy.store.database import MIRRORED_FOLDER, Clock, Database, file_error
 from proxy.store.records import ChatRecord, MessageRecord
@@ -176,12 +176,7 @@ def unusable(path: Path) -> str | None:
     if not os.access(path.parent, os.W_OK):  # SQLite writes its journal beside it
         return f"its folder {path.parent} cannot be written"
     try:
-        db = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, timeout=2)
-        try:
-            db.execute("SELECT count(*) FROM sqlite_master").fetchone()
-            version = int(db.execute("PRAGMA user_version").fetchone()[0])
-        finally:
-            db.close()
+        _, (version,) = _peek(path, "SELECT count(*) FROM sqlite_master", "PRAGMA user_version")
     except sqlite3.Error as exc:
         if str(getattr(exc, "sqlite_errorname", "")).startswith(("SQLITE_BUSY", "SQLITE_LOCKED")):
             return None  # in use by another recap-proxy: its lock says so
@@ -201,11 +196,17 @@ def mirrored_folder_of(path: Path) -> str | None:
     if not path.is_file():
         return None
     try:
-        db = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, timeout=2)
-        try:
-            row = db.execute(MIRRORED_FOLDER).fetchone()
-        finally:
-            db.close()
+        (row,) = _peek(path, MIRRORED_FOLDER)
     except sqlite3.Error:  # unreadable, or made before the table was: the store says so
         return None
     return str(row[0]) if row else None
+
+
+def _peek(path: Path, *queries: str) -> list[Any]:
+    """The first row of each query (None where there is none), on a read-only connection
+    of their own: no migration, no store thread."""
+    db = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, timeout=2)
+    try:
+        return [db.execute(query).fetchone() for query in queries]
+    finally:
+        db.close()
