@@ -6,17 +6,31 @@ chats share a prefix. Messages are paired by position while their texts agree; t
 parent's scene breaks, current scene recaps, message recaps, exclusions and the running
 recap versions that only cover paired scenes are copied onto the branch's own messages.
 Nothing is shared afterwards: the two chats' memories never leak into each other.
+
+A scene recap the LLM made keeps saying what it was made from, translated to the branch's
+messages, so that the branch makes it again once it changes the scene (an edit, a break
+set inside it), as the parent would; one that was out of date in the parent is made
+again at once. A recap the user wrote carries no such record: it stays theirs.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 from proxy.sillytavern.chatfile import text_hash
 from proxy.store import Database
 from proxy.store.records import ChatRecord
 
 log = logging.getLogger(__name__)
+
+# What a scene recap was made from (`SceneRecapHandler.input_hash`): the hash of the
+# scene's messages, of the chat given, by the scene's last message; None when it has none.
+SceneInput = Callable[[Database, str, int], str | None]
+# Stands for "made from what the parent's scene was once": never a scene's current hash.
+OUT_OF_DATE = "out of date in the parent"
+# Recap sources the LLM wrote (an inherited one says so by its `input_hash`).
+FROM_LLM = frozenset({"llm", "inherited"})
 
 
 def parent_of(db: Database, chat: ChatRecord) -> ChatRecord | None:
@@ -31,7 +45,13 @@ def parent_of(db: Database, chat: ChatRecord) -> ChatRecord | None:
     return None
 
 
-def inherit(db: Database, chat: ChatRecord, now: float) -> int:
+def made_from(db: Database, scene_uid: int, version: int, source: str) -> str | None:
+    """What an LLM's recap version of a scene was made from; None for one the user wrote
+    (an edit, or an inherited edit)."""
+    return db.memory.scene_recap_input(scene_uid, version) if source in FROM_LLM else None
+
+
+def inherit(db: Database, chat: ChatRecord, now: float, scene_input: SceneInput) -> int:
     """Copy the parent's memory for the shared prefix; returns the messages paired."""
     memory = db.memory
     parent = parent_of(db, chat)
@@ -55,11 +75,17 @@ def inherit(db: Database, chat: ChatRecord, now: float) -> int:
             memory.set_break(chat.id, uid, "inherited", now, scene.rationale)
             memory.update_break(uid, visible=int(scene.visible), name=scene.name)
             recap = memory.current_scene_recap(scene)
-            if recap is not None:
-                memory.add_scene_recap(
-                    chat.id, uid, recap.recap, now, scene_name=recap.scene_name,
-                    source="inherited",
-                )  # fmt: skip
+            if recap is None:
+                continue
+            theirs_from = made_from(db, scene.uid, recap.version, recap.source)
+            mine_from = None
+            if theirs_from is not None:
+                fresh = theirs_from == scene_input(db, parent.id, scene.uid)
+                mine_from = scene_input(db, chat.id, uid) if fresh else OUT_OF_DATE
+            memory.add_scene_recap(
+                chat.id, uid, recap.recap, now, scene_name=recap.scene_name,
+                source="inherited", input_hash=mine_from,
+            )  # fmt: skip
         for version in memory.running_recaps(parent.id):
             if version.new_scene_uid not in paired:
                 continue

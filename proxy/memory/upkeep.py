@@ -18,7 +18,7 @@ from typing import NamedTuple
 
 from proxy.core.plan import InjectionPolicy, chat_enabled
 from proxy.core.trim import Cut
-from proxy.memory.branches import inherit
+from proxy.memory.branches import inherit, made_from
 from proxy.memory.folding import RunningPlanner
 from proxy.memory.handling import OperationHandler
 from proxy.memory.importing import import_chat
@@ -97,7 +97,8 @@ class Upkeep:
             self.views.pop(chat_id, None)
             return Planned(0)
         if chat.main_chat and not state.inherited:
-            inherit(db, chat, self.clock())
+            inherit(db, chat, self.clock(), self._scene_input)
+            since = 0  # all of it is new here: an inherited recap out of date is seen now
         if self.settings.import_extensions:
             try:
                 import_chat(db, chat, self.clock())
@@ -119,7 +120,7 @@ class Upkeep:
         for scene in breaks:
             if scene.current is None or (since is not None and scene.position >= since):
                 payload: Payload = {"break": scene.uid}
-                if scene.current is None or self._scene_changed(db, chat_id, scene.uid, payload):
+                if scene.current is None or self._scene_changed(db, chat_id, scene.uid):
                     key = job_key(Operation.SCENE_RECAP, chat_id, scene.uid)
                     jobs.append((Operation.SCENE_RECAP, key, payload))
         # The running recap: condense it when over budget, else fold in the next scene.
@@ -181,13 +182,18 @@ class Upkeep:
         now = self.clock()
         return write_job(db, job, now, failed_since=now - self.cool_down)
 
-    def _scene_changed(self, db: Database, chat_id: str, uid: int, payload: Payload) -> bool:
+    def _scene_input(self, db: Database, chat_id: str, uid: int) -> str | None:
+        return self.handlers[Operation.SCENE_RECAP].input_hash(db, chat_id, {"break": uid})
+
+    def _scene_changed(self, db: Database, chat_id: str, uid: int) -> bool:
+        """Whether the scene's newest recap is the LLM's, made from other messages than the
+        scene's now (the user's own recap is theirs to regenerate)."""
         recaps = db.memory.scene_recaps(uid)
-        if not recaps or recaps[-1].source != "llm":
-            return False  # the user's own recap is theirs to regenerate
-        made_from = db.memory.scene_recap_input(uid, recaps[-1].version)
-        current = self.handlers[Operation.SCENE_RECAP].input_hash(db, chat_id, payload)
-        return made_from is not None and made_from != current
+        if not recaps:
+            return False
+        newest = recaps[-1]
+        was = made_from(db, uid, newest.version, newest.source)
+        return was is not None and was != self._scene_input(db, chat_id, uid)
 
     def view(self, db: Database, chat_id: str, since: int | None = None) -> MemoryView:
         return build_view(db, self.view_inputs, chat_id, self.views.get(chat_id), since)

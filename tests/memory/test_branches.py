@@ -3,14 +3,66 @@
 from __future__ import annotations
 
 import json
-from urllib.parse import quote
+from typing import Any
+from urllib.parse import quote, unquote
 
+from proxy.store import Database
 from tests.memory.story import CHAR, CHAT_ID
-from tests.memory_env import MemoryFactory
+from tests.memory_env import Memory, MemoryFactory
 from tests.st_data import save_like_st
 
 BRANCH_NAME = f"Branch #1 - {CHAR} - 2026-11-22@11h00m00s"
 BRANCH_ID = f"default-user/chats/{CHAR}/{BRANCH_NAME}"
+BRANCH_API = f"/recap/api/chats/{quote(BRANCH_ID, safe='')}"
+
+
+def save_branch(memory: Memory, rows: list[dict[str, Any]]) -> None:
+    """The branch's file, as ST writes it: `rows`, the parent's messages up to the point."""
+    header = {
+        "user_name": "Tom",
+        "character_name": CHAR,
+        "chat_metadata": {"integrity": "branch-1", "main_chat": f"{CHAR} - 2026-11-22@10h00m00s"},
+    }
+    path = memory.story.path.with_name(f"{BRANCH_NAME}.jsonl")
+    save_like_st(path, "\n".join(json.dumps(r) for r in [header, *rows]).encode() + b"\n")
+
+
+def request(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """ST's request for the next reply in a chat of `rows` (ending with the user's)."""
+    history = [{"role": "user" if m["is_user"] else "assistant", "content": m["mes"]} for m in rows]
+    start = {"role": "system", "content": "[Start a new Chat]"}
+    return {"model": "fake-model", "messages": [start, *history]}
+
+
+async def branched(memory: Memory, upto: int) -> list[dict[str, Any]]:
+    """ST's "branch from here" on the user's message `upto` of a story whose memory is
+    built, and the branch's first request; settled. Returns the branch's messages."""
+    rows: list[dict[str, Any]] = json.loads(json.dumps(memory.story.messages[: upto + 1]))
+    save_branch(memory, rows)
+    await memory.until(lambda db: db.chat(BRANCH_ID) is not None)
+    response = await memory.client.post("/v1/chat/completions", json=request(rows))
+    assert response.status == 200
+    assert unquote(response.headers["X-Recap-Chat"]) == BRANCH_ID
+    await memory.engine.settle()
+    return rows
+
+
+def recap_count(db: Database, chat_id: str) -> int:
+    """How many recap versions the chat's first scene has."""
+    return len(db.memory.scene_recaps(db.memory.breaks(chat_id)[0].uid))
+
+
+async def scene_recaps(memory: Memory, chat_id: str) -> dict[int, list[tuple[str, str]]]:
+    """Each visible scene's recap versions, (source, recap), by the scene's last message."""
+
+    def read(db: Database) -> dict[int, list[tuple[str, str]]]:
+        return {
+            b.position: [(r.source, r.recap) for r in db.memory.scene_recaps(b.uid)]
+            for b in db.memory.breaks(chat_id)
+            if b.visible
+        }
+
+    return await memory.run(read)
 
 
 async def test_branch_inherits_then_diverges(memory_proxy: MemoryFactory) -> None:
@@ -51,3 +103,72 @@ async def test_branch_inherits_then_diverges(memory_proxy: MemoryFactory) -> Non
     assert "inherited" not in {
         b.source for b in await memory.run(lambda db: db.memory.breaks(CHAT_ID))
     }
+
+
+async def test_an_inherited_recap_is_made_again_when_the_branch_changes_its_scene(
+    memory_proxy: MemoryFactory,
+) -> None:
+    """The parent's recap stands for the scene's messages as they were: once the branch
+    edits one of them (or splits the scene), its recap is made again from the branch's."""
+    memory = await memory_proxy(16, ends={8}, **{"memory.message_recaps": False})
+    await memory.client.post("/v1/chat/completions", json=memory.story.request())
+    await memory.until(lambda db: db.memory.running_recaps(CHAT_ID))
+    rows = await branched(memory, 11)
+    assert [s for s, _ in (await scene_recaps(memory, BRANCH_ID))[8]] == ["inherited"]
+
+    # Unchanged, it stays as it came; a message of its scene edited in the branch, it goes.
+    save_branch(memory, rows)
+    await memory.engine.settle()
+    assert [s for s, _ in (await scene_recaps(memory, BRANCH_ID))[8]] == ["inherited"]
+    rows[3]["mes"] = rows[3]["swipes"][0] = "Tom asks about the hidden ford, then waits."
+    save_branch(memory, rows)
+    await memory.until(lambda db: recap_count(db, BRANCH_ID) == 2)
+    recaps = (await scene_recaps(memory, BRANCH_ID))[8]
+    assert recaps[-1][0] == "llm" and recaps[-1][1].startswith("9 messages")
+    assert [s for s, _ in (await scene_recaps(memory, CHAT_ID))[8]] == ["llm"]  # the parent's
+
+    # A break set in the branch splits the scene: both parts get their own recap.
+    response = await memory.client.put(f"{BRANCH_API}/messages/4/scene_break", json={})
+    assert response.status == 200
+    await memory.until(lambda db: len(db.memory.breaks(BRANCH_ID)) == 2)
+    await memory.engine.settle()
+    after = await scene_recaps(memory, BRANCH_ID)
+    assert after[4][-1][1].startswith("5 messages") and after[8][-1][1].startswith("4 messages")
+
+
+async def test_a_recap_you_wrote_stays_yours_in_the_branch(memory_proxy: MemoryFactory) -> None:
+    memory = await memory_proxy(16, ends={8}, **{"memory.message_recaps": False})
+    await memory.client.post("/v1/chat/completions", json=memory.story.request())
+    await memory.until(lambda db: db.memory.running_recaps(CHAT_ID))
+    parent_api = f"/recap/api/chats/{quote(CHAT_ID, safe='')}"
+    response = await memory.client.post(f"{parent_api}/scenes/8/recaps", json={"recap": "Mine."})
+    assert response.status == 200
+    rows = await branched(memory, 11)
+
+    rows[3]["mes"] = rows[3]["swipes"][0] = "Tom asks about the hidden ford, then waits."
+    save_branch(memory, rows)
+    await memory.until(lambda db: db.chat(BRANCH_ID).messages == 12)  # type: ignore[union-attr]
+    await memory.engine.settle()
+    assert (await scene_recaps(memory, BRANCH_ID))[8] == [("inherited", "Mine.")]
+
+
+async def test_a_recap_out_of_date_in_the_parent_is_made_again_for_the_branch(
+    memory_proxy: MemoryFactory,
+) -> None:
+    memory = await memory_proxy(16, ends={8}, **{"memory.message_recaps": False})
+    await memory.client.post("/v1/chat/completions", json=memory.story.request())
+    await memory.until(lambda db: db.memory.running_recaps(CHAT_ID))
+    # The parent's scene changed, and the branch is made before the parent's recap is
+    # made again (its memory is off meanwhile).
+    parent_api = f"/recap/api/chats/{quote(CHAT_ID, safe='')}"
+    response = await memory.client.put(f"{parent_api}/memory", json={"enabled": False})
+    assert response.status == 200
+    memory.story.messages[3]["mes"] = "Tom asks about the hidden ford, then waits."
+    memory.story.messages[3]["swipes"] = [memory.story.messages[3]["mes"]]
+    memory.story.save()
+    await memory.until(lambda db: "hidden ford" in db.memory.messages_from(CHAT_ID)[3].message.mes)
+    assert [s for s, _ in (await scene_recaps(memory, CHAT_ID))[8]] == ["llm"]
+
+    await branched(memory, 11)
+    await memory.until(lambda db: recap_count(db, BRANCH_ID) == 2)
+    assert (await scene_recaps(memory, BRANCH_ID))[8][-1][0] == "llm"
