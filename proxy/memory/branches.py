@@ -7,10 +7,12 @@ parent's scene breaks, current scene recaps, message recaps, exclusions and the 
 recap versions that only cover paired scenes are copied onto the branch's own messages.
 Nothing is shared afterwards: the two chats' memories never leak into each other.
 
-A scene recap the LLM made keeps saying what it was made from, translated to the branch's
-messages, so that the branch makes it again once it changes the scene (an edit, a break
-set inside it), as the parent would; one that was out of date in the parent is made
-again at once. A recap the user wrote carries no such record: it stays theirs.
+What the user wrote stays theirs in the branch: a scene recap or running recap version
+they wrote is copied as theirs (`edit`), never made again for them, as in the parent; the
+LLM's work is copied as `inherited`. A scene recap the LLM made keeps saying what it was
+made from, translated to the branch's messages, so that the branch makes it again once it
+changes the scene (an edit, a break set inside it), as the parent would; one that was out
+of date in the parent is made again at once.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
+from proxy.memory.running import YOURS
 from proxy.sillytavern.chatfile import text_hash
 from proxy.store import Database
 from proxy.store.records import ChatRecord
@@ -29,7 +32,7 @@ log = logging.getLogger(__name__)
 SceneInput = Callable[[Database, str, int], str | None]
 # Stands for "made from what the parent's scene was once": never a scene's current hash.
 OUT_OF_DATE = "out of date in the parent"
-# Recap sources the LLM wrote (an inherited one says so by its `input_hash`).
+# Recap sources the LLM wrote, here or in a parent.
 FROM_LLM = frozenset({"llm", "inherited"})
 
 
@@ -46,9 +49,14 @@ def parent_of(db: Database, chat: ChatRecord) -> ChatRecord | None:
 
 
 def made_from(db: Database, scene_uid: int, version: int, source: str) -> str | None:
-    """What an LLM's recap version of a scene was made from; None for one the user wrote
-    (an edit, or an inherited edit)."""
+    """What an LLM's recap version of a scene was made from; None for one the user wrote,
+    or one whose making is not known (imported from an extension)."""
     return db.memory.scene_recap_input(scene_uid, version) if source in FROM_LLM else None
+
+
+def _copied(source: str) -> str:
+    """A recap's source in the branch: the user's own stays theirs."""
+    return source if source in YOURS else "inherited"
 
 
 def inherit(db: Database, chat: ChatRecord, now: float, scene_input: SceneInput) -> int:
@@ -84,7 +92,7 @@ def inherit(db: Database, chat: ChatRecord, now: float, scene_input: SceneInput)
                 mine_from = scene_input(db, chat.id, uid) if fresh else OUT_OF_DATE
             memory.add_scene_recap(
                 chat.id, uid, recap.recap, now, scene_name=recap.scene_name,
-                source="inherited", input_hash=mine_from,
+                source=_copied(recap.source), input_hash=mine_from,
             )  # fmt: skip
         for version in memory.running_recaps(parent.id):
             if version.new_scene_uid not in paired:
@@ -96,7 +104,7 @@ def inherit(db: Database, chat: ChatRecord, now: float, scene_input: SceneInput)
                 scene_count=version.scene_count,
                 prev_scene_uid=paired.get(version.prev_scene_uid or -1),
                 new_scene_uid=paired[version.new_scene_uid],
-                source="inherited",
+                source=_copied(version.source),
             )
         for (uid, swipe), done in memory.message_recaps(parent.id).items():
             if uid in paired:

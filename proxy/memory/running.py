@@ -15,9 +15,10 @@ from proxy.store.records import RunningRecap
 
 log = logging.getLogger(__name__)
 
-# The sources of versions the user wrote (through the page, the API or the CLI): those
-# never go to make room for a fold done again. The LLM's work, the proxy's or an
-# extension's (imported, inherited from a branch's parent), can be done again.
+# The sources of versions the user wrote (through the page, the API or the CLI; in a
+# branch, also those written in its parent): those never go to make room for a fold done
+# again. The LLM's work, the proxy's or an extension's (imported, inherited from a
+# branch's parent), can be done again.
 YOURS = frozenset({"edit"})
 
 

@@ -149,7 +149,28 @@ async def test_a_recap_you_wrote_stays_yours_in_the_branch(memory_proxy: MemoryF
     save_branch(memory, rows)
     await memory.until(lambda db: db.chat(BRANCH_ID).messages == 12)  # type: ignore[union-attr]
     await memory.engine.settle()
-    assert (await scene_recaps(memory, BRANCH_ID))[8] == [("inherited", "Mine.")]
+    assert (await scene_recaps(memory, BRANCH_ID))[8] == [("edit", "Mine.")]
+
+
+async def test_a_running_recap_you_wrote_stays_yours_in_the_branch(
+    memory_proxy: MemoryFactory,
+) -> None:
+    memory = await memory_proxy(16, ends={8}, **{"memory.message_recaps": False})
+    await memory.client.post("/v1/chat/completions", json=memory.story.request())
+    await memory.until(lambda db: db.memory.running_recaps(CHAT_ID))
+    parent_api = f"/recap/api/chats/{quote(CHAT_ID, safe='')}"
+    response = await memory.client.post(f"{parent_api}/running", json={"content": "My story."})
+    assert response.status == 200
+    rows = await branched(memory, 11)
+
+    # The model's scene recap is made again for the edit; the version you wrote stands.
+    rows[3]["mes"] = rows[3]["swipes"][0] = "Tom asks about the hidden ford, then waits."
+    save_branch(memory, rows)
+    await memory.until(lambda db: recap_count(db, BRANCH_ID) == 2)
+    versions = await memory.run(lambda db: db.memory.running_recaps(BRANCH_ID))
+    assert ("edit", "My story.") in [(v.source, v.content) for v in versions]
+    overview = await (await memory.client.get(f"{BRANCH_API}/memory")).json()
+    assert overview["running_recap"]["content"] == "My story."
 
 
 async def test_a_recap_out_of_date_in_the_parent_is_made_again_for_the_branch(
