@@ -201,9 +201,31 @@ def _best_fit(
         matched, used, at = _align(history, fps, tail, len(tail) - 2)
         kind: Generation = "continue" if _prefilled(trailing, last) else "swipe"
         fits.append(_Fit(kind, matched, used, last.position, at))
+    if len(tail) >= 3 and not last.is_user and not tail[-2].is_user:
+        fit = _swipe_after_reply(messages, history, fps, trailing, tail)
+        if fit is not None:
+            fits.append(fit)
     if len(fits) < 2:
         return fits[0] if fits else None
     return max(fits, key=lambda fit: fit.matched)
+
+
+def _swipe_after_reply(
+    messages: Sequence[ChatMessage],
+    history: list[int],
+    fps: dict[int, int],
+    trailing: Sequence[ChatMessage],
+    tail: Sequence[IndexedMessage],
+) -> _Fit | None:
+    """A swipe of the file's last reply when the message before it is a reply too: the
+    request ends with that one, where a prefill would be (`find_history` took it for one)."""
+    if not trailing or trailing[-1].role != "assistant":
+        return None
+    if message_fingerprint(trailing[-1].text) not in tail[-2].fps:
+        return None
+    matched, used, at = _align(history, fps, tail, len(tail) - 3)
+    final = len(messages) - 1  # the trailing message is the request's last
+    return _Fit("swipe", matched + 1, (*used, final), tail[-1].position, (*at, tail[-2].position))
 
 
 def _align(

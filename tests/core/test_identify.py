@@ -143,6 +143,27 @@ def test_continue_with_a_partial_prefill() -> None:
     assert (found.generation, found.target_message) == ("continue", 1)
 
 
+def test_a_swipe_of_a_reply_that_follows_another_reply() -> None:
+    """Two replies in a row (a user message deleted between them, a reply sent as the
+    character): a swipe of the second sends the first last, where a prefill would be."""
+    index = ChatIndex()
+    turns = [
+        (True, "Alex", "Tell me a story."),
+        (False, "Seraphina", "Once upon a time, in Eldoria."),
+        (False, "Seraphina", "The river spirits woke."),
+    ]
+    index.put(entry("u/chats/S/c", 1.0, turns))
+    messages = request(("user", "Tell me a story."), ("assistant", "Once upon a time, in Eldoria."))
+    found = run(index, messages)
+    assert found is not None
+    assert (found.chat_id, found.generation, found.target_message) == ("u/chats/S/c", "swipe", 2)
+    assert (found.history, found.positions, found.confidence) == ((2, 3), (0, 1), 1.0)
+    # A continue of the second with its start as the prefill is still a continue.
+    prefilled = [*messages, ChatMessage("assistant", "The river")]
+    found = run(index, prefilled)
+    assert found is not None and (found.generation, found.target_message) == ("continue", 2)
+
+
 def test_st_metadata_block() -> None:
     block = '<ST_METADATA>\n{"version": "1.0", "chat": "Seraphina - 2026", "operation": "chat-4"}'
     messages = [
