@@ -28,11 +28,12 @@ from proxy.events import EventBus
 from proxy.library import ChatLibrary, Refreshed
 from proxy.memory.handlers import handlers
 from proxy.memory.handling import HandlerContext, LoreSource
-from proxy.memory.jobs import STORE_RETRY_S, JobQueue
+from proxy.memory.jobs import JobQueue
 from proxy.memory.llm import LLMClient
 from proxy.memory.operations import Operation
 from proxy.memory.prompts import Prompts
 from proxy.memory.recall import rank_ahead
+from proxy.memory.retries import Retries
 from proxy.memory.settings import MemorySettings
 from proxy.memory.upkeep import Upkeep
 from proxy.memory.views import (
@@ -106,8 +107,7 @@ class MemoryEngine:
         # The chat path reads the views and writes where ST cut (the same dicts as upkeep's).
         self.views = self.upkeep.views
         self.cuts = self.upkeep.cuts
-        self._retry_timers: dict[str, asyncio.TimerHandle] = {}
-        self._stalled: set[str] = set()  # chats whose start or plan the store failed
+        self._retries = Retries()
         self.active: set[str] = set()
         # chat -> (earliest changed position, whether messages were deleted)
         self._pending: dict[str, tuple[int | None, bool]] = {}
@@ -149,9 +149,7 @@ class MemoryEngine:
     async def __aexit__(self, *exc: object) -> None:
         if self.on_refresh in self.library.listeners:
             self.library.listeners.remove(self.on_refresh)
-        for timer in self._retry_timers.values():
-            timer.cancel()
-        self._retry_timers.clear()
+        self._retries.cancel()
         await self._tasks.cancel()
         await self.queue.__aexit__(*exc)
 
@@ -159,10 +157,8 @@ class MemoryEngine:
 
     def on_refresh(self, result: Refreshed) -> None:
         """Library listener: a chat file was re-read."""
-        if result.renamed_from and result.renamed_from in self.active:
-            self.active.discard(result.renamed_from)
-            self.active.add(result.chat_id)
-            self.views.pop(result.renamed_from, None)
+        if result.renamed_from:
+            self._renamed(result.renamed_from, result.chat_id)
         if result.entry is None:
             self.active.discard(result.chat_id)
             self.views.pop(result.chat_id, None)
@@ -180,6 +176,27 @@ class MemoryEngine:
             self.foresee(result.chat_id)
         elif result.chat_id in self.active and result.saved:
             self.schedule(result.chat_id)  # a save without message changes: metadata
+
+    def _renamed(self, old: str, new: str) -> None:
+        # What is kept of the chat in memory follows it (its memory and jobs follow in the
+        # store): its key and model above all, without which its upkeep would wait for its
+        # next request. Whether it was active is the store's to say: the watcher may have
+        # told of the old file's deletion first, which made it inactive here.
+        self.active.discard(old)
+        self.views.pop(old, None)
+        cut = self.cuts.pop(old, None)
+        if cut is not None:
+            self.cuts.setdefault(new, cut)
+        model = self.llm.renamed(old, new)
+        self._tasks.spawn(self._resume(new, model), f"resume {new}")
+
+    async def _resume(self, chat_id: str, model: bool) -> None:
+        state = await self.store.call(lambda db: db.memory.state(chat_id))
+        if state is not None and state.active:
+            self.active.add(chat_id)
+            self.schedule(chat_id, 0)  # changes seen before now were not planned
+        if model:
+            await self.queue.hurry(chat_id)
 
     def foresee(self, chat_id: str) -> None:
         """ST saved new messages of the chat: its scenes ranked ahead of its request."""
@@ -246,7 +263,8 @@ class MemoryEngine:
             if not file_error(exc):
                 log.exception("starting the memory of %s failed", chat_id)
                 return
-            self._store_failed(chat_id, "starting", exc, partial(self._reactivate, chat_id))
+            again = partial(self._reactivate, chat_id)
+            self._retries.store_failed(chat_id, "starting", exc, again)
 
     def _reactivate(self, chat_id: str) -> None:
         if chat_id not in self.active:  # a request may have started it meanwhile
@@ -296,9 +314,9 @@ class MemoryEngine:
                 log.exception("planning the memory of %s failed", chat_id)
                 return 0
             again = partial(self.schedule, chat_id, since, rescan=rescan)
-            self._store_failed(chat_id, "planning", exc, again)
+            self._retries.store_failed(chat_id, "planning", exc, again)
             return 0
-        self._stalled.discard(chat_id)
+        self._retries.worked(chat_id)
         if planned.queued:
             self.queue.wake()
             if self.events is not None:
@@ -311,30 +329,7 @@ class MemoryEngine:
         """Plan the chat again when its oldest failure has cooled down: the failed job is
         made again then, without the user having to notice it (one timer per chat)."""
         delay = max(0.0, failed_at + self.upkeep.cool_down - self.clock()) + 0.01
-        self._later(chat_id, delay, partial(self.schedule, chat_id))
-
-    def _store_failed(
-        self, chat_id: str, doing: str, exc: Exception, again: Callable[[], None]
-    ) -> None:
-        """The store failed (a full disk) what was `doing` for the chat: `again` in a
-        while, with no request needed; said once until it works."""
-        if chat_id not in self._stalled:
-            log.warning("%s the memory of %s failed (%s); trying again every %.0f s",
-                        doing, chat_id, exc, STORE_RETRY_S)  # fmt: skip
-        self._stalled.add(chat_id)
-        self._later(chat_id, STORE_RETRY_S, again)
-
-    def _later(self, chat_id: str, delay: float, then: Callable[[], None]) -> None:
-        """`then()` in `delay` seconds, for a chat's retry (one timer per chat: a retry
-        asked for while one waits joins it)."""
-        if chat_id in self._retry_timers:
-            return
-
-        def fire() -> None:
-            self._retry_timers.pop(chat_id, None)
-            then()
-
-        self._retry_timers[chat_id] = asyncio.get_running_loop().call_later(delay, fire)
+        self._retries.later(chat_id, delay, partial(self.schedule, chat_id))
 
     async def settle(self) -> None:
         """Wait until planning and the queue have nothing left to do (tests, `backfill`)."""

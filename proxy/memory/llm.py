@@ -98,6 +98,16 @@ class LLMClient:
         )
         return new
 
+    def renamed(self, old: str, new: str) -> bool:
+        """ST renamed a chat: its key and model are the renamed chat's. True when that gave
+        the chat (by its new id) a model it had none of."""
+        known = self._credentials.pop(old, None)
+        if known is None:
+            return False
+        had = self.can_call(new)
+        self._credentials.setdefault(new, known)  # a request under the new name is newer
+        return not had and self.can_call(new)
+
     def secrets(self) -> set[str]:
         """Every key this client may send: redacted from whatever it reports."""
         found = {c.authorization.partition(" ")[2] or c.authorization

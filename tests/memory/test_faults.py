@@ -181,11 +181,11 @@ async def test_planning_that_meets_a_failing_store_is_made_again_once_it_takes_w
 ) -> None:
     # A full disk when a chat's upkeep is planned: no job could be written. Once the
     # store takes writes, the plan is made, with no further request or save to ask.
-    monkeypatch.setattr("proxy.memory.engine.STORE_RETRY_S", 0.05)
+    monkeypatch.setattr("proxy.memory.retries.STORE_RETRY_S", 0.05)
     memory = await memory_proxy(16, ends={8})
     await memory.run(lambda db: db.db.execute("PRAGMA query_only=1"))
     await start(memory)
-    await until(lambda: CHAT_ID in memory.engine._retry_timers, "planning failed")
+    await until(lambda: memory.engine._retries.waits(CHAT_ID), "planning failed")
     await asyncio.sleep(0.2)  # tried again, still failing
     assert memory.fake.state.operations == []
     await memory.run(lambda db: db.db.execute("PRAGMA query_only=0"))
@@ -195,7 +195,7 @@ async def test_planning_that_meets_a_failing_store_is_made_again_once_it_takes_w
 async def test_a_plan_the_store_could_not_take_is_made_again(
     memory_proxy: MemoryFactory, monkeypatch: Any
 ) -> None:
-    monkeypatch.setattr("proxy.memory.engine.STORE_RETRY_S", 0.05)
+    monkeypatch.setattr("proxy.memory.retries.STORE_RETRY_S", 0.05)
     memory = await memory_proxy(16, ends={8})
     plan = memory.engine.upkeep.plan
     failures: list[int] = []
