@@ -18,7 +18,8 @@ of date in the parent is made again at once.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Mapping
+from typing import Protocol
 
 from proxy.memory.running import YOURS
 from proxy.sillytavern.chatfile import text_hash
@@ -27,9 +28,20 @@ from proxy.store.records import ChatRecord
 
 log = logging.getLogger(__name__)
 
-# What a scene recap was made from (`SceneRecapHandler.input_hash`): the hash of the
-# scene's messages, of the chat given, by the scene's last message; None when it has none.
-SceneInput = Callable[[Database, str, int], str | None]
+
+class SceneInputs(Protocol):
+    """What a scene recap is made from (`SceneRecapHandler`): the hash of the scene's
+    messages, by the scene's last message; None when it has none."""
+
+    def scene_input(self, db: Database, chat_id: str, uid: int) -> str | None:
+        """The scene's, as it is now."""
+
+    def carried_input(
+        self, db: Database, chat_id: str, uid: int, paired: Mapping[int, int]
+    ) -> str | None:
+        """The scene's as it is now in `chat_id`, told in another chat's uids."""
+
+
 # Stands for "made from what the parent's scene was once": never a scene's current hash.
 OUT_OF_DATE = "out of date in the parent"
 # Recap sources the LLM wrote, here or in a parent.
@@ -59,8 +71,10 @@ def _copied(source: str) -> str:
     return source if source in YOURS else "inherited"
 
 
-def inherit(db: Database, chat: ChatRecord, now: float, scene_input: SceneInput) -> int:
-    """Copy the parent's memory for the shared prefix; returns the messages paired."""
+def inherit(db: Database, chat: ChatRecord, now: float, scenes: SceneInputs) -> int:
+    """Copy the parent's memory for the shared prefix; returns the messages paired. A
+    break the branch has of its own already (set through the API before its first
+    planning) stays as it is, with its recaps."""
     memory = db.memory
     parent = parent_of(db, chat)
     with db.transaction():
@@ -76,8 +90,9 @@ def inherit(db: Database, chat: ChatRecord, now: float, scene_input: SceneInput)
             paired[a.uid] = b.uid
         if not paired:
             return 0
+        own = {b.uid for b in memory.breaks(chat.id)}
         for scene in memory.breaks(parent.id):
-            if scene.uid not in paired:
+            if scene.uid not in paired or paired[scene.uid] in own:
                 continue
             uid = paired[scene.uid]
             memory.set_break(chat.id, uid, "inherited", now, scene.rationale)
@@ -88,8 +103,11 @@ def inherit(db: Database, chat: ChatRecord, now: float, scene_input: SceneInput)
             theirs_from = made_from(db, scene.uid, recap.version, recap.source)
             mine_from = None
             if theirs_from is not None:
-                fresh = theirs_from == scene_input(db, parent.id, scene.uid)
-                mine_from = scene_input(db, chat.id, uid) if fresh else OUT_OF_DATE
+                # Made from the parent's scene as it is now (else: made again at once), so
+                # from those messages here: the branch's scene may differ (its own breaks).
+                fresh = theirs_from == scenes.scene_input(db, parent.id, scene.uid)
+                carried = scenes.carried_input(db, parent.id, scene.uid, paired)
+                mine_from = carried if fresh and carried is not None else OUT_OF_DATE
             memory.add_scene_recap(
                 chat.id, uid, recap.recap, now, scene_name=recap.scene_name,
                 source=_copied(recap.source), input_hash=mine_from,

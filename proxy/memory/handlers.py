@@ -9,6 +9,7 @@ written onto a message that was edited, swiped or deleted meanwhile.
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from proxy.core.jsontypes import JSONValue, as_int, as_list
@@ -212,6 +213,22 @@ class SceneRecapHandler(OperationHandler):
         if scene is None or not records:
             return None
         return digest(scene.uid, [(r.uid, text_hash(r.message.mes)) for r in records])
+
+    def scene_input(self, db: Database, chat_id: str, uid: int) -> str | None:
+        """`input_hash` of the scene ending at message `uid`."""
+        return self.input_hash(db, chat_id, {"break": uid})
+
+    def carried_input(
+        self, db: Database, chat_id: str, uid: int, paired: Mapping[int, int]
+    ) -> str | None:
+        """`input_hash` of the scene ending at message `uid` as it is in this chat, told in
+        the uids of another chat that holds the same messages (a branch: `paired` maps
+        this chat's uids to its); None when one of them is not there."""
+        records, scene = self._scene(db, chat_id, {"break": uid})
+        if scene is None or not records or any(r.uid not in paired for r in records):
+            return None
+        moved = [(paired[r.uid], text_hash(r.message.mes)) for r in records]
+        return digest(paired[scene.uid], moved) if scene.uid in paired else None
 
     async def run(self, job: Job) -> Apply:
         def gather(db: Database) -> _SceneInput:

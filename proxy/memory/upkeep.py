@@ -20,6 +20,7 @@ from proxy.core.plan import InjectionPolicy, chat_enabled
 from proxy.core.trim import Cut
 from proxy.memory.branches import inherit, made_from
 from proxy.memory.folding import RunningPlanner
+from proxy.memory.handlers import SceneRecapHandler
 from proxy.memory.handling import OperationHandler
 from proxy.memory.importing import import_chat
 from proxy.memory.jobs import JobSpec, write_job
@@ -97,7 +98,7 @@ class Upkeep:
             self.views.pop(chat_id, None)
             return Planned(0)
         if chat.main_chat and not state.inherited:
-            inherit(db, chat, self.clock(), self._scene_input)
+            inherit(db, chat, self.clock(), self._scenes)
             since = 0  # all of it is new here: an inherited recap out of date is seen now
         if self.settings.import_extensions:
             try:
@@ -182,8 +183,11 @@ class Upkeep:
         now = self.clock()
         return write_job(db, job, now, failed_since=now - self.cool_down)
 
-    def _scene_input(self, db: Database, chat_id: str, uid: int) -> str | None:
-        return self.handlers[Operation.SCENE_RECAP].input_hash(db, chat_id, {"break": uid})
+    @property
+    def _scenes(self) -> SceneRecapHandler:
+        handler = self.handlers[Operation.SCENE_RECAP]
+        assert isinstance(handler, SceneRecapHandler)
+        return handler
 
     def _scene_changed(self, db: Database, chat_id: str, uid: int) -> bool:
         """Whether the scene's newest recap is the LLM's, made from other messages than the
@@ -193,7 +197,7 @@ class Upkeep:
             return False
         newest = recaps[-1]
         was = made_from(db, uid, newest.version, newest.source)
-        return was is not None and was != self._scene_input(db, chat_id, uid)
+        return was is not None and was != self._scenes.scene_input(db, chat_id, uid)
 
     def view(self, db: Database, chat_id: str, since: int | None = None) -> MemoryView:
         return build_view(db, self.view_inputs, chat_id, self.views.get(chat_id), since)

@@ -193,3 +193,28 @@ async def test_a_recap_out_of_date_in_the_parent_is_made_again_for_the_branch(
     await branched(memory, 11)
     await memory.until(lambda db: recap_count(db, BRANCH_ID) == 2)
     assert (await scene_recaps(memory, BRANCH_ID))[8][-1][0] == "llm"
+
+
+async def test_a_break_set_in_the_branch_before_it_was_used_stays_and_splits_the_scene(
+    memory_proxy: MemoryFactory,
+) -> None:
+    """Corrections made on a branch before its first request are the user's: the
+    parent's memory comes in around them, and the scene they split is recapped anew."""
+    memory = await memory_proxy(16, ends={8}, **{"memory.message_recaps": False})
+    await memory.client.post("/v1/chat/completions", json=memory.story.request())
+    await memory.until(lambda db: db.memory.running_recaps(CHAT_ID))
+    rows: list[dict[str, Any]] = json.loads(json.dumps(memory.story.messages[:12]))
+    save_branch(memory, rows)
+    await memory.until(lambda db: db.chat(BRANCH_ID) is not None)
+    response = await memory.client.put(f"{BRANCH_API}/messages/4/scene_break", json={})
+    assert response.status == 200
+
+    response = await memory.client.post("/v1/chat/completions", json=request(rows))
+    assert unquote(response.headers["X-Recap-Chat"]) == BRANCH_ID
+    await memory.engine.settle()
+    breaks = await memory.run(
+        lambda db: [(b.position, b.source) for b in db.memory.breaks(BRANCH_ID)]
+    )
+    assert breaks == [(4, "manual"), (8, "inherited")]
+    after = await scene_recaps(memory, BRANCH_ID)
+    assert after[4][-1][1].startswith("5 messages") and after[8][-1][1].startswith("4 messages")

@@ -1,0 +1,286 @@
+"""A chat played at random as a user plays it, then its memory checked against the file.
+
+Exchanges (streamed or not), swipes, edits anywhere, deletions at the end and in the
+middle, messages moved and hidden, branches and renames as ST makes them, and the
+page's corrections (scene breaks set and removed, recaps edited and made again, the
+running recap edited), in a seeded random order, without waiting for the memory between
+them. Once the queue is idle, the memory must say what the chat file says: scenes follow
+each other from the first message, each recap the model wrote is of its scene's messages
+as they are now (the fake model's recap names its first message and counts them), the
+running recap has folded in the last scene, no message recap of the model's is of an old
+text, no job failed, and nothing was logged as a warning or an error.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import random
+import re
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote, unquote
+
+import pytest
+
+from bench.words import CHAT_WORDS
+from proxy.memory.chatinfo import swipe_of
+from proxy.sillytavern.chatfile import text_hash
+from proxy.store import Database
+from tests.fakes.fake_llm import END_SCENE
+from tests.memory.story import CHAR, USER
+from tests.memory_env import Memory, MemoryFactory
+from tests.st_data import save_like_st
+
+STEPS = 150
+# Messages ST keeps in its prompt, per seed: all of them, or a cut that moves.
+CONTEXT = {1: 10_000, 2: 24, 3: 40}
+
+
+class Player:
+    """The chat file as ST keeps it, and what the user does to it."""
+
+    def __init__(self, memory: Memory, rng: random.Random) -> None:
+        self.memory, self.rng = memory, rng
+        self.folder = memory.story.path.parent
+        self.name = memory.story.path.stem
+        self.metadata: dict[str, Any] = {"integrity": "random-story"}
+        self.messages: list[dict[str, Any]] = []
+        self.made = 0  # texts made so far: each text starts with its own `u<n>x` mark
+        self.since_end = 0
+        self.done: list[str] = []
+
+    @property
+    def chat_id(self) -> str:
+        return f"default-user/chats/{CHAR}/{self.name}"
+
+    @property
+    def api(self) -> str:
+        return f"/recap/api/chats/{quote(self.chat_id, safe='')}"
+
+    def text(self, is_user: bool) -> str:
+        self.made += 1
+        words = " ".join(self.rng.choice(CHAT_WORDS) for _ in range(self.rng.randint(12, 30)))
+        text = f"u{self.made}x {words}."
+        self.since_end += 1
+        if not is_user and self.since_end > self.rng.randint(8, 16):
+            text, self.since_end = f"{text} {END_SCENE}", 0
+        return text
+
+    def add(self, is_user: bool) -> None:
+        text = self.text(is_user)
+        name = USER if is_user else CHAR
+        self.messages.append(
+            {"name": name, "is_user": is_user, "is_system": False, "send_date": "2026-11-27",
+             "mes": text, "swipes": [text], "swipe_id": 0, "extra": {}}
+        )  # fmt: skip
+
+    def save(self) -> None:
+        header = {"user_name": USER, "character_name": CHAR, "chat_metadata": self.metadata}
+        rows = [header, *self.messages]
+        data = "\n".join(json.dumps(r) for r in rows).encode() + b"\n"
+        save_like_st(self.folder / f"{self.name}.jsonl", data)
+
+    async def request(self, history: list[dict[str, Any]], context: int) -> None:
+        shown = [m for m in history if not m["is_system"]][-context:]
+        body = {
+            "model": "fake-model",
+            "stream": self.rng.random() < 0.5,
+            "messages": [
+                {"role": "system", "content": f"Write {CHAR}'s next reply."},
+                {"role": "system", "content": "[Start a new Chat]"},
+                *[
+                    {"role": "user" if m["is_user"] else "assistant", "content": m["mes"]}
+                    for m in shown
+                ],
+            ],
+        }
+        response = await self.memory.client.post("/v1/chat/completions", json=body)
+        await response.read()
+        assert response.status == 200, self.done
+        if len(shown) > 3:
+            got = unquote(response.headers["X-Recap-Chat"])
+            assert got == self.chat_id, (self.done[-5:], got)
+
+    async def until_read(self, path: Path) -> None:
+        """The watcher has read the file at `path` as it is now. A user takes longer than
+        that between a save and a rename, or a new chat's first message."""
+        chat_id = f"default-user/chats/{CHAR}/{path.stem}"
+        texts = [m["mes"] for m in self.messages]
+        await self.memory.until(
+            lambda db: [r.message.mes for r in db.memory.messages_from(chat_id)] == texts,
+            settle=False,
+        )
+
+    async def step(self, context: int) -> None:
+        rng, messages = self.rng, self.messages
+        roll = rng.random()
+        if roll < 0.5 or len(messages) < 6:
+            self.done.append("exchange")
+            self.add(True)
+            self.save()
+            await self.request(messages, context)
+            self.add(False)
+            self.save()
+        elif roll < 0.58 and not messages[-1]["is_user"]:
+            self.done.append("swipe")
+            await self.request(messages[:-1], context)
+            last, text = messages[-1], self.text(False)
+            last["swipes"].append(text)
+            last["swipe_id"], last["mes"] = len(last["swipes"]) - 1, text
+            self.save()
+        elif roll < 0.66:
+            i = rng.randrange(len(messages))
+            self.done.append(f"edit {i}")
+            message = messages[i]
+            message["mes"] = message["swipes"][message["swipe_id"]] = self.text(message["is_user"])
+            self.save()
+        elif roll < 0.7:
+            count = rng.randint(1, 3)
+            self.done.append(f"delete the last {count}")
+            del messages[-count:]
+            self.save()
+        elif roll < 0.72:
+            i = rng.randrange(1, len(messages) - 1)
+            self.done.append(f"delete {i}")
+            del messages[i]
+            self.save()
+        elif roll < 0.74:
+            i = rng.randrange(1, len(messages) - 1)
+            self.done.append(f"move {i} down")
+            messages[i], messages[i + 1] = messages[i + 1], messages[i]
+            self.save()
+        elif roll < 0.77:
+            first = rng.randrange(len(messages))
+            hide = rng.random() < 0.7
+            self.done.append(f"{'hide' if hide else 'unhide'} from {first}")
+            for message in messages[first : first + rng.randint(1, 5)]:
+                message["is_system"] = hide
+            self.save()
+        elif roll < 0.82 and len(messages) > 10:
+            await self.branch_or_rename()
+        else:
+            await self.correct()
+
+    async def branch_or_rename(self) -> None:
+        old = self.folder / f"{self.name}.jsonl"
+        await self.until_read(old)
+        if self.rng.random() < 0.4:
+            self.name = f"{CHAR} - renamed {len(self.done)}"
+            self.done.append(f"rename to {self.name}")
+            old.rename(self.folder / f"{self.name}.jsonl")
+        else:
+            at = self.rng.randrange(len(self.messages) // 2, len(self.messages) - 1)
+            branch = f"{self.name} - Branch #{len(self.done)}"
+            self.done.append(f"branch at {at}")
+            self.messages[at]["extra"].setdefault("branches", []).append(branch)
+            self.save()
+            self.messages = json.loads(json.dumps(self.messages[: at + 1]))
+            self.metadata = {"integrity": "random-story", "main_chat": self.name}
+            self.name = branch
+            self.save()
+        await self.until_read(self.folder / f"{self.name}.jsonl")
+
+    async def correct(self) -> None:
+        client, rng, api = self.memory.client, self.rng, self.api
+        scenes = await (await client.get(f"{api}/scenes")).json()
+        last = [s["index"] for s in scenes]
+        which = rng.choice(["break", "unbreak", "scene", "message", "running", "again"])
+        if which == "break":
+            response = await client.put(
+                f"{api}/messages/{rng.randrange(len(self.messages))}/scene_break", json={}
+            )
+        elif which == "message":
+            i = rng.randrange(len(self.messages))
+            response = await client.put(f"{api}/messages/{i}/recap", json={"recap": f"Mine {i}."})
+        elif which == "running":
+            response = await client.post(f"{api}/running", json={"content": "My story so far."})
+        elif not last:
+            return
+        elif which == "unbreak":
+            path = f"{api}/messages/{rng.choice(last)}/scene_break"
+            response = await client.delete(path, json={})
+        elif which == "scene":
+            path = f"{api}/scenes/{rng.choice(last)}/recaps"
+            response = await client.post(path, json={"recap": "My own recap."})
+        else:
+            response = await client.post(f"{api}/scenes/{rng.choice(last)}/regenerate", json={})
+        self.done.append(f"{which}: {response.status}")
+        assert response.status < 500, (self.done[-5:], await response.text())
+
+
+def problems(player: Player, db: Database) -> list[str]:
+    """Where the chat's memory does not say what its file says."""
+    found: list[str] = []
+    memory, chat_id, messages = db.memory, player.chat_id, player.messages
+    scenes = [b for b in memory.breaks(chat_id) if b.visible]
+    start = 0
+    for scene in scenes:
+        if memory.position_of(scene.uid) is None:
+            continue
+        first, last = start, scene.position
+        start = last + 1
+        recap = memory.current_scene_recap(scene)
+        if recap is None:
+            found.append(f"scene {first}-{last}: no recap")
+            continue
+        made = re.match(r"(\d+) messages, from: (u\d+x)", recap.recap)
+        if recap.source in ("edit",):
+            continue
+        if made is None:
+            found.append(f"scene {first}-{last}: recap {recap.recap[:40]!r} ({recap.source})")
+            continue
+        if int(made.group(1)) != last - first + 1:
+            found.append(f"scene {first}-{last}: a recap of {made.group(1)} messages")
+        mark = messages[first]["mes"].split()[0]
+        if made.group(2) != mark:
+            found.append(f"scene {first}-{last}: a recap from {made.group(2)}, not {mark}")
+    running = memory.running_recaps(chat_id)
+    if scenes:
+        current = [v for v in running if v.new_scene_uid == scenes[-1].uid]
+        if not current:
+            found.append(f"the running recap has not folded in the scene ending at {start - 1}")
+    recaps = memory.message_recaps(chat_id)
+    for record in memory.messages_from(chat_id):
+        done = recaps.get((record.uid, swipe_of(record)))
+        if done is None or done.edited or done.source_hash != text_hash(record.message.mes):
+            continue  # none, yours, or known to be of an old text
+        mark = re.match(r"#\d+: (u\d+x)", done.recap)
+        if mark is None or mark.group(1) != record.message.mes.split()[0]:
+            found.append(f"message {record.position}: {done.recap[:20]!r} taken as fresh")
+    failed = db.jobs.first_failure(chat_id, 0.0)
+    if failed is not None:
+        found.append("a job failed")
+    return found
+
+
+@pytest.mark.parametrize("seed", sorted(CONTEXT))
+async def test_a_story_played_at_random_keeps_a_true_memory(
+    memory_proxy: MemoryFactory, seed: int, caplog: pytest.LogCaptureFixture
+) -> None:
+    policy = "always" if seed % 2 else "needed"
+    memory = await memory_proxy(2, ends=set(), **{"memory.message_recaps": policy})
+    player = Player(memory, random.Random(seed))
+    player.add(False)
+    player.save()
+    await player.until_read(memory.story.path)
+    caplog.set_level(logging.WARNING, logger="proxy")
+    for _ in range(STEPS):
+        await player.step(CONTEXT[seed])
+    # The user's next message, once the memory has caught up with the chat as it is.
+    player.add(True)
+    player.save()
+    await player.request(player.messages, CONTEXT[seed])
+    await player.until_read(player.folder / f"{player.name}.jsonl")
+    try:
+        await asyncio.wait_for(memory.engine.settle(), 30)
+    except TimeoutError:
+        queue = await (await memory.client.get("/recap/api/queue")).json()
+        waiting = [j for j in queue["jobs"] if j["state"] != "done"]
+        pytest.fail(f"the queue never settled: {waiting}; {player.done}")
+
+    found = await memory.run(lambda db: problems(player, db))
+    assert not found, (found, player.done)
+    noted = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert not noted, noted
