@@ -128,7 +128,10 @@ class DetectHandler(OperationHandler):
         if found is None or not found.window.choosable:
             return None
         texts = [text_hash(found.messages[p].mes) for p in found.window.shown]
-        return digest(found.window.shown, found.window.choosable, texts)
+        # Where the open scene starts: a break set or removed while the call runs (the
+        # page, the API) makes the answer one about a scene that is no longer open.
+        opened = max((b.position for b in db.memory.breaks(chat_id) if b.visible), default=-1)
+        return digest(found.window.shown, found.window.choosable, texts, opened)
 
     async def run(self, job: Job) -> Apply:
         found, names = await self.context.store.call(

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 from typing import Any
+from urllib.parse import quote
 
 from proxy.web.keys import LIBRARY
 from tests.memory.story import CHAT_ID, Story
@@ -212,3 +213,26 @@ async def test_a_plan_the_store_could_not_take_is_made_again(
     await start(memory)
     await memory.until(lambda db: db.memory.running_recaps(CHAT_ID))
     assert failures == [1]
+
+
+async def test_a_break_you_set_while_detection_is_in_flight_wins(
+    memory_proxy: MemoryFactory,
+) -> None:
+    """Detection reads the open scene; a break set meanwhile closes that scene, and the
+    answer, about a scene that is no longer open, is not applied inside it (it would leave
+    the scene's recap, just made, of messages it no longer has)."""
+    memory = await memory_proxy(16, ends={8}, **{"memory.message_recaps": False})
+    await hold(memory, "detect_scene_break")
+    api = f"/recap/api/chats/{quote(CHAT_ID, safe='')}"
+    response = await memory.client.put(f"{api}/messages/12/scene_break", json={})
+    assert response.status == 200
+    memory.fake.state.release.set()
+    await memory.engine.settle()
+
+    breaks = await memory.run(
+        lambda db: [(b.position, b.source) for b in db.memory.breaks(CHAT_ID)]
+    )
+    assert breaks[0] == (12, "manual")  # the model's break at 8 went unapplied for now
+    scenes = await (await memory.client.get(f"{api}/scenes")).json()
+    for scene in scenes:
+        assert scene["recap"].startswith(f"{scene['index'] - scene['first'] + 1} messages")
