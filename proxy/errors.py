@@ -141,6 +141,12 @@ class NoCredentials(JobFailure):
     and no `[memory.llm]` model): the job waits for the chat's next request."""
 
 
+class InputMissed(JobFailure):
+    """The job did not find its input when it ran, though it is there again once the job
+    ends (message recaps whose messages a running recap covered as the job started, until
+    a scene folded again uncovered them): another attempt reads it again."""
+
+
 class Refused(JobFailure):
     """The LLM refused the request itself (a 4xx): the same request would fail again."""
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from proxy.core.tokens import TokenCounter
-from proxy.errors import JobFailure, Refused
+from proxy.errors import InputMissed, JobFailure
 from proxy.events import EventBus
 from proxy.memory.answers import Answer
 from proxy.memory.chatinfo import PersonaLookup, chat_names
@@ -85,7 +85,9 @@ def digest(*parts: object) -> str:
 
 
 def gone(db: Database) -> None:
-    raise Refused("its input is gone")
+    """The `Apply` of a job whose input was not there when it ran. It is reached only when
+    the input is there again at its end (else the job is dropped): it runs again."""
+    raise InputMissed("its input was not there when it ran; it runs again")
 
 
 class OperationHandler(Handler):

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from proxy.errors import JobFailure, NoCredentials, Unauthorized
+from proxy.memory.handling import gone
 from proxy.memory.jobs import Apply, JobQueue
 from proxy.memory.operations import OPERATIONS, Operation
 from proxy.settings import QueueSettings
@@ -34,6 +35,7 @@ class Fake:
         self.in_flight = 0
         self.max_in_flight = 0
         self.order: list[str] = []
+        self.missed: set[str] = set()  # dedup keys whose first run finds no input
 
     async def run(self, job: Job) -> Apply:
         self.order.append(job.dedup_key)
@@ -43,6 +45,8 @@ class Fake:
             if self.gate is not None:
                 await self.gate.wait()
             await asyncio.sleep(0.005)
+            if job.dedup_key in self.missed and job.attempts == 1:
+                return gone
             script = self.outcomes.get(job.dedup_key, [])
             outcome = script[job.attempts - 1] if job.attempts - 1 < len(script) else None
             if outcome is not None:
@@ -125,6 +129,19 @@ async def test_changed_input_is_redone_and_vanished_input_dropped(setup) -> None
     assert fake.applied == [("edited", "v2")]  # the old content was never applied
     assert jobs["edited"].payload == {"text": "v2"} and jobs["edited"].state == "done"
     assert jobs["deleted"].state == "dropped"
+
+
+async def test_a_job_that_missed_its_input_runs_again(setup) -> None:  # type: ignore[no-untyped-def]
+    """Its input was not there when it ran but is at its end (it changed and changed
+    back meanwhile): it runs again, neither failed nor applied to nothing."""
+    store, fake, handlers = setup
+    fake.missed = {"moved"}
+    async with JobQueue(store, handlers, FAST) as queue:
+        await queue.enqueue("a", Operation.MESSAGE_RECAP, "moved", {}, "h", "up")
+        await queue.idle()
+        [job] = await queue.jobs()
+    assert (job.state, job.attempts) == ("done", 2)
+    assert fake.applied == [("moved", "h")]
 
 
 async def test_concurrency_is_per_upstream(setup) -> None:  # type: ignore[no-untyped-def]
