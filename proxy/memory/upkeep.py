@@ -128,7 +128,14 @@ class Upkeep:
         failed_since = self.clock() - self.cool_down
         if self.settings.running_recap:
             refused = lambda key: db.jobs.failed_since(key, failed_since)  # noqa: E731
-            jobs.extend(self.running.plan(db, chat_id, breaks, state, refused))
+            # A scene with nothing to recap (its messages all hidden, with hidden ones
+            # left out) never gets a recap: the scenes after it are folded all the same.
+            foldable = [
+                b
+                for b in breaks
+                if b.current is not None or self._scenes.scene_input(db, chat_id, b.uid)
+            ]
+            jobs.extend(self.running.plan(db, chat_id, foldable, state, refused))
         last_break = breaks[-1].position if breaks else -1
         detect = None
         if self.settings.auto_scene_break:

@@ -9,7 +9,7 @@ from urllib.parse import quote
 
 from proxy.core.tokens import TokenCounter
 from proxy.store import Database
-from tests.memory.story import CHAT_ID
+from tests.memory.story import CHAT_ID, Story
 from tests.memory_env import Memory, MemoryFactory
 
 NO_RECAPS = {"memory.message_recaps": False}
@@ -122,3 +122,30 @@ async def test_failed_condensing_lets_folding_go_on_then_comes_back(
     [over] = [j for j in queue["jobs"] if j["id"] == failed[0]["id"]]
     assert over["state"] == "dropped"
     assert over["error"] == superseded
+
+
+async def test_a_scene_with_nothing_to_recap_does_not_stop_the_running_recap(
+    memory_proxy: MemoryFactory,
+) -> None:
+    """A scene whose messages recaps do not read (all hidden, with hidden messages left
+    out) gets no recap; the scenes after it are folded in all the same."""
+
+    def build(story: Story) -> None:
+        story.grow(20)
+        for message in story.messages[:9]:
+            message["is_system"] = True
+        story.save()
+
+    memory = await memory_proxy(
+        0,
+        ends={16},
+        build=build,
+        **{"memory.include_hidden_messages": False, "memory.message_recaps": False},
+    )
+    api = f"/recap/api/chats/{quote(CHAT_ID, safe='')}"
+    response = await memory.client.put(f"{api}/messages/8/scene_break", json={})
+    assert response.status == 200
+    await memory.client.post("/v1/chat/completions", json=memory.story.request())
+    await memory.until(lambda db: db.memory.running_recaps(CHAT_ID))
+    [version] = await memory.run(lambda db: db.memory.running_recaps(CHAT_ID))
+    assert await memory.run(lambda db: db.memory.position_of(version.new_scene_uid)) == 16
