@@ -16,6 +16,26 @@ BRANCH_ID = f"default-user/chats/{CHAR}/{BRANCH_NAME}"
 BRANCH_API = f"/recap/api/chats/{quote(BRANCH_ID, safe='')}"
 
 
+EDITED = "Tom asks about the hidden ford, then waits."
+
+
+async def parent_built(memory_proxy: MemoryFactory) -> Memory:
+    """A 16-message story with a scene ending at 8, its memory built through a request."""
+    memory = await memory_proxy(16, ends={8}, **{"memory.message_recaps": False})
+    await memory.client.post("/v1/chat/completions", json=memory.story.request())
+    await memory.until(lambda db: db.memory.running_recaps(CHAT_ID))
+    return memory
+
+
+async def edit_in_branch(memory: Memory, rows: list[dict[str, Any]]) -> None:
+    """The user edits message 3 in the branch; returns once the mirror has read it."""
+    rows[3]["mes"] = rows[3]["swipes"][0] = EDITED
+    save_branch(memory, rows)
+    await memory.until(
+        lambda db: db.memory.messages_from(BRANCH_ID)[3].message.mes == EDITED, settle=False
+    )
+
+
 def save_branch(memory: Memory, rows: list[dict[str, Any]]) -> None:
     """The branch's file, as ST writes it: `rows`, the parent's messages up to the point."""
     header = {
@@ -66,9 +86,7 @@ async def scene_recaps(memory: Memory, chat_id: str) -> dict[int, list[tuple[str
 
 
 async def test_branch_inherits_then_diverges(memory_proxy: MemoryFactory) -> None:
-    memory = await memory_proxy(16, ends={8}, **{"memory.message_recaps": False})
-    await memory.client.post("/v1/chat/completions", json=memory.story.request())
-    await memory.until(lambda db: db.memory.running_recaps(CHAT_ID))
+    memory = await parent_built(memory_proxy)
 
     # ST's "branch from here" on message 11: a new file with messages 0..11.
     header = {
@@ -110,9 +128,7 @@ async def test_an_inherited_recap_is_made_again_when_the_branch_changes_its_scen
 ) -> None:
     """The parent's recap stands for the scene's messages as they were: once the branch
     edits one of them (or splits the scene), its recap is made again from the branch's."""
-    memory = await memory_proxy(16, ends={8}, **{"memory.message_recaps": False})
-    await memory.client.post("/v1/chat/completions", json=memory.story.request())
-    await memory.until(lambda db: db.memory.running_recaps(CHAT_ID))
+    memory = await parent_built(memory_proxy)
     rows = await branched(memory, 11)
     assert [s for s, _ in (await scene_recaps(memory, BRANCH_ID))[8]] == ["inherited"]
 
@@ -120,8 +136,7 @@ async def test_an_inherited_recap_is_made_again_when_the_branch_changes_its_scen
     save_branch(memory, rows)
     await memory.engine.settle()
     assert [s for s, _ in (await scene_recaps(memory, BRANCH_ID))[8]] == ["inherited"]
-    rows[3]["mes"] = rows[3]["swipes"][0] = "Tom asks about the hidden ford, then waits."
-    save_branch(memory, rows)
+    await edit_in_branch(memory, rows)
     await memory.until(lambda db: recap_count(db, BRANCH_ID) == 2)
     recaps = (await scene_recaps(memory, BRANCH_ID))[8]
     assert recaps[-1][0] == "llm" and recaps[-1][1].startswith("9 messages")
@@ -137,17 +152,13 @@ async def test_an_inherited_recap_is_made_again_when_the_branch_changes_its_scen
 
 
 async def test_a_recap_you_wrote_stays_yours_in_the_branch(memory_proxy: MemoryFactory) -> None:
-    memory = await memory_proxy(16, ends={8}, **{"memory.message_recaps": False})
-    await memory.client.post("/v1/chat/completions", json=memory.story.request())
-    await memory.until(lambda db: db.memory.running_recaps(CHAT_ID))
+    memory = await parent_built(memory_proxy)
     parent_api = f"/recap/api/chats/{quote(CHAT_ID, safe='')}"
     response = await memory.client.post(f"{parent_api}/scenes/8/recaps", json={"recap": "Mine."})
     assert response.status == 200
     rows = await branched(memory, 11)
 
-    rows[3]["mes"] = rows[3]["swipes"][0] = "Tom asks about the hidden ford, then waits."
-    save_branch(memory, rows)
-    await memory.until(lambda db: db.chat(BRANCH_ID).messages == 12)  # type: ignore[union-attr]
+    await edit_in_branch(memory, rows)
     await memory.engine.settle()
     assert (await scene_recaps(memory, BRANCH_ID))[8] == [("edit", "Mine.")]
 
@@ -155,17 +166,14 @@ async def test_a_recap_you_wrote_stays_yours_in_the_branch(memory_proxy: MemoryF
 async def test_a_running_recap_you_wrote_stays_yours_in_the_branch(
     memory_proxy: MemoryFactory,
 ) -> None:
-    memory = await memory_proxy(16, ends={8}, **{"memory.message_recaps": False})
-    await memory.client.post("/v1/chat/completions", json=memory.story.request())
-    await memory.until(lambda db: db.memory.running_recaps(CHAT_ID))
+    memory = await parent_built(memory_proxy)
     parent_api = f"/recap/api/chats/{quote(CHAT_ID, safe='')}"
     response = await memory.client.post(f"{parent_api}/running", json={"content": "My story."})
     assert response.status == 200
     rows = await branched(memory, 11)
 
     # The model's scene recap is made again for the edit; the version you wrote stands.
-    rows[3]["mes"] = rows[3]["swipes"][0] = "Tom asks about the hidden ford, then waits."
-    save_branch(memory, rows)
+    await edit_in_branch(memory, rows)
     await memory.until(lambda db: recap_count(db, BRANCH_ID) == 2)
     versions = await memory.run(lambda db: db.memory.running_recaps(BRANCH_ID))
     assert ("edit", "My story.") in [(v.source, v.content) for v in versions]
@@ -176,18 +184,16 @@ async def test_a_running_recap_you_wrote_stays_yours_in_the_branch(
 async def test_a_recap_out_of_date_in_the_parent_is_made_again_for_the_branch(
     memory_proxy: MemoryFactory,
 ) -> None:
-    memory = await memory_proxy(16, ends={8}, **{"memory.message_recaps": False})
-    await memory.client.post("/v1/chat/completions", json=memory.story.request())
-    await memory.until(lambda db: db.memory.running_recaps(CHAT_ID))
+    memory = await parent_built(memory_proxy)
     # The parent's scene changed, and the branch is made before the parent's recap is
     # made again (its memory is off meanwhile).
     parent_api = f"/recap/api/chats/{quote(CHAT_ID, safe='')}"
     response = await memory.client.put(f"{parent_api}/memory", json={"enabled": False})
     assert response.status == 200
-    memory.story.messages[3]["mes"] = "Tom asks about the hidden ford, then waits."
+    memory.story.messages[3]["mes"] = EDITED
     memory.story.messages[3]["swipes"] = [memory.story.messages[3]["mes"]]
     memory.story.save()
-    await memory.until(lambda db: "hidden ford" in db.memory.messages_from(CHAT_ID)[3].message.mes)
+    await memory.until(lambda db: db.memory.messages_from(CHAT_ID)[3].message.mes == EDITED)
     assert [s for s, _ in (await scene_recaps(memory, CHAT_ID))[8]] == ["llm"]
 
     await branched(memory, 11)
@@ -200,9 +206,7 @@ async def test_a_break_set_in_the_branch_before_it_was_used_stays_and_splits_the
 ) -> None:
     """Corrections made on a branch before its first request are the user's: the
     parent's memory comes in around them, and the scene they split is recapped anew."""
-    memory = await memory_proxy(16, ends={8}, **{"memory.message_recaps": False})
-    await memory.client.post("/v1/chat/completions", json=memory.story.request())
-    await memory.until(lambda db: db.memory.running_recaps(CHAT_ID))
+    memory = await parent_built(memory_proxy)
     rows: list[dict[str, Any]] = json.loads(json.dumps(memory.story.messages[:12]))
     save_branch(memory, rows)
     await memory.until(lambda db: db.chat(BRANCH_ID) is not None)
