@@ -39,6 +39,8 @@ def exclusion(
         return "excluded by the user"
     if not message.mes.strip():
         return "empty"
+    if message.notice:
+        return "an ST notice"
     if message.hidden and not rules.include_system:
         return "hidden"
     if message.narrator and not rules.include_narrator:

@@ -39,10 +39,11 @@ def strip_decoration(text: str) -> str:
 
 def shown(message: STMessage, which: str, *, hidden: bool = False) -> bool:
     """Whether detection (or a scene recap) reads this message at all. `hidden`: messages
-    hidden in ST are part of the story too (its `/hide`, ST-Auto-Recap's auto-hide)."""
+    hidden in ST are part of the story too (its `/hide`, ST-Auto-Recap's auto-hide); ST's
+    own notices never are."""
     if message.hidden and not hidden:
         return False
-    if message.narrator or not strip_decoration(message.mes):
+    if message.narrator or message.notice or not strip_decoration(message.mes):
         return False
     if which == "user":
         return message.is_user

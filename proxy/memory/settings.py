@@ -216,7 +216,7 @@ class MemorySettings(Section):
         True,
         description="Messages hidden in ST (`/hide`, ST-Auto-Recap's auto-hide) take part in "
         "scene detection and scene recaps, as in ST-Auto-Recap. They never come back into "
-        "a request either way.",
+        "a request either way. ST's own notices (a group chat's first line) never count.",
     )
     import_extensions: bool = Field(
         True,

@@ -59,6 +59,26 @@ def _dated(text: str) -> str:
     return text
 
 
+# `extra.type` of the notices ST itself adds to a chat (`system_message_types` in ST's
+# script.js but narrator and comment, which the user writes): a group chat's "Group chat
+# created", /help's text. ST never sends them to the model, and they are not the story.
+ST_NOTICES = frozenset(
+    {
+        "help",
+        "welcome",
+        "group",
+        "empty",
+        "generic",
+        "slash_commands",
+        "formatting",
+        "hotkeys",
+        "macros",
+        "welcome_prompt",
+        "assistant_note",
+    }
+)
+
+
 class STMessage(BaseModel):
     """One message line; unknown keys are ignored, missing ones take ST's meaning."""
 
@@ -90,6 +110,11 @@ class STMessage(BaseModel):
     @property
     def hidden(self) -> bool:
         return self.is_system
+
+    @property
+    def notice(self) -> bool:
+        """One of ST's own notices (`ST_NOTICES`), not a message of the story."""
+        return self.extra_type in ST_NOTICES
 
     @property
     def swipe_count(self) -> int:

@@ -44,6 +44,12 @@ def test_settings_include_and_user_exclusion() -> None:
     rules = RecapRules(include_user=True, include_system=True)
     assert exclusion(STMessage(is_user=True, mes="Hi"), 20, rules) is None
     assert exclusion(STMessage(is_system=True, mes="Hi"), 20, rules) is None
+    # ST's own notice (a group chat's first line) is no story, whatever is included.
+    notice = STMessage.from_json(
+        {"name": "SillyTavern System", "is_system": True, "extra": {"type": "group"},
+         "mes": "Group chat created. Say 'Hi' to lovely people!"}
+    )  # fmt: skip
+    assert exclusion(notice, 20, rules) == "an ST notice"
     assert exclusion(STMessage(mes="Hi"), 20, rules, user_excluded=True) == "excluded by the user"
 
 

@@ -111,6 +111,13 @@ def test_decorations_are_never_shown_or_chosen() -> None:
     assert strip_decoration(text) == "She left.\n\nMorning came."
     assert not shown(STMessage(mes="  ***  "), "both")
     assert not shown(STMessage(mes="hidden", is_system=True), "both")
+    assert shown(STMessage(mes="hidden", is_system=True), "both", hidden=True)
+    # ST's own notices are not the story, hidden messages read or not; /comment's are.
+    for kind, read in [("group", False), ("help", False), ("comment", True)]:
+        message = STMessage.from_json(
+            {"mes": "A notice.", "is_system": True, "extra": {"type": kind}}
+        )
+        assert shown(message, "both", hidden=True) is read
     assert shown(STMessage(mes="Hi", is_user=True), "user")
     assert not shown(STMessage(mes="Hi", is_user=True), "character")
 
