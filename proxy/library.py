@@ -358,6 +358,13 @@ class ChatLibrary:
         else:
             newest = prints(messages, span)
             chats = likely_chats(newest, self.index)
+            running = self._early.all_under_way() if not chats else None
+            if running:
+                # No chat holds its newest messages yet, but one was just saved and is
+                # being read: a chat whose older messages are all hidden has only those
+                # newest, just written, to be known by.
+                await asyncio.wait(running, timeout=FRESHNESS_WAIT)
+                chats = likely_chats(newest, self.index)
         for chat_id in chats:
             reading = self._early.under_way(chat_id)
             if reading is not None:

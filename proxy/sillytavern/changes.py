@@ -295,6 +295,10 @@ class EarlyReads:
         """The chat's re-read if one runs now (a request waits for it, not a second)."""
         return self._running.get(chat_id)
 
+    def all_under_way(self) -> list[asyncio.Task[None]]:
+        """Every re-read running now."""
+        return list(self._running.values())
+
     def stop(self) -> None:
         for task in self._running.values():
             task.cancel()

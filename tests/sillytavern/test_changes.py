@@ -274,6 +274,37 @@ async def test_a_saved_chat_is_read_at_once_and_its_request_waits_for_that_read_
     await library.store.close()
 
 
+async def test_a_request_known_only_by_messages_just_saved_waits_for_their_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every older message of the chat is hidden: the request's history is the newest
+    messages alone, which the index has not read yet when it comes (the store's thread is
+    slow: the upkeep's work is ahead of the re-read). The request waits for the re-read
+    of the save it follows, not for the watcher's next batch."""
+    story, library = await following(tmp_path)
+    refresh = library.refresh
+
+    async def slow(paths: list[Path]) -> object:
+        await asyncio.sleep(0.05)
+        return await refresh(paths)
+
+    monkeypatch.setattr(library, "refresh", slow)
+    for message in story.messages:
+        message["is_system"] = True
+    for _ in range(3):
+        story.grow(2)  # a reply and the user's next message; all before them hidden
+        await arrive()
+        messages = [ChatMessage(m["role"], m["content"]) for m in story.request()["messages"]]
+        assert len(messages) == 4  # the system prompt, the marker, the two new ones
+        found = (await library.identify_request(messages, MARKERS)).identification
+        assert found is not None and found.chat_id == story.chat_id
+        assert found.target_message == len(story.messages)
+        for message in story.messages:
+            message["is_system"] = True
+    library.stop_following()
+    await library.store.close()
+
+
 def grown_to(library: ChatLibrary, chat_id: str, total: int) -> bool:
     return library.index.entries[chat_id].total == total
 
