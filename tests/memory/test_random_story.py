@@ -35,7 +35,9 @@ from tests.st_data import save_like_st
 
 STEPS = 150
 # Messages ST keeps in its prompt, per seed: all of them, or a cut that moves.
-CONTEXT = {1: 10_000, 2: 24, 3: 40, 4: 10_000, 5: 24}
+CONTEXT = {1: 10_000, 2: 24, 3: 40, 4: 10_000, 5: 24, 6: 24, 7: 10_000}
+# Seeds played in a group chat.
+GROUP = {6, 7}
 # Settings besides the tests' quick ones, per seed: detection as its defaults space it,
 # hidden messages left out of the recaps.
 SETTINGS: dict[int, dict[str, Any]] = {
@@ -61,9 +63,12 @@ class Player:
         self.since_end = 0
         self.done: list[str] = []
 
+    # The chats' folder, as chat ids start.
+    chats = f"default-user/chats/{CHAR}"
+
     @property
     def chat_id(self) -> str:
-        return f"default-user/chats/{CHAR}/{self.name}"
+        return f"{self.chats}/{self.name}"
 
     @property
     def api(self) -> str:
@@ -78,33 +83,42 @@ class Player:
             text, self.since_end = f"{text} {END_SCENE}", 0
         return text
 
+    def speaker(self) -> str:
+        return CHAR
+
     def add(self, is_user: bool) -> None:
         text = self.text(is_user)
-        name = USER if is_user else CHAR
+        name = USER if is_user else self.speaker()
         self.messages.append(
             {"name": name, "is_user": is_user, "is_system": False, "send_date": "2026-11-27",
              "mes": text, "swipes": [text], "swipe_id": 0, "extra": {}}
         )  # fmt: skip
 
-    def save(self) -> None:
-        header = {"user_name": USER, "character_name": CHAR, "chat_metadata": self.metadata}
-        rows = [header, *self.messages]
+    def save(self, header: bool = True) -> None:
+        rows = self.messages
+        if header:
+            meta = {"user_name": USER, "character_name": CHAR, "chat_metadata": self.metadata}
+            rows = [meta, *rows]
         data = "\n".join(json.dumps(r) for r in rows).encode() + b"\n"
         save_like_st(self.folder / f"{self.name}.jsonl", data)
+
+    def prompt(self, shown: list[dict[str, Any]]) -> list[dict[str, str]]:
+        """ST's messages for the next reply after `shown`."""
+        return [
+            {"role": "system", "content": f"Write {CHAR}'s next reply."},
+            {"role": "system", "content": "[Start a new Chat]"},
+            *[
+                {"role": "user" if m["is_user"] else "assistant", "content": m["mes"]}
+                for m in shown
+            ],
+        ]
 
     async def request(self, history: list[dict[str, Any]], context: int) -> None:
         shown = [m for m in history if not m["is_system"]][-context:]
         body = {
             "model": "fake-model",
             "stream": self.rng.random() < 0.5,
-            "messages": [
-                {"role": "system", "content": f"Write {CHAR}'s next reply."},
-                {"role": "system", "content": "[Start a new Chat]"},
-                *[
-                    {"role": "user" if m["is_user"] else "assistant", "content": m["mes"]}
-                    for m in shown
-                ],
-            ],
+            "messages": self.prompt(shown),
         }
         response = await self.memory.client.post("/v1/chat/completions", json=body)
         await response.read()
@@ -116,7 +130,7 @@ class Player:
     async def until_read(self, path: Path) -> None:
         """The watcher has read the file at `path` as it is now. A user takes longer than
         that between a save and a rename, or a new chat's first message."""
-        chat_id = f"default-user/chats/{CHAR}/{path.stem}"
+        chat_id = f"{self.chats}/{path.stem}"
         texts = [m["mes"] for m in self.messages]
         await self.memory.until(
             lambda db: [r.message.mes for r in db.memory.messages_from(chat_id)] == texts,
@@ -144,7 +158,9 @@ class Player:
             i = rng.randrange(len(messages))
             self.done.append(f"edit {i}")
             message = messages[i]
-            message["mes"] = message["swipes"][message["swipe_id"]] = self.text(message["is_user"])
+            message["mes"] = self.text(message["is_user"])
+            if "swipes" in message:  # not on ST's own notices
+                message["swipes"][message["swipe_id"]] = message["mes"]
             self.save()
         elif roll < 0.7:
             count = rng.randint(1, 3)
@@ -220,6 +236,68 @@ class Player:
         assert response.status < 500, (self.done[-5:], await response.text())
 
 
+MEMBERS = ("Orin", "Seraphina")
+
+
+class GroupPlayer(Player):
+    """A group chat as ST 1.12 keeps it: a hidden notice first, no header line (or one, as
+    later versions write it), and its group's file in `groups/` naming the chat."""
+
+    chats = "default-user/group chats"
+
+    def __init__(self, memory: Memory, rng: random.Random) -> None:
+        super().__init__(memory, rng)
+        self.folder = memory.story.path.parents[2] / "group chats"
+        self.name = "2026-11-27@10h00m00s"
+        self.header = rng.random() < 0.5
+        notice = "Group chat created. Say 'Hi' to lovely people!"
+        self.messages.append(
+            {"name": "SillyTavern System", "is_user": False, "is_system": True, "mes": notice,
+             "send_date": "2026-11-27", "extra": {"isSmallSys": True, "type": "group"}}
+        )  # fmt: skip
+        self.write_group()
+
+    def write_group(self) -> None:
+        group = {"id": "1795362670890", "name": "The Group", "chat_id": self.name,
+                 "members": ["Orin.png", "Seraphina.png"], "chats": [self.name]}  # fmt: skip
+        path = self.folder.parent / "groups" / "1795362670890.json"
+        save_like_st(path, json.dumps(group).encode())
+
+    def speaker(self) -> str:
+        return self.rng.choice(MEMBERS)
+
+    def save(self, header: bool = True) -> None:
+        super().save(self.header)
+
+    def prompt(self, shown: list[dict[str, Any]]) -> list[dict[str, str]]:
+        # Each member's reply carries its name; ST's nudge names who answers next.
+        speaker = self.speaker()
+        return [
+            {"role": "system", "content": f"Write {speaker}'s next reply."},
+            {
+                "role": "system",
+                "content": f"[Start a new group chat. Group members: {', '.join(MEMBERS)}]",
+            },
+            *[
+                {"role": "user", "content": m["mes"]}
+                if m["is_user"]
+                else {"role": "assistant", "content": f"{m['name']}: {m['mes']}"}
+                for m in shown
+            ],
+            {"role": "system", "content": f"[Write the next reply only as {speaker}.]"},
+        ]
+
+    async def branch_or_rename(self) -> None:
+        # Renamed only: branches are played in the one-to-one chats.
+        old = self.folder / f"{self.name}.jsonl"
+        await self.until_read(old)
+        self.name = f"renamed {len(self.done)}"
+        self.done.append(f"rename to {self.name}")
+        old.rename(self.folder / f"{self.name}.jsonl")
+        self.write_group()
+        await self.until_read(self.folder / f"{self.name}.jsonl")
+
+
 def problems(player: Player, db: Database, hidden_read: bool) -> list[str]:
     """Where the chat's memory does not say what its file says. `hidden_read`: whether
     scene recaps read hidden messages."""
@@ -232,7 +310,11 @@ def problems(player: Player, db: Database, hidden_read: bool) -> list[str]:
             continue
         first, last = start, scene.position
         start = last + 1
-        read = [m for m in messages[first : last + 1] if hidden_read or not m["is_system"]]
+        read = [
+            m
+            for m in messages[first : last + 1]
+            if (hidden_read or not m["is_system"]) and m["extra"].get("type") != "group"
+        ]
         recap = memory.current_scene_recap(scene)
         if recap is None:
             if read:  # a scene of hidden messages only has nothing to recap
@@ -275,10 +357,10 @@ async def test_a_story_played_at_random_keeps_a_true_memory(
     policy = "always" if seed % 2 else "needed"
     settings = SETTINGS.get(seed, {})
     memory = await memory_proxy(2, ends=set(), **{"memory.message_recaps": policy, **settings})
-    player = Player(memory, random.Random(seed))
+    player = (GroupPlayer if seed in GROUP else Player)(memory, random.Random(seed))
     player.add(False)
     player.save()
-    await player.until_read(memory.story.path)
+    await player.until_read(player.folder / f"{player.name}.jsonl")
     caplog.set_level(logging.WARNING, logger="proxy")
     for _ in range(STEPS):
         await player.step(CONTEXT[seed])
