@@ -183,7 +183,7 @@ class Mirror:
             name=location.name,
             file=location.rel,
             integrity=header.integrity if header else None,
-            main_chat=header.main_chat if header else None,
+            main_chat=header.main_chat if header else _main_chat(group, location.name),
             enabled=record.enabled if record is not None else None,
             size=stat.st_size,
             mtime_ns=stat.st_mtime_ns,
@@ -274,3 +274,8 @@ class Mirror:
             enabled=record.enabled,
             world=record.own_world,
         )
+
+
+def _main_chat(group: GroupInfo | None, name: str) -> str | None:
+    """A headerless group chat's parent (ST before 1.15 kept it in the group's file)."""
+    return group.main_chats.get(name) if group is not None else None

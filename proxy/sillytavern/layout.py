@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any, Literal
 
@@ -116,6 +116,9 @@ class GroupInfo:
     name: str
     members: tuple[str, ...]  # avatar keys
     disabled: tuple[str, ...]
+    # Chat name -> the chat it was branched from: before ST 1.15 a group chat's file had
+    # no header, and its metadata (`main_chat` among it) lived in the group's file.
+    main_chats: dict[str, str] = field(default_factory=dict)
 
 
 def read_groups(user_dir: Path) -> dict[str, GroupInfo]:
@@ -139,6 +142,7 @@ def read_groups(user_dir: Path) -> dict[str, GroupInfo]:
             name=str(data.get("name") or path.stem),
             members=_strings(data.get("members")),
             disabled=_strings(data.get("disabled_members")),
+            main_chats=_main_chats(data),
         )
         chats = [*_strings(data.get("chats")), *_strings([data.get("chat_id")])]
         for chat in chats:
@@ -175,6 +179,22 @@ def read_prompt_format(user_dir: Path) -> dict[str, Any] | None:
         "instruct": instruct if isinstance(instruct, dict) else {},
         "context": context if isinstance(context, dict) else {},
     }
+
+
+def _main_chats(group: dict[str, Any]) -> dict[str, str]:
+    """`main_chat` of each chat of a group file (ST before 1.15): the current chat's in
+    `chat_metadata`, the others' in `past_metadata` by chat name."""
+    past = group.get("past_metadata")
+    metadata = dict(past) if isinstance(past, dict) else {}
+    current = group.get("chat_id")
+    if isinstance(current, str | int):
+        metadata[str(current)] = group.get("chat_metadata")
+    found: dict[str, str] = {}
+    for chat, meta in metadata.items():
+        main = meta.get("main_chat") if isinstance(meta, dict) else None
+        if isinstance(main, str) and main:
+            found[chat] = main
+    return found
 
 
 def _strings(value: Any) -> tuple[str, ...]:

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 from urllib.parse import quote, unquote
 
 from proxy.store import Database
-from tests.memory.story import CHAR, CHAT_ID
+from tests.memory.story import CHAR, CHAT_ID, Story, line
 from tests.memory_env import Memory, MemoryFactory
 from tests.st_data import save_like_st
 
@@ -222,3 +223,53 @@ async def test_a_break_set_in_the_branch_before_it_was_used_stays_and_splits_the
     assert breaks == [(4, "manual"), (8, "inherited")]
     after = await scene_recaps(memory, BRANCH_ID)
     assert after[4][-1][1].startswith("5 messages") and after[8][-1][1].startswith("4 messages")
+
+
+async def test_a_group_branch_before_st_1_15_starts_from_its_parents_memory(
+    memory_proxy: MemoryFactory,
+) -> None:
+    """ST before 1.15 wrote a group chat without a header line: the branch's parent is named
+    in the group's file (`past_metadata`), which ST writes before the branch's own file."""
+    folder = "default-user/group chats"
+    parent_id, branch_id = f"{folder}/main", f"{folder}/Branch #11 - 2026-11-22@11h00m00s"
+    rows = [line(i, ends_scene=i == 8) for i in range(16)]
+
+    def write_group(data: Path, **group: Any) -> None:
+        group = {"id": "17", "name": "G", "members": [f"{CHAR}.png"], "chat_id": "main", **group}
+        save_like_st(data / "default-user/groups/17.json", json.dumps(group).encode())
+
+    def write_chat(data: Path, chat_id: str, rows: list[dict[str, Any]]) -> None:
+        save_like_st(data / f"{chat_id}.jsonl", "\n".join(json.dumps(r) for r in rows).encode())
+
+    def build(story: Story) -> None:
+        write_group(story.path.parents[3], chats=["main"])
+        write_chat(story.path.parents[3], parent_id, rows)
+
+    memory = await memory_proxy(0, ends=set(), build=build, **{"memory.message_recaps": False})
+    data = memory.story.path.parents[3]
+    start = {"role": "system", "content": f"[Start a new group chat. Group members: {CHAR}]"}
+
+    def group_request(rows: list[dict[str, Any]]) -> dict[str, Any]:
+        history = [
+            {"role": "user", "content": m["mes"]}
+            if m["is_user"]
+            else {"role": "assistant", "content": f"{m['name']}: {m['mes']}"}
+            for m in rows
+        ]
+        return {"model": "fake-model", "messages": [start, *history]}
+
+    await memory.client.post("/v1/chat/completions", json=group_request(rows))
+    await memory.until(lambda db: db.memory.running_recaps(parent_id))
+
+    branch = branch_id.removeprefix(f"{folder}/")
+    write_group(data, chats=["main", branch], past_metadata={branch: {"main_chat": "main"}})
+    write_chat(data, branch_id, rows[:12])
+    await memory.until(lambda db: db.chat(branch_id) is not None)
+    response = await memory.client.post("/v1/chat/completions", json=group_request(rows[:12]))
+    assert unquote(response.headers["X-Recap-Chat"]) == branch_id
+    await memory.engine.settle()
+
+    [scene] = await memory.run(lambda db: db.memory.breaks(branch_id))
+    assert scene.position == 8 and scene.source == "inherited"
+    [recap] = await memory.run(lambda db: db.memory.scene_recaps(scene.uid))
+    assert recap.source == "inherited"

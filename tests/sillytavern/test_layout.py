@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 
-from proxy.sillytavern.layout import data_dir_for, data_dir_near, find_data_dir
+from proxy.sillytavern.layout import data_dir_for, data_dir_near, find_data_dir, read_groups
 
 
 def install(root: Path) -> Path:
@@ -51,3 +52,35 @@ def test_every_command_takes_the_data_folder_one_way(
     assert data_dir_for(None, str(served)) == served
     assert data_dir_for(data, str(served)) == data
     assert data_dir_for(None, str(tmp_path / "gone")) == data
+
+
+def test_a_group_file_names_each_chat_and_where_a_branch_came_from(tmp_path: Path) -> None:
+    """Before ST 1.15, a group chat's metadata lived in the group's file: the open chat's in
+    `chat_metadata`, the others' in `past_metadata` (stale for the open one)."""
+    groups = tmp_path / "groups"
+    groups.mkdir()
+    group = {
+        "id": "1795362670890",
+        "name": "Harness Group",
+        "members": ["Orin.png", "default_Seraphina.png"],
+        "disabled_members": ["Orin.png"],
+        "chat_id": "Branch #5 - b",
+        "chats": ["main", "Branch #3 - a", "Branch #5 - b"],
+        "chat_metadata": {"integrity": "x", "main_chat": "main"},
+        "past_metadata": {
+            "main": {"integrity": "y"},
+            "Branch #3 - a": {"main_chat": "main"},
+            "Branch #5 - b": {"main_chat": "stale"},
+        },
+    }
+    (groups / "1795362670890.json").write_text(json.dumps(group))
+    (groups / "broken.json").write_text("{")
+    found = read_groups(tmp_path)
+    assert set(found) == {"main", "Branch #3 - a", "Branch #5 - b"}
+    info = found["main"]
+    assert (info.group_id, info.name, info.disabled) == (
+        "1795362670890",
+        "Harness Group",
+        ("Orin.png",),
+    )
+    assert info.main_chats == {"Branch #3 - a": "main", "Branch #5 - b": "main"}
