@@ -141,6 +141,10 @@ class Mirror:
             return Refreshed(location.chat_id, (), self.entry(db, record))
         try:
             data = path.read_bytes()
+        except FileNotFoundError:
+            # Renamed or deleted since the stat: the event for that comes next.
+            log.debug("chat %s went before it was read", path)
+            return None
         except OSError as exc:
             log.warning("cannot read chat %s: %s", path, exc.strerror)
             return None

@@ -234,3 +234,39 @@ async def test_a_new_chat_is_read_once_and_its_bad_line_logged_once(
     warned = [r.getMessage() for r in caplog.records if "malformed" in r.getMessage()]
     assert len(warned) == 1 and "skipped 1 malformed line(s): line 6: not JSON" in warned[0]
     assert len(parsed) == 1  # before, twice: once more to see whether it was a renamed chat
+
+
+async def test_a_chat_renamed_between_its_stat_and_its_read_is_no_warning(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """ST renamed the chat (or deleted it) while its re-read was starting: the event for
+    that follows, and nothing is wrong. A file that cannot be read is another matter."""
+    data = tmp_path / "data"
+    story = Story(data, ends=set())
+    story.grow(4)
+    library = ChatLibrary(data, Store(tmp_path / "store.sqlite3"))
+    await library.index_all()
+    story.grow(2)
+    read_bytes = Path.read_bytes
+
+    def failing(error: OSError) -> None:
+        def read(path: Path) -> bytes:
+            if path == story.path:
+                raise error
+            return read_bytes(path)
+
+        monkeypatch.setattr(Path, "read_bytes", read)
+
+    with caplog.at_level(logging.WARNING):
+        failing(FileNotFoundError(2, "No such file or directory"))
+        assert await library.refresh([story.path]) == []
+        assert not caplog.records
+        failing(PermissionError(13, "Permission denied"))
+        assert await library.refresh([story.path]) == []
+        assert [r.getMessage() for r in caplog.records] == [
+            f"cannot read chat {story.path}: Permission denied"
+        ]
+    monkeypatch.setattr(Path, "read_bytes", read_bytes)
+    [read] = await library.refresh([story.path])
+    assert read.entry is not None and read.entry.total == 6
+    await library.store.close()
