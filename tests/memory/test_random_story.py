@@ -1,14 +1,15 @@
 """A chat played at random as a user plays it, then its memory checked against the file.
 
-Exchanges (streamed or not), swipes, edits anywhere, deletions at the end and in the
-middle, messages moved and hidden, branches and renames as ST makes them, and the
-page's corrections (scene breaks set and removed, recaps edited and made again, the
-running recap edited), in a seeded random order, without waiting for the memory between
-them. Once the queue is idle, the memory must say what the chat file says: scenes follow
-each other from the first message, each recap the model wrote is of its scene's messages
-as they are now (the fake model's recap names its first message and counts them), the
-running recap has folded in the last scene, no message recap of the model's is of an old
-text, no job failed, and nothing was logged as a warning or an error.
+Exchanges (streamed or not), swipes, continues, impersonations, edits anywhere, deletions
+at the end and in the middle, messages moved and hidden, branches and renames as ST makes
+them, in a one-to-one chat or a group chat, and the page's corrections (scene breaks set
+and removed, recaps edited and made again, the running recap edited), in a seeded random
+order, without waiting for the memory between them. Once the queue is idle, the memory
+must say what the chat file says: scenes follow each other from the first message, each
+recap the model wrote is of its scene's messages as they are now (the fake model's recap
+names its first message and counts them; the recap's record says it was made from them),
+the running recap has folded in the last scene, no message recap of the model's is of an
+old text, no job failed, and nothing was logged as a warning or an error.
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ import pytest
 
 from bench.words import CHAT_WORDS
 from proxy.memory.chatinfo import swipe_of
+from proxy.memory.handlers import SceneRecapHandler
+from proxy.memory.operations import Operation
 from proxy.sillytavern.chatfile import text_hash
 from proxy.store import Database
 from tests.fakes.fake_llm import END_SCENE
@@ -48,6 +51,9 @@ SETTINGS: dict[int, dict[str, Any]] = {
     },
     5: {"memory.include_hidden_messages": False},
 }
+
+
+CONTINUE = "[Continue your last message without repeating its original content.]"
 
 
 class Player:
@@ -113,12 +119,15 @@ class Player:
             ],
         ]
 
-    async def request(self, history: list[dict[str, Any]], context: int) -> None:
+    async def request(self, history: list[dict[str, Any]], context: int, nudge: str = "") -> None:
+        """ST's request after `history`; `nudge`: its instruction after the chat (continue,
+        impersonate)."""
         shown = [m for m in history if not m["is_system"]][-context:]
+        after = [{"role": "system", "content": nudge}] if nudge else []
         body = {
             "model": "fake-model",
             "stream": self.rng.random() < 0.5,
-            "messages": self.prompt(shown),
+            "messages": self.prompt(shown) + after,
         }
         response = await self.memory.client.post("/v1/chat/completions", json=body)
         await response.read()
@@ -186,6 +195,15 @@ class Player:
             self.save()
         elif roll < 0.82 and len(messages) > 10:
             await self.branch_or_rename()
+        elif roll < 0.85 and "swipes" in messages[-1] and not messages[-1]["is_user"]:
+            self.done.append("continue")  # the reply grows, the same message
+            await self.request(messages, context, CONTINUE)
+            last = messages[-1]
+            last["mes"] = last["swipes"][last["swipe_id"]] = f"{last['mes']} {self.text(False)}"
+            self.save()
+        elif roll < 0.87:
+            self.done.append("impersonate")  # nothing is saved
+            await self.request(messages, context, "[Write your next reply as Tom.]")
         else:
             await self.correct()
 
@@ -303,6 +321,8 @@ def problems(player: Player, db: Database, hidden_read: bool) -> list[str]:
     scene recaps read hidden messages."""
     found: list[str] = []
     memory, chat_id, messages = db.memory, player.chat_id, player.messages
+    handler = player.memory.engine.handlers[Operation.SCENE_RECAP]
+    assert isinstance(handler, SceneRecapHandler)
     scenes = [b for b in memory.breaks(chat_id) if b.visible]
     start = 0
     for scene in scenes:
@@ -326,6 +346,12 @@ def problems(player: Player, db: Database, hidden_read: bool) -> list[str]:
         if made is None:
             found.append(f"scene {first}-{last}: recap {recap.recap[:40]!r} ({recap.source})")
             continue
+        newest = memory.scene_recaps(scene.uid)[-1]
+        if newest.version == recap.version and (
+            memory.scene_recap_input(scene.uid, recap.version)
+            != handler.scene_input(db, chat_id, scene.uid)
+        ):
+            found.append(f"scene {first}-{last}: recap v{recap.version} of the scene as it was")
         if int(made.group(1)) != len(read):
             found.append(f"scene {first}-{last}: a recap of {made.group(1)} messages")
         mark = read[0]["mes"].split()[0]
