@@ -365,6 +365,11 @@ class ChatLibrary:
                 # newest, just written, to be known by.
                 await asyncio.wait(running, timeout=FRESHNESS_WAIT)
                 chats = likely_chats(newest, self.index)
+            # A chat ST just saved is checked even when others that share its newest
+            # messages were saved more recently before it (a branch or a checkpoint opened
+            # again after a while): it is the likeliest of all.
+            shared = newest.candidates(self.index)
+            chats += [c for c in self._early.reading() if c in shared and c not in chats]
         for chat_id in chats:
             reading = self._early.under_way(chat_id)
             if reading is not None:

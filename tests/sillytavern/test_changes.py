@@ -305,6 +305,36 @@ async def test_a_request_known_only_by_messages_just_saved_waits_for_their_read(
     await library.store.close()
 
 
+async def test_a_checkpoint_opened_again_is_found_among_newer_chats_of_the_same_story(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Three checkpoints of the story were saved after it, all holding its newest
+    messages. The user goes back to the story and sends a message: the request is its,
+    though the index, not having read that save yet, has it as the oldest of the four."""
+    story, library = await following(tmp_path)
+    story.grow(8)
+    await until(partial(grown_to, library, story.chat_id, 10))
+    checkpoints = [story.path.with_name(f"Checkpoint #{i} - x.jsonl") for i in range(3)]
+    for path in checkpoints:
+        save_like_st(path, story.path.read_bytes())
+        await library.refresh([path])
+    refresh = library.refresh
+
+    async def slow(paths: list[Path]) -> object:
+        await asyncio.sleep(0.05)
+        return await refresh(paths)
+
+    monkeypatch.setattr(library, "refresh", slow)
+    story.grow(2)  # a reply and the user's next message, in the story
+    await arrive()
+    messages = [ChatMessage(m["role"], m["content"]) for m in story.request()["messages"]]
+    found = (await library.identify_request(messages, MARKERS)).identification
+    assert found is not None and found.chat_id == story.chat_id
+    assert found.target_message == 12
+    library.stop_following()
+    await library.store.close()
+
+
 def grown_to(library: ChatLibrary, chat_id: str, total: int) -> bool:
     return library.index.entries[chat_id].total == total
 
