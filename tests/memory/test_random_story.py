@@ -1,24 +1,27 @@
 """A chat played at random as a user plays it, then its memory checked against the file.
 
-Exchanges (streamed or not), swipes, continues, impersonations, edits anywhere, deletions
-at the end and in the middle, messages moved and hidden, branches and renames as ST makes
-them, in a one-to-one chat or a group chat, and the page's corrections (scene breaks set
-and removed, recaps edited and made again, the running recap edited), in a seeded random
-order, without waiting for the memory between them. Once the queue is idle, the memory
-must say what the chat file says: scenes follow each other from the first message, each
-recap the model wrote is of its scene's messages as they are now (the fake model's recap
-names its first message and counts them; the recap's record says it was made from them),
-the running recap has folded in the last scene, no message recap of the model's is of an
-old text, no job failed, and nothing was logged as a warning or an error.
+Exchanges (streamed or not), swipes, continues, impersonations, edits anywhere,
+deletions at the end and in the middle, messages moved and hidden, branches, checkpoints
+and renames as ST makes them, going back to a chat left earlier, in a one-to-one chat or
+a group chat, and the page's corrections (scene breaks set and removed, recaps edited
+and made again, the running recap edited), in a seeded random order, without waiting for
+the memory between them. Once the queue is idle, the memory of each chat that got a
+request must say what its file says: scenes follow each other from the first message,
+each recap the model wrote is of its scene's messages as they are now (the fake model's
+recap names its first message and counts them; the recap's record says it was made from
+them), the running recap has folded in the last scene, no message recap of the model's
+is of an old text, no job failed, and nothing was logged as a warning or an error.
 """
 
 from __future__ import annotations
 
 import asyncio
+import copy
 import json
 import logging
 import random
 import re
+from functools import partial
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote, unquote
@@ -68,6 +71,10 @@ class Player:
         self.made = 0  # texts made so far: each text starts with its own `u<n>x` mark
         self.since_end = 0
         self.done: list[str] = []
+        # The chats besides this one (branches, checkpoints, their parents), by name: their
+        # messages and metadata; and those that got a request, whose memory is checked.
+        self.others: dict[str, tuple[list[dict[str, Any]], dict[str, Any]]] = {}
+        self.used: set[str] = set()
 
     # The chats' folder, as chat ids start.
     chats = f"default-user/chats/{CHAR}"
@@ -129,6 +136,7 @@ class Player:
             "stream": self.rng.random() < 0.5,
             "messages": self.prompt(shown) + after,
         }
+        self.used.add(self.name)
         response = await self.memory.client.post("/v1/chat/completions", json=body)
         await response.read()
         assert response.status == 200, self.done
@@ -194,7 +202,7 @@ class Player:
                 message["is_system"] = hide
             self.save()
         elif roll < 0.82 and len(messages) > 10:
-            await self.branch_or_rename()
+            await self.change_chats()
         elif roll < 0.85 and "swipes" in messages[-1] and not messages[-1]["is_user"]:
             self.done.append("continue")  # the reply grows, the same message
             await self.request(messages, context, CONTINUE)
@@ -207,24 +215,56 @@ class Player:
         else:
             await self.correct()
 
-    async def branch_or_rename(self) -> None:
+    async def change_chats(self) -> None:
+        """ST's rename, checkpoint or branch of this chat, or another chat opened again."""
         old = self.folder / f"{self.name}.jsonl"
         await self.until_read(old)
-        if self.rng.random() < 0.4:
-            self.name = f"{CHAR} - renamed {len(self.done)}"
-            self.done.append(f"rename to {self.name}")
-            old.rename(self.folder / f"{self.name}.jsonl")
+        roll = self.rng.random()
+        at = self.rng.randrange(len(self.messages) // 2, len(self.messages) - 1)
+        if roll < 0.25:
+            self.rename(f"{CHAR} - renamed {len(self.done)}")
+        elif roll < 0.5:
+            # ST's checkpoint: the chat up to `at` saved under a new name; the user stays.
+            name = f"Checkpoint #{len(self.done)} - {self.name}"
+            self.done.append(f"checkpoint at {at}")
+            self.others[name] = self.copy(at)
+            self.messages[at]["extra"]["bookmark_link"] = name
+            self.save_as(name, *self.others[name])
+            self.save()
+        elif roll < 0.75 and self.others:
+            name = self.rng.choice(sorted(self.others))
+            self.done.append(f"open {name}")
+            self.others[self.name] = (self.messages, self.metadata)
+            (self.messages, self.metadata), self.name = self.others.pop(name), name
         else:
-            at = self.rng.randrange(len(self.messages) // 2, len(self.messages) - 1)
             branch = f"{self.name} - Branch #{len(self.done)}"
             self.done.append(f"branch at {at}")
             self.messages[at]["extra"].setdefault("branches", []).append(branch)
             self.save()
-            self.messages = json.loads(json.dumps(self.messages[: at + 1]))
-            self.metadata = {"integrity": "random-story", "main_chat": self.name}
-            self.name = branch
+            self.others[self.name] = (self.messages, self.metadata)
+            (self.messages, self.metadata), self.name = self.copy(at), branch
             self.save()
         await self.until_read(self.folder / f"{self.name}.jsonl")
+
+    def rename(self, name: str) -> None:
+        """ST's rename of this chat: its file moves."""
+        was, self.name = self.name, name
+        self.done.append(f"rename to {name}")
+        (self.folder / f"{was}.jsonl").rename(self.folder / f"{name}.jsonl")
+        if was in self.used:
+            self.used = (self.used - {was}) | {name}
+
+    def copy(self, at: int) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+        """A branch's or checkpoint's messages (this chat's up to `at`) and metadata."""
+        messages = json.loads(json.dumps(self.messages[: at + 1]))
+        return messages, {"integrity": "random-story", "main_chat": self.name}
+
+    def save_as(self, name: str, messages: list[dict[str, Any]], metadata: dict[str, Any]) -> None:
+        """Another chat's file, saved as ST saves it."""
+        mine = self.name, self.messages, self.metadata
+        self.name, self.messages, self.metadata = name, messages, metadata
+        self.save()
+        self.name, self.messages, self.metadata = mine
 
     async def correct(self) -> None:
         client, rng, api = self.memory.client, self.rng, self.api
@@ -305,13 +345,10 @@ class GroupPlayer(Player):
             {"role": "system", "content": f"[Write the next reply only as {speaker}.]"},
         ]
 
-    async def branch_or_rename(self) -> None:
+    async def change_chats(self) -> None:
         # Renamed only: branches are played in the one-to-one chats.
-        old = self.folder / f"{self.name}.jsonl"
-        await self.until_read(old)
-        self.name = f"renamed {len(self.done)}"
-        self.done.append(f"rename to {self.name}")
-        old.rename(self.folder / f"{self.name}.jsonl")
+        await self.until_read(self.folder / f"{self.name}.jsonl")
+        self.rename(f"renamed {len(self.done)}")
         self.write_group()
         await self.until_read(self.folder / f"{self.name}.jsonl")
 
@@ -404,6 +441,11 @@ async def test_a_story_played_at_random_keeps_a_true_memory(
 
     hidden_read = settings.get("memory.include_hidden_messages", True)
     found = await memory.run(lambda db: problems(player, db, hidden_read))
+    for name in sorted(player.used - {player.name}):  # the chats the user left
+        other = copy.copy(player)
+        other.name, (other.messages, other.metadata) = name, player.others[name]
+        left = await memory.run(partial(problems, other, hidden_read=hidden_read))
+        found += [f"{name}: {problem}" for problem in left]
     assert not found, (found, player.done)
     noted = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
     assert not noted, noted
