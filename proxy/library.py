@@ -367,9 +367,12 @@ class ChatLibrary:
                 chats = likely_chats(newest, self.index)
             # A chat ST just saved is checked even when others that share its newest
             # messages were saved more recently before it (a branch or a checkpoint opened
-            # again after a while): it is the likeliest of all.
+            # again after a while): it is the likeliest of all. Without the OS's
+            # notifications nothing tells which was saved: each of them is checked.
             shared = newest.candidates(self.index)
-            chats += [c for c in self._early.reading() if c in shared and c not in chats]
+            fresh = self.freshness
+            written = self._early.reading() if fresh is None or fresh.feed else shared
+            chats += [c for c in written if c in shared and c not in chats]
         for chat_id in chats:
             reading = self._early.under_way(chat_id)
             if reading is not None:

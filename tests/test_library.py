@@ -157,6 +157,29 @@ async def test_a_request_at_any_moment_around_a_save_is_identified(tmp_path: Pat
     assert misses == [], f"{len(misses)} of 240 requests not identified: {misses[:5]}"
 
 
+async def test_without_notifications_a_reopened_checkpoints_story_is_still_found(
+    tmp_path: Path,
+) -> None:
+    """No OS notifications (a network share): nothing says which chat ST just saved. The
+    story has three checkpoints, each indexed after it and holding its newest messages;
+    the user goes back to the story and sends a message: the request is the story's."""
+    data = tmp_path / "data"
+    story = Story(data, ends=set())
+    story.grow(10)
+    library = ChatLibrary(data, Store(tmp_path / "store.sqlite3"))
+    await library.index_all()
+    for i in range(3):
+        checkpoint = story.path.with_name(f"Checkpoint #{i} - x.jsonl")
+        save_like_st(checkpoint, story.path.read_bytes())
+        await library.refresh([checkpoint])
+    story.grow(2)  # a reply and the user's next message, in the story
+    messages = [ChatMessage(m["role"], m["content"]) for m in story.request()["messages"]]
+    found = (await library.identify_request(messages, MARKERS)).identification
+    await library.store.close()
+    assert found is not None and found.chat_id == story.chat_id
+    assert found.target_message == 12
+
+
 async def test_a_request_that_fits_no_chat_says_why_in_the_debug_log(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
