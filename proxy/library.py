@@ -353,26 +353,11 @@ class ChatLibrary:
             if named is None and metadata.chat:
                 named = self.index.resolve(metadata.chat)
         newest: Prints | None = None
-        if named is not None:
-            chats = [named]
-        else:
+        if named is None:
             newest = prints(messages, span)
-            chats = likely_chats(newest, self.index)
-            running = self._early.all_under_way() if not chats else None
-            if running:
-                # No chat holds its newest messages yet, but one was just saved and is
-                # being read: a chat whose older messages are all hidden has only those
-                # newest, just written, to be known by.
-                await asyncio.wait(running, timeout=FRESHNESS_WAIT)
-                chats = likely_chats(newest, self.index)
-            # A chat ST just saved is checked even when others that share its newest
-            # messages were saved more recently before it (a branch or a checkpoint opened
-            # again after a while): it is the likeliest of all. Without the OS's
-            # notifications nothing tells which was saved: each of them is checked.
-            shared = newest.candidates(self.index)
-            fresh = self.freshness
-            written = self._early.reading() if fresh is None or fresh.feed else shared
-            chats += [c for c in written if c in shared and c not in chats]
+            chats = await self._to_check(newest)
+        else:
+            chats = [named]
         for chat_id in chats:
             reading = self._early.under_way(chat_id)
             if reading is not None:
@@ -385,6 +370,19 @@ class ChatLibrary:
             why = unidentified_reason(messages, span, self.index, only=named)
             log.debug("request not identified as any chat: %s", why)
         return RequestIdentity(found, replacements, span)
+
+    async def _to_check(self, newest: Prints) -> list[str]:
+        """The chats a request with these newest messages checks for a save since read."""
+        chats = likely_chats(newest, self.index)
+        running = self._early.all_under_way() if not chats else None
+        if running:  # none holds them yet, but a chat just saved (all else hidden) is read
+            await asyncio.wait(running, timeout=FRESHNESS_WAIT)
+            chats = likely_chats(newest, self.index)
+        # A chat just saved is the likeliest, though others sharing these messages were
+        # saved after it before (a checkpoint opened again); unnotified, each is checked.
+        fresh, shared = self.freshness, newest.candidates(self.index)
+        written = self._early.reading() if fresh is None or fresh.feed else shared
+        return chats + [c for c in written if c in shared and c not in chats]
 
     # -- what the mirror read beside the chats -------------------------------------------
 
