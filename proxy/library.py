@@ -380,9 +380,9 @@ class ChatLibrary:
             chats = likely_chats(newest, self.index)
         # A chat just saved is the likeliest, though others sharing these messages were
         # saved after it before (a checkpoint opened again); unnotified, each is checked.
-        fresh, shared = self.freshness, newest.candidates(self.index)
-        written = self._early.reading() if fresh is None or fresh.feed else shared
-        return chats + [c for c in written if c in shared and c not in chats]
+        unnotified = self.freshness is not None and self.freshness.feed is None
+        others = [c for c in newest.candidates(self.index) if c not in chats]
+        return chats + [c for c in others if unnotified or self._early.under_way(c)]
 
     # -- what the mirror read beside the chats -------------------------------------------
 

@@ -299,10 +299,6 @@ class EarlyReads:
         """Every re-read running now."""
         return list(self._running.values())
 
-    def reading(self) -> list[str]:
-        """The chats being re-read now."""
-        return list(self._running)
-
     def stop(self) -> None:
         for task in self._running.values():
             task.cancel()
