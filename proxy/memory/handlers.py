@@ -9,7 +9,7 @@ written onto a message that was edited, swiped or deleted meanwhile.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from proxy.core.jsontypes import JSONValue, as_int, as_list
@@ -189,6 +189,12 @@ class DetectHandler(OperationHandler):
 _SceneInput = tuple[list[MessageRecord], SceneBreak | None, str, dict[str, str]]
 
 
+def _made_of(scene_uid: int, records: list[MessageRecord], uid: Callable[[int], int] = int) -> str:
+    """A scene recap's input hash: the scene's break and its messages' texts, by `uid` of
+    each message (the chat's own uids, or another chat's that holds the same messages)."""
+    return digest(uid(scene_uid), [(uid(r.uid), text_hash(r.message.mes)) for r in records])
+
+
 class SceneRecapHandler(OperationHandler):
     operation = Operation.SCENE_RECAP
 
@@ -215,7 +221,7 @@ class SceneRecapHandler(OperationHandler):
         records, scene = self._scene(db, chat_id, payload)
         if scene is None or not records:
             return None
-        return digest(scene.uid, [(r.uid, text_hash(r.message.mes)) for r in records])
+        return _made_of(scene.uid, records)
 
     def scene_input(self, db: Database, chat_id: str, uid: int) -> str | None:
         """`input_hash` of the scene ending at message `uid`."""
@@ -228,10 +234,11 @@ class SceneRecapHandler(OperationHandler):
         the uids of another chat that holds the same messages (a branch: `paired` maps
         this chat's uids to its); None when one of them is not there."""
         records, scene = self._scene(db, chat_id, {"break": uid})
-        if scene is None or not records or any(r.uid not in paired for r in records):
+        if scene is None or not records or scene.uid not in paired:
             return None
-        moved = [(paired[r.uid], text_hash(r.message.mes)) for r in records]
-        return digest(paired[scene.uid], moved) if scene.uid in paired else None
+        if any(r.uid not in paired for r in records):
+            return None
+        return _made_of(scene.uid, records, paired.__getitem__)
 
     async def run(self, job: Job) -> Apply:
         def gather(db: Database) -> _SceneInput:
