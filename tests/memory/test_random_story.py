@@ -78,6 +78,7 @@ class Player:
 
     # The chats' folder, as chat ids start.
     chats = f"default-user/chats/{CHAR}"
+    header = True  # whether the file starts with ST's header line
 
     @property
     def chat_id(self) -> str:
@@ -107,9 +108,9 @@ class Player:
              "mes": text, "swipes": [text], "swipe_id": 0, "extra": {}}
         )  # fmt: skip
 
-    def save(self, header: bool = True) -> None:
+    def save(self) -> None:
         rows = self.messages
-        if header:
+        if self.header:
             meta = {"user_name": USER, "character_name": CHAR, "chat_metadata": self.metadata}
             rows = [meta, *rows]
         data = "\n".join(json.dumps(r) for r in rows).encode() + b"\n"
@@ -323,9 +324,6 @@ class GroupPlayer(Player):
 
     def speaker(self) -> str:
         return self.rng.choice(MEMBERS)
-
-    def save(self, header: bool = True) -> None:
-        super().save(self.header)
 
     def prompt(self, shown: list[dict[str, Any]]) -> list[dict[str, str]]:
         # Each member's reply carries its name; ST's nudge names who answers next.
