@@ -200,18 +200,21 @@ _SPEAKER = re.compile(r"(?:<[^>\n]{1,40}>)*([^\n:*\"\[\]<>]{1,40}):")
 
 def _names(body: Mapping[str, Any], prompt: str) -> tuple[str | None, str | None]:
     """(user, character): the user's from the stop strings (`\nUser:`), the character's
-    from the prompt's open turn (`Seraphina:`)."""
+    from the prompt's open turn (`Seraphina:`); in an impersonation the other way round."""
     stops = body.get("stop") or body.get("stopping_strings") or body.get("stop_sequence") or []
     if isinstance(body.get("options"), dict):
         stops = body["options"].get("stop") or stops
-    user = next(
-        (s.strip()[:-1] for s in stops if isinstance(s, str) and s.startswith("\n")
-         and s.strip().endswith(":") and "<" not in s),
-        None,
-    )  # fmt: skip
+    named = [
+        s.strip()[:-1] for s in stops if isinstance(s, str) and s.startswith("\n")
+        and s.strip().endswith(":") and "<" not in s
+    ]  # fmt: skip
     last = prompt[-100:].rstrip().rsplit("\n", 1)[-1]
     tail = last[:-1].strip() if last.endswith(":") and len(last) < 80 else None
-    return user, tail
+    if tail is not None and tail in named[1:]:
+        # An impersonation: ST stops at the character's name first, then the user's, and
+        # the open turn is the user's.
+        return tail, named[0]
+    return (named[0] if named else None), tail
 
 
 def _speakers(known: tuple[str | None, str | None], starts: Iterable[str]) -> tuple[str, ...]:

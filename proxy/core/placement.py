@@ -36,9 +36,13 @@ def find_history(messages: Sequence[ChatMessage], markers: Sequence[str]) -> His
     # A prefill ("Start Reply With", continue-prefill) is an assistant message that ends the
     # request. Before it, post-history instructions, the group nudge and control prompts
     # trail as system messages. An assistant message followed by a system nudge is history:
-    # that is how ST sends "continue" without prefill.
-    if end > start and messages[end - 1].role == "assistant":
-        end -= 1
+    # that is how ST sends "continue" without prefill. An empty user message at the end is
+    # the open turn a text-completion impersonation ends with (`<|im_start|>user\nArden:`):
+    # trailing too, or the history would end with a message no chat holds.
+    if end > start:
+        last = messages[end - 1]
+        if last.role == "assistant" or (last.role == "user" and not last.text.strip()):
+            end -= 1
     while end > start and messages[end - 1].role == "system":
         end -= 1
     return HistorySpan(start=start, end=end, indices=tuple(range(start, end)))

@@ -146,6 +146,26 @@ async def test_every_captured_request_is_identified(tmp_path: Path) -> None:
         assert kinds == ["normal"] * 3 + ["swipe", "continue"], run
 
 
+@pytest.mark.parametrize(
+    ("run", "close"),
+    [("textgen-llamacpp/chatml_stream", "<|im_end|>\n<|im_start|>user\n"),
+     ("textgen-generic/noinstruct_stream", "\n")],
+)  # fmt: skip
+async def test_an_impersonation_is_identified(run: str, close: str, tmp_path: Path) -> None:
+    # ST's impersonation ends the prompt with the user's open turn (`User:`) after the
+    # chat as it is, and stops at the character's name first. Here, after the continue's
+    # chat: its prompt ends with the reply the file holds.
+    body = json.loads(generations(run)["07_continue"])
+    body["prompt"] += close + "User:"
+    body["stop"] = ["\nSeraphina:", "\nUser:", *body.get("stop", [])[1:]]
+    parsed = ADAPTER.parse(json.dumps(body).encode())
+    assert (parsed.messages[-1].role, parsed.messages[-1].text) == ("user", "")
+    span = find_history(parsed.messages, ())
+    assert span.end == len(parsed.messages) - 1  # the open turn is not history
+    kind = await identify_at(SOURCES / run, "07_continue", parsed.messages, tmp_path)
+    assert kind == "quiet"
+
+
 CUSTOM = {
     "enabled": True,
     "preset": "My RP",

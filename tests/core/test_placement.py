@@ -4,7 +4,8 @@ Each case lists a message list by short tags and where a memory message must lan
 `main` main prompt, `desc` card text, `start` [Start a new Chat], `gstart` the group
 variant, `ex_u`/`ex_a` example dialogue, `u`/`a` chat turns, `phi` post-history
 instructions, `nudge` group nudge, `cont` continue nudge, `inj` one of ST's own injections,
-`pre` an assistant prefill.
+`pre` an assistant prefill, `open` the user's open turn a text-completion impersonation
+ends with.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ TAGS = {
     "cont": ChatMessage("system", "[Continue the following message.]"),
     "inj": ChatMessage("system", "[Author's note: it is raining.]"),
     "pre": ChatMessage("assistant", "Seraphina:"),
+    "open": ChatMessage("user", ""),
 }
 
 
@@ -79,6 +81,9 @@ SOLO = "main desc start a u a u"  # indices: 0 main, 3 a, 4 u, 5 a, 6 u
         (SOLO + " pre", Position.IN_CHAT, 0, 7),
         (SOLO + " phi pre", Position.IN_CHAT, 0, 7),
         (SOLO + " phi pre", Position.IN_CHAT, 1, 6),
+        # a text-completion impersonation's open user turn is not history.
+        (SOLO + " open", Position.IN_CHAT, 0, 7),
+        (SOLO + " open", Position.IN_CHAT, 1, 6),
         # continue without prefill: the partial reply is history, its nudge is not.
         (SOLO + " a cont", Position.IN_CHAT, 0, 8),
         (SOLO + " a cont", Position.IN_CHAT, 1, 7),
