@@ -75,12 +75,27 @@ def _gone_turns(
     message's turn, -1 for none), less the newest user turn before the first one kept when
     that one is the assistant's: Claude refuses a conversation that starts with it
     ("first message must use the user role")."""
-    gone = {where[i] for i in drop if 0 <= i < len(where) and where[i] >= 0}
+    dropped = {i for i in drop if 0 <= i < len(where)}
+    gone = {where[i] for i in dropped if where[i] >= 0}
+    # A turn taken apart (`unmerge`) goes only when all of its parts do.
+    gone -= {where[i] for i in range(len(where)) if i not in dropped}
     first = next((i for i in range(len(turns)) if i not in gone), None)
     if first is None or turns[first].get("role") != "assistant":
         return gone
     back = next((i for i in range(first - 1, -1, -1) if turns[i].get("role") == "user"), None)
     return gone if back is None else gone - {back}
+
+
+def unmerge(parsed: ParsedRequest, parts: Mapping[int, Sequence[ChatMessage]]) -> None:
+    """Take apart the turns ST merged (`ParsedRequest.unmerge`): each part keeps its
+    turn's place in the body."""
+    messages: list[ChatMessage] = []
+    where: list[int] = []
+    for i, (message, turn) in enumerate(zip(parsed.messages, parsed.layout, strict=True)):
+        for part in parts.get(i, (message,)):
+            messages.append(part)
+            where.append(turn)
+    parsed.messages, parsed.layout = messages, tuple(where)
 
 
 def _gap(where: tuple[int, ...], insertion: Insertion, turns: int) -> int | None:
@@ -132,6 +147,7 @@ class AnthropicMessagesAdapter:
             model=model if isinstance(model, str) else None,
             layout=tuple(where),
             api=self.name,
+            unmerge=unmerge,
         )
 
     def leaves_out(self, parsed: ParsedRequest, drop: Collection[int]) -> tuple[int, ...]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,3 +29,6 @@ class ParsedRequest:
     # How many of the first messages were taken from the previous request as they were
     # (the same objects), not decoded again.
     carried: int = 0
+    # Formats whose client merges chat turns (Claude's): takes the merged ones apart
+    # (`proxy.core.merged`), each parsed message in the mapping replaced by its parts.
+    unmerge: Callable[[ParsedRequest, Mapping[int, Sequence[ChatMessage]]], None] | None = None

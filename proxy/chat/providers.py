@@ -13,8 +13,9 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Protocol
 
 from adapters.base import ParsedRequest
+from proxy.core.merged import unmerged
 from proxy.core.models import Caller, ChatMessage, HistorySpan, Identification, Memory
-from proxy.library import ChatLibrary
+from proxy.library import ChatLibrary, RequestIdentity
 
 CHAT_ID_HEADER = "X-ST-Chat-Id"
 
@@ -71,6 +72,23 @@ class MemoryProvider(Protocol):
         the same history). A preview (asked for by the API, never by a header a client can
         send) shows the memory and starts no upkeep."""
         ...
+
+
+async def identify_parsed(
+    library: ChatLibrary, parsed: ParsedRequest, markers: Sequence[str], header: str | None
+) -> RequestIdentity:
+    """`ChatLibrary.identify_request` for a parsed request. One whose client merged chat
+    turns (Claude's) and that matched no chat as it came is tried again with them taken
+    apart (`proxy.core.merged`): its messages change to those parts."""
+    found = await library.identify_request(parsed.messages, markers, header)
+    ident = found.identification
+    if parsed.unmerge is None or (ident is not None and ident.matched > 0):
+        return found
+    parts = unmerged(parsed.messages, found.span, library.index.by_fp)
+    if not parts:
+        return found
+    parsed.unmerge(parsed, parts)
+    return await library.identify_request(parsed.messages, markers, header)
 
 
 class NoMemory:
@@ -130,9 +148,7 @@ class ChatMemory:
         markers: Sequence[str],
         preview: bool = False,
     ) -> Memory | None:
-        found = await self.library.identify_request(
-            parsed.messages, markers, headers.get(CHAT_ID_HEADER)
-        )
+        found = await identify_parsed(self.library, parsed, markers, headers.get(CHAT_ID_HEADER))
         ident = found.identification
         if ident is None:
             return Memory(replacements=found.replacements, span=found.span)

@@ -9,7 +9,7 @@ import time
 
 from aiohttp import web
 
-from proxy.chat.providers import CHAT_ID_HEADER
+from proxy.chat.providers import CHAT_ID_HEADER, identify_parsed
 from proxy.core.jsontypes import JSONObject
 from proxy.core.models import Identification
 from proxy.errors import NotFound, Unavailable
@@ -139,9 +139,7 @@ async def identify_request(request: web.Request) -> web.Response:
     raw = await request.read()
     parsed = request.app[FORMATS].for_body(raw).parse(raw)  # AdapterError: a 400
     markers = request.app[SETTINGS].injection.history_start_markers
-    found = await library.identify_request(
-        parsed.messages, markers, request.headers.get(CHAT_ID_HEADER)
-    )
+    found = await identify_parsed(library, parsed, markers, request.headers.get(CHAT_ID_HEADER))
     return web.json_response(identification_json(found.identification))
 
 

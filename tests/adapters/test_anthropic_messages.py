@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from adapters.anthropic_messages import AnthropicMessagesAdapter
-from proxy.core.models import Insertion, Role
+from proxy.core.models import ChatMessage, Insertion, Role
 from proxy.core.placement import find_history
 from tests.adapters.captures import MARKERS, SOURCES, identify_at
 from tests.adapters.captures import generations as captured
@@ -187,3 +187,27 @@ def test_the_two_memory_parts_each_go_to_their_place() -> None:
     both = (parts[0], Insertion(0, Role.SYSTEM, "CHANGING", 1, part="changing"))
     top = body_of(ADAPTER.apply(parsed, both))["system"]
     assert top == "STABLE\n\nCHANGING\n\n" + original["system"]
+
+
+def test_a_turn_taken_apart_goes_only_with_all_of_its_parts() -> None:
+    raw = generations("stream_sysprompt")["05_send_03"]
+    parsed = ADAPTER.parse(raw)
+    original = body_of(raw)["messages"]
+    assert parsed.unmerge is not None
+    # The user's first turn after the greeting (the body's third) was two messages ST
+    # merged: its parts share its place.
+    turn = parsed.layout.index(2)
+    text = parsed.messages[turn].text
+    parsed.unmerge(parsed, {turn: [ChatMessage("user", text), ChatMessage("system", "[Nudge]")]})
+    assert parsed.layout[turn - 1 : turn + 3] == (1, 2, 2, 3)
+    assert len(parsed.messages) == len(parsed.layout)
+    # One part out: the turn stays; both out: it goes, and the greeting before it too.
+    assert ADAPTER.leaves_out(parsed, [turn]) == ()
+    assert body_of(ADAPTER.apply(parsed, (), None, [turn]))["messages"] == original
+    gone = ADAPTER.leaves_out(parsed, [turn - 1, turn, turn + 1])
+    assert gone == (turn - 1, turn, turn + 1)
+    out = body_of(ADAPTER.apply(parsed, (), None, gone))["messages"]
+    assert out == [original[0], *original[3:]]
+    # Memory before the second part goes before the whole turn, merged into it.
+    placed = body_of(ADAPTER.apply(parsed, (Insertion(turn + 1, Role.SYSTEM, "MEMORY", 1),)))
+    assert placed["messages"][2]["content"] == "MEMORY\n\n" + original[2]["content"]

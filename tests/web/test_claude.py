@@ -7,6 +7,7 @@ from __future__ import annotations
 import itertools
 import json
 from typing import Any
+from urllib.parse import quote
 
 import pytest
 
@@ -137,3 +138,53 @@ async def test_a_stepped_start_never_leaves_the_assistant_first(
     assert response.status == 200 and response.headers["X-Recap-Trimmed"] == "2"
     sent = json.loads(memory.fake.state.seen[-1].body)["messages"]
     assert sent[0] == {"role": "user", "content": chat[23]["mes"]}
+
+
+def merged_for_claude(messages: list[dict[str, Any]]) -> dict[str, Any]:
+    """An OpenAI-style list as ST converts it for Claude (see `claude_request`)."""
+    turns: list[dict[str, Any]] = []
+    for message in messages:
+        role = "assistant" if message["role"] == "assistant" else "user"
+        if turns and turns[-1]["role"] == role:
+            turns[-1]["content"] += "\n\n" + message["content"]
+        else:
+            turns.append({"role": role, "content": message["content"]})
+    # ST sends `stop_sequences` (empty, as here) to Claude: `/recap/api/identify` tells
+    # the format by it.
+    return {"messages": turns, "model": "claude-fake", "max_tokens": 300, "stop_sequences": []}
+
+
+async def test_turns_st_merged_are_taken_apart_to_find_the_chat(
+    memory_proxy: MemoryFactory,
+) -> None:
+    memory = await memory_proxy(16, {8}, **{"memory.message_recaps": False})
+    story = memory.story
+    await memory.client.post("/v1/messages", json=claude_request(story), headers=HEADERS)
+    await memory.until(lambda db: db.memory.current_running(CHAT_ID) is not None)
+
+    async def sent(messages: list[dict[str, Any]], generation: str) -> dict[str, Any]:
+        body = merged_for_claude(messages)
+        asked = await memory.client.post("/recap/api/identify", json=body)
+        assert (await asked.json())["generation"] == generation
+        response = await memory.client.post("/v1/messages", json=body, headers=HEADERS)
+        assert response.headers["X-Recap-Chat"] == quote(CHAT_ID, safe="")
+        assert int(response.headers["X-Recap-Injected"]) > 0
+        assert int(response.headers["X-Recap-Trimmed"]) > 0  # the first scene's messages
+        last: dict[str, Any] = json.loads(memory.fake.state.seen[-1].body)
+        assert all(a["role"] != b["role"] for a, b in itertools.pairwise(last["messages"]))
+        assert last["messages"][-1] == body["messages"][-1]  # the merged turn as it came
+        return last
+
+    # The user sends again after a reply that failed: two user messages in a row.
+    again = {**story.messages[-1], "mes": "Tom asks once more, louder this time."}
+    story.messages.append(again)
+    story.save()
+    await sent(story.request()["messages"], "normal")
+    # An Author's Note at depth 0 after the user's message, merged into it.
+    note = {"role": "system", "content": "[Author's note: it starts to rain.]"}
+    await sent([*story.request()["messages"], note], "normal")
+    # Ava answers; ST 1.13's continue nudge is a user turn of its own.
+    story.messages.append({**story.messages[-3], "mes": "Ava shrugs and points at the ford."})
+    story.save()
+    nudge = {"role": "system", "content": "[Continue your last message without repeating it.]"}
+    await sent([*story.request()["messages"], nudge], "continue")

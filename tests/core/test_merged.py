@@ -1,0 +1,70 @@
+"""Turns ST merged for Claude, taken apart by the chat messages they hold."""
+
+from __future__ import annotations
+
+from proxy.core.chat_index import fingerprint
+from proxy.core.merged import MAX_PARAGRAPHS, unmerged
+from proxy.core.models import ChatMessage, HistorySpan
+
+FILE = [
+    "Ava greets Tom at the gate.",
+    "Tom asks about the mill.",
+    "Ava points north.\n\nShe says the mill burned down years ago.",  # two paragraphs
+    "Tom thanks her.",
+    "Tom asks again, louder.",
+]
+KNOWN = {fingerprint(text) for text in FILE} | {fingerprint(f"Orin: {FILE[0]}")}
+HEAD = [ChatMessage("system", "Write Ava's reply."), ChatMessage("system", "[Start a new Chat]")]
+
+
+def split(*turns: tuple[str, str]) -> dict[int, list[tuple[str, str]]]:
+    messages = [*HEAD, *(ChatMessage(role, text) for role, text in turns)]
+    span = HistorySpan(2, len(messages), tuple(range(2, len(messages))))
+    found = unmerged(messages, span, KNOWN)
+    return {i: [(p.role, p.text) for p in parts] for i, parts in found.items()}
+
+
+def test_two_user_messages_in_a_row_are_two_again() -> None:
+    assert split(("assistant", FILE[0]), ("user", f"{FILE[3]}\n\n{FILE[4]}")) == {
+        3: [("user", FILE[3]), ("user", FILE[4])]
+    }
+
+
+def test_a_message_of_several_paragraphs_stays_whole() -> None:
+    assert split(("user", FILE[1]), ("assistant", FILE[2]), ("user", FILE[3])) == {}
+    merged = f"{FILE[2]}\n\n{FILE[0]}"  # the long one merged with another reply
+    assert split(("user", FILE[1]), ("assistant", merged), ("user", FILE[3])) == {
+        3: [("assistant", FILE[2]), ("assistant", FILE[0])]
+    }
+
+
+def test_st_prompts_between_and_after_chat_messages_are_system_messages() -> None:
+    note = "[Author's note: it rains.]\n\n[Keep it short.]"
+    nudge = "[Write the next reply only as Ava.]"
+    assert split(("assistant", FILE[0]), ("user", f"{FILE[3]}\n\n{note}\n\n{FILE[4]}")) == {
+        3: [("user", FILE[3]), ("system", note), ("user", FILE[4])]
+    }
+    assert split(("assistant", FILE[0]), ("user", f"{FILE[4]}\n\n{nudge}")) == {
+        3: [("user", FILE[4]), ("system", nudge)]
+    }
+    # A group member's reply carries its name.
+    assert split(("assistant", f"Orin: {FILE[0]}\n\n{FILE[2]}"), ("user", FILE[3])) == {
+        2: [("assistant", f"Orin: {FILE[0]}"), ("assistant", FILE[2])]
+    }
+
+
+def test_a_last_user_turn_no_chat_holds_is_sts_prompt() -> None:
+    # ST 1.13's continue nudge, or its impersonation prompt, on a turn of its own.
+    nudge = "[Continue your last message without repeating its original content.]"
+    assert split(("user", FILE[1]), ("assistant", FILE[0]), ("user", nudge)) == {
+        4: [("system", nudge)]
+    }
+    # Not so before the end (one of ST's injections, skipped as it is), nor a reply.
+    assert split(("user", nudge), ("assistant", FILE[0]), ("user", FILE[3])) == {}
+    assert split(("user", FILE[3]), ("assistant", "Ava's reply no file holds.")) == {}
+
+
+def test_nothing_known_in_a_turn_leaves_it_as_it_came() -> None:
+    assert split(("user", "Something new.\n\nAnd more."), ("assistant", FILE[0])) == {}
+    many = "\n\n".join([FILE[3]] * (MAX_PARAGRAPHS + 1))
+    assert split(("user", many), ("assistant", FILE[0])) == {}
