@@ -3,9 +3,10 @@
 Exchanges (streamed or not), swipes, continues, impersonations, edits anywhere,
 deletions at the end and in the middle, messages moved and hidden, branches, checkpoints
 and renames as ST makes them, going back to a chat left earlier, in a one-to-one chat or
-a group chat, and the page's corrections (scene breaks set and removed, recaps edited
-and made again, the running recap edited), in a seeded random order, without waiting for
-the memory between them. Once the queue is idle, the memory of each chat that got a
+a group chat, sent as a chat completion, to Claude or as a text completion (some with
+ST's Author's Note), and the page's corrections (scene breaks set and removed, recaps
+edited and made again, the running recap edited), in a seeded random order, without
+waiting for the memory between them. Once the queue is idle, the memory of each chat that got a
 request must say what its file says: scenes follow each other from the first message,
 each recap the model wrote is of its scene's messages as they are now (the fake model's
 recap names its first message and counts them; the recap's record says it was made from
@@ -35,15 +36,22 @@ from proxy.memory.operations import Operation
 from proxy.sillytavern.chatfile import text_hash
 from proxy.store import Database
 from tests.fakes.fake_llm import END_SCENE
+from tests.memory.st_wire import claude, text_prompt, with_note
 from tests.memory.story import CHAR, USER
 from tests.memory_env import Memory, MemoryFactory
 from tests.st_data import save_like_st
 
 STEPS = 150
 # Messages ST keeps in its prompt, per seed: all of them, or a cut that moves.
-CONTEXT = {1: 10_000, 2: 24, 3: 40, 4: 10_000, 5: 24, 6: 24, 7: 10_000}
+CONTEXT = {1: 10_000, 2: 24, 3: 40, 4: 10_000, 5: 24, 6: 24, 7: 10_000, 8: 24, 9: 40, 10: 10_000,
+           11: 24}  # fmt: skip
 # Seeds played in a group chat.
-GROUP = {6, 7}
+GROUP = {6, 7, 11}
+# Seeds played over another connection than a chat completion: Claude ("use system prompt"
+# off, or on), a text completion in ChatML or with instruct off (`tests.memory.st_wire`).
+WIRES = {8: "claude", 9: "chatml", 10: "plain", 11: "claude+system"}
+# Seeds whose requests carry ST's Author's Note at a random depth, every other one.
+NOTED = {8, 11}
 # Settings besides the tests' quick ones, per seed: detection as its defaults space it,
 # hidden messages left out of the recaps.
 SETTINGS: dict[int, dict[str, Any]] = {
@@ -79,6 +87,8 @@ class Player:
     # The chats' folder, as chat ids start.
     chats = f"default-user/chats/{CHAR}"
     header = True  # whether the file starts with ST's header line
+    wire = "openai"  # the connection ST sends over (`WIRES`)
+    noted = False  # whether ST's Author's Note goes into some requests
 
     @property
     def chat_id(self) -> str:
@@ -132,13 +142,24 @@ class Player:
         impersonate)."""
         shown = [m for m in history if not m["is_system"]][-context:]
         after = [{"role": "system", "content": nudge}] if nudge else []
-        body = {
-            "model": "fake-model",
-            "stream": self.rng.random() < 0.5,
-            "messages": self.prompt(shown) + after,
-        }
+        stream = self.rng.random() < 0.5
+        messages = self.prompt(shown) + after
+        path = "/v1/chat/completions"
+        body: dict[str, Any] = {"model": "fake-model", "messages": messages}
+        if self.noted and self.rng.random() < 0.5:
+            messages = with_note(messages, self.rng.choice([0, 1, 2, 4, 4]))
+            body["messages"] = messages
+        if self.wire.startswith("claude"):
+            path, body = "/v1/messages", claude(messages, self.wire == "claude+system")
+        elif self.wire in ("chatml", "plain"):
+            kind = "normal" if not nudge else "continue" if nudge == CONTINUE else "impersonate"
+            story = f"Write {CHAR}'s next reply."
+            instruct = self.wire == "chatml"
+            path = "/v1/completions"
+            body = text_prompt(story, shown, instruct=instruct, user=USER, char=CHAR, kind=kind)
+        body["stream"] = stream
         self.used.add(self.name)
-        response = await self.memory.client.post("/v1/chat/completions", json=body)
+        response = await self.memory.client.post(path, json=body)
         await response.read()
         assert response.status == 200, self.done
         if len(shown) > 3:
@@ -419,6 +440,7 @@ async def test_a_story_played_at_random_keeps_a_true_memory(
     settings = SETTINGS.get(seed, {})
     memory = await memory_proxy(2, ends=set(), **{"memory.message_recaps": policy, **settings})
     player = (GroupPlayer if seed in GROUP else Player)(memory, random.Random(seed))
+    player.wire, player.noted = WIRES.get(seed, "openai"), seed in NOTED
     player.add(False)
     player.save()
     await player.until_read(player.folder / f"{player.name}.jsonl")
