@@ -29,6 +29,9 @@ class ParsedRequest:
     # How many of the first messages were taken from the previous request as they were
     # (the same objects), not decoded again.
     carried: int = 0
-    # Formats whose client merges chat turns (Claude's): takes the merged ones apart
-    # (`proxy.core.merged`), each parsed message in the mapping replaced by its parts.
+    # Formats whose client may merge chat messages into one turn (Claude's; a text prompt
+    # with instruct off, where a line without a name joins the turn before it): takes
+    # merged ones apart (`proxy.core.merged`), each parsed message in the mapping replaced
+    # by its parts; and what the messages in such a turn are joined with.
     unmerge: Callable[[ParsedRequest, Mapping[int, Sequence[ChatMessage]]], None] | None = None
+    merged_with: str = "\n\n"

@@ -27,6 +27,7 @@ from adapters.instruct import (
     MISTRAL_END,
     MISTRAL_OPEN,
     Template,
+    Turn,
     chat_start,
     split_prompt,
 )
@@ -83,6 +84,10 @@ class TextCompletionAdapter:
             api=self.name,
             layout=(template, tuple(turns)),
             writer=partial(write_prompt, template),
+            # With instruct off, a line without a name (ST's Author's Note, world info at
+            # a depth, a narrator message) reads as one more line of the turn before it.
+            unmerge=_unmerge if template == "plain" else None,
+            merged_with="\n",
         )
 
     def leaves_out(self, parsed: ParsedRequest, drop: Collection[int]) -> tuple[int, ...]:
@@ -119,6 +124,41 @@ class TextCompletionAdapter:
         body = dict(source)
         body["prompt"] = "".join(pieces)
         return encode_json(body, fast=fast)
+
+
+def _unmerge(parsed: ParsedRequest, parts: Mapping[int, Sequence[ChatMessage]]) -> None:
+    """Take apart turns that hold several messages (`ParsedRequest.unmerge`): each part
+    gets its own stretch of the turn's place in the prompt, so that it can be left out or
+    have memory put before it alone. A turn whose parts are not found there stays whole."""
+    template, turns = parsed.layout
+    prompt: str = parsed.body["prompt"]
+    messages: list[ChatMessage] = []
+    placed: list[Turn] = []
+    for i, (message, turn) in enumerate(zip(parsed.messages, turns, strict=True)):
+        spans = _spans(prompt, turn, parts[i]) if i in parts else None
+        if spans is None:
+            messages.append(message)
+            placed.append(turn)
+            continue
+        for part, (start, end) in zip(parts[i], spans, strict=True):
+            messages.append(part)
+            placed.append(Turn(part.role, start, end, part.text, part.name))
+    parsed.messages, parsed.layout = messages, (template, tuple(placed))
+
+
+def _spans(prompt: str, turn: Turn, parts: Sequence[ChatMessage]) -> list[tuple[int, int]] | None:
+    """Where each part of `turn` starts and ends in the prompt (the first at the turn's
+    start, its speaker's name with it), or None when one is not found in order."""
+    starts = [turn.start]
+    at = turn.start
+    for i, part in enumerate(parts):
+        found = prompt.find(part.text, at, turn.end)
+        if found < 0:
+            return None
+        if i:
+            starts.append(found)
+        at = found + len(part.text)
+    return list(zip(starts, [*starts[1:], turn.end], strict=True))
 
 
 def _memory_block(template: Template | str, insertion: Insertion) -> str:

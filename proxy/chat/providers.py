@@ -77,14 +77,14 @@ class MemoryProvider(Protocol):
 async def identify_parsed(
     library: ChatLibrary, parsed: ParsedRequest, markers: Sequence[str], header: str | None
 ) -> RequestIdentity:
-    """`ChatLibrary.identify_request` for a parsed request. One whose client merged chat
-    turns (Claude's) and that matched no chat as it came is tried again with them taken
-    apart (`proxy.core.merged`): its messages change to those parts."""
+    """`ChatLibrary.identify_request` for a parsed request. One whose client may merge
+    chat messages (`ParsedRequest.unmerge`) and that matched no chat as it came is tried
+    again with them taken apart (`proxy.core.merged`): its messages change to the parts."""
     found = await library.identify_request(parsed.messages, markers, header)
     ident = found.identification
     if parsed.unmerge is None or (ident is not None and ident.matched > 0):
         return found
-    parts = unmerged(parsed.messages, found.span, library.index.by_fp)
+    parts = unmerged(parsed.messages, found.span, library.index.by_fp, parsed.merged_with)
     if not parts:
         return found
     parsed.unmerge(parsed, parts)

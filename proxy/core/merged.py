@@ -7,7 +7,10 @@ message may then be several: two user messages in a row (a reply deleted, or sen
 after a failed one), consecutive group members' replies, a chat message with ST's own
 prompt joined to it (the group nudge, an Author's Note at depth 0, the impersonation
 prompt, the continue nudge of ST 1.13 and later). When one ends the request, no chat
-ends the way the request does, and the request would go without memory.
+ends the way the request does, and the request would go without memory. A text prompt
+with instruct off has the like: ST writes its own prompts at a depth (an Author's Note,
+world info) and narrator messages as lines without a name, which read as more lines of
+the message before them.
 
 `unmerged` finds, for each such turn, the runs of its paragraphs that are chat messages
 (by the index's fingerprints); the paragraphs between them are ST's prompts, given back
@@ -29,19 +32,23 @@ MAX_PARAGRAPHS = 48  # a turn of more is left as it is (the split is quadratic i
 
 
 def unmerged(
-    messages: Sequence[ChatMessage], span: HistorySpan, known: Container[int]
+    messages: Sequence[ChatMessage],
+    span: HistorySpan,
+    known: Container[int],
+    separator: str = SEPARATOR,
 ) -> dict[int, list[ChatMessage]]:
     """The history messages to take apart (request index -> its parts, in order), given
-    the fingerprints of the indexed chats' messages (`known`). Empty: nothing to do."""
+    the fingerprints of the indexed chats' messages (`known`) and what merged messages
+    are joined with (`separator`). Empty: nothing to do."""
     found: dict[int, list[ChatMessage]] = {}
     history = span.indices[-TAIL - MAX_SKIPPED :]
     for i in history:
         message = messages[i]
-        if message.role == "system" or SEPARATOR not in message.text:
+        if message.role == "system" or separator not in message.text:
             continue
         if message_fingerprint(message.text) in known:
             continue  # a chat message of several paragraphs, as it is
-        parts = _parts(message, known)
+        parts = _parts(message, known, separator)
         if parts is not None:
             found[i] = parts
     if history:
@@ -54,10 +61,10 @@ def unmerged(
     return found
 
 
-def _parts(message: ChatMessage, known: Container[int]) -> list[ChatMessage] | None:
+def _parts(message: ChatMessage, known: Container[int], separator: str) -> list[ChatMessage] | None:
     """The message's paragraphs grouped into chat messages and ST's prompts between them,
     covering as many paragraphs with chat messages as can be; None when none is one."""
-    paragraphs = message.text.split(SEPARATOR)
+    paragraphs = message.text.split(separator)
     count = len(paragraphs)
     if count > MAX_PARAGRAPHS:
         return None
@@ -68,7 +75,7 @@ def _parts(message: ChatMessage, known: Container[int]) -> list[ChatMessage] | N
     for i in range(count - 1, -1, -1):
         best[i], step[i] = best[i + 1], (i + 1, False)
         for end in range(i + 1, count + 1):
-            if fingerprint(SEPARATOR.join(paragraphs[i:end])) in known:
+            if fingerprint(separator.join(paragraphs[i:end])) in known:
                 covered = end - i + best[end]
                 if covered > best[i]:
                     best[i], step[i] = covered, (end, True)
@@ -79,15 +86,15 @@ def _parts(message: ChatMessage, known: Container[int]) -> list[ChatMessage] | N
     at = 0
     while at < count:
         end, chat = step[at]
-        text = SEPARATOR.join(paragraphs[at:end])
+        text = separator.join(paragraphs[at:end])
         if chat:
             if "".join(loose).strip():
-                parts.append(ChatMessage("system", SEPARATOR.join(loose)))
+                parts.append(ChatMessage("system", separator.join(loose)))
             loose = []
             parts.append(ChatMessage(message.role, text, message.name))
         else:
             loose.append(text)
         at = end
     if "".join(loose).strip():
-        parts.append(ChatMessage("system", SEPARATOR.join(loose)))
+        parts.append(ChatMessage("system", separator.join(loose)))
     return parts

@@ -11,7 +11,7 @@ import pytest
 
 from adapters.instruct import Template, split_prompt
 from adapters.text_completions import TextCompletionAdapter
-from proxy.core.models import Insertion, Role
+from proxy.core.models import ChatMessage, Insertion, Role
 from proxy.core.placement import find_history
 from proxy.errors import UnknownPromptFormat
 from tests.adapters.captures import SOURCES, generations, identify_at
@@ -262,3 +262,25 @@ def test_the_two_memory_parts_are_two_blocks_each_in_its_place() -> None:
     assert top.startswith(
         "<|im_start|>system\nSTABLE<|im_end|>\n<|im_start|>system\nCHANGING<|im_end|>\n"
     )
+
+
+def test_a_turn_taken_apart_with_instruct_off_keeps_each_part_in_its_place() -> None:
+    note = "[Author's note: it rains.]"
+    prompt = f"Story of Ava.\n***\nTom: Hi there\nAva: Hello\nTom: How are you?\n{note}\nAva:"
+    parsed = ADAPTER.parse(json.dumps({"prompt": prompt, "stop": ["\nTom:"]}).encode())
+    assert parsed.unmerge is not None and parsed.merged_with == "\n"
+    assert parsed.messages[3] == ChatMessage("user", f"How are you?\n{note}", "Tom")
+    parts = [ChatMessage("user", "How are you?", "Tom"), ChatMessage("system", note)]
+    parsed.unmerge(parsed, {3: parts})
+    assert parsed.messages[3:5] == parts
+    # Each part can go alone, or have memory before it alone.
+    out = prompt_of(ADAPTER.apply(parsed, (), None, [3]))
+    assert out == prompt.replace("Tom: How are you?\n", "")
+    memory = prompt_of(ADAPTER.apply(parsed, (Insertion(4, Role.SYSTEM, "MEMORY", 1),)))
+    assert memory == prompt.replace(note, f"MEMORY\n{note}")
+    # A part not found in its turn leaves the turn whole.
+    again = ADAPTER.parse(json.dumps({"prompt": prompt, "stop": ["\nTom:"]}).encode())
+    assert again.unmerge is not None
+    again.unmerge(again, {3: [parts[0], ChatMessage("system", "[Not there.]")]})
+    assert len(again.messages) == 5
+    assert again.messages[3] == ChatMessage("user", f"How are you?\n{note}", "Tom")

@@ -68,3 +68,16 @@ def test_nothing_known_in_a_turn_leaves_it_as_it_came() -> None:
     assert split(("user", "Something new.\n\nAnd more."), ("assistant", FILE[0])) == {}
     many = "\n\n".join([FILE[3]] * (MAX_PARAGRAPHS + 1))
     assert split(("user", many), ("assistant", FILE[0])) == {}
+
+
+def test_lines_of_a_text_prompt_with_instruct_off() -> None:
+    # A line without a name (ST's note, a narrator message) joins the message before it.
+    messages = [*HEAD, ChatMessage("user", f"{FILE[3]}\n[Author's note: it rains.]", "Tom")]
+    span = HistorySpan(2, 3, (2,))
+    parts = unmerged(messages, span, KNOWN, "\n")
+    assert parts == {
+        2: [
+            ChatMessage("user", FILE[3], "Tom"),
+            ChatMessage("system", "[Author's note: it rains.]"),
+        ]
+    }

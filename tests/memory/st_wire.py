@@ -55,10 +55,13 @@ def text_prompt(
     user: str,
     char: str,
     kind: str = "normal",
+    note: int | None = None,
 ) -> dict[str, Any]:
     """A text completion body for the file messages `shown`. `kind`: "normal" (the
     character's open turn ends it), "continue" (the last message, open, ends it) or
-    "impersonate" (the user's open turn ends it; ST stops at the character's name first)."""
+    "impersonate" (the user's open turn ends it; ST stops at the character's name first).
+    `note`: the depth of ST's Author's Note, a narrator line (`doChatInject`): a system
+    turn in ChatML, a line of its own with instruct off; a continue's depth 0 is 1."""
 
     def turn(message: dict[str, Any], closed: bool = True) -> str:
         line = f"{message['name']}: {message['mes']}"
@@ -75,6 +78,10 @@ def text_prompt(
     else:
         name, role = (user, "user") if kind == "impersonate" else (char, "assistant")
         opener = f"<|im_start|>{role}\n{name}:" if instruct else f"{name}:"
+    if note is not None and turns:
+        depth = 1 if kind == "continue" and note == 0 else note
+        line = f"<|im_start|>system\n{NOTE}<|im_end|>\n" if instruct else f"{NOTE}\n"
+        turns.insert(max(0, len(turns) - depth), line)
     stops = [f"\n{user}:"]
     if kind == "impersonate":
         stops.insert(0, f"\n{char}:")

@@ -51,7 +51,7 @@ GROUP = {6, 7, 11}
 # off, or on), a text completion in ChatML or with instruct off (`tests.memory.st_wire`).
 WIRES = {8: "claude", 9: "chatml", 10: "plain", 11: "claude+system"}
 # Seeds whose requests carry ST's Author's Note at a random depth, every other one.
-NOTED = {8, 11}
+NOTED = {8, 9, 10, 11}
 # Settings besides the tests' quick ones, per seed: detection as its defaults space it,
 # hidden messages left out of the recaps.
 SETTINGS: dict[int, dict[str, Any]] = {
@@ -146,8 +146,9 @@ class Player:
         messages = self.prompt(shown) + after
         path = "/v1/chat/completions"
         body: dict[str, Any] = {"model": "fake-model", "messages": messages}
-        if self.noted and self.rng.random() < 0.5:
-            messages = with_note(messages, self.rng.choice([0, 1, 2, 4, 4]))
+        note = self.rng.choice([0, 1, 2, 4, 4]) if self.noted and self.rng.random() < 0.5 else None
+        if note is not None:
+            messages = with_note(messages, note)
             body["messages"] = messages
         if self.wire.startswith("claude"):
             path, body = "/v1/messages", claude(messages, self.wire == "claude+system")
@@ -156,7 +157,9 @@ class Player:
             story = f"Write {CHAR}'s next reply."
             instruct = self.wire == "chatml"
             path = "/v1/completions"
-            body = text_prompt(story, shown, instruct=instruct, user=USER, char=CHAR, kind=kind)
+            body = text_prompt(
+                story, shown, instruct=instruct, user=USER, char=CHAR, kind=kind, note=note
+            )
         body["stream"] = stream
         self.used.add(self.name)
         response = await self.memory.client.post(path, json=body)

@@ -1,11 +1,13 @@
 """Text Completion through the proxy: Ollama's NDJSON comes back chunk for chunk, memory
-goes into the prompt on every backend's route, and a ChatML chat gets its memory written
-and inserted (the captured exchanges replay in `tests/web/test_sources.py`)."""
+goes into the prompt on every backend's route, a ChatML chat gets its memory written and
+inserted, and a prompt with instruct off is found with ST's unnamed lines in it (the
+captured exchanges replay in `tests/web/test_sources.py`)."""
 
 from __future__ import annotations
 
 import json
 from typing import Any
+from urllib.parse import quote
 
 import pytest
 
@@ -18,6 +20,7 @@ from tests.conftest import make_settings
 from tests.fakes.fake_llm import REPLY
 from tests.fakes.fake_text import ROUTES
 from tests.fakes.fake_upstream import FakeUpstream, Script
+from tests.memory.st_wire import NOTE, text_prompt
 from tests.memory.story import CHAT_ID, SYSTEM, USER, Story
 from tests.memory_env import MemoryFactory
 
@@ -114,3 +117,25 @@ async def test_the_instruct_template_st_uses_is_read_from_its_settings(
         "/v1/completions", json={"prompt": prompt, "stop": [f"\n{USER}:"]}
     )
     assert response.headers["X-Recap-Chat"]  # split by ST's own template, then identified
+
+
+async def test_a_line_without_a_name_after_the_last_message_still_finds_the_chat(
+    memory_proxy: MemoryFactory,
+) -> None:
+    """Instruct off, ST's Author's Note at depth 0 is a line of its own after the user's
+    message, and reads as more of it: the chat is found with the two taken apart, the note
+    stays where ST put it, and covered lines leave."""
+    memory = await memory_proxy(16, {8}, **{"memory.message_recaps": False})
+    story = memory.story
+    await memory.client.post("/v1/completions", json=chatml_request(story))
+    await memory.until(lambda db: db.memory.current_running(CHAT_ID) is not None)
+    body = text_prompt(SYSTEM, story.messages, instruct=False, user=USER, char=story.char, note=0)
+    assert body["prompt"].endswith(f"{story.messages[-1]['mes']}\n{NOTE}\n{story.char}:")
+    response = await memory.client.post("/v1/completions", json=body)
+    assert response.headers["X-Recap-Chat"] == quote(CHAT_ID, safe="")
+    assert int(response.headers["X-Recap-Trimmed"]) > 0
+    prompt = json.loads(memory.fake.state.seen[-1].body)["prompt"]
+    assert "<ROLEPLAY_RECAP>" in prompt
+    assert f"\n{story.char}: {story.messages[0]['mes']}" not in prompt  # covered, left out
+    assert f"\n{story.char}: {story.messages[10]['mes']}" in prompt
+    assert prompt.endswith(f"{story.messages[-1]['mes']}\n{NOTE}\n{story.char}:")
