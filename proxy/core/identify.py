@@ -11,7 +11,8 @@ Generation kinds, from how the request's end meets the file's end:
   (or, in a group, another member's reply followed by ST's group nudge);
 - swipe: the file has one more assistant message than the request (regenerate, swipe);
 - continue: the request ends with the file's last assistant text (or a prefix of it);
-- quiet: nothing at the end matches (summaries, impersonation, other quiet prompts).
+- quiet: nothing at the end matches (summaries, other quiet prompts), or ST's impersonation
+  prompt (or a text prompt's open user turn) follows the history.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from proxy.core.models import ChatMessage, Generation, HistorySpan, Identificati
 MAX_SKIPPED = 12  # request messages that match nothing before an alignment gives up
 CONTINUE_NUDGE = "[continue"
 GROUP_NUDGE = "[write the next reply only as"
+IMPERSONATION = "[write your next reply from the point of view of"  # ST's default prompt
 
 
 # Not frozen: built for every chat request (see proxy.core.models).
@@ -176,11 +178,14 @@ def _best_fit(
     if fps[history[-1]] in last.fps:
         # The request ends where the file ends.
         matched, used, at = _align(history, fps, tail, len(tail) - 1)
-        if last.is_user or _nudged(trailing):
-            # After the user, or the next group member answering after another one.
+        if last.is_user and not _impersonating(trailing):
             fits.append(_Fit("normal", matched, used, entry.total, at))
         elif _continues(trailing, last):
+            # Before the group nudge: ST sends that with a group's continue too.
             fits.append(_Fit("continue", matched, used, last.position, at))
+        elif _nudged(trailing):
+            # The next group member answering after another one.
+            fits.append(_Fit("normal", matched, used, entry.total, at))
         else:
             fits.append(_Fit("quiet", matched, used, None, at))
     elif last_request.role == "assistant" and last.text.startswith(normalize(last_request.text)):
@@ -253,6 +258,16 @@ def _align(
 def _nudged(trailing: Sequence[ChatMessage]) -> bool:
     return any(
         m.role == "system" and normalize(m.text).lower().startswith(GROUP_NUDGE) for m in trailing
+    )
+
+
+def _impersonating(trailing: Sequence[ChatMessage]) -> bool:
+    """ST writes the user's next message: its impersonation prompt, or (a text prompt)
+    the user's open turn (`find_history` leaves it out of the history, empty)."""
+    return any(
+        (m.role == "user" and not m.text.strip())
+        or (m.role == "system" and normalize(m.text).lower().startswith(IMPERSONATION))
+        for m in trailing
     )
 
 

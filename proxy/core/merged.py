@@ -14,9 +14,9 @@ the message before them.
 
 `unmerged` finds, for each such turn, the runs of its paragraphs that are chat messages
 (by the index's fingerprints); the paragraphs between them are ST's prompts, given back
-as system messages. The newest history message that matches nothing and is the user's
-(ST's nudge on its own turn) is one too. Only asked for when a request was not
-identified as it came: the common request pays nothing.
+as system messages, one a paragraph. The newest history message that matches nothing and
+is the user's (ST's nudge on its own turn) is taken for ST's prompts too. Only asked for
+when a request was not identified as it came: the common request pays nothing.
 """
 
 from __future__ import annotations
@@ -57,8 +57,14 @@ def unmerged(
         parts = found.get(last, [message])
         final = parts[-1]
         if final.role == "user" and fingerprint(final.text) not in known:
-            found[last] = [*parts[:-1], ChatMessage("system", final.text)]
+            found[last] = [*parts[:-1], *_prompts(final.text.split(separator))]
     return found
+
+
+def _prompts(paragraphs: list[str]) -> list[ChatMessage]:
+    """ST's own prompts, one system message a paragraph: each was a message of its own
+    before the merge (a nudge is told by how its message starts)."""
+    return [ChatMessage("system", p) for p in paragraphs if p.strip()]
 
 
 def _parts(message: ChatMessage, known: Container[int], separator: str) -> list[ChatMessage] | None:
@@ -82,19 +88,13 @@ def _parts(message: ChatMessage, known: Container[int], separator: str) -> list[
     if best[0] == 0:
         return None
     parts: list[ChatMessage] = []
-    loose: list[str] = []  # paragraphs of ST's prompts, until the next chat message
     at = 0
     while at < count:
         end, chat = step[at]
-        text = separator.join(paragraphs[at:end])
         if chat:
-            if "".join(loose).strip():
-                parts.append(ChatMessage("system", separator.join(loose)))
-            loose = []
+            text = separator.join(paragraphs[at:end])
             parts.append(ChatMessage(message.role, text, message.name))
         else:
-            loose.append(text)
+            parts += _prompts(paragraphs[at:end])
         at = end
-    if "".join(loose).strip():
-        parts.append(ChatMessage("system", separator.join(loose)))
     return parts

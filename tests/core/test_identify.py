@@ -123,6 +123,23 @@ def test_group_names_in_content_and_quiet_requests() -> None:
     nudged = [*messages[:-1], ChatMessage("system", "[Write the next reply only as Seraphina.]")]
     found = run(index, nudged)
     assert found is not None and (found.generation, found.target_message) == ("normal", 3)
+    # A group's continue carries the group nudge too: it is still a continue.
+    cont = ChatMessage("system", "[Continue your last message without repeating it.]")
+    for trailing in ([nudged[-1], cont], [cont, nudged[-1]]):
+        found = run(index, [*messages[:-1], *trailing])
+        assert found is not None and (found.generation, found.target_message) == ("continue", 2)
+
+
+def test_an_impersonation_after_the_users_message_is_quiet() -> None:
+    index = ChatIndex()
+    index.put(entry("u/chats/S/i", 1.0, [(False, "Seraphina", "Hello."), (True, "Alex", "Hi.")]))
+    turns = (("assistant", "Hello."), ("user", "Hi."))
+    prompt = "[Write your next reply from the point of view of Alex, using the chat history.]"
+    for trailing in (("system", prompt),), (("user", ""),):  # a chat, a text prompt
+        found = run(index, request(*turns, trailing=trailing))
+        assert found is not None and (found.generation, found.target_message) == ("quiet", None)
+    found = run(index, request(*turns))
+    assert found is not None and (found.generation, found.target_message) == ("normal", 2)
 
 
 def test_continue_with_a_partial_prefill() -> None:

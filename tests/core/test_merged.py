@@ -41,8 +41,9 @@ def test_a_message_of_several_paragraphs_stays_whole() -> None:
 def test_st_prompts_between_and_after_chat_messages_are_system_messages() -> None:
     note = "[Author's note: it rains.]\n\n[Keep it short.]"
     nudge = "[Write the next reply only as Ava.]"
+    notes = [("system", "[Author's note: it rains.]"), ("system", "[Keep it short.]")]
     assert split(("assistant", FILE[0]), ("user", f"{FILE[3]}\n\n{note}\n\n{FILE[4]}")) == {
-        3: [("user", FILE[3]), ("system", note), ("user", FILE[4])]
+        3: [("user", FILE[3]), *notes, ("user", FILE[4])]
     }
     assert split(("assistant", FILE[0]), ("user", f"{FILE[4]}\n\n{nudge}")) == {
         3: [("user", FILE[4]), ("system", nudge)]
@@ -58,6 +59,12 @@ def test_a_last_user_turn_no_chat_holds_is_sts_prompt() -> None:
     nudge = "[Continue your last message without repeating its original content.]"
     assert split(("user", FILE[1]), ("assistant", FILE[0]), ("user", nudge)) == {
         4: [("system", nudge)]
+    }
+    # Merged with others (a group's continue, an Author's Note): one message each, so
+    # that each nudge is told by how it starts.
+    group = "[Write the next reply only as Ava.]"
+    assert split(("assistant", FILE[0]), ("user", f"{group}\n\n{nudge}")) == {
+        3: [("system", group), ("system", nudge)]
     }
     # Not so before the end (one of ST's injections, skipped as it is), nor a reply.
     assert split(("user", nudge), ("assistant", FILE[0]), ("user", FILE[3])) == {}

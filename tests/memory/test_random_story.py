@@ -65,6 +65,11 @@ SETTINGS: dict[int, dict[str, Any]] = {
 
 
 CONTINUE = "[Continue your last message without repeating its original content.]"
+IMPERSONATE = (
+    f"[Write your next reply from the point of view of {USER}, using the chat history so far "
+    f"as a guideline for the writing style of {USER}. Don't write as {CHAR} or system. Don't "
+    f"describe actions of {CHAR}.]"
+)
 
 
 class Player:
@@ -83,6 +88,7 @@ class Player:
         # messages and metadata; and those that got a request, whose memory is checked.
         self.others: dict[str, tuple[list[dict[str, Any]], dict[str, Any]]] = {}
         self.used: set[str] = set()
+        self.kinds: list[str] = []  # requests told for another kind than they are
 
     # The chats' folder, as chat ids start.
     chats = f"default-user/chats/{CHAR}"
@@ -126,8 +132,8 @@ class Player:
         data = "\n".join(json.dumps(r) for r in rows).encode() + b"\n"
         save_like_st(self.folder / f"{self.name}.jsonl", data)
 
-    def prompt(self, shown: list[dict[str, Any]]) -> list[dict[str, str]]:
-        """ST's messages for the next reply after `shown`."""
+    def prompt(self, shown: list[dict[str, Any]], nudge: str = "") -> list[dict[str, str]]:
+        """ST's messages for the next reply after `shown` (`nudge`: see `request`)."""
         return [
             {"role": "system", "content": f"Write {CHAR}'s next reply."},
             {"role": "system", "content": "[Start a new Chat]"},
@@ -143,7 +149,7 @@ class Player:
         shown = [m for m in history if not m["is_system"]][-context:]
         after = [{"role": "system", "content": nudge}] if nudge else []
         stream = self.rng.random() < 0.5
-        messages = self.prompt(shown) + after
+        messages = self.prompt(shown, nudge) + after
         path = "/v1/chat/completions"
         body: dict[str, Any] = {"model": "fake-model", "messages": messages}
         note = self.rng.choice([0, 1, 2, 4, 4]) if self.noted and self.rng.random() < 0.5 else None
@@ -168,6 +174,22 @@ class Player:
         if len(shown) > 3:
             got = unquote(response.headers["X-Recap-Chat"])
             assert got == self.chat_id, (self.done[-5:], got)
+            await self.check_kind(body, path, nudge)
+
+    async def check_kind(self, body: dict[str, Any], path: str, nudge: str) -> None:
+        """The request is told for what it is: a new reply, a swipe, a continue, or (an
+        impersonation) a quiet one. Asked again of `/recap/api/identify`: the file is as
+        it was when the request went."""
+        if self.messages[-1]["is_system"]:
+            return  # a hidden last message: ST's request ends before it
+        swiped = self.done[-1:] == ["swipe"] and not self.messages[-1]["is_user"]
+        want = "swipe" if swiped else "normal"
+        if nudge:
+            want = "continue" if nudge == CONTINUE else "quiet"
+        response = await self.memory.client.post("/recap/api/identify", json=body)
+        got = (await response.json())["generation"]
+        if got != want:
+            self.kinds.append(f"{self.done[-1:]} {path}: {got}, not {want}")
 
     async def until_read(self, path: Path) -> None:
         """The watcher has read the file at `path` as it is now. A user takes longer than
@@ -236,7 +258,7 @@ class Player:
             self.save()
         elif roll < 0.87:
             self.done.append("impersonate")  # nothing is saved
-            await self.request(messages, context, "[Write your next reply as Tom.]")
+            await self.request(messages, context, IMPERSONATE)
         else:
             await self.correct()
 
@@ -349,9 +371,12 @@ class GroupPlayer(Player):
     def speaker(self) -> str:
         return self.rng.choice(MEMBERS)
 
-    def prompt(self, shown: list[dict[str, Any]]) -> list[dict[str, str]]:
-        # Each member's reply carries its name; ST's nudge names who answers next.
+    def prompt(self, shown: list[dict[str, Any]], nudge: str = "") -> list[dict[str, str]]:
+        # Each member's reply carries its name; ST's nudge names who answers next (but for
+        # an impersonation: `noGroupNudgeTypes`).
         speaker = self.speaker()
+        impersonation = nudge and nudge != CONTINUE
+        group_nudge = f"[Write the next reply only as {speaker}.]"
         return [
             {"role": "system", "content": f"Write {speaker}'s next reply."},
             {
@@ -364,7 +389,7 @@ class GroupPlayer(Player):
                 else {"role": "assistant", "content": f"{m['name']}: {m['mes']}"}
                 for m in shown
             ],
-            {"role": "system", "content": f"[Write the next reply only as {speaker}.]"},
+            *([] if impersonation else [{"role": "system", "content": group_nudge}]),
         ]
 
     async def change_chats(self) -> None:
@@ -470,5 +495,6 @@ async def test_a_story_played_at_random_keeps_a_true_memory(
         left = await memory.run(partial(problems, other, hidden_read=hidden_read))
         found += [f"{name}: {problem}" for problem in left]
     assert not found, (found, player.done)
+    assert not player.kinds, player.kinds
     noted = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
     assert not noted, noted
