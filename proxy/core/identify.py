@@ -8,7 +8,8 @@ alignment wins; a tie goes to the most recently saved chat, with low confidence.
 
 Generation kinds, from how the request's end meets the file's end:
 - normal: the file's last visible message is the request's last history message, a user one
-  (or, in a group, another member's reply followed by ST's group nudge);
+  (or, in a group, another member's reply followed by ST's group nudge, or by the next
+  speaker's open turn in a text prompt);
 - swipe: the file has one more assistant message than the request (regenerate, swipe);
 - continue: the request ends with the file's last assistant text (or a prefix of it);
 - quiet: nothing at the end matches (summaries, other quiet prompts), or ST's impersonation
@@ -183,12 +184,12 @@ def _best_fit(
         elif _continues(trailing, last):
             # Before the group nudge: ST sends that with a group's continue too.
             fits.append(_Fit("continue", matched, used, last.position, at))
-        elif _nudged(trailing):
-            # The next group member answering after another one.
+        elif _nudged(trailing) or _opened(trailing):
+            # The next group member answering after another one (or the character again).
             fits.append(_Fit("normal", matched, used, entry.total, at))
         else:
             fits.append(_Fit("quiet", matched, used, None, at))
-    elif last_request.role == "assistant" and last.text.startswith(normalize(last_request.text)):
+    elif last_request.role == "assistant" and _starts(last, last_request.text):
         # Continue of a partial reply the file already holds in full.
         matched, used, at = _align(history[:-1], fps, tail, len(tail) - 2)
         fits.append(
@@ -261,6 +262,12 @@ def _nudged(trailing: Sequence[ChatMessage]) -> bool:
     )
 
 
+def _opened(trailing: Sequence[ChatMessage]) -> bool:
+    """A text prompt ends with a speaker's open turn (`Seraphina:`): a new reply, the
+    group nudge of a prompt that has none."""
+    return any(m.role == "assistant" and m.name and not m.text.strip() for m in trailing)
+
+
 def _impersonating(trailing: Sequence[ChatMessage]) -> bool:
     """ST writes the user's next message: its impersonation prompt, or (a text prompt)
     the user's open turn (`find_history` leaves it out of the history, empty)."""
@@ -279,10 +286,18 @@ def _continues(trailing: Sequence[ChatMessage], last: IndexedMessage) -> bool:
 
 
 def _prefilled(trailing: Sequence[ChatMessage], last: IndexedMessage) -> bool:
-    return any(
-        m.role == "assistant" and m.text.strip() and last.text.startswith(normalize(m.text))
-        for m in trailing
-    )
+    return any(m.role == "assistant" and m.text.strip() and _starts(last, m.text) for m in trailing)
+
+
+def _starts(last: IndexedMessage, text: str) -> bool:
+    """Whether the file's last message starts with `text`, or with `text` after a
+    speaker's `Name: ` (a text prompt tells a group member's name apart only once it
+    starts two turns)."""
+    found = normalize(text)
+    if last.text.startswith(found):
+        return True
+    name, colon, rest = found.partition(": ")
+    return bool(colon and rest) and len(name) <= 40 and last.text.startswith(rest)
 
 
 _METADATA = re.compile(r"<ST_METADATA>\s*(\{.*?\})\s*</ST_METADATA>\s*", re.DOTALL)

@@ -123,6 +123,9 @@ def test_group_names_in_content_and_quiet_requests() -> None:
     nudged = [*messages[:-1], ChatMessage("system", "[Write the next reply only as Seraphina.]")]
     found = run(index, nudged)
     assert found is not None and (found.generation, found.target_message) == ("normal", 3)
+    # A text prompt's open turn of the next speaker: a new reply too.
+    found = run(index, [*messages[:-1], ChatMessage("assistant", "", "Seraphina")])
+    assert found is not None and (found.generation, found.target_message) == ("normal", 3)
     # A group's continue carries the group nudge too: it is still a continue.
     cont = ChatMessage("system", "[Continue your last message without repeating it.]")
     for trailing in ([nudged[-1], cont], [cont, nudged[-1]]):
@@ -158,6 +161,10 @@ def test_continue_with_a_partial_prefill() -> None:
     found = run(index, messages)
     assert found is not None
     assert (found.generation, found.target_message) == ("continue", 1)
+    # With the speaker's name, as a text prompt keeps it when the name is not told apart.
+    named = (("assistant", "Seraphina: Once upon a time,"),)
+    found = run(index, request(("user", "Tell me a story."), trailing=named))
+    assert found is not None and (found.generation, found.target_message) == ("continue", 1)
 
 
 def test_a_swipe_of_a_reply_that_follows_another_reply() -> None:

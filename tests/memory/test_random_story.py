@@ -44,12 +44,12 @@ from tests.st_data import save_like_st
 STEPS = 150
 # Messages ST keeps in its prompt, per seed: all of them, or a cut that moves.
 CONTEXT = {1: 10_000, 2: 24, 3: 40, 4: 10_000, 5: 24, 6: 24, 7: 10_000, 8: 24, 9: 40, 10: 10_000,
-           11: 24}  # fmt: skip
+           11: 24, 12: 40}  # fmt: skip
 # Seeds played in a group chat.
-GROUP = {6, 7, 11}
+GROUP = {6, 7, 11, 12}
 # Seeds played over another connection than a chat completion: Claude ("use system prompt"
 # off, or on), a text completion in ChatML or with instruct off (`tests.memory.st_wire`).
-WIRES = {8: "claude", 9: "chatml", 10: "plain", 11: "claude+system"}
+WIRES = {8: "claude", 9: "chatml", 10: "plain", 11: "claude+system", 12: "chatml"}
 # Seeds whose requests carry ST's Author's Note at a random depth, every other one.
 NOTED = {8, 9, 10, 11}
 # Settings besides the tests' quick ones, per seed: detection as its defaults space it,
@@ -163,8 +163,9 @@ class Player:
             story = f"Write {CHAR}'s next reply."
             instruct = self.wire == "chatml"
             path = "/v1/completions"
+            char = self.speaker()  # the one whose turn ends the prompt
             body = text_prompt(
-                story, shown, instruct=instruct, user=USER, char=CHAR, kind=kind, note=note
+                story, shown, instruct=instruct, user=USER, char=char, kind=kind, note=note
             )
         body["stream"] = stream
         self.used.add(self.name)
