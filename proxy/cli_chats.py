@@ -18,7 +18,7 @@ import orjson
 
 from adapters import formats
 from adapters.text_completions import NAME as TEXT
-from proxy.chat.providers import CHAT_ID_HEADER
+from proxy.chat.providers import CHAT_ID_HEADER, identify_parsed
 from proxy.cli_server import Server
 from proxy.core.guard import reachable
 from proxy.errors import AdapterError, RecapProxyError
@@ -198,7 +198,7 @@ async def run_identify(args: argparse.Namespace) -> int:
             if parsed is None:
                 parsed = formats(library.prompt_formats).for_body(raw).parse(raw)
             markers = settings.injection.history_start_markers
-            found = await library.identify_request(parsed.messages, markers, args.chat_id)
+            found = await identify_parsed(library, parsed, markers, args.chat_id)
     except AdapterError as exc:
         print(f"recap-proxy: {args.request or 'stdin'}: {exc}", file=sys.stderr)
         return 2

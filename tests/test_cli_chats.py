@@ -92,6 +92,23 @@ def test_identify_takes_every_format_st_sends(
     assert (answer["chat"], answer["generation"]) == (chat_id, generation)
 
 
+def test_identify_takes_apart_what_st_merged_for_claude(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # An Author's Note at depth 0, merged into the user's last turn: as the chat path, the
+    # command finds the chat with the two taken apart.
+    data = tmp_path / "data"
+    [chat] = chats_before(SOURCES / "claude/stream", "05_send_03", data)
+    body = json.loads(generations("claude/stream")["05_send_03"])
+    body["messages"][-1]["content"] += "\n\n[Author's note: it rains.]"
+    path = tmp_path / "request.json"
+    path.write_text(json.dumps(body))
+    assert main(["identify", "--st-data", str(data), str(path)]) == 0
+    answer = json.loads(capsys.readouterr().out)
+    chat_id = str(chat.relative_to(data).with_suffix(""))
+    assert (answer["chat"], answer["generation"]) == (chat_id, "normal")
+
+
 def test_identify_says_what_is_wrong_with_a_body(
     st_data: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
