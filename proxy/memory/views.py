@@ -107,6 +107,10 @@ def request_memory(
     cut, stepped = start
     if stepped:
         drop = sorted({*drop, *stepped})
+    if drop and drop[-1] == history[-1]:
+        # The request's newest message stays, covered or not: it is what the model answers
+        # (a swipe of the reply a scene break closed on, that scene folded in already).
+        drop = drop[:-1]
     sent_from = cut.start if cut is not None else None
     left = view.budget - view.running_tokens
     budget = budget_tokens(

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 from typing import Any
+from urllib.parse import quote
 
 import pytest
 
@@ -98,6 +99,28 @@ async def test_trimming_reaches_past_the_identification_window(
     assert response.headers["X-Recap-Trimmed"] == "71"
     sent = chat_requests(memory)[-1]["messages"]
     assert [m["content"] for m in sent[3:]] == [m["mes"] for m in memory.story.messages[71:]]
+
+
+async def test_the_requests_newest_message_stays_though_a_folded_scene_covers_it(
+    memory_proxy: MemoryFactory,
+) -> None:
+    # A scene break on Ava's last reply (set on the page; a branch made there inherits
+    # one), folded into the running recap: every message up to it is covered. Her reply
+    # swiped, ST's request ends with the user's message before it, which must still go.
+    memory = await memory_proxy(16, ends=set(), **{"memory.auto_scene_break": False})
+    story = memory.story
+    story.grow(1)  # Ava's 16
+    await memory.client.post("/v1/chat/completions", json=story.request())
+    api = f"/recap/api/chats/{quote(CHAT_ID, safe='')}"
+    response = await memory.client.put(f"{api}/messages/16/scene_break", json={})
+    assert response.status == 200
+    await memory.until(lambda db: db.memory.running_recaps(CHAT_ID))
+    swipe = story.request()
+    swipe["messages"] = swipe["messages"][:-1]
+    response = await memory.client.post("/v1/chat/completions", json=swipe)
+    assert response.headers["X-Recap-Trimmed"] == "15"
+    sent = chat_requests(memory)[-1]["messages"]
+    assert sent[-1] == {"role": "user", "content": story.messages[15]["mes"]}
 
 
 async def test_editing_a_recapped_scene_recaps_and_folds_it_again(
