@@ -18,6 +18,7 @@ from tests.adapters.test_anthropic_messages import generations
 from tests.conftest import FakeLLM, ProxyFactory, make_settings
 from tests.fakes.fake_llm import REPLY, anthropic_events
 from tests.fakes.fake_upstream import FakeUpstream, Script
+from tests.memory.st_wire import claude
 from tests.memory.story import CHAT_ID, Story
 from tests.memory_env import MemoryFactory, recapped
 
@@ -70,14 +71,7 @@ async def test_what_the_upstream_gets_with_memory(aiohttp_client: Any) -> None:
 def claude_request(story: Story, *, stream: bool = False) -> dict[str, Any]:
     """The story's next request as ST sends it to Claude ("use system prompt" off): its
     system messages become the user's, and same-role neighbours are merged."""
-    turns: list[dict[str, Any]] = []
-    for message in story.request()["messages"]:
-        role = "assistant" if message["role"] == "assistant" else "user"
-        if turns and turns[-1]["role"] == role:
-            turns[-1]["content"] += "\n\n" + message["content"]
-        else:
-            turns.append({"role": role, "content": message["content"]})
-    return {"messages": turns, "model": "claude-fake", "max_tokens": 300, "stream": stream}
+    return {**claude(story.request()["messages"], False), "model": "claude-fake", "stream": stream}
 
 
 async def test_a_claude_chat_gets_its_memory_written_through_the_messages_api(
@@ -140,20 +134,6 @@ async def test_a_stepped_start_never_leaves_the_assistant_first(
     assert sent[0] == {"role": "user", "content": chat[23]["mes"]}
 
 
-def merged_for_claude(messages: list[dict[str, Any]]) -> dict[str, Any]:
-    """An OpenAI-style list as ST converts it for Claude (see `claude_request`)."""
-    turns: list[dict[str, Any]] = []
-    for message in messages:
-        role = "assistant" if message["role"] == "assistant" else "user"
-        if turns and turns[-1]["role"] == role:
-            turns[-1]["content"] += "\n\n" + message["content"]
-        else:
-            turns.append({"role": role, "content": message["content"]})
-    # ST sends `stop_sequences` (empty, as here) to Claude: `/recap/api/identify` tells
-    # the format by it.
-    return {"messages": turns, "model": "claude-fake", "max_tokens": 300, "stop_sequences": []}
-
-
 async def test_turns_st_merged_are_taken_apart_to_find_the_chat(
     memory_proxy: MemoryFactory,
 ) -> None:
@@ -163,7 +143,9 @@ async def test_turns_st_merged_are_taken_apart_to_find_the_chat(
     await memory.until(lambda db: db.memory.current_running(CHAT_ID) is not None)
 
     async def sent(messages: list[dict[str, Any]], generation: str) -> dict[str, Any]:
-        body = merged_for_claude(messages)
+        # ST sends `stop_sequences` (empty, as here) to Claude: `/recap/api/identify` tells
+        # the format by it.
+        body = claude(messages, False)
         asked = await memory.client.post("/recap/api/identify", json=body)
         assert (await asked.json())["generation"] == generation
         response = await memory.client.post("/v1/messages", json=body, headers=HEADERS)
