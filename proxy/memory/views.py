@@ -102,15 +102,14 @@ def request_memory(
     drop: list[int] = []
     if view.cutoff is not None and view.running:
         # Matched positions rise with the request's order: those past the cutoff are a tail.
+        # The request's newest message stays too, covered or not: it is what the model
+        # answers (a swipe of the reply a scene break closed on, that scene folded in).
         newer = bisect_right(ident.positions, view.cutoff)
-        drop = droppable(messages, history, view.covered, set(ident.history[newer:]))
+        kept = {*ident.history[newer:], *history[-1:]}
+        drop = droppable(messages, history, view.covered, kept)
     cut, stepped = start
     if stepped:
         drop = sorted({*drop, *stepped})
-    if drop and drop[-1] == history[-1]:
-        # The request's newest message stays, covered or not: it is what the model answers
-        # (a swipe of the reply a scene break closed on, that scene folded in already).
-        drop = drop[:-1]
     sent_from = cut.start if cut is not None else None
     left = view.budget - view.running_tokens
     budget = budget_tokens(
