@@ -256,10 +256,15 @@ def _align(
     return len(matched), tuple(reversed(matched)), tuple(reversed(positions))
 
 
-def _nudged(trailing: Sequence[ChatMessage]) -> bool:
+def _says(trailing: Sequence[ChatMessage], prompt: str) -> bool:
+    """Whether one of ST's prompts after the history starts as `prompt` (lower case)."""
     return any(
-        m.role == "system" and normalize(m.text).lower().startswith(GROUP_NUDGE) for m in trailing
+        m.role == "system" and normalize(m.text).lower().startswith(prompt) for m in trailing
     )
+
+
+def _nudged(trailing: Sequence[ChatMessage]) -> bool:
+    return _says(trailing, GROUP_NUDGE)
 
 
 def _opened(trailing: Sequence[ChatMessage]) -> bool:
@@ -271,18 +276,12 @@ def _opened(trailing: Sequence[ChatMessage]) -> bool:
 def _impersonating(trailing: Sequence[ChatMessage]) -> bool:
     """ST writes the user's next message: its impersonation prompt, or (a text prompt)
     the user's open turn (`find_history` leaves it out of the history, empty)."""
-    return any(
-        (m.role == "user" and not m.text.strip())
-        or (m.role == "system" and normalize(m.text).lower().startswith(IMPERSONATION))
-        for m in trailing
-    )
+    open_turn = any(m.role == "user" and not m.text.strip() for m in trailing)
+    return open_turn or _says(trailing, IMPERSONATION)
 
 
 def _continues(trailing: Sequence[ChatMessage], last: IndexedMessage) -> bool:
-    return any(
-        m.role == "system" and normalize(m.text).lower().startswith(CONTINUE_NUDGE)
-        for m in trailing
-    ) or _prefilled(trailing, last)
+    return _says(trailing, CONTINUE_NUDGE) or _prefilled(trailing, last)
 
 
 def _prefilled(trailing: Sequence[ChatMessage], last: IndexedMessage) -> bool:
