@@ -37,6 +37,7 @@ MAX_SKIPPED = 12  # request messages that match nothing before an alignment give
 CONTINUE_NUDGE = "[continue"
 GROUP_NUDGE = "[write the next reply only as"
 IMPERSONATION = "[write your next reply from the point of view of"  # ST's default prompt
+HEAD = 200  # characters of a trailing prompt that telling those three apart reads
 
 
 # Not frozen: built for every chat request (see proxy.core.models).
@@ -257,9 +258,11 @@ def _align(
 
 
 def _says(trailing: Sequence[ChatMessage], prompt: str) -> bool:
-    """Whether one of ST's prompts after the history starts as `prompt` (lower case)."""
+    """Whether one of ST's prompts after the history starts as `prompt` (lower case). Only
+    each one's head is normalised: a request's post-history instructions can run to
+    kilobytes, and a new reply after the user's message looks for the impersonation prompt."""
     return any(
-        m.role == "system" and normalize(m.text).lower().startswith(prompt) for m in trailing
+        m.role == "system" and normalize(m.text[:HEAD]).lower().startswith(prompt) for m in trailing
     )
 
 
