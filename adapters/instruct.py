@@ -24,6 +24,9 @@ class Template:
     assistant: str
     system: str | None  # None: the template has no system turn (its user turn is used)
     end: str  # what closes a turn (stripped from its text); "" when nothing does
+    # ST's own closers of a user, an assistant and a system turn, where its settings say
+    # them: they differ in some (Mistral's user turn has none, its assistant's is `</s>`).
+    closers: tuple[str, str, str] | None = None
 
     def opener(self, role: str) -> str:
         if role == "assistant":
@@ -32,8 +35,16 @@ class Template:
             return self.system
         return self.user
 
+    def closer(self, role: str) -> str:
+        if self.closers is None:
+            return self.end or "\n"
+        user, assistant, system = self.closers
+        if role == "assistant":
+            return assistant
+        return system if role == "system" and self.system is not None else user
+
     def block(self, role: str, text: str) -> str:
-        return f"{self.opener(role)}{text}{self.end or chr(10)}"
+        return f"{self.opener(role)}{text}{self.closer(role)}"
 
     @classmethod
     def from_st(cls, instruct: Mapping[str, Any]) -> Template | None:
@@ -57,9 +68,20 @@ class Template:
              if isinstance(v := instruct.get(k), str) and v),
             "",
         )  # fmt: skip
+
+        def closer(key: str) -> str:
+            # As ST closes a turn (`formatInstructModeChat`): a newline when it wraps and
+            # the suffix is empty. Settings from before ST had a suffix per role (1.12)
+            # have not the key: their one closer is used.
+            value = instruct.get(key)
+            if not isinstance(value, str):
+                return suffix or wrap
+            return value or wrap
+
+        closers = (closer("input_suffix"), closer("output_suffix"), closer("system_suffix"))
         name = instruct.get("preset")
         return cls(f"st:{name}" if isinstance(name, str) else "st", user, assistant,
-                   None if same else system, suffix)  # fmt: skip
+                   None if same else system, suffix, closers)  # fmt: skip
 
 
 TEMPLATES = (
@@ -70,10 +92,12 @@ TEMPLATES = (
              "<|start_header_id|>system<|end_header_id|>\n\n", "<|eot_id|>"),
     Template("gemma", "<start_of_turn>user\n", "<start_of_turn>model\n", None,
              "<end_of_turn>\n"),
-    Template("alpaca", "### Instruction:\n", "### Response:\n", None, "\n\n"),
+    Template("alpaca", "### Instruction:\n", "### Response:\n", "### Input:\n", "\n\n"),
     Template("vicuna", "USER: ", "ASSISTANT: ", None, "\n"),
 )  # fmt: skip
 MISTRAL_OPEN, MISTRAL_CLOSE, MISTRAL_END = "[INST] ", " [/INST]", "</s>"
+# Its markers as a template, to find turns by (its turns are written by the adapter).
+MISTRAL = Template("mistral", MISTRAL_OPEN, MISTRAL_CLOSE.strip() + " ", None, MISTRAL_END)
 SEPARATOR = "\n***\n"  # ST's chat start with instruct off (the "Default" context)
 
 
@@ -140,26 +164,15 @@ def _turns_with(template: Template, prompt: str) -> list[Turn] | None:
 
 
 def _mistral(prompt: str) -> list[Turn] | None:
+    """Mistral's `[INST] user [/INST] assistant</s>`, read by its markers, not as pairs:
+    ST writes two user messages in a row as two `[INST]` with no `[/INST]` between, and
+    ends an impersonation's prompt with an open `[INST] Name:`."""
     if prompt.count(MISTRAL_OPEN.strip()) < 2:
         return None
-    turns: list[Turn] = []
-    at = prompt.find(MISTRAL_OPEN.strip())
-    if prompt[:at].strip() not in ("", "<s>"):
-        turns.append(Turn("system", 0, at, prompt[:at].strip()))
-    while at >= 0:
-        close = prompt.find(MISTRAL_CLOSE.strip(), at)
-        if close < 0:
-            return None
-        after = close + len(MISTRAL_CLOSE.strip())
-        turns.append(
-            Turn("user", at, after, prompt[at + len(MISTRAL_OPEN.strip()) : close].strip())
-        )
-        following = prompt.find(MISTRAL_OPEN.strip(), after)
-        end = len(prompt) if following < 0 else following
-        reply = prompt[after:end]
-        turns.append(Turn("assistant", after, end, reply.replace(MISTRAL_END, "").strip()))
-        at = following
-    return turns
+    turns = _turns_with(MISTRAL, prompt)
+    if turns is None:
+        return None
+    return [Turn(t.role, t.start, t.end, t.text.replace(MISTRAL_END, "").strip()) for t in turns]
 
 
 def _plain(

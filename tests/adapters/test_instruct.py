@@ -82,10 +82,81 @@ def test_sts_settings_become_a_template_only_when_they_can_split_a_prompt() -> N
     assert template is not None and template.name == "st"
     assert (template.user, template.assistant, template.system) == ("<<H>>", "<<A>>", "<<S>>")
     assert template.end == "<<END>>\n"
+    # Settings without a suffix per role (ST before 1.12): each turn closes with the one.
+    assert template.block("user", "x") == "<<H>>x<<END>>\n"
     assert template.block("system", "x") == "<<S>>x<<END>>\n"
+    # With them, each role as ST closes it: a system turn with an empty suffix has none.
+    own = Template.from_st({**custom, "system_suffix": "", "output_suffix": "<<A-END>>"})
+    assert own is not None and own.block("system", "x") == "<<S>>x"
+    assert own.block("assistant", "x") == "<<A>>x<<A-END>>"
+    assert own.block("user", "x") == "<<H>>x<<END>>\n"
     assert Template.from_st({**custom, "enabled": False}) is None
     assert Template.from_st({**custom, "output_sequence": "<<H>>"}) is None  # one opener
     assert Template.from_st({**custom, "input_sequence": "  "}) is None
+
+
+def test_memory_in_sts_mistral_is_written_as_st_writes_its_own_turns() -> None:
+    # ST's "Mistral V2 & V3": a user turn has no closer, an assistant's ends with `</s>`,
+    # a system turn is the user's. Memory must not close a user turn with `</s>`.
+    mistral = {
+        "enabled": True,
+        "preset": "Mistral V2 & V3",
+        "input_sequence": "[INST] ",
+        "output_sequence": "[/INST] ",
+        "last_output_sequence": "[/INST]",
+        "system_sequence": "",
+        "input_suffix": "",
+        "output_suffix": "</s>",
+        "system_suffix": "",
+        "system_same_as_user": True,
+        "wrap": False,
+    }
+    template = Template.from_st(mistral)
+    assert template is not None
+    assert template.block("system", "Memory.") == "[INST] Memory."
+    assert template.block("user", "Memory.") == "[INST] Memory."
+    assert template.block("assistant", "Memory.") == "[/INST] Memory.</s>"
+    wrapped = Template.from_st({**mistral, "wrap": True})
+    assert wrapped is not None and wrapped.block("system", "Memory.") == "[INST] \nMemory.\n"
+
+
+def test_mistral_is_read_by_its_markers_not_as_pairs() -> None:
+    # As ST writes it: two user messages in a row have no `[/INST]` between them, and an
+    # impersonation ends with the user's open turn.
+    prompt = (
+        "[INST] The story.[/INST] Understood.</s>[INST] Tom: Hi[/INST] Ava: Hello</s>"
+        "[INST] Tom: Are you there?[INST] Tom: Hello?[/INST] Ava: Yes.</s>[INST] Tom:"
+    )
+    found = split_prompt({"stop": ["\nAva:", "\nTom:"]}, prompt)
+    assert found is not None and found[0] == "mistral"
+    assert [(t.role, t.name, t.text) for t in found[1]] == [
+        ("user", None, "The story."),
+        ("assistant", None, "Understood."),
+        ("user", "Tom", "Hi"),
+        ("assistant", "Ava", "Hello"),
+        ("user", "Tom", "Are you there?"),
+        ("user", "Tom", "Hello?"),
+        ("assistant", "Ava", "Yes."),
+        ("user", "Tom", ""),
+    ]
+
+
+def test_alpacas_input_is_a_system_turn() -> None:
+    # ST's Alpaca writes a narrator message (its Author's Note) as `### Input:`: not more
+    # of the user's message before it.
+    prompt = (
+        "The story.\n\n\n### Response:\nHello.\n\n### Instruction:\nWhere am I?\n\n"
+        "### Input:\n[Author's note: it rains.]\n\n### Response:\n"
+    )
+    found = split_prompt({"stop": ["\nTom:"]}, prompt)
+    assert found is not None
+    assert [(t.role, t.text) for t in found[1]] == [
+        ("system", "The story."),
+        ("assistant", "Hello."),
+        ("user", "Where am I?"),
+        ("system", "[Author's note: it rains.]"),
+        ("assistant", ""),
+    ]
 
 
 def test_the_chat_start_as_it_stands_in_the_prompt() -> None:

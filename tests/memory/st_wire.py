@@ -1,8 +1,9 @@
 """How ST sends a chat request over each connection, for the random story's players: the
 chat completion list as it is, with an Author's Note at a depth; converted for Claude as
 ST's server converts it (`convertClaudeMessages`: system messages become the user's and
-same-role neighbours are merged); and as a text completion prompt in ChatML or with
-instruct off, with the stop strings ST sends (`getStoppingStrings`)."""
+same-role neighbours are merged); and as a text completion prompt with instruct off or in
+one of the instruct templates ST ships, with the stop strings ST sends
+(`getStoppingStrings`)."""
 
 from __future__ import annotations
 
@@ -47,44 +48,155 @@ def claude(messages: list[dict[str, str]], system_prompt: bool) -> dict[str, Any
     return body
 
 
+# Instruct templates as ST ships them (`default/content/presets/instruct`), with the
+# story string of the context template of the same name (`{}`: the system prompt). How
+# each writes names: "always"; "force", only a group member's; "none", never.
+PRESETS: dict[str, dict[str, Any]] = {
+    "chatml": {
+        "preset": "ChatML", "wrap": True, "names_behavior": "always",
+        "input_sequence": "<|im_start|>user", "output_sequence": "<|im_start|>assistant",
+        "system_sequence": "<|im_start|>system", "stop_sequence": "<|im_end|>",
+        "input_suffix": "<|im_end|>\n", "output_suffix": "<|im_end|>\n",
+        "system_suffix": "<|im_end|>\n", "system_same_as_user": False,
+        "story": "<|im_start|>system\n{}<|im_end|>",
+    },
+    "llama3": {
+        "preset": "Llama 3 Instruct", "wrap": False, "names_behavior": "always",
+        "input_sequence": "<|start_header_id|>user<|end_header_id|>\n\n",
+        "output_sequence": "<|start_header_id|>assistant<|end_header_id|>\n\n",
+        "system_sequence": "<|start_header_id|>system<|end_header_id|>\n\n",
+        "stop_sequence": "<|eot_id|>", "input_suffix": "<|eot_id|>",
+        "output_suffix": "<|eot_id|>", "system_suffix": "<|eot_id|>",
+        "system_same_as_user": True,
+        "story": "<|start_header_id|>system<|end_header_id|>\n\n{}<|eot_id|>",
+    },
+    "mistral": {
+        "preset": "Mistral V2 & V3", "wrap": False, "names_behavior": "always",
+        "input_sequence": "[INST] ", "output_sequence": "[/INST] ",
+        "last_output_sequence": "[/INST]", "system_sequence": "", "stop_sequence": "",
+        "input_suffix": "", "output_suffix": "</s>", "system_suffix": "",
+        "system_same_as_user": True,
+        "user_alignment_message": "Let's get started. Please respond based on the "
+        "information and instructions provided above.",
+        "story": "[INST] {}[/INST] Understood.</s>",
+    },
+    "alpaca": {
+        "preset": "Alpaca", "wrap": True, "names_behavior": "force",
+        "input_sequence": "### Instruction:", "output_sequence": "### Response:",
+        "system_sequence": "### Input:", "stop_sequence": "", "input_suffix": "\n\n",
+        "output_suffix": "\n\n", "system_suffix": "\n\n", "system_same_as_user": False,
+        "story": "{}\n\n\n",
+    },
+    "gemma": {
+        "preset": "Gemma 2", "wrap": True, "names_behavior": "none",
+        "input_sequence": "<start_of_turn>user", "output_sequence": "<start_of_turn>model",
+        "system_sequence": "<start_of_turn>system", "stop_sequence": "<end_of_turn>",
+        "input_suffix": "<end_of_turn>\n", "output_suffix": "<end_of_turn>\n",
+        "system_suffix": "<end_of_turn>\n", "system_same_as_user": True,
+        "story": "<start_of_turn>user\n{}<end_of_turn>",
+    },
+}  # fmt: skip
+
+
+def st_settings(template: str) -> dict[str, Any]:
+    """ST's settings.json with `template` (a key of `PRESETS`) as its instruct template."""
+    preset = {k: v for k, v in PRESETS[template].items() if k != "story"}
+    context = {"preset": preset["preset"], "chat_start": ""}
+    return {"power_user": {"instruct": {**preset, "enabled": True}, "context": context}}
+
+
+def _turn(
+    preset: dict[str, Any], message: dict[str, Any], user: str, group: bool, *, last: bool = False
+) -> tuple[str, str]:
+    """One message as ST writes it (`formatInstructModeChat`), and its text there. A
+    message without a name is a narrator's: ST's Author's Note. `last`: a continue's
+    message, opened with the last output sequence."""
+    narrator = not message["name"]
+    behaviour = preset["names_behavior"]
+    named = not narrator and (
+        behaviour == "always" or (behaviour == "force" and group and message["name"] != user)
+    )
+    if narrator:
+        key = "input" if preset["system_same_as_user"] else "system"
+    else:
+        key = "input" if message["is_user"] else "output"
+    prefix = preset[f"{key}_sequence"]
+    if last and key == "output":
+        prefix = preset.get("last_output_sequence") or prefix
+    suffix = preset[f"{key}_suffix"] or ("\n" if preset["wrap"] else "")
+    text = f"{message['name']}: {message['mes']}" if named else message["mes"]
+    joined = ("\n" if preset["wrap"] else "").join(x for x in (prefix, text + suffix) if x)
+    return joined, text
+
+
+def _opener(preset: dict[str, Any], name: str, impersonate: bool, group: bool) -> str:
+    """The open turn that ends the prompt (`formatInstructModePrompt`)."""
+    behaviour = preset["names_behavior"]
+    named = behaviour == "always" or (group and behaviour == "force")
+    last = preset.get("last_output_sequence", "")
+    sequence: str = preset["input_sequence"] if impersonate else last or preset["output_sequence"]
+    wrap = "\n" if preset["wrap"] else ""
+    if not named:
+        return sequence + wrap
+    # ST's fix for Mistral, whose output sequence ends with a space and its last not.
+    filler = preset["output_sequence"][-1] if not impersonate and last == sequence else ""
+    filler = filler if filler.isspace() else ""
+    return f"{sequence}{wrap}{filler}{name}:"
+
+
 def text_prompt(
     story: str,
     shown: list[dict[str, Any]],
     *,
-    instruct: bool,
+    template: str,
     user: str,
     char: str,
     kind: str = "normal",
     note: int | None = None,
+    group: bool = False,
 ) -> dict[str, Any]:
-    """A text completion body for the file messages `shown`. `kind`: "normal" (the
-    character's open turn ends it), "continue" (the last message, open, ends it) or
-    "impersonate" (the user's open turn ends it; ST stops at the character's name first).
-    `note`: the depth of ST's Author's Note, a narrator line (`doChatInject`): a system
-    turn in ChatML, a line of its own with instruct off; a continue's depth 0 is 1."""
-
-    def turn(message: dict[str, Any], closed: bool = True) -> str:
-        line = f"{message['name']}: {message['mes']}"
-        if not instruct:
-            return line + "\n" if closed else line
-        role = "user" if message["is_user"] else "assistant"
-        return f"<|im_start|>{role}\n{line}" + ("<|im_end|>\n" if closed else "")
-
-    prompt = f"<|im_start|>system\n{story}<|im_end|>\n" if instruct else f"{story}\n***\n"
-    turns = [turn(m) for m in shown]
-    if kind == "continue" and shown:
-        turns[-1] = turn(shown[-1], closed=False)
-        opener = ""
-    else:
-        name, role = (user, "user") if kind == "impersonate" else (char, "assistant")
-        opener = f"<|im_start|>{role}\n{name}:" if instruct else f"{name}:"
-    if note is not None and turns:
+    """A text completion body for the file messages `shown`, with instruct off ("plain")
+    or in an instruct template of `PRESETS`. `kind`: "normal" (the character's open turn
+    ends it), "continue" (the last message, open, ends it) or "impersonate" (the user's
+    open turn ends it; ST stops at the character's name first). `note`: the depth of ST's
+    Author's Note, a narrator message (`doChatInject`); a continue's depth 0 is 1.
+    `group`: a group chat's (names as the template writes them there)."""
+    items = [dict(m) for m in shown]
+    if note is not None and items:
         depth = 1 if kind == "continue" and note == 0 else note
-        line = f"<|im_start|>system\n{NOTE}<|im_end|>\n" if instruct else f"{NOTE}\n"
-        turns.insert(max(0, len(turns) - depth), line)
+        narrator = {"name": "", "mes": NOTE, "is_user": False}
+        items.insert(max(0, len(items) - depth), narrator)
     stops = [f"\n{user}:"]
     if kind == "impersonate":
         stops.insert(0, f"\n{char}:")
-    if instruct:
-        stops.append("<|im_end|>")
-    return {"prompt": prompt + "".join(turns) + opener, "max_tokens": 300, "stop": stops}
+    if template == "plain":
+        lines = [f"{m['name']}: {m['mes']}" if m["name"] else m["mes"] for m in items]
+        prompt = f"{story}\n***\n" + "".join(line + "\n" for line in lines)
+        if kind == "continue" and items:
+            prompt = prompt[:-1]
+        elif kind != "continue":
+            prompt += f"{user if kind == 'impersonate' else char}:"
+        return {"prompt": prompt, "max_tokens": 300, "stop": stops}
+    preset = PRESETS[template]
+    turns = []
+    for i, message in enumerate(items):
+        last = kind == "continue" and i == len(items) - 1
+        written, text = _turn(preset, message, user, group, last=last)
+        turns.append(written[: written.rfind(text) + len(text)] if last else written)
+    alignment = preset.get("user_alignment_message")
+    if alignment and items and not items[0]["is_user"]:  # ST's, before a reply first
+        turns.insert(0, _turn(preset, {"name": user, "mes": alignment, "is_user": True},
+                              user, group)[0])  # fmt: skip
+    prompt = preset["story"].format(story)
+    if preset["wrap"] and not prompt.endswith("\n"):
+        prompt += "\n"
+    if kind != "continue":
+        name = user if kind == "impersonate" else char
+        turns.append(_opener(preset, name, kind == "impersonate", group))
+    # ST's instruct stop strings: each line of its sequences, after a newline if it wraps.
+    keys = ("stop", "input", "output", "last_output", "system")
+    lines = "\n".join(preset.get(f"{key}_sequence", "") for key in keys).split("\n")
+    wrap = "\n" if preset["wrap"] else ""
+    stops += [wrap + line for line in lines if line.strip()]
+    body = {"prompt": prompt + "".join(turns), "max_tokens": 300}
+    return {**body, "stop": list(dict.fromkeys(stops))}

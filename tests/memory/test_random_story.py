@@ -35,8 +35,9 @@ from proxy.memory.handlers import SceneRecapHandler
 from proxy.memory.operations import Operation
 from proxy.sillytavern.chatfile import text_hash
 from proxy.store import Database
+from proxy.web.keys import LIBRARY
 from tests.fakes.fake_llm import END_SCENE
-from tests.memory.st_wire import claude, text_prompt, with_note
+from tests.memory.st_wire import PRESETS, claude, st_settings, text_prompt, with_note
 from tests.memory.story import CHAR, USER
 from tests.memory_env import Memory, MemoryFactory
 from tests.st_data import save_like_st
@@ -44,14 +45,19 @@ from tests.st_data import save_like_st
 STEPS = 150
 # Messages ST keeps in its prompt, per seed: all of them, or a cut that moves.
 CONTEXT = {1: 10_000, 2: 24, 3: 40, 4: 10_000, 5: 24, 6: 24, 7: 10_000, 8: 24, 9: 40, 10: 10_000,
-           11: 24, 12: 40}  # fmt: skip
+           11: 24, 12: 40, 13: 24, 14: 40, 15: 10_000, 16: 24, 17: 40}  # fmt: skip
 # Seeds played in a group chat.
-GROUP = {6, 7, 11, 12}
+GROUP = {6, 7, 11, 12, 16, 17}
 # Seeds played over another connection than a chat completion: Claude ("use system prompt"
-# off, or on), a text completion in ChatML or with instruct off (`tests.memory.st_wire`).
-WIRES = {8: "claude", 9: "chatml", 10: "plain", 11: "claude+system", 12: "chatml"}
+# off, or on), a text completion with instruct off or in one of the instruct templates ST
+# ships (`tests.memory.st_wire`).
+WIRES = {8: "claude", 9: "chatml", 10: "plain", 11: "claude+system", 12: "chatml",
+         13: "llama3", 14: "mistral", 15: "alpaca", 16: "gemma", 17: "alpaca"}  # fmt: skip
+# Text completion seeds whose ST's settings.json names the template (the proxy reads it);
+# the others' templates are found by the proxy's own list.
+ST_SETTINGS = {14, 16, 17}
 # Seeds whose requests carry ST's Author's Note at a random depth, every other one.
-NOTED = {8, 9, 10, 11}
+NOTED = {8, 9, 10, 11, 13, 14, 15, 16}
 # Settings besides the tests' quick ones, per seed: detection as its defaults space it,
 # hidden messages left out of the recaps.
 SETTINGS: dict[int, dict[str, Any]] = {
@@ -158,15 +164,14 @@ class Player:
             body["messages"] = messages
         if self.wire.startswith("claude"):
             path, body = "/v1/messages", claude(messages, self.wire == "claude+system")
-        elif self.wire in ("chatml", "plain"):
+        elif self.wire in PRESETS or self.wire == "plain":
             kind = "normal" if not nudge else "continue" if nudge == CONTINUE else "impersonate"
             story = f"Write {CHAR}'s next reply."
-            instruct = self.wire == "chatml"
             path = "/v1/completions"
             char = self.speaker()  # the one whose turn ends the prompt
-            body = text_prompt(
-                story, shown, instruct=instruct, user=USER, char=char, kind=kind, note=note
-            )
+            group = isinstance(self, GroupPlayer)
+            body = text_prompt(story, shown, template=self.wire, user=USER, char=char,
+                               kind=kind, note=note, group=group)  # fmt: skip
         body["stream"] = stream
         self.used.add(self.name)
         response = await self.memory.client.post(path, json=body)
@@ -470,6 +475,11 @@ async def test_a_story_played_at_random_keeps_a_true_memory(
     memory = await memory_proxy(2, ends=set(), **{"memory.message_recaps": policy, **settings})
     player = (GroupPlayer if seed in GROUP else Player)(memory, random.Random(seed))
     player.wire, player.noted = WIRES.get(seed, "openai"), seed in NOTED
+    if seed in ST_SETTINGS:
+        settings_file = memory.story.path.parents[2] / "settings.json"
+        save_like_st(settings_file, json.dumps(st_settings(player.wire)).encode())
+        library = memory.app[LIBRARY]
+        await memory.until(lambda db: bool(library.prompt_formats()))
     player.add(False)
     player.save()
     await player.until_read(player.folder / f"{player.name}.jsonl")

@@ -129,7 +129,7 @@ async def test_a_line_without_a_name_after_the_last_message_still_finds_the_chat
     story = memory.story
     await memory.client.post("/v1/completions", json=chatml_request(story))
     await memory.until(lambda db: db.memory.current_running(CHAT_ID) is not None)
-    body = text_prompt(SYSTEM, story.messages, instruct=False, user=USER, char=story.char, note=0)
+    body = text_prompt(SYSTEM, story.messages, template="plain", user=USER, char=story.char, note=0)
     assert body["prompt"].endswith(f"{story.messages[-1]['mes']}\n{NOTE}\n{story.char}:")
     response = await memory.client.post("/v1/completions", json=body)
     assert response.headers["X-Recap-Chat"] == quote(CHAT_ID, safe="")
