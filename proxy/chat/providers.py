@@ -78,17 +78,31 @@ async def identify_parsed(
     library: ChatLibrary, parsed: ParsedRequest, markers: Sequence[str], header: str | None
 ) -> RequestIdentity:
     """`ChatLibrary.identify_request` for a parsed request. One whose client may merge
-    chat messages (`ParsedRequest.unmerge`) and that matched no chat as it came is tried
-    again with them taken apart (`proxy.core.merged`): its messages change to the parts."""
+    chat messages (`ParsedRequest.unmerge`) and that matched no chat in full as it came is
+    tried again with them taken apart (`proxy.core.merged`): its messages change to the
+    parts when that matches more of the chat.
+
+    Not only a request that matched nothing: a merged turn inside the history (two of the
+    user's messages in a row, an Author's Note at a depth) stands for two of the file's
+    messages, and matching walks back from the newest one at a time, so it stops there.
+    The request would then be matched by its newest few messages only: with too little
+    confidence to start a new branch's upkeep, and its older covered messages not known
+    as covered."""
     found = await library.identify_request(parsed.messages, markers, header)
     ident = found.identification
-    if parsed.unmerge is None or (ident is not None and ident.matched > 0):
+    if parsed.unmerge is None or (ident is not None and ident.confidence == 1.0):
         return found
     parts = unmerged(parsed.messages, found.span, library.index.by_fp, parsed.merged_with)
     if not parts:
         return found
+    messages, layout = parsed.messages, parsed.layout
     parsed.unmerge(parsed, parts)
-    return await library.identify_request(parsed.messages, markers, header)
+    again = await library.identify_request(parsed.messages, markers, header)
+    better = again.identification
+    if ident is not None and (better is None or better.matched <= ident.matched):
+        parsed.messages, parsed.layout = messages, layout  # as it came: no better
+        return found
+    return again
 
 
 class NoMemory:

@@ -147,7 +147,8 @@ async def test_turns_st_merged_are_taken_apart_to_find_the_chat(
         # the format by it.
         body = claude(messages, False)
         asked = await memory.client.post("/recap/api/identify", json=body)
-        assert (await asked.json())["generation"] == generation
+        told = await asked.json()
+        assert (told["generation"], told["confidence"]) == (generation, 1.0)
         response = await memory.client.post("/v1/messages", json=body, headers=HEADERS)
         assert response.headers["X-Recap-Chat"] == quote(CHAT_ID, safe="")
         assert int(response.headers["X-Recap-Injected"]) > 0
@@ -170,3 +171,10 @@ async def test_turns_st_merged_are_taken_apart_to_find_the_chat(
     story.save()
     nudge = {"role": "system", "content": "[Continue your last message without repeating it.]"}
     await sent([*story.request()["messages"], nudge], "continue")
+    # The user answers: the two merged messages are inside the history now, one turn for
+    # two of the file's messages. Matched by the newest two alone, the request would have
+    # too little confidence to start a branch's upkeep.
+    story.messages.append({**story.messages[-2], "mes": "Tom wades into the ford."})
+    story.save()
+    last = await sent(story.request()["messages"], "normal")
+    assert last["messages"][-3]["content"].endswith(again["mes"])  # still merged upstream
