@@ -90,7 +90,9 @@ async def identify_parsed(
     as covered."""
     found = await library.identify_request(parsed.messages, markers, header)
     ident = found.identification
-    if parsed.unmerge is None or (ident is not None and ident.confidence == 1.0):
+    if parsed.unmerge is None or (
+        ident is not None and ident.confidence == 1.0 and _whole(found)[1]
+    ):
         return found
     parts = unmerged(parsed.messages, found.span, library.index.by_fp, parsed.merged_with)
     if not parts:
@@ -98,11 +100,20 @@ async def identify_parsed(
     messages, layout = parsed.messages, parsed.layout
     parsed.unmerge(parsed, parts)
     again = await library.identify_request(parsed.messages, markers, header)
-    better = again.identification
-    if ident is not None and (better is None or better.matched <= ident.matched):
+    if _whole(again) <= _whole(found):
         parsed.messages, parsed.layout = messages, layout  # as it came: no better
         return found
     return again
+
+
+def _whole(found: RequestIdentity) -> tuple[int, bool]:
+    """How much of the request its chat matched: the messages, then whether its history's
+    last one is among them (not when a merged turn of ST's prompts ends it, which matching
+    took for one of ST's prompts whole: its continue nudge would then be missed)."""
+    ident = found.identification
+    if ident is None:
+        return (-1, False)
+    return (ident.matched, found.span.indices[-1:] == ident.history[-1:])
 
 
 class NoMemory:

@@ -3,8 +3,9 @@
 ST sends no chat id. The request's chat history is compared with the newest visible
 messages of the indexed chats (`proxy.core.chat_index`), newest first, by the
 fingerprints of their whitespace-normalised text. Request messages that match nothing are
-ST's own injections (Author's Note, world info at depth) and are skipped. The best
-alignment wins; a tie goes to the most recently saved chat, with low confidence.
+ST's own injections (Author's Note, world info at depth) and are skipped; one that ends the
+history as the user's is taken for ST's prompt after it when nothing fits otherwise. The
+best alignment wins; a tie goes to the most recently saved chat, with low confidence.
 
 Generation kinds, from how the request's end meets the file's end:
 - normal: the file's last visible message is the request's last history message, a user one
@@ -99,14 +100,49 @@ def identify(
     request's `prints`, when they were worked out already.
     """
     printed = printed or prints(messages, span)
+    found = _identify(messages, span, index, only, printed)
+    if found is None or found.matched == 0:
+        # ST's own prompt as a user message after the history: a Prompt Manager prompt,
+        # an Author's Note or world info "in chat" at depth 0 as the user's. No chat holds
+        # it, so no chat ended as the request did; it is one of the trailing prompts.
+        shorter = _before_prompt(messages, span, printed, index)
+        if shorter is not None:
+            again = _identify(messages, shorter, index, only, prints(messages, shorter))
+            if again is not None and again.matched > 0:
+                return again
+    if found is None and only is not None and only in index.entries:
+        return Identification(only, 1.0, "quiet", None, (), 0, ())
+    return found
+
+
+def _before_prompt(
+    messages: Sequence[ChatMessage], span: HistorySpan, printed: Prints, index: ChatIndex
+) -> HistorySpan | None:
+    """The history without its last message, when that is a user message no chat holds
+    (and there is history before it); else None."""
+    history = span.indices
+    if len(history) < 2:
+        return None
+    last = history[-1]
+    if messages[last].role != "user" or printed.fps.get(last) in index.by_fp:
+        return None
+    return HistorySpan(span.start, last, history[:-1])
+
+
+def _identify(
+    messages: Sequence[ChatMessage],
+    span: HistorySpan,
+    index: ChatIndex,
+    only: str | None,
+    printed: Prints,
+) -> Identification | None:
     history, fps = printed.history, printed.fps
     trailing = messages[span.end :]
     if only is not None:
         entry = index.entries.get(only)
-        if entry is None:
+        fit = _best_fit(messages, history, fps, trailing, entry) if entry and history else None
+        if fit is None:
             return None
-        fit = _best_fit(messages, history, fps, trailing, entry) if history else None
-        fit = fit or _Fit("quiet", 0, (), None)
         return Identification(
             only, 1.0, fit.generation, fit.target, fit.history, fit.matched, fit.positions
         )
@@ -258,11 +294,14 @@ def _align(
 
 
 def _says(trailing: Sequence[ChatMessage], prompt: str) -> bool:
-    """Whether one of ST's prompts after the history starts as `prompt` (lower case). Only
-    each one's head is normalised: a request's post-history instructions can run to
-    kilobytes, and a new reply after the user's message looks for the impersonation prompt."""
+    """Whether one of ST's prompts after the history starts as `prompt` (lower case): a
+    system message, or the user's (Claude's turns are, and a prompt in chat at depth 0
+    may be; `_before_prompt`). Only each one's head is normalised: a request's
+    post-history instructions can run to kilobytes, and a new reply after the user's
+    message looks for the impersonation prompt."""
     return any(
-        m.role == "system" and normalize(m.text[:HEAD]).lower().startswith(prompt) for m in trailing
+        m.role != "assistant" and normalize(m.text[:HEAD]).lower().startswith(prompt)
+        for m in trailing
     )
 
 

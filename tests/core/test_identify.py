@@ -53,14 +53,42 @@ def test_a_shared_greeting_is_ambiguous_and_the_newest_chat_wins() -> None:
         index, request(("assistant", "*You wake in a glade.*  Welcome, Alex."), ("user", "Hello?"))
     )
     # The user's new message is not in this index yet (the library re-reads the file
-    # first), so the request's end meets no chat's end.
-    assert found is None
+    # first), so the request's end meets no chat's end: it is taken for one of ST's
+    # prompts after the history, and the request for a quiet one.
+    assert found is not None and found.generation == "quiet" and found.confidence < 0.5
     # The greeting arrives with {{user}} filled in and its whitespace changed.
     greeting_only = request(("assistant", "*You wake in a glade.*  Welcome, Alex."))
     found = run(index, [*greeting_only, ChatMessage("system", "[Summarise the story.]")])
     assert found is not None
     assert found.chat_id == "u/chats/S/new"
     assert found.confidence < 0.5
+
+
+def test_sts_prompt_as_a_user_message_after_the_history() -> None:
+    # A Prompt Manager prompt, an Author's Note or world info "in chat" at depth 0 as the
+    # user's: a user message after the history that no chat holds.
+    index = ChatIndex()
+    turns = [(False, "Seraphina", GREETING), (True, "Alex", "Where am I?"),
+             (False, "Seraphina", "In my glade."), (True, "Alex", "Thank you.")]  # fmt: skip
+    index.put(entry("u/chats/S/mine", 100.0, turns))
+    shown = [("user" if u else "assistant", t.replace("{{user}}", "Alex")) for u, _, t in turns]
+    prompt = ("user", "[OOC: describe the weather.]")
+    found = run(index, request(*shown, prompt))
+    assert found is not None
+    assert (found.chat_id, found.generation, found.confidence) == ("u/chats/S/mine", "normal", 1.0)
+    assert found.history == (2, 3, 4, 5)  # the prompt is no chat message
+    # A swipe: the file has the reply the request regenerates.
+    index.put(entry("u/chats/S/mine", 200.0, [*turns, (False, "Seraphina", "You're welcome.")]))
+    found = run(index, request(*shown, prompt))
+    assert found is not None and (found.generation, found.target_message) == ("swipe", 4)
+    # ST's continue nudge as the user's, after the reply it continues.
+    nudge = ("user", "[Continue your last message without repeating its original content.]")
+    continued = run(index, request(*shown, ("assistant", "You're welcome."), nudge))
+    assert continued is not None and continued.generation == "continue"
+    # Named by a header: the kind is still worked out past the prompt.
+    messages = request(*shown, prompt)
+    named = identify(messages, find_history(messages, MARKERS), index, only="u/chats/S/mine")
+    assert named is not None and named.generation == "swipe"
 
 
 def test_more_matching_history_beats_recency() -> None:

@@ -12,14 +12,17 @@ from typing import Any
 NOTE = "[Author's note: the weather turns.]"
 
 
-def with_note(messages: list[dict[str, str]], depth: int) -> list[dict[str, str]]:
-    """`messages` with ST's Author's Note (a system message) where `depth` chat messages
-    follow it; the chat messages are the user's and the assistant's."""
+def with_note(
+    messages: list[dict[str, str]], depth: int, role: str = "system"
+) -> list[dict[str, str]]:
+    """`messages` with ST's Author's Note (a system message, or as `role` says) where
+    `depth` chat messages follow it; the chat messages are the user's and the assistant's,
+    any other message is ST's own."""
     chat = [i for i, m in enumerate(messages) if m["role"] != "system"]
     if not chat:
         return messages
     at = chat[-depth] if 0 < depth <= len(chat) else (chat[-1] + 1 if depth == 0 else chat[0])
-    return [*messages[:at], {"role": "system", "content": NOTE}, *messages[at:]]
+    return [*messages[:at], {"role": role, "content": NOTE}, *messages[at:]]
 
 
 def claude(messages: list[dict[str, str]], system_prompt: bool) -> dict[str, Any]:

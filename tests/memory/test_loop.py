@@ -123,6 +123,28 @@ async def test_the_requests_newest_message_stays_though_a_folded_scene_covers_it
     assert sent[-1] == {"role": "user", "content": story.messages[15]["mes"]}
 
 
+async def test_sts_prompt_as_the_users_at_depth_0_does_not_hide_the_chat(
+    memory_proxy: MemoryFactory,
+) -> None:
+    # A Prompt Manager prompt (or Author's Note, or world info) "in chat" at depth 0 as
+    # the user's: after the user's message, a user message no chat holds.
+    memory = await memory_proxy(16, ends={8}, **{"memory.message_recaps": False})
+    await memory.client.post("/v1/chat/completions", json=memory.story.request())
+    await memory.until(lambda db: db.memory.running_recaps(CHAT_ID))
+    prompt = {"role": "user", "content": "[OOC: keep the reply under 200 words.]"}
+    body = memory.story.request()
+    body["messages"].append(prompt)
+    response = await memory.client.post("/v1/chat/completions", json=body)
+    assert response.headers["X-Recap-Chat"] == quote(CHAT_ID, safe="")
+    assert response.headers["X-Recap-Trimmed"] == "9"
+    asked = await (await memory.client.post("/recap/api/identify", json=body)).json()
+    assert (asked["generation"], asked["confidence"]) == ("normal", 1.0)
+    sent = chat_requests(memory)[-1]["messages"]
+    assert "<ROLEPLAY_RECAP>" in sent[0]["content"]
+    # The history ends with the user's message, the prompt stays after it, where ST put it.
+    assert sent[-2:] == [{"role": "user", "content": memory.story.messages[-1]["mes"]}, prompt]
+
+
 async def test_editing_a_recapped_scene_recaps_and_folds_it_again(
     memory_proxy: MemoryFactory,
 ) -> None:
