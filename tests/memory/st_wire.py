@@ -7,9 +7,23 @@ one of the instruct templates ST ships, with the stop strings ST sends
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 NOTE = "[Author's note: the weather turns.]"
+
+
+def chat_message(message: dict[str, Any], names: str, group: bool) -> dict[str, str]:
+    """A file message as ST's chat completion sends it, by its "character names behavior"
+    (`names_behavior`): "default" names a group member's reply in its content, "content"
+    names every message there, "completion" in the `name` field (`[a-zA-Z0-9_]` only)."""
+    role = "user" if message["is_user"] else "assistant"
+    text, name = message["mes"], message["name"]
+    if names == "content" or (names == "default" and group and not message["is_user"]):
+        return {"role": role, "content": f"{name}: {text}"}
+    if names == "completion":
+        return {"role": role, "content": text, "name": re.sub(r"[^a-zA-Z0-9_]", "", name)[:64]}
+    return {"role": role, "content": text}
 
 
 def with_note(
