@@ -293,16 +293,21 @@ def _align(
     return len(matched), tuple(reversed(matched)), tuple(reversed(positions))
 
 
-def _says(trailing: Sequence[ChatMessage], prompt: str) -> bool:
+def _says(trailing: Sequence[ChatMessage], prompt: str, *, joined: bool = False) -> bool:
     """Whether one of ST's prompts after the history starts as `prompt` (lower case): a
     system message, or the user's (Claude's turns are, and a prompt in chat at depth 0
     may be; `_before_prompt`). Only each one's head is normalised: a request's
     post-history instructions can run to kilobytes, and a new reply after the user's
-    message looks for the impersonation prompt."""
-    return any(
-        m.role != "assistant" and normalize(m.text[:HEAD]).lower().startswith(prompt)
-        for m in trailing
-    )
+    message looks for the impersonation prompt. `joined`: or a line of one starts so (ST's
+    "squash system messages" joins its prompt to the post-history instructions before it)."""
+    for m in trailing:
+        if m.role == "assistant":
+            continue
+        if normalize(m.text[:HEAD]).lower().startswith(prompt):
+            return True
+        if joined and "\n" in m.text and "\n" + prompt in m.text.lower():
+            return True
+    return False
 
 
 def _nudged(trailing: Sequence[ChatMessage]) -> bool:
@@ -319,7 +324,7 @@ def _impersonating(trailing: Sequence[ChatMessage]) -> bool:
     """ST writes the user's next message: its impersonation prompt, or (a text prompt)
     the user's open turn (`find_history` leaves it out of the history, empty)."""
     open_turn = any(m.role == "user" and not m.text.strip() for m in trailing)
-    return open_turn or _says(trailing, IMPERSONATION)
+    return open_turn or _says(trailing, IMPERSONATION, joined=True)
 
 
 def _continues(trailing: Sequence[ChatMessage], last: IndexedMessage) -> bool:

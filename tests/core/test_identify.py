@@ -169,8 +169,16 @@ def test_an_impersonation_after_the_users_message_is_quiet() -> None:
     for trailing in (("system", prompt),), (("user", ""),):  # a chat, a text prompt
         found = run(index, request(*turns, trailing=trailing))
         assert found is not None and (found.generation, found.target_message) == ("quiet", None)
+    # ST's "squash system messages" joins it to the post-history instructions before it.
+    squashed = f"Stay in character.\n{prompt}"
+    found = run(index, request(*turns, trailing=(("system", squashed),)))
+    assert found is not None and found.generation == "quiet"
     found = run(index, request(*turns))
     assert found is not None and (found.generation, found.target_message) == ("normal", 2)
+    # Instructions that merely mention it are no impersonation.
+    mention = f"Stay in character. {prompt}"
+    found = run(index, request(*turns, trailing=(("system", mention),)))
+    assert found is not None and found.generation == "normal"
 
 
 def test_continue_with_a_partial_prefill() -> None:
