@@ -36,6 +36,9 @@ from proxy.core.models import ChatMessage, Generation, HistorySpan, Identificati
 
 MAX_SKIPPED = 12  # request messages that match nothing before an alignment gives up
 CONTINUE_NUDGE = "[continue"
+# A line that is ST's default continue nudge (squashed after an Author's Note at depth 0):
+# longer, as a line inside other instructions is no sure sign of the nudge.
+CONTINUE_JOINED = "[continue your last message"
 GROUP_NUDGE = "[write the next reply only as"
 IMPERSONATION = "[write your next reply from the point of view of"  # ST's default prompt
 HEAD = 200  # characters of a trailing prompt that telling those three apart reads
@@ -293,19 +296,19 @@ def _align(
     return len(matched), tuple(reversed(matched)), tuple(reversed(positions))
 
 
-def _says(trailing: Sequence[ChatMessage], prompt: str, *, joined: bool = False) -> bool:
+def _says(trailing: Sequence[ChatMessage], prompt: str, line: str = "") -> bool:
     """Whether one of ST's prompts after the history starts as `prompt` (lower case): a
     system message, or the user's (Claude's turns are, and a prompt in chat at depth 0
     may be; `_before_prompt`). Only each one's head is normalised: a request's
     post-history instructions can run to kilobytes, and a new reply after the user's
-    message looks for the impersonation prompt. `joined`: or a line of one starts so (ST's
-    "squash system messages" joins its prompt to the post-history instructions before it)."""
+    message looks for the impersonation prompt. `line`: or a line of one starts so (ST's
+    "squash system messages" joins its prompts after the history into one message)."""
     for m in trailing:
         if m.role == "assistant":
             continue
         if normalize(m.text[:HEAD]).lower().startswith(prompt):
             return True
-        if joined and "\n" in m.text and "\n" + prompt in m.text.lower():
+        if line and "\n" in m.text and "\n" + line in m.text.lower():
             return True
     return False
 
@@ -324,11 +327,11 @@ def _impersonating(trailing: Sequence[ChatMessage]) -> bool:
     """ST writes the user's next message: its impersonation prompt, or (a text prompt)
     the user's open turn (`find_history` leaves it out of the history, empty)."""
     open_turn = any(m.role == "user" and not m.text.strip() for m in trailing)
-    return open_turn or _says(trailing, IMPERSONATION, joined=True)
+    return open_turn or _says(trailing, IMPERSONATION, IMPERSONATION)
 
 
 def _continues(trailing: Sequence[ChatMessage], last: IndexedMessage) -> bool:
-    return _says(trailing, CONTINUE_NUDGE) or _prefilled(trailing, last)
+    return _says(trailing, CONTINUE_NUDGE, CONTINUE_JOINED) or _prefilled(trailing, last)
 
 
 def _prefilled(trailing: Sequence[ChatMessage], last: IndexedMessage) -> bool:

@@ -201,6 +201,16 @@ def test_continue_with_a_partial_prefill() -> None:
     named = (("assistant", "Seraphina: Once upon a time,"),)
     found = run(index, request(("user", "Tell me a story."), trailing=named))
     assert found is not None and (found.generation, found.target_message) == ("continue", 1)
+    # Without prefill: ST's nudge, squashed after an Author's Note at depth 0 when ST's
+    # "squash system messages" is on; a line that only starts alike is no nudge.
+    turns = (("user", "Tell me a story."), ("assistant", "Once upon a time, in Eldoria."))
+    note = "[Author's note: it rains.]"
+    for after, kind in (
+        ("[Continue your last message without repeating its original content.]", "continue"),
+        ("[Continue the story in the present tense.]", "quiet"),
+    ):
+        found = run(index, request(*turns, trailing=(("system", f"{note}\n{after}"),)))
+        assert found is not None and found.generation == kind
 
 
 def test_a_swipe_of_a_reply_that_follows_another_reply() -> None:
