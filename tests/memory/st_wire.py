@@ -39,6 +39,30 @@ def with_note(
     return [*messages[:at], {"role": role, "content": NOTE}, *messages[at:]]
 
 
+POST_HISTORY = "[Stay in character; write vividly.]"
+# What ST's "squash system messages" leaves alone: its chat starts and the group nudge.
+UNSQUASHED = ("[Start a new Chat]", "[Start a new group chat", "[Write the next reply only as")
+
+
+def squashed(messages: list[dict[str, str]], impersonation: bool) -> list[dict[str, str]]:
+    """`messages` with post-history instructions after the chat (before an impersonation's
+    prompt, which is last), then ST's "squash system messages" applied: each run of system
+    messages without a name joined into one with line breaks (`squashSystemMessages`)."""
+    at = len(messages) - 1 if impersonation else len(messages)
+    messages = [*messages[:at], {"role": "system", "content": POST_HISTORY}, *messages[at:]]
+    out: list[dict[str, str]] = []
+    joined = False  # whether the last message out may take the next one
+    for message in messages:
+        joins = message["role"] == "system" and "name" not in message
+        joins = joins and not message["content"].startswith(UNSQUASHED)
+        if joins and joined:
+            out[-1] = {**out[-1], "content": out[-1]["content"] + "\n" + message["content"]}
+        else:
+            out.append(message)
+        joined = joins
+    return out
+
+
 def claude(messages: list[dict[str, str]], system_prompt: bool) -> dict[str, Any]:
     """The Messages API body ST sends for `messages`, "use system prompt" on or off."""
     turns = [dict(m) for m in messages]

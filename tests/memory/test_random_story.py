@@ -3,17 +3,17 @@
 Exchanges (streamed or not), swipes, continues, impersonations, edits anywhere,
 deletions at the end and in the middle, messages moved and hidden, branches, checkpoints
 and renames as ST makes them, going back to a chat left earlier, in a one-to-one chat or
-a group chat, sent as a chat completion (names in the messages as ST's settings put them),
-to Claude or as a text completion in the instruct templates ST ships (some with ST's
-Author's Note, the system's or the user's), and the page's corrections (scene breaks set
-and removed, recaps edited and made again, the running recap edited), in a seeded random
-order, without waiting for the memory between them. Once the queue is idle, the memory of
-each chat that got a request must say what its file says: scenes follow each other from
-the first message, each recap the model wrote is of its scene's messages as they are now
-(the fake model's recap names its first message and counts them; the recap's record says
-it was made from them), the running recap has folded in the last scene, no message recap
-of the model's is of an old text, no job failed, and nothing was logged as a warning or an
-error.
+a group chat, sent as a chat completion (names in the messages, and system messages
+squashed, as ST's settings may have them), to Claude or as a text completion in the
+instruct templates ST ships (some with ST's Author's Note, the system's or the user's),
+and the page's corrections (scene breaks set and removed, recaps edited and made again, the
+running recap edited), in a seeded random order, without waiting for the memory between
+them. Once the queue is idle, the memory of each chat that got a request must say what its
+file says: scenes follow each other from the first message, each recap the model wrote is
+of its scene's messages as they are now (the fake model's recap names its first message
+and counts them; the recap's record says it was made from them), the running recap has
+folded in the last scene, no message recap of the model's is of an old text, no job
+failed, and nothing was logged as a warning or an error.
 """
 
 from __future__ import annotations
@@ -43,6 +43,7 @@ from tests.memory.st_wire import (
     PRESETS,
     chat_message,
     claude,
+    squashed,
     st_settings,
     text_prompt,
     with_note,
@@ -54,9 +55,10 @@ from tests.st_data import save_like_st
 STEPS = 150
 # Messages ST keeps in its prompt, per seed: all of them, or a cut that moves.
 CONTEXT = {1: 10_000, 2: 24, 3: 40, 4: 10_000, 5: 24, 6: 24, 7: 10_000, 8: 24, 9: 40, 10: 10_000,
-           11: 24, 12: 40, 13: 24, 14: 40, 15: 10_000, 16: 24, 17: 40, 18: 24, 19: 40}  # fmt: skip
+           11: 24, 12: 40, 13: 24, 14: 40, 15: 10_000, 16: 24, 17: 40, 18: 24, 19: 40,
+           20: 10_000, 101: 10_000, 102: 24}  # fmt: skip
 # Seeds played in a group chat.
-GROUP = {6, 7, 11, 12, 16, 17, 19}
+GROUP = {6, 7, 11, 12, 16, 17, 19, 20}
 # Seeds played over another connection than a chat completion: Claude ("use system prompt"
 # off, or on), a text completion with instruct off or in one of the instruct templates ST
 # ships (`tests.memory.st_wire`).
@@ -64,12 +66,14 @@ WIRES = {8: "claude", 9: "chatml", 10: "plain", 11: "claude+system", 12: "chatml
          13: "llama3", 14: "mistral", 15: "alpaca", 16: "gemma", 17: "alpaca"}  # fmt: skip
 # Chat completion seeds whose ST names the speakers in every message (`st_wire.chat_message`)
 # and puts its Author's Note in as the user's in some requests.
-NAMES = {18: "content", 19: "completion"}
+NAMES = {18: "content", 19: "completion", 102: "content"}
+# Chat completion seeds with post-history instructions and ST's "squash system messages".
+SQUASHED = {18, 20, 101, 102}
 # Text completion seeds whose ST's settings.json names the template (the proxy reads it);
 # the others' templates are found by the proxy's own list.
 ST_SETTINGS = {14, 16, 17}
 # Seeds whose requests carry ST's Author's Note at a random depth, every other one.
-NOTED = {8, 9, 10, 11, 13, 14, 15, 16, 18, 19}
+NOTED = {8, 9, 10, 11, 13, 14, 15, 16, 18, 19, 20, 101, 102}
 # Settings besides the tests' quick ones, per seed: detection as its defaults space it,
 # hidden messages left out of the recaps.
 SETTINGS: dict[int, dict[str, Any]] = {
@@ -113,6 +117,7 @@ class Player:
     header = True  # whether the file starts with ST's header line
     wire = "openai"  # the connection ST sends over (`WIRES`)
     names = "default"  # how ST names the speakers in a chat completion (`NAMES`)
+    squash = False  # post-history instructions, and ST's "squash system messages" on
     noted = False  # whether ST's Author's Note goes into some requests
 
     @property
@@ -173,6 +178,9 @@ class Player:
             # ST lets the note (and prompts "in chat") be the user's as well.
             role = self.rng.choice(["system", "user"]) if self.names != "default" else "system"
             messages = with_note(messages, note, role)
+            body["messages"] = messages
+        if self.squash:
+            messages = squashed(messages, bool(nudge) and nudge != CONTINUE)
             body["messages"] = messages
         if self.wire.startswith("claude"):
             path, body = "/v1/messages", claude(messages, self.wire == "claude+system")
@@ -482,7 +490,7 @@ async def test_a_story_played_at_random_keeps_a_true_memory(
     memory = await memory_proxy(2, ends=set(), **{"memory.message_recaps": policy, **settings})
     player = (GroupPlayer if seed in GROUP else Player)(memory, random.Random(seed))
     player.wire, player.noted = WIRES.get(seed, "openai"), seed in NOTED
-    player.names = NAMES.get(seed, "default")
+    player.names, player.squash = NAMES.get(seed, "default"), seed in SQUASHED
     if seed in ST_SETTINGS:
         settings_file = memory.story.path.parents[2] / "settings.json"
         save_like_st(settings_file, json.dumps(st_settings(player.wire)).encode())
