@@ -24,6 +24,7 @@ from proxy.memory.actions import MemoryActions
 from proxy.memory.jobs import JobQueue
 from proxy.web.api import unavailable
 from proxy.web.keys import ACTIONS, EVENTS, INJECTOR, QUEUE
+from proxy.web.keys import FORMATS as WIRE_FORMATS
 from proxy.web.params import field, json_body, optional, path_number, query_number
 
 CHAT = "/recap/api/chats/{chat_id:.+}"
@@ -225,10 +226,11 @@ async def preview(request: web.Request, a: MemoryActions) -> JSONAnswer:
 
 
 async def preview_request(request: web.Request) -> web.Response:
-    """`POST /recap/api/preview`: the body as it would go upstream, for a client body."""
+    """`POST /recap/api/preview`: the body as it would go upstream, for a client body (a
+    chat completion, Claude's or a text completion's, told apart as `identify` does)."""
     _actions(request)
     raw = await request.read()
-    adapter = ADAPTERS["chat/completions"]
+    adapter = request.app[WIRE_FORMATS].for_body(raw)
     adapter.parse(raw)  # AdapterError: a 400, before the fail-open step hides it
     outcome = await request.app[INJECTOR].prepare(adapter, raw, request.headers, preview=True)
     first = outcome.insertions[0] if outcome.insertions else None

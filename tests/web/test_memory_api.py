@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import quote
 
-from tests.memory.story import CHAT_ID
+from tests.memory.st_wire import claude, text_prompt
+from tests.memory.story import CHAT_ID, SYSTEM, USER
 from tests.memory_env import MemoryFactory
 
 BASE = f"/recap/api/chats/{quote(CHAT_ID)}"
@@ -98,6 +99,18 @@ async def test_running_recap_versions_edit_select_regenerate(memory_proxy: Memor
     assert sent[0]["content"] == outgoing["injected"]["text"]
     assert len(sent) == len(body["messages"]) + 1 - 9
     assert memory.fake.state.operations.count("running_recap") == 2  # a preview calls nothing
+    # Over the other connections ST has: Claude's Messages API, a text completion.
+    story = memory.story
+    for other in (
+        claude(body["messages"], False),
+        text_prompt(SYSTEM, story.messages, template="llama3", user=USER, char=story.char),
+    ):
+        outgoing = await (await memory.client.post("/recap/api/preview", json=other)).json()
+        assert outgoing["chat"] == CHAT_ID and outgoing["left_out"]
+        sent = outgoing["body"]
+        texts = [sent.get("system", ""), sent.get("prompt", "")]
+        texts += [m["content"] for m in sent.get("messages", ())]
+        assert outgoing["injected"]["text"] in "\n".join(texts)
 
     bad = await memory.client.put(BASE + "/running/current", json={"version": 9})
     assert bad.status == 404 and (await bad.json())["error"]["code"] == "not_found"
