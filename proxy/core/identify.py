@@ -4,7 +4,7 @@ ST sends no chat id. The request's chat history is compared with the newest visi
 messages of the indexed chats (`proxy.core.chat_index`), newest first, by the
 fingerprints of their whitespace-normalised text. Request messages that match nothing are
 ST's own injections (Author's Note, world info at depth) and are skipped; one that ends the
-history as the user's is taken for ST's prompt after it when nothing fits otherwise. The
+history is taken for ST's prompt after it when nothing fits otherwise. The
 best alignment wins; a tie goes to the most recently saved chat, with low confidence.
 
 Generation kinds, from how the request's end meets the file's end:
@@ -105,9 +105,10 @@ def identify(
     printed = printed or prints(messages, span)
     found = _identify(messages, span, index, only, printed)
     if found is None or found.matched == 0:
-        # ST's own prompt as a user message after the history: a Prompt Manager prompt,
-        # an Author's Note or world info "in chat" at depth 0 as the user's. No chat holds
-        # it, so no chat ended as the request did; it is one of the trailing prompts.
+        # ST's own prompt as a message after the history: a Prompt Manager prompt, an
+        # Author's Note or world info "in chat" at depth 0 as the user's (or, in a text
+        # prompt, whose open turn ends it, the character's). No chat holds it, so no chat
+        # ended as the request did; it is one of the trailing prompts.
         shorter = _before_prompt(messages, span, printed, index)
         if shorter is not None:
             again = _identify(messages, shorter, index, only, prints(messages, shorter))
@@ -121,13 +122,13 @@ def identify(
 def _before_prompt(
     messages: Sequence[ChatMessage], span: HistorySpan, printed: Prints, index: ChatIndex
 ) -> HistorySpan | None:
-    """The history without its last message, when that is a user message no chat holds
-    (and there is history before it); else None."""
+    """The history without its last message, when no chat holds that one (and there is
+    history before it); else None."""
     history = span.indices
     if len(history) < 2:
         return None
     last = history[-1]
-    if messages[last].role != "user" or printed.fps.get(last) in index.by_fp:
+    if messages[last].role == "system" or printed.fps.get(last) in index.by_fp:
         return None
     return HistorySpan(span.start, last, history[:-1])
 

@@ -81,6 +81,11 @@ def test_sts_prompt_as_a_user_message_after_the_history() -> None:
     index.put(entry("u/chats/S/mine", 200.0, [*turns, (False, "Seraphina", "You're welcome.")]))
     found = run(index, request(*shown, prompt))
     assert found is not None and (found.generation, found.target_message) == ("swipe", 4)
+    # A text prompt ends with the open turn of the one who answers: the prompt before it
+    # may be the character's.
+    opened = (("assistant", ""),)
+    found = run(index, request(*shown, ("assistant", prompt[1]), trailing=opened))
+    assert found is not None and (found.generation, found.target_message) == ("swipe", 4)
     # ST's continue nudge as the user's, after the reply it continues.
     nudge = ("user", "[Continue your last message without repeating its original content.]")
     continued = run(index, request(*shown, ("assistant", "You're welcome."), nudge))
