@@ -30,10 +30,8 @@ class ParsedRequest:
     # (the same objects), not decoded again.
     carried: int = 0
     # Formats whose client may merge chat messages into one turn (Claude's; a text prompt
-    # with instruct off, where a line without a name joins the turn before it), or write
-    # its own prompt as a user turn (a text prompt whose template has no system turn):
-    # takes merged ones apart (`proxy.core.merged`), each parsed message in the mapping
-    # replaced by its parts; and what the messages in such a turn are joined with (None:
-    # never merged, only the newest user turn may be ST's).
+    # with instruct off, where a line without a name joins the turn before it): takes
+    # merged ones apart (`proxy.core.merged`), each parsed message in the mapping replaced
+    # by its parts; and what the messages in such a turn are joined with.
     unmerge: Callable[[ParsedRequest, Mapping[int, Sequence[ChatMessage]]], None] | None = None
-    merged_with: str | None = "\n\n"
+    merged_with: str = "\n\n"

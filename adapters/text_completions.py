@@ -86,10 +86,10 @@ class TextCompletionAdapter:
             writer=partial(write_prompt, template),
             # With instruct off, a line without a name (ST's Author's Note, world info at
             # a depth, a narrator message) reads as one more line of the turn before it.
-            # A template whose system turns are the user's (Llama 3, Gemma, Mistral, as ST
-            # ships them) writes those as a user turn: at depth 0, the newest user turn.
-            unmerge=_unmerge,
-            merged_with="\n" if template == "plain" else None,
+            # (A template whose system turn is the user's writes those as a user turn of
+            # their own: identification takes the last one for ST's prompt by itself.)
+            unmerge=_unmerge if template == "plain" else None,
+            merged_with="\n",
         )
 
     def leaves_out(self, parsed: ParsedRequest, drop: Collection[int]) -> tuple[int, ...]:

@@ -35,17 +35,16 @@ def unmerged(
     messages: Sequence[ChatMessage],
     span: HistorySpan,
     known: Container[int],
-    separator: str | None = SEPARATOR,
+    separator: str = SEPARATOR,
 ) -> dict[int, list[ChatMessage]]:
     """The history messages to take apart (request index -> its parts, in order), given
     the fingerprints of the indexed chats' messages (`known`) and what merged messages
-    are joined with (`separator`; None where the client never merges them, and only the
-    newest user message can be ST's prompt). Empty: nothing to do."""
+    are joined with (`separator`). Empty: nothing to do."""
     found: dict[int, list[ChatMessage]] = {}
     history = span.indices[-TAIL - MAX_SKIPPED :]
     for i in history:
         message = messages[i]
-        if message.role == "system" or separator is None or separator not in message.text:
+        if message.role == "system" or separator not in message.text:
             continue
         if message_fingerprint(message.text) in known:
             continue  # a chat message of several paragraphs, as it is
@@ -58,8 +57,7 @@ def unmerged(
         parts = found.get(last, [message])
         final = parts[-1]
         if final.role == "user" and fingerprint(final.text) not in known:
-            paragraphs = final.text.split(separator) if separator else [final.text]
-            found[last] = [*parts[:-1], *_prompts(paragraphs)]
+            found[last] = [*parts[:-1], *_prompts(final.text.split(separator))]
     return found
 
 

@@ -88,15 +88,3 @@ def test_lines_of_a_text_prompt_with_instruct_off() -> None:
             ChatMessage("system", "[Author's note: it rains.]"),
         ]
     }
-
-
-def test_a_client_that_never_merges_has_only_its_last_user_turn_taken_for_a_prompt() -> None:
-    # A text prompt whose template writes ST's Author's Note as a user turn (Llama 3 and
-    # Gemma as ST ships them): at depth 0 it is the newest user turn, and no chat's.
-    note = "[Author's note: it rains.]\n\n[Keep it short.]"
-    messages = [*HEAD, ChatMessage("assistant", FILE[0]), ChatMessage("user", note)]
-    span = HistorySpan(2, 4, (2, 3))
-    assert unmerged(messages, span, KNOWN, None) == {3: [ChatMessage("system", note)]}
-    # Nothing else is split: a turn is one message, whatever its paragraphs.
-    merged = [*HEAD, ChatMessage("user", f"{FILE[3]}\n\n{FILE[4]}"), ChatMessage("user", FILE[1])]
-    assert unmerged(merged, HistorySpan(2, 4, (2, 3)), KNOWN, None) == {}

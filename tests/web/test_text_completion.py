@@ -139,3 +139,26 @@ async def test_a_line_without_a_name_after_the_last_message_still_finds_the_chat
     assert f"\n{story.char}: {story.messages[0]['mes']}" not in prompt  # covered, left out
     assert f"\n{story.char}: {story.messages[10]['mes']}" in prompt
     assert prompt.endswith(f"{story.messages[-1]['mes']}\n{NOTE}\n{story.char}:")
+
+
+async def test_a_note_written_as_a_user_turn_after_the_last_message_still_finds_the_chat(
+    memory_proxy: MemoryFactory,
+) -> None:
+    """ST's Llama 3 (as Gemma and Mistral) writes its Author's Note as a user turn: at
+    depth 0, the newest user turn, which no chat holds. It is taken for ST's prompt, and
+    stays where ST put it, before the character's open turn."""
+    memory = await memory_proxy(16, {8}, **{"memory.message_recaps": False})
+    story = memory.story
+    await memory.client.post("/v1/completions", json=chatml_request(story))
+    await memory.until(lambda db: db.memory.current_running(CHAT_ID) is not None)
+    body = text_prompt(
+        SYSTEM, story.messages, template="llama3", user=USER, char=story.char, note=0
+    )
+    note = f"<|start_header_id|>user<|end_header_id|>\n\n{NOTE}<|eot_id|>"
+    opened = f"<|start_header_id|>assistant<|end_header_id|>\n\n{story.char}:"
+    assert body["prompt"].endswith(note + opened)
+    response = await memory.client.post("/v1/completions", json=body)
+    assert response.headers["X-Recap-Chat"] == quote(CHAT_ID, safe="")
+    assert int(response.headers["X-Recap-Trimmed"]) > 0
+    prompt = json.loads(memory.fake.state.seen[-1].body)["prompt"]
+    assert "<ROLEPLAY_RECAP>" in prompt and prompt.endswith(note + opened)
