@@ -309,7 +309,9 @@ def _says(trailing: Sequence[ChatMessage], prompt: str, line: str = "") -> bool:
             continue
         if normalize(m.text[:HEAD]).lower().startswith(prompt):
             return True
-        if line and "\n" in m.text and "\n" + line in m.text.lower():
+        # ST's prompts open with "[": a multi-line instruction without a line so opening
+        # (most, per request) is not lower-cased whole.
+        if line and "\n[" in m.text and "\n" + line in m.text.lower():
             return True
     return False
 
