@@ -19,16 +19,10 @@ from typing import Any
 from urllib.parse import unquote
 
 from proxy.core.chat_index import ChatIndex
-from proxy.core.identify import (
-    Prints,
-    find_st_metadata,
-    identify,
-    likely_chats,
-    prints,
-    unidentified_reason,
-)
+from proxy.core.identify import Prints, identify, likely_chats, prints, unidentified_reason
 from proxy.core.models import ChatMessage, HistorySpan, Identification
 from proxy.core.placement import find_history
+from proxy.core.st_metadata import find_st_metadata
 from proxy.mirror import Mirror, Refreshed, Stat
 from proxy.sillytavern.changes import EarlyReads, Freshness
 from proxy.sillytavern.layout import (
@@ -212,6 +206,7 @@ class ChatLibrary:
     def _took(self, read: dict[str, Stat], watched: frozenset[str]) -> None:
         # After the entries are in: from now on a request may take these files as read.
         self._stats.update(read)
+        self.index.reasoning = self.mirror.reasoning  # and the settings read with them
         if self.freshness is not None and read:
             self.freshness.read([(c, self._file(c)) for c in read], watched)
 
@@ -354,7 +349,7 @@ class ChatLibrary:
                 named = self.index.resolve(metadata.chat)
         newest: Prints | None = None
         if named is None:
-            newest = prints(messages, span)
+            newest = prints(messages, span, self.index)
             chats = await self._to_check(newest)
         else:
             chats = [named]

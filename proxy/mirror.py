@@ -17,6 +17,7 @@ from typing import Any
 import orjson
 
 from proxy.core.chat_index import TAIL, ChatEntry, indexed_message, message_fingerprint
+from proxy.core.reasoning import DEFAULT_REASONING, ReasoningFormat, reasoning_format
 from proxy.sillytavern.chatfile import ChatFile, RecentSplits, file_digest, parse_chat
 from proxy.sillytavern.layout import (
     ChatLocation,
@@ -56,8 +57,10 @@ class Mirror:
         self.data_dir = data_dir
         self._groups: dict[str, dict[str, GroupInfo]] = {}
         self._personas: dict[str, str | None] = {}
-        # user -> its ST's instruct and context templates (`read_prompt_format`)
+        # user -> its ST's instruct, context and reasoning templates (`read_prompt_format`)
         self._formats: dict[str, dict[str, Any]] = {}
+        # The users' reasoning formats, ST's default last (see `proxy.core.reasoning`).
+        self.reasoning: tuple[ReasoningFormat, ...] = (DEFAULT_REASONING,)
         # The last split of each chat file re-read after start-up (the chats being saved):
         # its next save is split without hashing the lines it kept.
         self.splits = RecentSplits()
@@ -66,6 +69,7 @@ class Mirror:
         self._groups.clear()
         self._personas.clear()
         self._formats.clear()
+        self.reasoning = (DEFAULT_REASONING,)
         if self.data_dir is not None:
             for settings in sorted(self.data_dir.glob("*/settings.json")):
                 self._read_prompt_format(settings.parent.name)
@@ -78,9 +82,11 @@ class Mirror:
             self._formats.pop(user, None)
         else:
             self._formats[user] = found
+        forms = [reasoning_format(f["reasoning"]) for f in self._formats.values()]
+        self.reasoning = tuple(dict.fromkeys([*filter(None, forms), DEFAULT_REASONING]))
 
     def prompt_formats(self) -> list[dict[str, Any]]:
-        """How each user's ST writes text prompts: `{"instruct", "context"}` (read at
+        """How each user's ST writes prompts: `{"instruct", "context", "reasoning"}` (read at
         indexing and when a settings.json changes, never per request)."""
         return list(self._formats.values())
 

@@ -13,6 +13,7 @@ import pytest
 from proxy.core import chat_index as index_module
 from proxy.core.chat_index import TEXT_KEPT, index_message, message_fingerprint
 from proxy.core.models import ChatMessage
+from proxy.core.reasoning import DEFAULT_REASONING, ReasoningFormat
 from proxy.library import ChatLibrary
 from proxy.sillytavern.chatfile import parse_chat
 from proxy.store import Store
@@ -112,7 +113,16 @@ async def test_persona_and_groups_are_reread_when_their_files_change(
     power = {"instruct": {"enabled": False}, "context": {"chat_start": "<START>"}}
     settings.write_text(json.dumps({"username": "Arden", "power_user": power}))
     await library.refresh([settings])
-    assert library.prompt_formats() == [power]  # how ST writes text prompts, read anew
+    # How ST writes prompts, read anew: with no reasoning template, only ST's default
+    # reasoning markers are looked for in requests.
+    assert library.prompt_formats() == [{**power, "reasoning": {}}]
+    assert list(library.index.reasoning) == [DEFAULT_REASONING]
+    thinking = {"prefix": "<thinking>", "suffix": "</thinking>", "separator": "\n"}
+    power["reasoning"] = thinking
+    settings.write_text(json.dumps({"username": "Arden", "power_user": power}))
+    await library.refresh([settings])
+    mine = ReasoningFormat("<thinking>", "</thinking>", "\n")
+    assert library.index.reasoning == (mine, DEFAULT_REASONING)
 
     group = user / "groups" / "1.json"
     group.parent.mkdir()

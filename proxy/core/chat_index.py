@@ -13,6 +13,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from functools import lru_cache
 
+from proxy.core.reasoning import DEFAULT_REASONING, ReasoningFormat
+
 TAIL = 64  # newest visible messages per chat kept for matching
 # Of those, the newest this many keep their text: identification reads the last one's (a
 # continue), the engine the newest `relevant_scenes_context` (at most 20) to rank scenes
@@ -103,6 +105,8 @@ class ChatIndex:
     # character's greeting) are shared by tens, not thousands.
     by_fp: dict[int, tuple[str, ...]] = field(default_factory=dict)
     version: int = 0  # counts changes: what was looked up before one may be stale
+    # How ST may write reasoning before a reply's text: the users' formats and its default.
+    reasoning: tuple[ReasoningFormat, ...] = (DEFAULT_REASONING,)
 
     def put(self, entry: ChatEntry) -> None:
         chat_id = entry.chat_id

@@ -19,8 +19,6 @@ Generation kinds, from how the request's end meets the file's end:
 
 from __future__ import annotations
 
-import json
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -33,6 +31,7 @@ from proxy.core.chat_index import (
     normalize,
 )
 from proxy.core.models import ChatMessage, Generation, HistorySpan, Identification
+from proxy.core.reasoning import ReasoningFormat, without_reasoning
 
 MAX_SKIPPED = 12  # request messages that match nothing before an alignment gives up
 CONTINUE_NUDGE = "[continue"
@@ -74,10 +73,19 @@ class Prints:
         return found[1]
 
 
-def prints(messages: Sequence[ChatMessage], span: HistorySpan) -> Prints:
-    """The `Prints` of a request whose history is `span`."""
+def prints(messages: Sequence[ChatMessage], span: HistorySpan, index: ChatIndex) -> Prints:
+    """The `Prints` of a request whose history is `span`. A message that no chat of
+    `index` holds as it came, but does without the reasoning ST wrote before it
+    (`proxy.core.reasoning`), is printed without."""
     history = list(span.indices[-TAIL - MAX_SKIPPED :])
-    return Prints(history, {i: message_fingerprint(messages[i].text) for i in history})
+    fps = {i: message_fingerprint(messages[i].text) for i in history}
+    known = index.by_fp
+    for i, fp in fps.items():
+        if fp not in known and messages[i].role != "system":
+            bare = without_reasoning(messages[i].text, index.reasoning)
+            if bare is not None and message_fingerprint(bare) in known:
+                fps[i] = message_fingerprint(bare)
+    return Prints(history, fps)
 
 
 def likely_chats(printed: Prints, index: ChatIndex, limit: int = 3) -> list[str]:
@@ -102,7 +110,7 @@ def identify(
     generation kind and the history are worked out, against that chat. `printed`: the
     request's `prints`, when they were worked out already.
     """
-    printed = printed or prints(messages, span)
+    printed = printed or prints(messages, span, index)
     found = _identify(messages, span, index, only, printed)
     if found is None or found.matched == 0:
         # ST's own prompt as a message after the history: a Prompt Manager prompt, an
@@ -111,7 +119,7 @@ def identify(
         # ended as the request did; it is one of the trailing prompts.
         shorter = _before_prompt(messages, span, printed, index)
         if shorter is not None:
-            again = _identify(messages, shorter, index, only, prints(messages, shorter))
+            again = _identify(messages, shorter, index, only, prints(messages, shorter, index))
             if again is not None and again.matched > 0:
                 return again
     if found is None and only is not None and only in index.entries:
@@ -144,7 +152,11 @@ def _identify(
     trailing = messages[span.end :]
     if only is not None:
         entry = index.entries.get(only)
-        fit = _best_fit(messages, history, fps, trailing, entry) if entry and history else None
+        fit = (
+            _best_fit(messages, history, fps, trailing, entry, index.reasoning)
+            if entry and history
+            else None
+        )
         if fit is None:
             return None
         return Identification(
@@ -155,7 +167,7 @@ def _identify(
     fits: list[tuple[_Fit, ChatEntry]] = []
     for chat_id in printed.candidates(index):
         entry = index.entries[chat_id]
-        fit = _best_fit(messages, history, fps, trailing, entry)
+        fit = _best_fit(messages, history, fps, trailing, entry, index.reasoning)
         if fit is not None:
             fits.append((fit, entry))
     if not fits:
@@ -210,6 +222,7 @@ def _best_fit(
     fps: dict[int, int],
     trailing: Sequence[ChatMessage],
     entry: ChatEntry,
+    reasoning: Sequence[ReasoningFormat],
 ) -> _Fit | None:
     tail = entry.tail
     if not tail:
@@ -222,7 +235,7 @@ def _best_fit(
         matched, used, at = _align(history, fps, tail, len(tail) - 1)
         if last.is_user and not _impersonating(trailing):
             fits.append(_Fit("normal", matched, used, entry.total, at))
-        elif _continues(trailing, last):
+        elif _continues(trailing, last, reasoning):
             # Before the group nudge: ST sends that with a group's continue too.
             fits.append(_Fit("continue", matched, used, last.position, at))
         elif _nudged(trailing) or _opened(trailing):
@@ -230,7 +243,7 @@ def _best_fit(
             fits.append(_Fit("normal", matched, used, entry.total, at))
         else:
             fits.append(_Fit("quiet", matched, used, None, at))
-    elif last_request.role == "assistant" and _starts(last, last_request.text):
+    elif last_request.role == "assistant" and _starts(last, last_request.text, reasoning):
         # Continue of a partial reply the file already holds in full.
         matched, used, at = _align(history[:-1], fps, tail, len(tail) - 2)
         fits.append(
@@ -246,10 +259,10 @@ def _best_fit(
         # The file has one more assistant message: the request regenerates it, unless the
         # request carries that message as a continue-prefill at its very end.
         matched, used, at = _align(history, fps, tail, len(tail) - 2)
-        kind: Generation = "continue" if _prefilled(trailing, last) else "swipe"
+        kind: Generation = "continue" if _prefilled(trailing, last, reasoning) else "swipe"
         fits.append(_Fit(kind, matched, used, last.position, at))
     if len(tail) >= 3 and not last.is_user and not tail[-2].is_user:
-        fit = _swipe_after_reply(messages, history, fps, trailing, tail)
+        fit = _swipe_after_reply(messages, history, fps, trailing, tail, reasoning)
         if fit is not None:
             fits.append(fit)
     if len(fits) < 2:
@@ -263,13 +276,17 @@ def _swipe_after_reply(
     fps: dict[int, int],
     trailing: Sequence[ChatMessage],
     tail: Sequence[IndexedMessage],
+    reasoning: Sequence[ReasoningFormat],
 ) -> _Fit | None:
     """A swipe of the file's last reply when the message before it is a reply too: the
     request ends with that one, where a prefill would be (`find_history` took it for one)."""
     if not trailing or trailing[-1].role != "assistant":
         return None
-    if message_fingerprint(trailing[-1].text) not in tail[-2].fps:
-        return None
+    text = trailing[-1].text
+    if message_fingerprint(text) not in tail[-2].fps:
+        bare = without_reasoning(text, reasoning)
+        if bare is None or message_fingerprint(bare) not in tail[-2].fps:
+            return None
     matched, used, at = _align(history, fps, tail, len(tail) - 3)
     final = len(messages) - 1  # the trailing message is the request's last
     return _Fit("swipe", matched + 1, (*used, final), tail[-1].position, (*at, tail[-2].position))
@@ -333,64 +350,31 @@ def _impersonating(trailing: Sequence[ChatMessage]) -> bool:
     return open_turn or _says(trailing, IMPERSONATION, IMPERSONATION)
 
 
-def _continues(trailing: Sequence[ChatMessage], last: IndexedMessage) -> bool:
-    return _says(trailing, CONTINUE_NUDGE, CONTINUE_JOINED) or _prefilled(trailing, last)
+def _continues(
+    trailing: Sequence[ChatMessage], last: IndexedMessage, reasoning: Sequence[ReasoningFormat]
+) -> bool:
+    return _says(trailing, CONTINUE_NUDGE, CONTINUE_JOINED) or _prefilled(trailing, last, reasoning)
 
 
-def _prefilled(trailing: Sequence[ChatMessage], last: IndexedMessage) -> bool:
-    return any(m.role == "assistant" and m.text.strip() and _starts(last, m.text) for m in trailing)
+def _prefilled(
+    trailing: Sequence[ChatMessage], last: IndexedMessage, reasoning: Sequence[ReasoningFormat]
+) -> bool:
+    return any(
+        m.role == "assistant" and m.text.strip() and _starts(last, m.text, reasoning)
+        for m in trailing
+    )
 
 
-def _starts(last: IndexedMessage, text: str) -> bool:
+def _starts(last: IndexedMessage, text: str, reasoning: Sequence[ReasoningFormat] = ()) -> bool:
     """Whether the file's last message starts with `text`, or with `text` after a
     speaker's `Name: ` (a text prompt tells a group member's name apart only once it
-    starts two turns)."""
+    starts two turns), or without the reasoning ST wrote before it (a continued reply's
+    always goes in)."""
     found = normalize(text)
     if last.text.startswith(found):
         return True
     name, colon, rest = found.partition(": ")
-    return bool(colon and rest) and len(name) <= 40 and last.text.startswith(rest)
-
-
-_METADATA = re.compile(r"<ST_METADATA>\s*(\{.*?\})\s*</ST_METADATA>\s*", re.DOTALL)
-
-
-@dataclass(frozen=True, slots=True)
-class STMetadata:
-    """ST-Auto-Recap's `<ST_METADATA>{json}</ST_METADATA>` block (its proxy contract)."""
-
-    index: int  # the message that carried it
-    stripped: str  # that message's text without the block
-    chat: str | None
-    character: str | None
-    operation: str | None
-
-
-def find_st_metadata(messages: Sequence[ChatMessage]) -> STMetadata | None:
-    """The block in the first system message, if any (ST-Auto-Recap puts it there)."""
-    for i, message in enumerate(messages):
-        if message.role != "system":
-            continue
-        # The plain test first: most requests carry no block, and it costs a tenth.
-        found = _METADATA.search(message.text) if "<ST_METADATA>" in message.text else None
-        if found is None:
-            return None
-        try:
-            data = json.loads(found.group(1))
-        except ValueError:
-            data = {}
-        fields = data if isinstance(data, dict) else {}
-        stripped = message.text[: found.start()] + message.text[found.end() :]
-        return STMetadata(
-            i,
-            stripped,
-            _text_field(fields, "chat"),
-            _text_field(fields, "character"),
-            _text_field(fields, "operation"),
-        )
-    return None
-
-
-def _text_field(data: dict[str, object], key: str) -> str | None:
-    value = data.get(key)
-    return value if isinstance(value, str) and value else None
+    if colon and rest and len(name) <= 40 and last.text.startswith(rest):
+        return True
+    bare = without_reasoning(text, reasoning) if reasoning else None
+    return bare is not None and bare.strip() != "" and _starts(last, bare)

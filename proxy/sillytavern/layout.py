@@ -165,20 +165,18 @@ def read_persona_name(user_dir: Path) -> str | None:
 
 
 def read_prompt_format(user_dir: Path) -> dict[str, Any] | None:
-    """How the user's ST writes a text prompt: `{"instruct": ..., "context": ...}`, its
-    instruct template (`power_user.instruct`, used when `enabled`) and context template
-    (`power_user.context`: the `chat_start` line before the chat with instruct off), or
-    None when settings.json has neither."""
+    """How the user's ST writes a prompt: `{"instruct", "context", "reasoning"}`, its
+    instruct template (`power_user.instruct`, used when `enabled`), context template
+    (`power_user.context`: the `chat_start` line before the chat with instruct off) and
+    reasoning template (`power_user.reasoning`: how a reply's thinking goes before its
+    text), or None when settings.json has none of them."""
     power = _user_settings(user_dir).get("power_user")
     if not isinstance(power, dict):
         return None
-    instruct, context = power.get("instruct"), power.get("context")
-    if not isinstance(instruct, dict) and not isinstance(context, dict):
+    parts = {key: power.get(key) for key in ("instruct", "context", "reasoning")}
+    if not any(isinstance(part, dict) for part in parts.values()):
         return None
-    return {
-        "instruct": instruct if isinstance(instruct, dict) else {},
-        "context": context if isinstance(context, dict) else {},
-    }
+    return {key: part if isinstance(part, dict) else {} for key, part in parts.items()}
 
 
 def _main_chats(group: dict[str, Any]) -> dict[str, str]:

@@ -14,7 +14,7 @@ from proxy.core.chat_index import (
     index_message,
     message_fingerprint,
 )
-from proxy.core.identify import find_st_metadata, identify
+from proxy.core.identify import identify
 from proxy.core.models import ChatMessage
 from proxy.core.placement import find_history
 
@@ -239,25 +239,6 @@ def test_a_swipe_of_a_reply_that_follows_another_reply() -> None:
     assert found is not None and (found.generation, found.target_message) == ("continue", 2)
 
 
-def test_st_metadata_block() -> None:
-    block = '<ST_METADATA>\n{"version": "1.0", "chat": "Seraphina - 2026", "operation": "chat-4"}'
-    messages = [
-        ChatMessage("system", block + "\n</ST_METADATA>\n\nMain prompt."),
-        ChatMessage("user", "hi"),
-    ]
-    found = find_st_metadata(messages)
-    assert found is not None
-    assert (found.index, found.stripped, found.chat, found.operation) == (
-        0,
-        "Main prompt.",
-        "Seraphina - 2026",
-        "chat-4",
-    )
-    assert find_st_metadata([ChatMessage("system", "plain"), ChatMessage("user", "hi")]) is None
-    broken = find_st_metadata([ChatMessage("system", "<ST_METADATA>{oops}</ST_METADATA>x")])
-    assert broken is not None and broken.chat is None and broken.stripped == "x"
-
-
 # -- the fast path: request texts fingerprinted once, memoised across requests ---------------
 
 WORDS = ["glade", "wolf", "river", "oath", "moon", "lantern", "key", "gate", "forest", "spirit"]
@@ -305,7 +286,7 @@ def test_the_fast_path_answers_as_the_full_path_through_edits_swipes_and_deletio
             variants.append(request(*turns, trailing=(("system", "[Continue your last message]"),)))
         # As the library goes: the request's prints and likely chats first, against the
         # index as it was; then the re-read of ST's save; then the identification.
-        early = [(m, module.prints(m, find_history(m, MARKERS))) for m in variants]
+        early = [(m, module.prints(m, find_history(m, MARKERS), index)) for m in variants]
         for _, printed in early:
             module.likely_chats(printed, index)
         index.put(entry("u/chats/S/chat", float(step), chat))
@@ -329,7 +310,7 @@ def test_prints_taken_before_the_index_changed_see_the_change() -> None:
         ("assistant", "*You wake in a glade.* Welcome, Alex."), ("user", "Where am I?")
     )
     span = find_history(messages, MARKERS)
-    printed = module.prints(messages, span)
+    printed = module.prints(messages, span, index)
     assert module.likely_chats(printed, index) == ["u/chats/S/a"]
     index.put(entry("u/chats/S/b", 200.0, turns))  # saved meanwhile, the same start
     found = identify(messages, span, index, printed=printed)

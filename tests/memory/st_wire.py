@@ -39,6 +39,26 @@ def with_note(
     return [*messages[:at], {"role": role, "content": NOTE}, *messages[at:]]
 
 
+def with_reasoning(
+    shown: list[dict[str, Any]], *, added: int, continued: bool
+) -> list[dict[str, Any]]:
+    """The file messages `shown` as ST puts them into a prompt, the reasoning of the newest
+    `added` replies that have one written before their text in ST's default template
+    ("Add to Prompts"; 0: off), and a `continued` reply's always (the loop of ST's
+    `Generate` over `PromptReasoning.addToMessage`)."""
+    out = [dict(m) for m in shown]
+    count = 0
+    for i in range(len(out) - 1, -1, -1):
+        thought = out[i].get("extra", {}).get("reasoning", "")
+        prefix = continued and i == len(out) - 1
+        if thought and (prefix or count < added):
+            count += 1
+            out[i]["mes"] = f"<think>\n{thought}\n</think>\n\n{out[i]['mes']}"
+        if count >= added:
+            break
+    return out
+
+
 POST_HISTORY = "[Stay in character; write vividly.]"
 # What ST's "squash system messages" leaves alone: its chat starts and the group nudge.
 UNSQUASHED = ("[Start a new Chat]", "[Start a new group chat", "[Write the next reply only as")

@@ -47,6 +47,7 @@ from tests.memory.st_wire import (
     st_settings,
     text_prompt,
     with_note,
+    with_reasoning,
 )
 from tests.memory.story import CHAR, USER
 from tests.memory_env import Memory, MemoryFactory
@@ -56,24 +57,29 @@ STEPS = 150
 # Messages ST keeps in its prompt, per seed: all of them, or a cut that moves.
 CONTEXT = {1: 10_000, 2: 24, 3: 40, 4: 10_000, 5: 24, 6: 24, 7: 10_000, 8: 24, 9: 40, 10: 10_000,
            11: 24, 12: 40, 13: 24, 14: 40, 15: 10_000, 16: 24, 17: 40, 18: 24, 19: 40,
-           20: 10_000, 101: 10_000, 102: 24}  # fmt: skip
+           20: 10_000, 101: 10_000, 102: 24, 103: 24, 104: 10_000, 105: 40}  # fmt: skip
 # Seeds played in a group chat.
 GROUP = {6, 7, 11, 12, 16, 17, 19, 20}
 # Seeds played over another connection than a chat completion: Claude ("use system prompt"
 # off, or on), a text completion with instruct off or in one of the instruct templates ST
 # ships (`tests.memory.st_wire`).
 WIRES = {8: "claude", 9: "chatml", 10: "plain", 11: "claude+system", 12: "chatml",
-         13: "llama3", 14: "mistral", 15: "alpaca", 16: "gemma", 17: "alpaca"}  # fmt: skip
+         13: "llama3", 14: "mistral", 15: "alpaca", 16: "gemma", 17: "alpaca", 104: "chatml",
+         105: "claude"}  # fmt: skip
 # Chat completion seeds whose ST names the speakers in every message (`st_wire.chat_message`)
 # and puts its Author's Note in as the user's in some requests.
 NAMES = {18: "content", 19: "completion", 102: "content"}
 # Chat completion seeds with post-history instructions and ST's "squash system messages".
 SQUASHED = {18, 20, 101, 102}
+# Seeds of a reasoning model: its replies are saved with their reasoning, and ST writes
+# that before the newest this many in each prompt ("Add to Prompts"; 0: off), and before
+# a continued one always (`st_wire.with_reasoning`).
+REASONING = {103: 2, 104: 0, 105: 1}
 # Text completion seeds whose ST's settings.json names the template (the proxy reads it);
 # the others' templates are found by the proxy's own list.
 ST_SETTINGS = {14, 16, 17}
 # Seeds whose requests carry ST's Author's Note at a random depth, every other one.
-NOTED = {8, 9, 10, 11, 13, 14, 15, 16, 18, 19, 20, 101, 102}
+NOTED = {8, 9, 10, 11, 13, 14, 15, 16, 18, 19, 20, 101, 102, 103, 105}
 # Settings besides the tests' quick ones, per seed: detection as its defaults space it,
 # hidden messages left out of the recaps.
 SETTINGS: dict[int, dict[str, Any]] = {
@@ -119,6 +125,7 @@ class Player:
     names = "default"  # how ST names the speakers in a chat completion (`NAMES`)
     squash = False  # post-history instructions, and ST's "squash system messages" on
     noted = False  # whether ST's Author's Note goes into some requests
+    reasoning: int | None = None  # replies with reasoning, and how many ST sends (`REASONING`)
 
     @property
     def chat_id(self) -> str:
@@ -140,12 +147,20 @@ class Player:
     def speaker(self) -> str:
         return CHAR
 
+    def thought(self) -> dict[str, str]:
+        """A reply's `extra`: its reasoning, if the model is a reasoning one (not always)."""
+        if self.reasoning is None or self.rng.random() < 0.3:
+            return {}
+        words = " ".join(self.rng.choice(CHAT_WORDS) for _ in range(self.rng.randint(5, 20)))
+        return {"reasoning": f"I should say {words}."}
+
     def add(self, is_user: bool) -> None:
         text = self.text(is_user)
         name = USER if is_user else self.speaker()
         self.messages.append(
             {"name": name, "is_user": is_user, "is_system": False, "send_date": "2026-11-27",
-             "mes": text, "swipes": [text], "swipe_id": 0, "extra": {}}
+             "mes": text, "swipes": [text], "swipe_id": 0,
+             "extra": {} if is_user else self.thought()}
         )  # fmt: skip
 
     def save(self) -> None:
@@ -168,6 +183,8 @@ class Player:
         """ST's request after `history`; `nudge`: its instruction after the chat (continue,
         impersonate)."""
         shown = [m for m in history if not m["is_system"]][-context:]
+        if self.reasoning is not None:
+            shown = with_reasoning(shown, added=self.reasoning, continued=nudge == CONTINUE)
         after = [{"role": "system", "content": nudge}] if nudge else []
         stream = self.rng.random() < 0.5
         messages = self.prompt(shown, nudge) + after
@@ -242,6 +259,8 @@ class Player:
             await self.request(messages[:-1], context)
             last, text = messages[-1], self.text(False)
             last["swipes"].append(text)
+            last["extra"].pop("reasoning", None)  # the new swipe's own, if it has one
+            last["extra"].update(self.thought())
             last["swipe_id"], last["mes"] = len(last["swipes"]) - 1, text
             self.save()
         elif roll < 0.66:
@@ -491,6 +510,7 @@ async def test_a_story_played_at_random_keeps_a_true_memory(
     player = (GroupPlayer if seed in GROUP else Player)(memory, random.Random(seed))
     player.wire, player.noted = WIRES.get(seed, "openai"), seed in NOTED
     player.names, player.squash = NAMES.get(seed, "default"), seed in SQUASHED
+    player.reasoning = REASONING.get(seed)
     if seed in ST_SETTINGS:
         settings_file = memory.story.path.parents[2] / "settings.json"
         save_like_st(settings_file, json.dumps(st_settings(player.wire)).encode())
