@@ -17,6 +17,7 @@ template is left as it is.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from functools import partial
 from typing import Any
@@ -134,6 +135,7 @@ def _unmerge(parsed: ParsedRequest, parts: Mapping[int, Sequence[ChatMessage]]) 
     have memory put before it alone. A turn whose parts are not found there stays whole."""
     template, turns = parsed.layout
     prompt: str = parsed.body["prompt"]
+    users = {t.name for t in turns if t.role == "user" and t.name}
     messages: list[ChatMessage] = []
     placed: list[Turn] = []
     for i, (message, turn) in enumerate(zip(parsed.messages, turns, strict=True)):
@@ -142,10 +144,26 @@ def _unmerge(parsed: ParsedRequest, parts: Mapping[int, Sequence[ChatMessage]]) 
             messages.append(message)
             placed.append(turn)
             continue
-        for part, (start, end) in zip(parts[i], spans, strict=True):
+        for j, (part, (start, end)) in enumerate(zip(parts[i], spans, strict=True)):
+            if j and part.role != "system":
+                part = _spoken(part, users)
             messages.append(part)
             placed.append(Turn(part.role, start, end, part.text, part.name))
     parsed.messages, parsed.layout = messages, (template, tuple(placed))
+
+
+_NAME = re.compile(r"[^\n:*\"\[\]<>]{1,40}")  # as `adapters.instruct` tells a speaker's
+
+
+def _spoken(part: ChatMessage, users: Collection[str]) -> ChatMessage:
+    """A later part of a turn, which starts with its speaker's `Name:`: that speaker's
+    message, the user's or a reply. (A group member whose name starts only one line of
+    the prompt is not told apart as a speaker when it is split: their line reads as more
+    of the turn before it, a continue of their reply as a continue of that turn.)"""
+    name, colon, text = part.text.partition(":")
+    if not (colon and users and name.strip() == name and _NAME.fullmatch(name)):
+        return part
+    return ChatMessage("user" if name in users else "assistant", text.strip(), name)
 
 
 def _spans(prompt: str, turn: Turn, parts: Sequence[ChatMessage]) -> list[tuple[int, int]] | None:

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+import adapters.text_completions as text_module
 from adapters.instruct import Template, split_prompt
 from adapters.text_completions import TextCompletionAdapter
 from proxy.core.models import ChatMessage, Insertion, Role
@@ -284,3 +285,31 @@ def test_a_turn_taken_apart_with_instruct_off_keeps_each_part_in_its_place() -> 
     again.unmerge(again, {3: [parts[0], ChatMessage("system", "[Not there.]")]})
     assert len(again.messages) == 5
     assert again.messages[3] == ChatMessage("user", f"How are you?\n{note}", "Tom")
+
+
+def test_a_later_part_that_names_its_speaker_is_that_speakers_message() -> None:
+    """In a group with instruct off, a member whose name starts one line only reads as
+    more of the turn before; taken apart, that line is the member's reply (a continue of
+    it is a continue, not one of ST's prompts or the user's line)."""
+    prompt = "Story.\n***\nTom: Hi all\nAva: Hello\nTom: Orin?\nAva: Near.\nOrin: Here, and"
+    parsed = ADAPTER.parse(json.dumps({"prompt": prompt, "stop": ["\nTom:"]}).encode())
+    assert parsed.unmerge is not None
+    assert parsed.messages[-1] == ChatMessage("assistant", "Near.\nOrin: Here, and", "Ava")
+    parts = [
+        ChatMessage("assistant", "Near.", "Ava"),
+        ChatMessage("assistant", "Orin: Here, and", "Ava"),
+    ]
+    parsed.unmerge(parsed, {4: parts})
+    assert parsed.messages[4:] == [
+        ChatMessage("assistant", "Near.", "Ava"),
+        ChatMessage("assistant", "Here, and", "Orin"),
+    ]
+    out = prompt_of(ADAPTER.apply(parsed, (Insertion(5, Role.SYSTEM, "MEMORY", 1),)))
+    assert out == prompt.replace("Orin: Here", "MEMORY\nOrin: Here")
+    # A part that is the user's line is the user's; one that only starts like a name
+    # (an action, a quote) stays the turn's.
+    tom = ChatMessage("user", "Tom: later", "Ava")
+    assert text_module._spoken(tom, {"Tom"}) == ChatMessage("user", "later", "Tom")
+    for text in ('*She says: "hi"*', '"Wait: what?"', "[Note: rain]"):
+        odd = ChatMessage("user", text, "Tom")
+        assert text_module._spoken(odd, {"Tom"}) == odd

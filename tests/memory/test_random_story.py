@@ -57,15 +57,15 @@ STEPS = 150
 # Messages ST keeps in its prompt, per seed: all of them, or a cut that moves.
 CONTEXT = {1: 10_000, 2: 24, 3: 40, 4: 10_000, 5: 24, 6: 24, 7: 10_000, 8: 24, 9: 40, 10: 10_000,
            11: 24, 12: 40, 13: 24, 14: 40, 15: 10_000, 16: 24, 17: 40, 18: 24, 19: 40,
-           20: 10_000, 101: 10_000, 102: 24, 103: 24, 104: 10_000, 105: 40}  # fmt: skip
+           20: 10_000, 101: 10_000, 102: 24, 103: 24, 104: 10_000, 105: 40, 106: 24}  # fmt: skip
 # Seeds played in a group chat.
-GROUP = {6, 7, 11, 12, 16, 17, 19, 20}
+GROUP = {6, 7, 11, 12, 16, 17, 19, 20, 106}
 # Seeds played over another connection than a chat completion: Claude ("use system prompt"
 # off, or on), a text completion with instruct off or in one of the instruct templates ST
 # ships (`tests.memory.st_wire`).
 WIRES = {8: "claude", 9: "chatml", 10: "plain", 11: "claude+system", 12: "chatml",
          13: "llama3", 14: "mistral", 15: "alpaca", 16: "gemma", 17: "alpaca", 104: "chatml",
-         105: "claude"}  # fmt: skip
+         105: "claude", 106: "plain"}  # fmt: skip
 # Chat completion seeds whose ST names the speakers in every message (`st_wire.chat_message`)
 # and puts its Author's Note in as the user's in some requests.
 NAMES = {18: "content", 19: "completion", 102: "content"}
@@ -79,7 +79,7 @@ REASONING = {103: 2, 104: 0, 105: 1}
 # the others' templates are found by the proxy's own list.
 ST_SETTINGS = {14, 16, 17}
 # Seeds whose requests carry ST's Author's Note at a random depth, every other one.
-NOTED = {8, 9, 10, 11, 13, 14, 15, 16, 18, 19, 20, 101, 102, 103, 105}
+NOTED = {8, 9, 10, 11, 13, 14, 15, 16, 18, 19, 20, 101, 102, 103, 105, 106}
 # Settings besides the tests' quick ones, per seed: detection as its defaults space it,
 # hidden messages left out of the recaps.
 SETTINGS: dict[int, dict[str, Any]] = {
