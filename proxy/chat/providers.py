@@ -87,11 +87,12 @@ async def identify_parsed(
     messages, and matching walks back from the newest one at a time, so it stops there.
     The request would then be matched by its newest few messages only: with too little
     confidence to start a new branch's upkeep, and its older covered messages not known
-    as covered."""
+    as covered. So does a message matched only as one ST changed on the way
+    (`proxy.core.identify`): it may be a chat message with ST's prompts joined to it."""
     found = await library.identify_request(parsed.messages, markers, header)
     ident = found.identification
     if parsed.unmerge is None or (
-        ident is not None and ident.confidence == 1.0 and _whole(found)[1]
+        ident is not None and ident.confidence == 1.0 and not ident.changed and _whole(found)[1]
     ):
         return found
     parts = unmerged(parsed.messages, found.span, library.index.by_fp, parsed.merged_with)

@@ -2,10 +2,13 @@
 
 ST sends no chat id. The request's chat history is compared with the newest visible
 messages of the indexed chats (`proxy.core.chat_index`), newest first, by the
-fingerprints of their whitespace-normalised text. Request messages that match nothing are
-ST's own injections (Author's Note, world info at depth) and are skipped; one that ends the
-history is taken for ST's prompt after it when nothing fits otherwise. The
-best alignment wins; a tie goes to the most recently saved chat, with low confidence.
+fingerprints of their whitespace-normalised text. A request message that matches nothing
+is one of ST's own injections (Author's Note, world info at depth) and is skipped, unless
+it has the file message's side (the user's, or a reply) and the messages before both
+match: then it is that message as ST changed it on its way (a regex script that alters
+the prompt only, an attached file). One that ends the history is taken for ST's prompt
+after it when nothing fits otherwise. The best alignment wins (the most messages matched
+as they are); a tie goes to the most recently saved chat, with low confidence.
 
 Generation kinds, from how the request's end meets the file's end:
 - normal: the file's last visible message is the request's last history message, a user one
@@ -30,17 +33,11 @@ from proxy.core.chat_index import (
     message_fingerprint,
     normalize,
 )
+from proxy.core.endings import continues, impersonating, nudged, opened, prefilled, starts
 from proxy.core.models import ChatMessage, Generation, HistorySpan, Identification
 from proxy.core.reasoning import ReasoningFormat, without_reasoning
 
 MAX_SKIPPED = 12  # request messages that match nothing before an alignment gives up
-CONTINUE_NUDGE = "[continue"
-# A line that is ST's default continue nudge (squashed after an Author's Note at depth 0):
-# longer, as a line inside other instructions is no sure sign of the nudge.
-CONTINUE_JOINED = "[continue your last message"
-GROUP_NUDGE = "[write the next reply only as"
-IMPERSONATION = "[write your next reply from the point of view of"  # ST's default prompt
-HEAD = 200  # characters of a trailing prompt that telling those three apart reads
 
 
 # Not frozen: built for every chat request (see proxy.core.models).
@@ -51,6 +48,7 @@ class _Fit:
     history: tuple[int, ...]
     target: int | None
     positions: tuple[int, ...] = ()
+    changed: int = 0  # of the chat's messages `history` holds, how many ST changed (`_align`)
 
 
 # Not frozen: it keeps the chats it looked up (`candidates`).
@@ -160,8 +158,9 @@ def _identify(
         if fit is None:
             return None
         return Identification(
-            only, 1.0, fit.generation, fit.target, fit.history, fit.matched, fit.positions
-        )
+            only, 1.0, fit.generation, fit.target, fit.history, fit.matched, fit.positions,
+            fit.changed,
+        )  # fmt: skip
     if not history:
         return None
     fits: list[tuple[_Fit, ChatEntry]] = []
@@ -180,7 +179,8 @@ def _identify(
     best, entry = fits[0]
     tied = len(fits) > 1 and fits[1][0].matched == best.matched
     compared = len(history) if len(history) < len(entry.tail) else len(entry.tail)
-    confidence = 1.0 if best.matched >= compared else best.matched / compared
+    found = best.matched + best.changed
+    confidence = 1.0 if found >= compared else found / compared
     if tied:
         confidence *= 0.4
     return Identification(
@@ -191,6 +191,7 @@ def _identify(
         history=best.history,
         matched=best.matched,
         positions=best.positions,
+        changed=best.changed,
     )
 
 
@@ -230,37 +231,37 @@ def _best_fit(
     last = tail[-1]
     last_request = messages[history[-1]]
     fits: list[_Fit] = []
-    if fps[history[-1]] in last.fps:
+    ends = fps[history[-1]] in last.fps
+    partial = not ends and last_request.role == "assistant"
+    partial = partial and starts(last, last_request.text, reasoning)
+    if not ends and not partial and _alike(last_request.text, last, reasoning):
+        ends = _changed(messages, history, fps, tail, len(history) - 1, len(tail) - 1)
+    if ends:
         # The request ends where the file ends.
-        matched, used, at = _align(history, fps, tail, len(tail) - 1)
-        if last.is_user and not _impersonating(trailing):
-            fits.append(_Fit("normal", matched, used, entry.total, at))
-        elif _continues(trailing, last, reasoning):
+        matched, changed, used, at = _align(messages, history, fps, tail, len(tail) - 1)
+        if last.is_user and not impersonating(trailing):
+            fits.append(_Fit("normal", matched, used, entry.total, at, changed))
+        elif continues(trailing, last, reasoning):
             # Before the group nudge: ST sends that with a group's continue too.
-            fits.append(_Fit("continue", matched, used, last.position, at))
-        elif _nudged(trailing) or _opened(trailing):
+            fits.append(_Fit("continue", matched, used, last.position, at, changed))
+        elif nudged(trailing) or opened(trailing):
             # The next group member answering after another one (or the character again).
-            fits.append(_Fit("normal", matched, used, entry.total, at))
+            fits.append(_Fit("normal", matched, used, entry.total, at, changed))
         else:
-            fits.append(_Fit("quiet", matched, used, None, at))
-    elif last_request.role == "assistant" and _starts(last, last_request.text, reasoning):
-        # Continue of a partial reply the file already holds in full.
-        matched, used, at = _align(history[:-1], fps, tail, len(tail) - 2)
-        fits.append(
-            _Fit(
-                "continue",
-                matched + 1,
-                (*used, history[-1]),
-                last.position,
-                (*at, last.position),
-            )
-        )
+            fits.append(_Fit("quiet", matched, used, None, at, changed))
+    elif partial:
+        # Continue of a partial reply the file already holds in full (or one that a regex
+        # script of the user's cut short: an impersonation may follow it).
+        matched, changed, used, at = _align(messages, history[:-1], fps, tail, len(tail) - 2)
+        used, at = (*used, history[-1]), (*at, last.position)
+        went: Generation = "quiet" if impersonating(trailing) else "continue"
+        fits.append(_Fit(went, matched + 1, used, last.position, at, changed))
     if len(tail) >= 2 and not last.is_user and fps[history[-1]] in tail[-2].fps:
         # The file has one more assistant message: the request regenerates it, unless the
         # request carries that message as a continue-prefill at its very end.
-        matched, used, at = _align(history, fps, tail, len(tail) - 2)
-        kind: Generation = "continue" if _prefilled(trailing, last, reasoning) else "swipe"
-        fits.append(_Fit(kind, matched, used, last.position, at))
+        matched, changed, used, at = _align(messages, history, fps, tail, len(tail) - 2)
+        kind: Generation = "continue" if prefilled(trailing, last, reasoning) else "swipe"
+        fits.append(_Fit(kind, matched, used, last.position, at, changed))
     if len(tail) >= 3 and not last.is_user and not tail[-2].is_user:
         fit = _swipe_after_reply(messages, history, fps, trailing, tail, reasoning)
         if fit is not None:
@@ -287,94 +288,77 @@ def _swipe_after_reply(
         bare = without_reasoning(text, reasoning)
         if bare is None or message_fingerprint(bare) not in tail[-2].fps:
             return None
-    matched, used, at = _align(history, fps, tail, len(tail) - 3)
+    matched, changed, used, at = _align(messages, history, fps, tail, len(tail) - 3)
     final = len(messages) - 1  # the trailing message is the request's last
-    return _Fit("swipe", matched + 1, (*used, final), tail[-1].position, (*at, tail[-2].position))
+    at = (*at, tail[-2].position)
+    return _Fit("swipe", matched + 1, (*used, final), tail[-1].position, at, changed)
 
 
 def _align(
-    history: Sequence[int], fps: dict[int, int], tail: Sequence[IndexedMessage], start: int
-) -> tuple[int, tuple[int, ...], tuple[int, ...]]:
-    """Walk back from request `history[-1]` and file `tail[start]`; skip unmatched requests.
-    Returns the count, the matched request indices and their chat positions."""
+    messages: Sequence[ChatMessage],
+    history: Sequence[int],
+    fps: dict[int, int],
+    tail: Sequence[IndexedMessage],
+    start: int,
+) -> tuple[int, int, tuple[int, ...], tuple[int, ...]]:
+    """Walk back from request `history[-1]` and file `tail[start]`; skip unmatched requests
+    (ST's own prompts), but take one for the file's message it stands for when the
+    messages before both match (`_changed`). Returns the count of the matched, of the
+    changed, the request indices of both and their chat positions."""
     matched: list[int] = []
     positions: list[int] = []
+    changed = 0
     r, f, skipped = len(history) - 1, start, 0
     while r >= 0 and f >= 0:
-        if fps[history[r]] in tail[f].fps:
+        same = fps[history[r]] in tail[f].fps
+        if same or _changed(messages, history, fps, tail, r, f):
             matched.append(history[r])
             positions.append(tail[f].position)
             f -= 1
             skipped = 0
+            changed += not same
         else:
             skipped += 1
             if skipped > MAX_SKIPPED:
                 break
         r -= 1
-    return len(matched), tuple(reversed(matched)), tuple(reversed(positions))
+    used, at = tuple(reversed(matched)), tuple(reversed(positions))
+    return len(matched) - changed, changed, used, at
 
 
-def _says(trailing: Sequence[ChatMessage], prompt: str, line: str = "") -> bool:
-    """Whether one of ST's prompts after the history starts as `prompt` (lower case): a
-    system message, or the user's (Claude's turns are, and a prompt in chat at depth 0
-    may be; `_before_prompt`). Only each one's head is normalised: a request's
-    post-history instructions can run to kilobytes, and a new reply after the user's
-    message looks for the impersonation prompt. `line`: or a line of one starts so (ST's
-    "squash system messages" joins its prompts after the history into one message)."""
-    for m in trailing:
-        if m.role == "assistant":
-            continue
-        if normalize(m.text[:HEAD]).lower().startswith(prompt):
-            return True
-        # ST's prompts open with "[": a multi-line instruction without a line so opening
-        # (most, per request) is not lower-cased whole.
-        if line and "\n[" in m.text and "\n" + line in m.text.lower():
+def _alike(text: str, message: IndexedMessage, reasoning: Sequence[ReasoningFormat]) -> bool:
+    """Whether a file message holds the start or the end of a request text, past the
+    reasoning and the speaker's `Name: ` ST may write before it (ST's own prompt after the
+    history, which may have the reply's side, holds neither). False for a message whose
+    text the index no longer keeps."""
+    theirs = message.text
+    ours = normalize(without_reasoning(text, reasoning) or text)
+    name, colon, rest = ours.partition(": ")
+    for part in (ours, rest) if colon and rest and len(name) <= 40 else (ours,):
+        n = min(32, len(part))
+        if n >= 8 and (part[:n] in theirs or part[-n:] in theirs):
             return True
     return False
 
 
-def _nudged(trailing: Sequence[ChatMessage]) -> bool:
-    return _says(trailing, GROUP_NUDGE)
-
-
-def _opened(trailing: Sequence[ChatMessage]) -> bool:
-    """A text prompt ends with a speaker's open turn (`Seraphina:`): a new reply, the
-    group nudge of a prompt that has none."""
-    return any(m.role == "assistant" and m.name and not m.text.strip() for m in trailing)
-
-
-def _impersonating(trailing: Sequence[ChatMessage]) -> bool:
-    """ST writes the user's next message: its impersonation prompt, or (a text prompt)
-    the user's open turn (`find_history` leaves it out of the history, empty)."""
-    open_turn = any(m.role == "user" and not m.text.strip() for m in trailing)
-    return open_turn or _says(trailing, IMPERSONATION, IMPERSONATION)
-
-
-def _continues(
-    trailing: Sequence[ChatMessage], last: IndexedMessage, reasoning: Sequence[ReasoningFormat]
+def _changed(
+    messages: Sequence[ChatMessage],
+    history: Sequence[int],
+    fps: dict[int, int],
+    tail: Sequence[IndexedMessage],
+    r: int,
+    f: int,
 ) -> bool:
-    return _says(trailing, CONTINUE_NUDGE, CONTINUE_JOINED) or _prefilled(trailing, last, reasoning)
-
-
-def _prefilled(
-    trailing: Sequence[ChatMessage], last: IndexedMessage, reasoning: Sequence[ReasoningFormat]
-) -> bool:
-    return any(
-        m.role == "assistant" and m.text.strip() and _starts(last, m.text, reasoning)
-        for m in trailing
-    )
-
-
-def _starts(last: IndexedMessage, text: str, reasoning: Sequence[ReasoningFormat] = ()) -> bool:
-    """Whether the file's last message starts with `text`, or with `text` after a
-    speaker's `Name: ` (a text prompt tells a group member's name apart only once it
-    starts two turns), or without the reasoning ST wrote before it (a continued reply's
-    always goes in)."""
-    found = normalize(text)
-    if last.text.startswith(found):
+    """Whether request `history[r]`, which is not file message `tail[f]`, is that message
+    as ST changed it on the way (a regex script that alters only the prompt, a file
+    attached to it, ST's prompts joined to it): the user's for the user's, a reply for a
+    reply, and either the messages before both match or (where the index keeps the
+    file's text) it holds the file message's start or end. One of ST's prompts (an
+    Author's Note, world info) comes between chat messages: the message before it is not
+    the one before the file's, and it holds neither."""
+    role = messages[history[r]].role
+    if role != ("user" if tail[f].is_user else "assistant"):
+        return False
+    if r and f and fps[history[r - 1]] in tail[f - 1].fps:
         return True
-    name, colon, rest = found.partition(": ")
-    if colon and rest and len(name) <= 40 and last.text.startswith(rest):
-        return True
-    bare = without_reasoning(text, reasoning) if reasoning else None
-    return bare is not None and bare.strip() != "" and _starts(last, bare)
+    return bool(tail[f].text) and _alike(messages[history[r]].text, tail[f], ())

@@ -119,8 +119,9 @@ class Identification:
     generation: Generation
     target_message: int | None  # ST index the reply will have or replace
     history: tuple[int, ...]  # request indices that are this chat's messages
-    matched: int
+    matched: int  # of those, the ones as the file has them
     positions: tuple[int, ...] = ()  # the chat position of each of `history` (ascending)
+    changed: int = 0  # of `history`, the ones ST changed on the way (`proxy.core.identify`)
 
 
 @dataclass(slots=True)

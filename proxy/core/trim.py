@@ -4,8 +4,10 @@ therefore be left out (the proxy's form of ST-Auto-Recap's auto-hide). Pure.
 Only chat-history messages are ever dropped, and only those that line up, in order, with
 the chat's covered messages: a request message that matches none of them (the main
 prompt, ST's injections, an Author's Note at depth, a message newer than the cutoff)
-stays. This is stricter than auto-hide, which hid a scene as soon as its break was
-placed, before the running recap held it (its report §15.11).
+stays, unless it is the user's or a reply and stands where a covered message does
+between two that match (that message as ST changed it on its way). This is stricter than
+auto-hide, which hid a scene as soon as its break was placed, before the running recap
+held it (its report §15.11).
 """
 
 from __future__ import annotations
@@ -83,6 +85,7 @@ class _Request:
     match."""
 
     def __init__(self, messages: Sequence[ChatMessage], history: Sequence[int]) -> None:
+        self.messages, self.history = messages, history
         self.texts = [messages[i].text for i in history]
         self.hashes = tuple(map(hash, self.texts))
         self._fps: dict[int, int] = {}
@@ -92,6 +95,11 @@ class _Request:
         if found is None:
             found = self._fps[k] = message_fingerprint(self.texts[k])
         return found
+
+    def changed(self, k: int) -> bool:
+        """Whether history message `k` may be a chat message ST changed on its way: the
+        user's or a reply (ST's own prompts are the system's)."""
+        return self.messages[self.history[k]].role != "system"
 
     def matches(self, k: int, covered: Covered, j: int) -> bool:
         if covered.raws and self.hashes[k] == covered.raws[j]:
@@ -156,6 +164,11 @@ def droppable(
                 if start == last or (following and request.matches(k + 1, covered, start + 1)):
                     j = start
                     break
+                # Or the next but one, the one between changed (see below).
+                two = start + 2 <= last and k + 2 < len(history) and request.changed(k + 1)
+                if two and request.matches(k + 2, covered, start + 2):
+                    j = start
+                    break
             if j is None:
                 k += 1
                 continue
@@ -166,7 +179,15 @@ def droppable(
                 if j > last:
                     break
                 continue
-        if request.matches(k, covered, j):
+        if request.matches(k, covered, j) or (
+            # Covered message j as ST changed it on its way (a regex script that alters
+            # only the prompt, a file attached to it): the user's or a reply, not one of
+            # ST's prompts, and the next message is the next covered one.
+            k + 1 < stop
+            and j < last
+            and request.changed(k)
+            and request.matches(k + 1, covered, j + 1)
+        ):
             dropped.append(history[k])
             j += 1
             skipped = 0

@@ -318,3 +318,64 @@ def test_prints_taken_before_the_index_changed_see_the_change() -> None:
     assert module.likely_chats(printed, index) == ["u/chats/S/b", "u/chats/S/a"]
     index.remove("u/chats/S/b")
     assert identify(messages, span, index, printed=printed) == run(index, messages)
+
+
+# -- messages ST changed on the way: a regex script that alters the prompt only ----------------
+
+
+def regexed_story(count: int) -> tuple[list[tuple[bool, str, str]], list[tuple[str, str]]]:
+    """A chat whose replies open with a `[Day N]` header and end with a status block, and
+    the turns of a request whose prompt-only regex scripts took both off."""
+    turns: list[tuple[bool, str, str]] = []
+    shown: list[tuple[str, str]] = []
+    for i in range(count):
+        if i % 2:
+            text = f"Alex asks about the road, time {i}."
+            turns.append((True, "Alex", text))
+            shown.append(("user", text))
+        else:
+            text = f"The river bends west at the old mill, she says, time {i}."
+            turns.append((False, "Seraphina", f"[Day {i}] {text}\n<status>HP {i}</status>"))
+            shown.append(("assistant", text))
+    return turns, shown
+
+
+def test_replies_a_regex_script_changed_are_still_the_chats_messages() -> None:
+    turns, shown = regexed_story(13)  # the last a reply
+    index = ChatIndex()
+    index.put(entry("u/chats/S/c", 1.0, turns))
+    nudge = ("system", "[Continue your last message without repeating its original content.]")
+    impersonation = ("system", "[Write your next reply from the point of view of Alex.]")
+    group = ("system", "[Write the next reply only as Seraphina.]")
+    thought = "<think>\nOn with it.\n</think>\n\n"
+    named = f"Seraphina: {thought}{shown[-1][1]}\n\n[Author's note: it rains.]"
+    for messages, kind in (
+        (request(*shown[:-1]), "swipe"),
+        (request(*shown, trailing=(nudge,)), "continue"),
+        (request(*shown, trailing=(impersonation,)), "quiet"),
+        (request(*shown, trailing=(group,)), "normal"),
+        # Named, with its reasoning and ST's note joined to it (Claude's merged turns).
+        (request(*shown[:-1], ("assistant", named), trailing=(nudge,)), "continue"),
+    ):
+        found = run(index, messages)
+        assert found is not None and found.generation == kind, (kind, found)
+        # Every message is the chat's, the oldest too (it holds the start of the file's).
+        assert found.confidence == 1.0 and found.positions[-1] in (11, 12)
+        assert found.positions[0] == 0 and len(found.history) == found.positions[-1] + 1
+    index.put(entry("u/chats/S/c", 2.0, [*turns, (True, "Alex", "And then?")]))
+    found = run(index, request(*shown, ("user", "And then?")))
+    assert found is not None and (found.generation, found.target_message) == ("normal", 14)
+    assert found.positions == tuple(range(14)) and found.confidence == 1.0
+
+
+def test_a_branch_that_holds_the_reply_as_sent_wins_over_one_that_changed() -> None:
+    """Two chats that part at the last reply: the one holding it as the request has it
+    wins, not tied with the one whose reply only starts alike."""
+    turns, shown = regexed_story(5)
+    exact = [(u, n, t) for (u, n, _), (_, t) in zip(turns, shown, strict=True)]
+    index = ChatIndex()
+    index.put(entry("u/chats/S/a", 2.0, turns))  # saved last
+    index.put(entry("u/chats/S/b", 1.0, exact))
+    nudge = ("system", "[Continue your last message without repeating its original content.]")
+    found = run(index, request(*shown, trailing=(nudge,)))
+    assert found is not None and (found.chat_id, found.confidence) == ("u/chats/S/b", 1.0)

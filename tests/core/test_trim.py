@@ -190,3 +190,23 @@ def test_the_start_never_precedes_st_and_moves_at_most_once_a_step(
     # Each change needs ST's cut to have passed the start before it: a whole step on
     # (the first one, out of trimming's hold, may take less).
     assert changes <= (cuts[-1] - cuts[0]) // step + 1
+
+
+def test_covered_replies_st_changed_on_the_way_go_but_not_its_prompts() -> None:
+    """A prompt-only regex script took each reply's status block off: the replies match
+    no covered message as they are, but stand where covered ones do, between the user's
+    messages that match. ST's own prompt between them stays."""
+    chat = [f"line {i} of the story" + ("" if i % 2 else " <status>HP</status>") for i in range(10)]
+    sent = [ChatMessage("user" if i % 2 else "assistant", t.replace(" <status>HP</status>", ""))
+            for i, t in enumerate(chat)]  # fmt: skip
+    note = ChatMessage("system", "[Author's note]")
+    request = [*sent[:6], note, *sent[6:]]
+    # The first has no message before it to tell it by; the note stays.
+    assert droppable(request, list(range(11)), covered(chat[:8])) == [1, 2, 3, 4, 5, 7, 8]
+    # A changed reply with no covered message after it to tell it by stays too.
+    assert droppable(request, list(range(11)), covered(chat[:7])) == [1, 2, 3, 4, 5]
+    # One of ST's prompts never stands for a covered message.
+    noted = [*sent[:2], note, *sent[3:]]
+    assert droppable(noted, list(range(10)), covered(chat[:8])) == [3, 4, 5, 6, 7]
+    # A lone match followed by a changed one and nothing after starts no run.
+    assert droppable(sent[:3], [0, 1, 2], covered(chat[:8])) == []
