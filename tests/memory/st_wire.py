@@ -59,6 +59,16 @@ def with_reasoning(
     return out
 
 
+STATUS = re.compile(r" ?<status>[^<]*</status>")
+
+
+def without_status(shown: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The file messages `shown` as a prompt-only regex script of the user's sends them:
+    the replies' status blocks (`<status>...</status>`) cut out (ST's `getRegexedString`
+    with `isPrompt`, placement AI output)."""
+    return [m if m["is_user"] else {**m, "mes": STATUS.sub("", m["mes"])} for m in shown]
+
+
 POST_HISTORY = "[Stay in character; write vividly.]"
 # What ST's "squash system messages" leaves alone: its chat starts and the group nudge.
 UNSQUASHED = ("[Start a new Chat]", "[Start a new group chat", "[Write the next reply only as")

@@ -48,6 +48,7 @@ from tests.memory.st_wire import (
     text_prompt,
     with_note,
     with_reasoning,
+    without_status,
 )
 from tests.memory.story import CHAR, USER
 from tests.memory_env import Memory, MemoryFactory
@@ -57,7 +58,8 @@ STEPS = 150
 # Messages ST keeps in its prompt, per seed: all of them, or a cut that moves.
 CONTEXT = {1: 10_000, 2: 24, 3: 40, 4: 10_000, 5: 24, 6: 24, 7: 10_000, 8: 24, 9: 40, 10: 10_000,
            11: 24, 12: 40, 13: 24, 14: 40, 15: 10_000, 16: 24, 17: 40, 18: 24, 19: 40,
-           20: 10_000, 101: 10_000, 102: 24, 103: 24, 104: 10_000, 105: 40, 106: 24}  # fmt: skip
+           20: 10_000, 101: 10_000, 102: 24, 103: 24, 104: 10_000, 105: 40, 106: 24, 107: 24,
+           108: 10_000, 109: 40}  # fmt: skip
 # Seeds played in a group chat.
 GROUP = {6, 7, 11, 12, 16, 17, 19, 20, 106}
 # Seeds played over another connection than a chat completion: Claude ("use system prompt"
@@ -65,7 +67,7 @@ GROUP = {6, 7, 11, 12, 16, 17, 19, 20, 106}
 # ships (`tests.memory.st_wire`).
 WIRES = {8: "claude", 9: "chatml", 10: "plain", 11: "claude+system", 12: "chatml",
          13: "llama3", 14: "mistral", 15: "alpaca", 16: "gemma", 17: "alpaca", 104: "chatml",
-         105: "claude", 106: "plain"}  # fmt: skip
+         105: "claude", 106: "plain", 108: "claude", 109: "chatml"}  # fmt: skip
 # Chat completion seeds whose ST names the speakers in every message (`st_wire.chat_message`)
 # and puts its Author's Note in as the user's in some requests.
 NAMES = {18: "content", 19: "completion", 102: "content"}
@@ -74,12 +76,15 @@ SQUASHED = {18, 20, 101, 102}
 # Seeds of a reasoning model: its replies are saved with their reasoning, and ST writes
 # that before the newest this many in each prompt ("Add to Prompts"; 0: off), and before
 # a continued one always (`st_wire.with_reasoning`).
-REASONING = {103: 2, 104: 0, 105: 1}
+REASONING = {103: 2, 104: 0, 105: 1, 109: 1}
+# Seeds whose replies end with a status block that a regex script of the user's cuts out
+# of every prompt (`st_wire.without_status`): the requests' replies are not the file's.
+STATUS = {107, 108, 109}
 # Text completion seeds whose ST's settings.json names the template (the proxy reads it);
 # the others' templates are found by the proxy's own list.
 ST_SETTINGS = {14, 16, 17}
 # Seeds whose requests carry ST's Author's Note at a random depth, every other one.
-NOTED = {8, 9, 10, 11, 13, 14, 15, 16, 18, 19, 20, 101, 102, 103, 105, 106}
+NOTED = {8, 9, 10, 11, 13, 14, 15, 16, 18, 19, 20, 101, 102, 103, 105, 106, 107, 108}
 # Settings besides the tests' quick ones, per seed: detection as its defaults space it,
 # hidden messages left out of the recaps.
 SETTINGS: dict[int, dict[str, Any]] = {
@@ -126,6 +131,7 @@ class Player:
     squash = False  # post-history instructions, and ST's "squash system messages" on
     noted = False  # whether ST's Author's Note goes into some requests
     reasoning: int | None = None  # replies with reasoning, and how many ST sends (`REASONING`)
+    status = False  # replies end with a status block that ST's prompts leave out (`STATUS`)
 
     @property
     def chat_id(self) -> str:
@@ -156,6 +162,8 @@ class Player:
 
     def add(self, is_user: bool) -> None:
         text = self.text(is_user)
+        if self.status and not is_user:
+            text = f"{text} <status>HP {self.made}</status>"
         name = USER if is_user else self.speaker()
         self.messages.append(
             {"name": name, "is_user": is_user, "is_system": False, "send_date": "2026-11-27",
@@ -183,6 +191,8 @@ class Player:
         """ST's request after `history`; `nudge`: its instruction after the chat (continue,
         impersonate)."""
         shown = [m for m in history if not m["is_system"]][-context:]
+        if self.status:
+            shown = without_status(shown)
         if self.reasoning is not None:
             shown = with_reasoning(shown, added=self.reasoning, continued=nudge == CONTINUE)
         after = [{"role": "system", "content": nudge}] if nudge else []
@@ -510,7 +520,7 @@ async def test_a_story_played_at_random_keeps_a_true_memory(
     player = (GroupPlayer if seed in GROUP else Player)(memory, random.Random(seed))
     player.wire, player.noted = WIRES.get(seed, "openai"), seed in NOTED
     player.names, player.squash = NAMES.get(seed, "default"), seed in SQUASHED
-    player.reasoning = REASONING.get(seed)
+    player.reasoning, player.status = REASONING.get(seed), seed in STATUS
     if seed in ST_SETTINGS:
         settings_file = memory.story.path.parents[2] / "settings.json"
         save_like_st(settings_file, json.dumps(st_settings(player.wire)).encode())
