@@ -78,8 +78,9 @@ def prints(messages: Sequence[ChatMessage], span: HistorySpan, index: ChatIndex)
     history = list(span.indices[-TAIL - MAX_SKIPPED :])
     fps = {i: message_fingerprint(messages[i].text) for i in history}
     known = index.by_fp
-    for i, fp in fps.items():
-        if fp not in known and messages[i].role != "system":
+    # Only the newest TAIL can be a chat's: the index holds no older ones.
+    for i in [i for i in history[-TAIL:] if fps[i] not in known]:
+        if messages[i].role != "system":
             bare = without_reasoning(messages[i].text, index.reasoning)
             if bare is not None and message_fingerprint(bare) in known:
                 fps[i] = message_fingerprint(bare)
@@ -310,13 +311,17 @@ def _align(
     changed = 0
     r, f, skipped = len(history) - 1, start, 0
     while r >= 0 and f >= 0:
-        same = fps[history[r]] in tail[f].fps
-        if same or _changed(messages, history, fps, tail, r, f):
+        if fps[history[r]] in tail[f].fps:
             matched.append(history[r])
             positions.append(tail[f].position)
             f -= 1
             skipped = 0
-            changed += not same
+        elif _changed(messages, history, fps, tail, r, f):
+            matched.append(history[r])
+            positions.append(tail[f].position)
+            f -= 1
+            skipped = 0
+            changed += 1
         else:
             skipped += 1
             if skipped > MAX_SKIPPED:
