@@ -5,8 +5,9 @@ messages of the indexed chats (`proxy.core.chat_index`), newest first, by the
 fingerprints of their whitespace-normalised text. A request message that matches nothing
 is one of ST's own injections (Author's Note, world info at depth) and is skipped, unless
 it has the file message's side (the user's, or a reply) and the messages before both
-match: then it is that message as ST changed it on its way (a regex script that alters
-the prompt only, an attached file). One that ends the history is taken for ST's prompt
+match, or it holds the start or the end of the file message's text: then it is that
+message as ST changed it on its way (a regex script that alters the prompt only, an
+attached file, ST's prompts joined to it). One that ends the history is taken for ST's prompt
 after it when nothing fits otherwise. The best alignment wins (the most messages matched
 as they are); a tie goes to the most recently saved chat, with low confidence.
 
@@ -236,6 +237,8 @@ def _best_fit(
     partial = not ends and last_request.role == "assistant"
     partial = partial and starts(last, last_request.text, reasoning)
     if not ends and not partial and _alike(last_request.text, last, reasoning):
+        # The newest message changed: only one that holds the file text's start or end
+        # (ST's own prompt there may have a reply's side, after the message before it).
         ends = _changed(messages, history, fps, tail, len(history) - 1, len(tail) - 1)
     if ends:
         # The request ends where the file ends.

@@ -96,7 +96,7 @@ class _Request:
             found = self._fps[k] = message_fingerprint(self.texts[k])
         return found
 
-    def changed(self, k: int) -> bool:
+    def may_be_changed(self, k: int) -> bool:
         """Whether history message `k` may be a chat message ST changed on its way: the
         user's or a reply (ST's own prompts are the system's)."""
         return self.messages[self.history[k]].role != "system"
@@ -165,7 +165,7 @@ def droppable(
                     j = start
                     break
                 # Or the next but one, the one between changed (see below).
-                two = start + 2 <= last and k + 2 < len(history) and request.changed(k + 1)
+                two = start + 2 <= last and k + 2 < len(history) and request.may_be_changed(k + 1)
                 if two and request.matches(k + 2, covered, start + 2):
                     j = start
                     break
@@ -185,7 +185,7 @@ def droppable(
             # ST's prompts, and the next message is the next covered one.
             k + 1 < stop
             and j < last
-            and request.changed(k)
+            and request.may_be_changed(k)
             and request.matches(k + 1, covered, j + 1)
         ):
             dropped.append(history[k])
