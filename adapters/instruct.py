@@ -211,6 +211,15 @@ def _plain(
 _SPEAKER = re.compile(r"(?:<[^>\n]{1,40}>)*([^\n:*\"\[\]<>]{1,40}):")
 
 
+def spoken(text: str) -> tuple[str, str] | None:
+    """The speaker a turn's text starts with as ST names one in a prompt (`Name:`), and
+    the text after it; None when it starts with no such name."""
+    match = _SPEAKER.match(text)
+    if match is None:
+        return None
+    return match.group(1), text[match.end() :].strip()
+
+
 def _names(body: Mapping[str, Any], prompt: str) -> tuple[str | None, str | None]:
     """(user, character): the user's from the stop strings (`\nUser:`), the character's
     from the prompt's open turn (`Seraphina:`); in an impersonation the other way round."""
@@ -234,9 +243,9 @@ def _speakers(known: tuple[str | None, str | None], starts: Iterable[str]) -> tu
     """The known names, the user's first, and any other that starts two turns or more."""
     counted: dict[str, int] = {}
     for text in starts:
-        match = _SPEAKER.match(text)
-        if match is not None:
-            counted[match.group(1)] = counted.get(match.group(1), 0) + 1
+        found = spoken(text)
+        if found is not None:
+            counted[found[0]] = counted.get(found[0], 0) + 1
     others = [n for n, c in counted.items() if c >= 2 and n not in known]
     return tuple(n for n in (*known, *others) if n)
 

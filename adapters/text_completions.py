@@ -17,7 +17,6 @@ template is left as it is.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from functools import partial
 from typing import Any
@@ -31,6 +30,7 @@ from adapters.instruct import (
     Turn,
     chat_start,
     split_prompt,
+    spoken,
 )
 from adapters.openai_chat import decode_object, encode_json, reencode
 from proxy.core.models import ChatMessage, Insertion, Role
@@ -152,18 +152,16 @@ def _unmerge(parsed: ParsedRequest, parts: Mapping[int, Sequence[ChatMessage]]) 
     parsed.messages, parsed.layout = messages, (template, tuple(placed))
 
 
-_NAME = re.compile(r"[^\n:*\"\[\]<>]{1,40}")  # as `adapters.instruct` tells a speaker's
-
-
 def _spoken(part: ChatMessage, users: Collection[str]) -> ChatMessage:
     """A later part of a turn, which starts with its speaker's `Name:`: that speaker's
     message, the user's or a reply. (A group member whose name starts only one line of
     the prompt is not told apart as a speaker when it is split: their line reads as more
     of the turn before it, a continue of their reply as a continue of that turn.)"""
-    name, colon, text = part.text.partition(":")
-    if not (colon and users and name.strip() == name and _NAME.fullmatch(name)):
+    found = spoken(part.text) if users else None
+    if found is None or found[0].strip() != found[0]:
         return part
-    return ChatMessage("user" if name in users else "assistant", text.strip(), name)
+    name, text = found
+    return ChatMessage("user" if name in users else "assistant", text, name)
 
 
 def _spans(prompt: str, turn: Turn, parts: Sequence[ChatMessage]) -> list[tuple[int, int]] | None:
