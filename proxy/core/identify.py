@@ -23,7 +23,7 @@ Generation kinds, from how the request's end meets the file's end:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Container, Sequence
 from dataclasses import dataclass
 
 from proxy.core.chat_index import (
@@ -81,11 +81,20 @@ def prints(messages: Sequence[ChatMessage], span: HistorySpan, index: ChatIndex)
     known = index.by_fp
     # Only the newest TAIL can be a chat's: the index holds no older ones.
     for i in [i for i in history[-TAIL:] if fps[i] not in known]:
-        if messages[i].role != "system":
-            bare = without_reasoning(messages[i].text, index.reasoning)
-            if bare is not None and message_fingerprint(bare) in known:
-                fps[i] = message_fingerprint(bare)
+        bare = _bare_print(messages[i].text, index.reasoning, known)
+        if bare is not None and messages[i].role != "system":
+            fps[i] = bare
     return Prints(history, fps)
+
+
+def _bare_print(
+    text: str, reasoning: Sequence[ReasoningFormat], known: Container[int]
+) -> int | None:
+    """The fingerprint of `text` without the reasoning ST wrote before it, when `known`
+    holds that one; else None."""
+    bare = without_reasoning(text, reasoning)
+    found = message_fingerprint(bare) if bare is not None else None
+    return found if found in known else None
 
 
 def likely_chats(printed: Prints, index: ChatIndex, limit: int = 3) -> list[str]:
@@ -236,10 +245,11 @@ def _best_fit(
     ends = fps[history[-1]] in last.fps
     partial = not ends and last_request.role == "assistant"
     partial = partial and starts(last, last_request.text, reasoning)
-    if not ends and not partial and _alike(last_request.text, last, reasoning):
-        # The newest message changed: only one that holds the file text's start or end
-        # (ST's own prompt there may have a reply's side, after the message before it).
-        ends = _changed(messages, history, fps, tail, len(history) - 1, len(tail) - 1)
+    if not ends and not partial:
+        # The newest message changed (`_changed`): only one that holds the file text's
+        # start or end (ST's own prompt there may have a reply's side, and follow the
+        # message before it).
+        ends = _sided(last_request.role, last) and _alike(last_request.text, last, reasoning)
     if ends:
         # The request ends where the file ends.
         matched, changed, used, at = _align(messages, history, fps, tail, len(tail) - 1)
@@ -287,11 +297,9 @@ def _swipe_after_reply(
     request ends with that one, where a prefill would be (`find_history` took it for one)."""
     if not trailing or trailing[-1].role != "assistant":
         return None
-    text = trailing[-1].text
-    if message_fingerprint(text) not in tail[-2].fps:
-        bare = without_reasoning(text, reasoning)
-        if bare is None or message_fingerprint(bare) not in tail[-2].fps:
-            return None
+    text, reply = trailing[-1].text, tail[-2].fps
+    if message_fingerprint(text) not in reply and _bare_print(text, reasoning, reply) is None:
+        return None
     matched, changed, used, at = _align(messages, history, fps, tail, len(tail) - 3)
     final = len(messages) - 1  # the trailing message is the request's last
     at = (*at, tail[-2].position)
@@ -349,6 +357,12 @@ def _alike(text: str, message: IndexedMessage, reasoning: Sequence[ReasoningForm
     return False
 
 
+def _sided(role: str, message: IndexedMessage) -> bool:
+    """Whether a request message of `role` is on the file message's side: the user's or a
+    reply (ST's own prompts are the system's)."""
+    return role == ("user" if message.is_user else "assistant")
+
+
 def _changed(
     messages: Sequence[ChatMessage],
     history: Sequence[int],
@@ -364,8 +378,7 @@ def _changed(
     file's text) it holds the file message's start or end. One of ST's prompts (an
     Author's Note, world info) comes between chat messages: the message before it is not
     the one before the file's, and it holds neither."""
-    role = messages[history[r]].role
-    if role != ("user" if tail[f].is_user else "assistant"):
+    if not _sided(messages[history[r]].role, tail[f]):
         return False
     if r and f and fps[history[r - 1]] in tail[f - 1].fps:
         return True
