@@ -18,6 +18,7 @@ from typing import Any
 import orjson
 
 from adapters.base import ParsedRequest
+from adapters.post_processed import MergedLayout, canonical, post_processing, rewritten, unmerge
 from adapters.spans import HEAD, MAP_FROM, Spans, decode, measure, splice
 from proxy.core.models import ChatMessage, Insertion
 from proxy.errors import AdapterError
@@ -221,6 +222,18 @@ class OpenAIChatAdapter:
             if before.numeric:
                 was = set(before.numeric)
                 numeric[:0] = [n for n, i in enumerate(taken) if i in was]
+        mode = post_processing(messages)
+        if mode is not None:
+            messages, layout = canonical(messages, mode)
+            return ParsedRequest(
+                raw=raw,
+                body=body,
+                messages=messages,
+                stream=body.get("stream") is True,
+                model=_model_of(body),
+                layout=layout,
+                unmerge=unmerge,
+            )
         return ParsedRequest(
             raw=raw,
             body=body,
@@ -251,7 +264,7 @@ class OpenAIChatAdapter:
             messages, numeric = _read(body["messages"], 0)
         except AdapterError:
             return None
-        if numeric or _too_big_for_orjson(body, numeric):
+        if numeric or _too_big_for_orjson(body, numeric) or post_processing(messages):
             return None
         return body, messages, _model_of(body)
 
@@ -273,9 +286,12 @@ class OpenAIChatAdapter:
         drop: Collection[int] = (),
     ) -> bytes:
         layout = parsed.layout
+        replaced = replacements or {}
+        if type(layout) is MergedLayout:
+            source, fast = reencode(parsed.raw, parsed.body)
+            return encode_json(rewritten(parsed, source, insertions, replaced, drop), fast=fast)
         assert type(layout) is _Layout, "parsed by another adapter"
         wire = parsed.body["messages"]
-        replaced = replacements or {}
         if replaced and any(not 0 <= i < len(wire) for i in replaced):
             raise AdapterError("a replacement names a message the request does not have")
         spans = layout.spans

@@ -191,6 +191,11 @@ def _identify(
     tied = len(fits) > 1 and fits[1][0].matched == best.matched
     compared = len(history) if len(history) < len(entry.tail) else len(entry.tail)
     found = best.matched + best.changed
+    if found < compared:
+        # ST's own prompts inside the history (an Author's Note, "strict"'s placeholder)
+        # are no chat's messages: a short chat sent whole matches all it can.
+        chat = len(history) - [messages[i].role for i in history].count("system")
+        compared = chat if chat < len(entry.tail) else len(entry.tail)
     confidence = 1.0 if found >= compared else found / compared
     if tied:
         confidence *= 0.4

@@ -27,6 +27,8 @@ from operator import lt
 from proxy.core.models import ChatMessage, HistorySpan, Placement, Position, Role
 
 EXAMPLE_NAME_PREFIX = "example_"
+# How ST's start-of-chat prompts begin by default (`new_chat_prompt`, `new_group_chat_prompt`).
+START_MARKERS = ("[Start a new Chat]", "[Start a new group chat")
 
 
 def find_history(messages: Sequence[ChatMessage], markers: Sequence[str]) -> HistorySpan:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pydantic import Field, field_validator
 
 from proxy.core.models import Placement, Position, Role
+from proxy.core.placement import START_MARKERS
 from proxy.section import Section, UserPath
 
 
@@ -112,7 +113,7 @@ class InjectionSettings(_Placed):
         examples=["~/.config/recap-proxy/injection.md"],
     )
     history_start_markers: list[str] = Field(
-        default_factory=lambda: ["[Start a new Chat]", "[Start a new group chat"],
+        default_factory=lambda: list(START_MARKERS),
         description="Text at the start of ST's `new_chat_prompt` system message(s); chat "
         "history begins after the last one. Add yours if you changed it in ST.",
     )

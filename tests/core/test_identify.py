@@ -379,3 +379,25 @@ def test_a_branch_that_holds_the_reply_as_sent_wins_over_one_that_changed() -> N
     nudge = ("system", "[Continue your last message without repeating its original content.]")
     found = run(index, request(*shown, trailing=(nudge,)))
     assert found is not None and (found.chat_id, found.confidence) == ("u/chats/S/b", 1.0)
+
+
+def test_sts_prompts_inside_a_short_chat_sent_whole_leave_it_certain() -> None:
+    # A swipe of a short chat sent whole, ST's Author's Note at a depth among its
+    # messages: every chat message matched, so no doubt, though the note matches nothing.
+    index = ChatIndex()
+    turns = [
+        (False, "Seraphina", GREETING),
+        (True, "Alex", "Where am I?"),
+        (False, "Seraphina", "In my glade."),
+    ]
+    index.put(entry("u/chats/S/mine", 100.0, turns))
+    found = run(
+        index,
+        request(
+            ("assistant", "*You wake in a glade.* Welcome, Alex."),
+            ("system", "[Author's note: it rains.]"),
+            ("user", "Where am I?"),
+        ),
+    )
+    assert found is not None and (found.generation, found.target_message) == ("swipe", 2)
+    assert found.confidence == 1.0

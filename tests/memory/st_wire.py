@@ -93,6 +93,56 @@ def squashed(messages: list[dict[str, str]], impersonation: bool) -> list[dict[s
     return out
 
 
+PLACEHOLDER = "Let's get started."  # ST's `promptPlaceholder` (config.yaml), by default
+
+
+def post_processed(
+    messages: list[dict[str, str]], mode: str, user: str, char: str, group: tuple[str, ...] = ()
+) -> list[dict[str, str]]:
+    """`messages` as ST's server sends them to a Custom (OpenAI-compatible) endpoint whose
+    "Prompt Post-Processing" is `mode` (`mergeMessages` in `src/prompt-converters.js`):
+    "merge" folds each named message's name into its content and joins same-role
+    neighbours with a blank line; "semi" also makes every system message after the first
+    the user's and merges again; "strict" puts a placeholder user message after a leading
+    system one where the user's does not follow; "single" makes every message the user's,
+    the speakers named, so the whole prompt is one message (a reply that starts with a
+    `group` member's name keeps it as it is)."""
+    out: list[dict[str, str]] = []
+    for message in messages:
+        role, text = message["role"], message["content"]
+        name = message.get("name")
+        if name and role != "system" and not text.startswith(f"{name}: "):
+            text = f"{name}: {text}"
+        if mode == "single":
+            speaker = char if role == "assistant" else user if role == "user" else None
+            named = any(text.startswith(f"{member}: ") for member in group)
+            if speaker and not text.startswith(f"{speaker}: ") and not named:
+                text = f"{speaker}: {text}"
+            role = "user"
+        out.append({"role": role, "content": text})
+    out = _same_roles_joined(out)
+    if mode == "merge":
+        return out
+    out = [m if i == 0 or m["role"] != "system" else {**m, "role": "user"}
+           for i, m in enumerate(out)]  # fmt: skip
+    if mode == "strict" and out:
+        if out[0]["role"] == "system" and (len(out) == 1 or out[1]["role"] != "user"):
+            out.insert(1, {"role": "user", "content": PLACEHOLDER})
+        elif out[0]["role"] not in ("system", "user"):
+            out.insert(0, {"role": "user", "content": PLACEHOLDER})
+    return _same_roles_joined(out)
+
+
+def _same_roles_joined(messages: list[dict[str, str]]) -> list[dict[str, str]]:
+    out: list[dict[str, str]] = []
+    for message in messages:
+        if out and out[-1]["role"] == message["role"] and message["content"]:
+            out[-1] = {**out[-1], "content": out[-1]["content"] + "\n\n" + message["content"]}
+        else:
+            out.append(message)
+    return out
+
+
 def claude(messages: list[dict[str, str]], system_prompt: bool) -> dict[str, Any]:
     """The Messages API body ST sends for `messages`, "use system prompt" on or off."""
     turns = [dict(m) for m in messages]

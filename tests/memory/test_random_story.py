@@ -25,6 +25,7 @@ import logging
 import random
 import re
 from functools import partial
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote, unquote
@@ -43,6 +44,7 @@ from tests.memory.st_wire import (
     PRESETS,
     chat_message,
     claude,
+    post_processed,
     squashed,
     st_settings,
     text_prompt,
@@ -59,9 +61,9 @@ STEPS = 150
 CONTEXT = {1: 10_000, 2: 24, 3: 40, 4: 10_000, 5: 24, 6: 24, 7: 10_000, 8: 24, 9: 40, 10: 10_000,
            11: 24, 12: 40, 13: 24, 14: 40, 15: 10_000, 16: 24, 17: 40, 18: 24, 19: 40,
            20: 10_000, 101: 10_000, 102: 24, 103: 24, 104: 10_000, 105: 40, 106: 24, 107: 24,
-           108: 10_000, 109: 40}  # fmt: skip
+           108: 10_000, 109: 40, 110: 24, 111: 40, 112: 10_000}  # fmt: skip
 # Seeds played in a group chat.
-GROUP = {6, 7, 11, 12, 16, 17, 19, 20, 106}
+GROUP = {6, 7, 11, 12, 16, 17, 19, 20, 106, 111}
 # Seeds played over another connection than a chat completion: Claude ("use system prompt"
 # off, or on), a text completion with instruct off or in one of the instruct templates ST
 # ships (`tests.memory.st_wire`).
@@ -80,11 +82,16 @@ REASONING = {103: 2, 104: 0, 105: 1, 109: 1}
 # Seeds whose replies end with a status block that a regex script of the user's cuts out
 # of every prompt (`st_wire.without_status`): the requests' replies are not the file's.
 STATUS = {107, 108, 109}
+# Chat completion seeds whose ST's server post-processes the prompt ("Prompt
+# Post-Processing", `st_wire.post_processed`): same-role neighbours merged, names folded
+# into the text, and ("semi", "strict") ST's own prompts after the first the user's.
+POST_PROCESSED = {110: "merge", 111: "semi", 112: "strict"}
 # Text completion seeds whose ST's settings.json names the template (the proxy reads it);
 # the others' templates are found by the proxy's own list.
 ST_SETTINGS = {14, 16, 17}
 # Seeds whose requests carry ST's Author's Note at a random depth, every other one.
-NOTED = {8, 9, 10, 11, 13, 14, 15, 16, 18, 19, 20, 101, 102, 103, 105, 106, 107, 108}
+NOTED = {8, 9, 10, 11, 13, 14, 15, 16, 18, 19, 20, 101, 102, 103, 105, 106, 107, 108, 110,
+         111, 112}  # fmt: skip
 # Settings besides the tests' quick ones, per seed: detection as its defaults space it,
 # hidden messages left out of the recaps.
 SETTINGS: dict[int, dict[str, Any]] = {
@@ -132,6 +139,7 @@ class Player:
     noted = False  # whether ST's Author's Note goes into some requests
     reasoning: int | None = None  # replies with reasoning, and how many ST sends (`REASONING`)
     status = False  # replies end with a status block that ST's prompts leave out (`STATUS`)
+    processed: str | None = None  # ST's post-processing of the prompt (`POST_PROCESSED`)
 
     @property
     def chat_id(self) -> str:
@@ -209,6 +217,10 @@ class Player:
         if self.squash:
             messages = squashed(messages, bool(nudge) and nudge != CONTINUE)
             body["messages"] = messages
+        if self.processed:
+            members = MEMBERS if isinstance(self, GroupPlayer) else ()
+            messages = post_processed(messages, self.processed, USER, CHAR, members)
+            body["messages"] = messages
         if self.wire.startswith("claude"):
             path, body = "/v1/messages", claude(messages, self.wire == "claude+system")
         elif self.wire in PRESETS or self.wire == "plain":
@@ -224,10 +236,21 @@ class Player:
         response = await self.memory.client.post(path, json=body)
         await response.read()
         assert response.status == 200, self.done
+        if self.processed and response.headers.get("X-Recap-Injected", "0") != "0":
+            self.as_processed(json.loads(self.memory.fake.state.seen[-1].body)["messages"])
         if len(shown) > 3:
             got = unquote(response.headers["X-Recap-Chat"])
             assert got == self.chat_id, (self.done[-5:], got)
             await self.check_kind(body, path, nudge)
+
+    def as_processed(self, sent: list[dict[str, Any]]) -> None:
+        """What went upstream with the memory in is as ST's post-processing leaves a
+        prompt: no two neighbours of one role, and ("semi", "strict") no system message
+        after the first."""
+        roles = [m["role"] for m in sent]
+        assert all(a != b for a, b in pairwise(roles)), roles
+        if self.processed != "merge":
+            assert "system" not in roles[1:], roles
 
     async def check_kind(self, body: dict[str, Any], path: str, nudge: str) -> None:
         """The request is told for what it is: a new reply, a swipe, a continue, or (an
@@ -521,6 +544,7 @@ async def test_a_story_played_at_random_keeps_a_true_memory(
     player.wire, player.noted = WIRES.get(seed, "openai"), seed in NOTED
     player.names, player.squash = NAMES.get(seed, "default"), seed in SQUASHED
     player.reasoning, player.status = REASONING.get(seed), seed in STATUS
+    player.processed = POST_PROCESSED.get(seed)
     if seed in ST_SETTINGS:
         settings_file = memory.story.path.parents[2] / "settings.json"
         save_like_st(settings_file, json.dumps(st_settings(player.wire)).encode())
