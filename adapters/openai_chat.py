@@ -18,7 +18,14 @@ from typing import Any
 import orjson
 
 from adapters.base import ParsedRequest
-from adapters.post_processed import MergedLayout, canonical, post_processing, rewritten, unmerge
+from adapters.post_processed import (
+    MergedLayout,
+    canonical,
+    post_processing,
+    rewritten,
+    unmerge,
+    user_first,
+)
 from adapters.spans import HEAD, MAP_FROM, Spans, decode, measure, splice
 from proxy.core.models import ChatMessage, Insertion
 from proxy.errors import AdapterError
@@ -276,6 +283,8 @@ class OpenAIChatAdapter:
         return _rewritten(body, insertions, {}, drop)
 
     def leaves_out(self, parsed: ParsedRequest, drop: Collection[int]) -> tuple[int, ...]:
+        if type(parsed.layout) is MergedLayout:
+            return user_first(parsed, drop)
         return tuple(drop)
 
     def apply(

@@ -100,6 +100,22 @@ def unmerge(parsed: ParsedRequest, parts: Mapping[int, Sequence[ChatMessage]]) -
     parsed.messages, parsed.layout = messages, MergedLayout(tuple(where), layout.mode)
 
 
+def user_first(parsed: ParsedRequest, drop: Collection[int]) -> tuple[int, ...]:
+    """`drop`, less the newest of the user's messages before the first one kept when that
+    one would be a reply that the user's no longer comes before: a request whose chat came
+    with the user's first ("strict" has it so, with its placeholder if need be) keeps it
+    so, as the servers that want it refuse a reply first."""
+    wire, messages, where = parsed.body["messages"], parsed.messages, parsed.layout.where
+    gone = {i for i in drop if 0 <= i < len(messages)}
+    if not gone or len(wire) < 2 or _role(wire[1]) != "user":
+        return tuple(drop)
+    kept = next((i for i in range(len(messages)) if where[i] > 0 and i not in gone), None)
+    if kept is None or _role(wire[where[kept]]) != "assistant":
+        return tuple(drop)
+    back = [i for i in gone if i < kept and _role(wire[where[i]]) == "user"]
+    return tuple(i for i in drop if not back or i != max(back))
+
+
 def rewritten(
     parsed: ParsedRequest,
     body: dict[str, Any],
@@ -175,3 +191,7 @@ def _joined(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def _content(message: Any) -> Any:
     return message.get("content") if type(message) is dict else None
+
+
+def _role(message: Any) -> Any:
+    return message.get("role") if type(message) is dict else None

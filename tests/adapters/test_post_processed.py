@@ -225,3 +225,28 @@ def test_st_merge_joins_only_text_and_keeps_empty_messages_apart() -> None:
         {"role": "user", "content": "D"},
     ]
     assert merged(listed, "merge")[-1] == {"role": "system", "content": "D"}
+
+
+def test_a_chat_that_came_with_the_users_message_first_keeps_one_first() -> None:
+    wire = [
+        {"role": "system", "content": "Main.\n\n[Start a new Chat]"},
+        {"role": "user", "content": "U1"},
+        {"role": "assistant", "content": "A1"},
+        {"role": "user", "content": "U2"},
+        {"role": "assistant", "content": "A2"},
+        {"role": "user", "content": "U3"},
+    ]
+    parsed = ADAPTER.parse(json.dumps({"messages": wire}).encode())
+    at = {m.text: i for i, m in enumerate(parsed.messages)}
+    u1, a1, u2 = at["U1"], at["A1"], at["U2"]
+    # A reply would be first: the user's message before it stays.
+    assert ADAPTER.leaves_out(parsed, [u1]) == ()
+    assert ADAPTER.leaves_out(parsed, [u1, a1, u2]) == (u1, a1)
+    assert ADAPTER.leaves_out(parsed, [u1, a1]) == (u1, a1)
+    sent = messages_of(ADAPTER.apply(parsed, drop=ADAPTER.leaves_out(parsed, [u1, a1, u2])))
+    assert [m["content"] for m in sent[1:]] == ["U2", "A2", "U3"]
+    # A chat that starts with a reply (the greeting) may go on with one.
+    greeted = [wire[0], {"role": "assistant", "content": "Hi."}, *wire[1:]]
+    parsed = ADAPTER.parse(json.dumps({"messages": greeted}).encode())
+    hi = [m.text for m in parsed.messages].index("Hi.")
+    assert ADAPTER.leaves_out(parsed, [hi, hi + 1]) == (hi, hi + 1)
