@@ -192,8 +192,7 @@ def _identify(
     compared = len(history) if len(history) < len(entry.tail) else len(entry.tail)
     found = best.matched + best.changed
     if found < compared:
-        # ST's own prompts inside the history (an Author's Note, "strict"'s placeholder)
-        # are no chat's messages: a short chat sent whole matches all it can.
+        # ST's prompts inside the history (an Author's Note) are no chat's messages.
         chat = len(history) - [messages[i].role for i in history].count("system")
         compared = chat if chat < len(entry.tail) else len(entry.tail)
     confidence = 1.0 if found >= compared else found / compared
@@ -275,7 +274,8 @@ def _best_fit(
         used, at = (*used, history[-1]), (*at, last.position)
         went: Generation = "quiet" if impersonating(trailing) else "continue"
         fits.append(_Fit(went, matched + 1, used, last.position, at, changed))
-    if len(tail) >= 2 and not last.is_user and fps[history[-1]] in tail[-2].fps:
+    earlier = len(tail) >= 2 and not last.is_user  # the file's last a reply: a swipe?
+    if earlier and _holds(last_request, fps[history[-1]], tail[-2], reasoning):
         # The file has one more assistant message: the request regenerates it, unless the
         # request carries that message as a continue-prefill at its very end.
         matched, changed, used, at = _align(messages, history, fps, tail, len(tail) - 2)
@@ -299,11 +299,10 @@ def _swipe_after_reply(
     reasoning: Sequence[ReasoningFormat],
 ) -> _Fit | None:
     """A swipe of the file's last reply when the message before it is a reply too: the
-    request ends with that one, where a prefill would be (`find_history` took it for one)."""
+    request ends with that one (or as ST changed it), where a prefill would be."""
     if not trailing or trailing[-1].role != "assistant":
         return None
-    text, reply = trailing[-1].text, tail[-2].fps
-    if message_fingerprint(text) not in reply and _bare_print(text, reasoning, reply) is None:
+    if not _holds(trailing[-1], message_fingerprint(trailing[-1].text), tail[-2], reasoning):
         return None
     matched, changed, used, at = _align(messages, history, fps, tail, len(tail) - 3)
     final = len(messages) - 1  # the trailing message is the request's last
@@ -360,6 +359,17 @@ def _alike(text: str, message: IndexedMessage, reasoning: Sequence[ReasoningForm
         if n >= 8 and (part[:n] in theirs or part[-n:] in theirs):
             return True
     return False
+
+
+def _holds(
+    request: ChatMessage, fp: int, message: IndexedMessage, reasoning: Sequence[ReasoningFormat]
+) -> bool:
+    """Whether a request message (`fp`: its print) is the file message: as it is, past
+    its reasoning, or as ST changed it on the way (`_changed`)."""
+    text, fps = request.text, message.fps
+    if fp in fps or _bare_print(text, reasoning, fps) is not None:
+        return True
+    return _sided(request.role, message) and bool(message.text) and _alike(text, message, ())
 
 
 def _sided(role: str, message: IndexedMessage) -> bool:

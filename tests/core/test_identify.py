@@ -401,3 +401,18 @@ def test_sts_prompts_inside_a_short_chat_sent_whole_leave_it_certain() -> None:
     )
     assert found is not None and (found.generation, found.target_message) == ("swipe", 2)
     assert found.confidence == 1.0
+
+
+def test_a_swipe_after_two_replies_that_a_regex_script_changed() -> None:
+    """The file ends with two replies, each with the status block a prompt-only regex
+    script takes off: a swipe of the second sends the first changed, last in the history
+    (before ST's group nudge) or where a prefill would be (nothing after it)."""
+    turns, shown = regexed_story(13)  # the last a reply
+    second = (False, "Seraphina", "[Day 13] The mill wheel stops.\n<status>HP 13</status>")
+    index = ChatIndex()
+    index.put(entry("u/chats/S/c", 1.0, [*turns, second]))
+    group = ("system", "[Write the next reply only as Seraphina.]")
+    for messages in (request(*shown, trailing=(group,)), request(*shown)):
+        found = run(index, messages)
+        assert found is not None and (found.generation, found.target_message) == ("swipe", 13)
+        assert found.confidence == 1.0 and found.positions == tuple(range(13))
