@@ -1,15 +1,15 @@
 """Which indexed chat a request belongs to, and what kind of generation it is. Pure.
 
 ST sends no chat id. The request's chat history is compared with the newest visible
-messages of the indexed chats (`proxy.core.chat_index`), newest first, by the
-fingerprints of their whitespace-normalised text. A request message that matches nothing
-is one of ST's own injections (Author's Note, world info at depth) and is skipped, unless
-it has the file message's side (the user's, or a reply) and the messages before both
-match, or it holds the start or the end of the file message's text: then it is that
-message as ST changed it on its way (a regex script that alters the prompt only, an
-attached file, ST's prompts joined to it). One that ends the history is taken for ST's prompt
-after it when nothing fits otherwise. The best alignment wins (the most messages matched
-as they are); a tie goes to the most recently saved chat, with low confidence.
+messages of the indexed chats (`proxy.core.chat_index`), newest first, by the fingerprints
+of their whitespace-normalised text. A request message that matches nothing is one of
+ST's own injections (Author's Note, world info at depth) and is skipped, unless it has the
+file message's side (the user's, or a reply) and the messages before both match, or it
+holds the start or the end of the file message's text: then it is that message as ST
+changed it (a prompt-only regex script, an attached file, ST's prompts joined to it). One
+that ends the history is taken for ST's prompt after it when nothing fits otherwise. The
+best alignment wins (the most messages matched as they are); a tie goes to the most
+recently saved chat, with low confidence.
 
 Generation kinds, from how the request's end meets the file's end:
 - normal: the file's last visible message is the request's last history message, a user one
@@ -275,7 +275,7 @@ def _best_fit(
         went: Generation = "quiet" if impersonating(trailing) else "continue"
         fits.append(_Fit(went, matched + 1, used, last.position, at, changed))
     earlier = len(tail) >= 2 and not last.is_user  # the file's last a reply: a swipe?
-    if earlier and _holds(last_request, fps[history[-1]], tail[-2], reasoning):
+    if earlier and _before_last(last_request, tail, reasoning):
         # The file has one more assistant message: the request regenerates it, unless the
         # request carries that message as a continue-prefill at its very end.
         matched, changed, used, at = _align(messages, history, fps, tail, len(tail) - 2)
@@ -302,7 +302,7 @@ def _swipe_after_reply(
     request ends with that one (or as ST changed it), where a prefill would be."""
     if not trailing or trailing[-1].role != "assistant":
         return None
-    if not _holds(trailing[-1], message_fingerprint(trailing[-1].text), tail[-2], reasoning):
+    if not _before_last(trailing[-1], tail, reasoning):
         return None
     matched, changed, used, at = _align(messages, history, fps, tail, len(tail) - 3)
     final = len(messages) - 1  # the trailing message is the request's last
@@ -361,15 +361,18 @@ def _alike(text: str, message: IndexedMessage, reasoning: Sequence[ReasoningForm
     return False
 
 
-def _holds(
-    request: ChatMessage, fp: int, message: IndexedMessage, reasoning: Sequence[ReasoningFormat]
+def _before_last(
+    request: ChatMessage, tail: Sequence[IndexedMessage], reasoning: Sequence[ReasoningFormat]
 ) -> bool:
-    """Whether a request message (`fp`: its print) is the file message: as it is, past
-    its reasoning, or as ST changed it on the way (`_changed`)."""
-    text, fps = request.text, message.fps
-    if fp in fps or _bare_print(text, reasoning, fps) is not None:
+    """Whether a request message is the file's last message but one: as it is, past its
+    reasoning, or as ST changed it (`_changed`), holding not the last one's text too (the
+    two merged, as ST merges them for Claude)."""
+    text, message, last = request.text, tail[-2], tail[-1]
+    fps = message.fps
+    if message_fingerprint(text) in fps or _bare_print(text, reasoning, fps) is not None:
         return True
-    return _sided(request.role, message) and bool(message.text) and _alike(text, message, ())
+    changed = _sided(request.role, message) and message.text and _alike(text, message, ())
+    return bool(changed) and not (last.text and _alike(text, last, ()))
 
 
 def _sided(role: str, message: IndexedMessage) -> bool:
@@ -386,13 +389,10 @@ def _changed(
     r: int,
     f: int,
 ) -> bool:
-    """Whether request `history[r]`, which is not file message `tail[f]`, is that message
-    as ST changed it on the way (a regex script that alters only the prompt, a file
-    attached to it, ST's prompts joined to it): the user's for the user's, a reply for a
-    reply, and either the messages before both match or (where the index keeps the
-    file's text) it holds the file message's start or end. One of ST's prompts (an
-    Author's Note, world info) comes between chat messages: the message before it is not
-    the one before the file's, and it holds neither."""
+    """Whether request `history[r]`, not file message `tail[f]`, is that one as ST changed
+    it (a prompt-only regex script, a file attached, ST's prompts joined to it): on its
+    side, and the messages before both match or it holds the file text's start or end. One
+    of ST's prompts between chat messages (an Author's Note) does neither."""
     if not _sided(messages[history[r]].role, tail[f]):
         return False
     if r and f and fps[history[r - 1]] in tail[f - 1].fps:

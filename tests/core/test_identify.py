@@ -416,3 +416,17 @@ def test_a_swipe_after_two_replies_that_a_regex_script_changed() -> None:
         found = run(index, messages)
         assert found is not None and (found.generation, found.target_message) == ("swipe", 13)
         assert found.confidence == 1.0 and found.positions == tuple(range(13))
+
+
+def test_two_last_replies_merged_into_one_turn_are_not_a_swipe_of_the_second() -> None:
+    """ST merges the two replies that end the file into one turn for Claude: before an
+    impersonation prompt that turn holds both, and the request is a quiet one, not a
+    swipe of the second (the turn starts as the first does)."""
+    turns, shown = regexed_story(12)  # the last the user's
+    replies = ["The mill wheel stops at dusk, she says.", "Then the lanterns go out, one by one."]
+    index = ChatIndex()
+    index.put(entry("u/chats/S/c", 1.0, [*turns, *((False, "Seraphina", r) for r in replies)]))
+    impersonation = ("system", "[Write your next reply from the point of view of Alex.]")
+    merged = ("assistant", "\n\n".join(replies))
+    found = run(index, request(*shown, merged, trailing=(impersonation,)))
+    assert found is not None and found.generation == "quiet"
