@@ -165,7 +165,7 @@ def merged(messages: list[dict[str, Any]], mode: Mode) -> list[dict[str, Any]]:
     a blank line; in "semi", then each system message after the first the user's, and
     joined again."""
     out = _joined(messages)
-    if mode == "merge":
+    if mode == "merge" or not out:
         return out
     users = [out[0], *({**m, "role": "user"} if m.get("role") == "system" else m for m in out[1:])]
     return _joined(users)

@@ -77,6 +77,26 @@ async def test_st_pointing_elsewhere_is_named_with_the_value_to_set(
     assert code == 0 and checks["ok"] is True
 
 
+async def test_a_single_user_message_prompt_is_a_failed_check_with_what_to_set(
+    tmp_path: Path, fake_llm: FakeLLM, capsys: pytest.CaptureFixture[str]
+) -> None:
+    data, config, port = setup(tmp_path, fake_llm.base_url)
+    path = data / "default-user" / "settings.json"
+    st = json.loads(path.read_text(encoding="utf-8"))
+    oai = st["oai_settings"]
+    oai |= {"chat_completion_source": "custom", "custom_url": f"http://127.0.0.1:{port}/v1"}
+    for mode, fails in (("", False), ("semi", False), ("single", True)):
+        oai["custom_prompt_post_processing"] = mode
+        path.write_text(json.dumps(st), encoding="utf-8")
+        code, checks = await _doctor(config, data, capsys)
+        assert checks["ST (default-user) uses the proxy"]["ok"] is True
+        found = checks.get("ST (default-user) prompt post-processing")
+        assert (found is not None) is fails and code == (1 if fails else 0)
+        if found is not None:
+            assert found["ok"] is False and "Single user message" in found["detail"]
+            assert "Semi-strict" in found["fix"]
+
+
 async def test_an_upstream_down_and_a_missing_data_folder(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

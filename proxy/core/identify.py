@@ -6,7 +6,7 @@ of their whitespace-normalised text. A request message that matches nothing is o
 ST's own injections (Author's Note, world info at depth) and is skipped, unless it has the
 file message's side (the user's, or a reply) and the messages before both match, or it
 holds the start or the end of the file message's text: then it is that message as ST
-changed it (a prompt-only regex script, an attached file, ST's prompts joined to it). One
+changed it (`proxy.core.changed`: a prompt-only regex script, ST's prompts joined). One
 that ends the history is taken for ST's prompt after it when nothing fits otherwise. The
 best alignment wins (the most messages matched as they are); a tie goes to the most
 recently saved chat, with low confidence.
@@ -23,20 +23,20 @@ Generation kinds, from how the request's end meets the file's end:
 
 from __future__ import annotations
 
-from collections.abc import Container, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
+from proxy.core.changed import alike, bare_print, before_last, is_changed, sided
 from proxy.core.chat_index import (
     TAIL,
     ChatEntry,
     ChatIndex,
     IndexedMessage,
     message_fingerprint,
-    normalize,
 )
 from proxy.core.endings import continues, impersonating, nudged, opened, prefilled, starts
 from proxy.core.models import ChatMessage, Generation, HistorySpan, Identification
-from proxy.core.reasoning import ReasoningFormat, without_reasoning
+from proxy.core.reasoning import ReasoningFormat
 
 MAX_SKIPPED = 12  # request messages that match nothing before an alignment gives up
 
@@ -81,20 +81,10 @@ def prints(messages: Sequence[ChatMessage], span: HistorySpan, index: ChatIndex)
     known = index.by_fp
     # Only the newest TAIL can be a chat's: the index holds no older ones.
     for i in [i for i in history[-TAIL:] if fps[i] not in known]:
-        bare = _bare_print(messages[i].text, index.reasoning, known)
+        bare = bare_print(messages[i].text, index.reasoning, known)
         if bare is not None and messages[i].role != "system":
             fps[i] = bare
     return Prints(history, fps)
-
-
-def _bare_print(
-    text: str, reasoning: Sequence[ReasoningFormat], known: Container[int]
-) -> int | None:
-    """The fingerprint of `text` without the reasoning ST wrote before it, when `known`
-    holds that one; else None."""
-    bare = without_reasoning(text, reasoning)
-    found = message_fingerprint(bare) if bare is not None else None
-    return found if found in known else None
 
 
 def likely_chats(printed: Prints, index: ChatIndex, limit: int = 3) -> list[str]:
@@ -250,10 +240,10 @@ def _best_fit(
     partial = not ends and last_request.role == "assistant"
     partial = partial and starts(last, last_request.text, reasoning)
     if not ends and not partial:
-        # The newest message changed (`_changed`): only one that holds the file text's
-        # start or end (ST's own prompt there may have a reply's side, and follow the
-        # message before it).
-        ends = _sided(last_request.role, last) and _alike(last_request.text, last, reasoning)
+        # The newest message changed (`proxy.core.changed`): only one that holds the file
+        # text's start or end (ST's own prompt there may have a reply's side, and follow
+        # the message before it).
+        ends = sided(last_request.role, last) and alike(last_request.text, last, reasoning)
     if ends:
         # The request ends where the file ends.
         matched, changed, used, at = _align(messages, history, fps, tail, len(tail) - 1)
@@ -275,7 +265,7 @@ def _best_fit(
         went: Generation = "quiet" if impersonating(trailing) else "continue"
         fits.append(_Fit(went, matched + 1, used, last.position, at, changed))
     earlier = len(tail) >= 2 and not last.is_user  # the file's last a reply: a swipe?
-    if earlier and _before_last(last_request, tail, reasoning):
+    if earlier and before_last(last_request, tail, reasoning):
         # The file has one more assistant message: the request regenerates it, unless the
         # request carries that message as a continue-prefill at its very end.
         matched, changed, used, at = _align(messages, history, fps, tail, len(tail) - 2)
@@ -302,7 +292,7 @@ def _swipe_after_reply(
     request ends with that one (or as ST changed it), where a prefill would be."""
     if not trailing or trailing[-1].role != "assistant":
         return None
-    if not _before_last(trailing[-1], tail, reasoning):
+    if not before_last(trailing[-1], tail, reasoning):
         return None
     matched, changed, used, at = _align(messages, history, fps, tail, len(tail) - 3)
     final = len(messages) - 1  # the trailing message is the request's last
@@ -318,9 +308,9 @@ def _align(
     start: int,
 ) -> tuple[int, int, tuple[int, ...], tuple[int, ...]]:
     """Walk back from request `history[-1]` and file `tail[start]`; skip unmatched requests
-    (ST's own prompts), but take one for the file's message it stands for when the
-    messages before both match (`_changed`). Returns the count of the matched, of the
-    changed, the request indices of both and their chat positions."""
+    (ST's own prompts), but take one for the file's message it stands for when ST changed
+    it (`proxy.core.changed`). Returns the count of the matched, of the changed, the
+    request indices of both and their chat positions."""
     matched: list[int] = []
     positions: list[int] = []
     changed = 0
@@ -331,7 +321,7 @@ def _align(
             positions.append(tail[f].position)
             f -= 1
             skipped = 0
-        elif _changed(messages, history, fps, tail, r, f):
+        elif is_changed(messages, history, fps, tail, r, f):
             matched.append(history[r])
             positions.append(tail[f].position)
             f -= 1
@@ -344,57 +334,3 @@ def _align(
         r -= 1
     used, at = tuple(reversed(matched)), tuple(reversed(positions))
     return len(matched) - changed, changed, used, at
-
-
-def _alike(text: str, message: IndexedMessage, reasoning: Sequence[ReasoningFormat]) -> bool:
-    """Whether a file message holds the start or the end of a request text, past the
-    reasoning and the speaker's `Name: ` ST may write before it (ST's own prompt after the
-    history, which may have the reply's side, holds neither). False for a message whose
-    text the index no longer keeps."""
-    theirs = message.text
-    ours = normalize(without_reasoning(text, reasoning) or text)
-    name, colon, rest = ours.partition(": ")
-    for part in (ours, rest) if colon and rest and len(name) <= 40 else (ours,):
-        n = min(32, len(part))
-        if n >= 8 and (part[:n] in theirs or part[-n:] in theirs):
-            return True
-    return False
-
-
-def _before_last(
-    request: ChatMessage, tail: Sequence[IndexedMessage], reasoning: Sequence[ReasoningFormat]
-) -> bool:
-    """Whether a request message is the file's last message but one: as it is, past its
-    reasoning, or as ST changed it (`_changed`), holding not the last one's text too (the
-    two merged, as ST merges them for Claude)."""
-    text, message, last = request.text, tail[-2], tail[-1]
-    fps = message.fps
-    if message_fingerprint(text) in fps or _bare_print(text, reasoning, fps) is not None:
-        return True
-    changed = _sided(request.role, message) and message.text and _alike(text, message, ())
-    return bool(changed) and not (last.text and _alike(text, last, ()))
-
-
-def _sided(role: str, message: IndexedMessage) -> bool:
-    """Whether a request message of `role` is on the file message's side: the user's or a
-    reply (ST's own prompts are the system's)."""
-    return role == ("user" if message.is_user else "assistant")
-
-
-def _changed(
-    messages: Sequence[ChatMessage],
-    history: Sequence[int],
-    fps: dict[int, int],
-    tail: Sequence[IndexedMessage],
-    r: int,
-    f: int,
-) -> bool:
-    """Whether request `history[r]`, not file message `tail[f]`, is that one as ST changed
-    it (a prompt-only regex script, a file attached, ST's prompts joined to it): on its
-    side, and the messages before both match or it holds the file text's start or end. One
-    of ST's prompts between chat messages (an Author's Note) does neither."""
-    if not _sided(messages[history[r]].role, tail[f]):
-        return False
-    if r and f and fps[history[r - 1]] in tail[f - 1].fps:
-        return True
-    return bool(tail[f].text) and _alike(messages[history[r]].text, tail[f], ())

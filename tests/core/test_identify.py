@@ -430,3 +430,19 @@ def test_two_last_replies_merged_into_one_turn_are_not_a_swipe_of_the_second() -
     merged = ("assistant", "\n\n".join(replies))
     found = run(index, request(*shown, merged, trailing=(impersonation,)))
     assert found is not None and found.generation == "quiet"
+
+
+def test_two_changed_replies_in_a_row_past_the_texts_the_index_keeps() -> None:
+    """Every reply's status block cut from the prompt, and two replies in a row (a user's
+    message moved), older than the newest messages whose text the index keeps: the
+    request is still this chat's from its first message on."""
+    turns, shown = regexed_story(42)  # the last the user's
+    turns.insert(6, (False, "Seraphina", "[Day 6] Night falls on the mill.\n<status>HP 6</status>"))
+    shown.insert(6, ("assistant", "Night falls on the mill."))
+    # From the user's message on: a changed reply first has no message before it to match.
+    turns, shown = turns[1:], shown[1:]
+    index = ChatIndex()
+    index.put(entry("u/chats/S/c", 1.0, turns))
+    found = run(index, request(*shown))
+    assert found is not None and found.generation == "normal" and found.confidence == 1.0
+    assert found.positions == tuple(range(len(turns)))

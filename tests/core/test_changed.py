@@ -1,0 +1,78 @@
+"""Messages ST changed on their way into a request: when a request message is still the
+file message it stands for, and when it is one of ST's own prompts."""
+
+from __future__ import annotations
+
+from proxy.core.changed import CHANGED_RUN, alike, bare_print, before_last, is_changed, sided
+from proxy.core.chat_index import IndexedMessage, fingerprint, index_message
+from proxy.core.models import ChatMessage
+from proxy.core.reasoning import DEFAULT_REASONING
+
+REPLY = "The river bends west at the old mill, she says, and the lanterns go out."
+ASKED = "Alex asks about the road to the mill and who keeps it."
+
+
+def message(position: int, is_user: bool, text: str, *, keep: bool = True) -> IndexedMessage:
+    indexed = index_message(position, is_user, "Alex" if is_user else "Seraphina", text)
+    # Past the newest `TEXT_KEPT` of a chat, the index holds the fingerprints alone.
+    return indexed if keep else IndexedMessage(position, is_user, "", indexed.fps)
+
+
+def test_a_file_message_that_holds_the_start_or_the_end_of_the_request_text() -> None:
+    filed = message(0, False, REPLY + " <status>HP 3</status>")
+    assert alike(REPLY, filed, ())  # its start
+    assert alike("[Day 3] " + REPLY[10:], filed, ())  # its end
+    assert alike("Seraphina: " + REPLY, filed, ())  # past the speaker's name
+    thought = "<think>\nOn with it.\n</think>\n\n"
+    assert alike(thought + REPLY, filed, (DEFAULT_REASONING,))
+    assert not alike("[Author's note: it rains all day long in Eldoria.]", filed, ())
+    assert not alike(REPLY, message(0, False, REPLY, keep=False), ())  # no text kept
+
+
+def test_the_side_of_a_request_message_is_its_files() -> None:
+    assert sided("user", message(0, True, ASKED))
+    assert sided("assistant", message(0, False, REPLY))
+    assert not sided("system", message(0, False, REPLY))
+    assert not sided("user", message(0, False, REPLY))
+
+
+def test_the_print_without_reasoning() -> None:
+    known = {fingerprint(REPLY)}
+    assert bare_print("<think>\nHm.\n</think>\n\n" + REPLY, (DEFAULT_REASONING,), known) is not None
+    assert bare_print(REPLY, (DEFAULT_REASONING,), known) is None  # no reasoning to take off
+
+
+def run_of_changed(count: int) -> tuple[list[ChatMessage], list[int], list[IndexedMessage]]:
+    """A user's message, then `count` replies in a row whose status blocks ST's prompt
+    left out, none of their texts kept by the index (older than `TEXT_KEPT`)."""
+    replies = [f"{REPLY} Time {i}." for i in range(count)]
+    tail = [message(0, True, ASKED, keep=False)] + [
+        message(1 + i, False, f"{r} <status>HP {i}</status>", keep=False)
+        for i, r in enumerate(replies)
+    ]
+    requested = [ChatMessage("user", ASKED), *(ChatMessage("assistant", r) for r in replies)]
+    return requested, list(range(len(requested))), tail
+
+
+def test_changed_replies_in_a_row_are_taken_on_the_messages_before_them() -> None:
+    requested, history, tail = run_of_changed(CHANGED_RUN)
+    fps = {i: fingerprint(m.text) for i, m in enumerate(requested)}
+    for r in range(1, len(requested)):
+        assert is_changed(requested, history, fps, tail, r, r)
+    # One more than that in a row: the newest is not taken on them alone.
+    requested, history, tail = run_of_changed(CHANGED_RUN + 1)
+    fps = {i: fingerprint(m.text) for i, m in enumerate(requested)}
+    assert not is_changed(requested, history, fps, tail, CHANGED_RUN + 1, CHANGED_RUN + 1)
+    # ST's prompt of another side between them (an Author's Note) breaks the run.
+    note = ChatMessage("system", "[Author's note: it rains.]")
+    noted = [*requested[:2], note, *requested[3:]]
+    assert not is_changed(noted, history, fps, tail, 2, 2)
+
+
+def test_the_last_reply_but_one_and_a_turn_that_holds_both() -> None:
+    first, second = REPLY, "Then the lanterns go out, one by one, along the river."
+    tail = [message(0, False, first + " <status>HP 1</status>"), message(1, False, second)]
+    assert before_last(ChatMessage("assistant", first), tail, ())
+    assert not before_last(ChatMessage("user", first), tail, ())
+    # ST merged both for Claude: the turn starts as the first does, but is both.
+    assert not before_last(ChatMessage("assistant", f"{first}\n\n{second}"), tail, ())
