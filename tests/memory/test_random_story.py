@@ -237,7 +237,10 @@ class Player:
         await response.read()
         assert response.status == 200, self.done
         if self.processed and response.headers.get("X-Recap-Injected", "0") != "0":
-            self.as_processed(json.loads(self.memory.fake.state.seen[-1].body)["messages"])
+            # The chat's request as it went upstream, not one of the proxy's own calls.
+            seen = self.memory.fake.state.seen
+            sent = next(s for s in reversed(seen) if "X-Recap-Proxy-Operation" not in s.headers)
+            self.as_processed(json.loads(sent.body)["messages"])
         if len(shown) > 3:
             got = unquote(response.headers["X-Recap-Chat"])
             assert got == self.chat_id, (self.done[-5:], got)
