@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
-from adapters.base import ParsedRequest
+from adapters.base import ParsedRequest, gone_turns, spread
 from adapters.openai_chat import content_text, decode_object, encode_json, reencode
 from proxy.core.models import ChatMessage, Insertion, Role
 from proxy.errors import AdapterError
@@ -68,34 +68,10 @@ def _merge_neighbours(wire: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def _gone_turns(
-    turns: Sequence[dict[str, Any]], where: Sequence[int], drop: Collection[int]
-) -> set[int]:
-    """The wire turns that the parsed messages in `drop` leave out (`where`: each parsed
-    message's turn, -1 for none), less the newest user turn before the first one kept when
-    that one is the assistant's: Claude refuses a conversation that starts with it
-    ("first message must use the user role")."""
-    dropped = {i for i in drop if 0 <= i < len(where)}
-    gone = {where[i] for i in dropped if where[i] >= 0}
-    # A turn taken apart (`unmerge`) goes only when all of its parts do.
-    gone -= {where[i] for i in range(len(where)) if i not in dropped}
-    first = next((i for i in range(len(turns)) if i not in gone), None)
-    if first is None or turns[first].get("role") != "assistant":
-        return gone
-    back = next((i for i in range(first - 1, -1, -1) if turns[i].get("role") == "user"), None)
-    return gone if back is None else gone - {back}
-
-
 def unmerge(parsed: ParsedRequest, parts: Mapping[int, Sequence[ChatMessage]]) -> None:
     """Take apart the turns ST merged (`ParsedRequest.unmerge`): each part keeps its
     turn's place in the body."""
-    messages: list[ChatMessage] = []
-    where: list[int] = []
-    for i, (message, turn) in enumerate(zip(parsed.messages, parsed.layout, strict=True)):
-        for part in parts.get(i, (message,)):
-            messages.append(part)
-            where.append(turn)
-    parsed.messages, parsed.layout = messages, tuple(where)
+    parsed.messages, parsed.layout = spread(parsed.messages, parsed.layout, parts)
 
 
 def _gap(where: tuple[int, ...], insertion: Insertion, turns: int) -> int | None:
@@ -152,7 +128,7 @@ class AnthropicMessagesAdapter:
 
     def leaves_out(self, parsed: ParsedRequest, drop: Collection[int]) -> tuple[int, ...]:
         where = parsed.layout
-        gone = _gone_turns(parsed.body["messages"], where, drop)
+        gone = gone_turns(parsed.body["messages"], where, drop)
         return tuple(i for i in drop if 0 <= i < len(where) and where[i] in gone)
 
     def apply(
@@ -182,7 +158,7 @@ class AnthropicMessagesAdapter:
         heads = [i for i in into_system if i.index == 0]
         for insertion in [*reversed(heads), *(i for i in into_system if i.index != 0)]:
             body["system"] = self._system(body.get("system"), insertion)
-        gone = _gone_turns(turns, where, drop)
+        gone = gone_turns(turns, where, drop)
         kept: list[dict[str, Any]] = []
         for i in range(len(turns) + 1):
             kept.extend(self._turn(insertion) for insertion in before.get(i, ()))

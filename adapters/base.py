@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from proxy.core.models import ChatMessage, PromptWriter
 
@@ -35,3 +35,46 @@ class ParsedRequest:
     # by its parts; and what the messages in such a turn are joined with.
     unmerge: Callable[[ParsedRequest, Mapping[int, Sequence[ChatMessage]]], None] | None = None
     merged_with: str = "\n\n"
+
+
+Place = TypeVar("Place")
+
+
+def spread(
+    messages: Sequence[ChatMessage],
+    places: Sequence[Place],
+    parts: Mapping[int, Sequence[ChatMessage]],
+) -> tuple[list[ChatMessage], tuple[Place, ...]]:
+    """`messages` with each one that `parts` names replaced by its parts (a turn ST merged,
+    taken apart: `ParsedRequest.unmerge`), and their `places` in the body, each part at
+    its message's."""
+    out: list[ChatMessage] = []
+    where: list[Place] = []
+    for i, (message, place) in enumerate(zip(messages, places, strict=True)):
+        for part in parts.get(i, (message,)):
+            out.append(part)
+            where.append(place)
+    return out, tuple(where)
+
+
+def gone_turns(
+    turns: Sequence[Any], where: Sequence[int], drop: Collection[int], *, start: int = 0
+) -> set[int]:
+    """The wire messages that the parsed messages in `drop` leave out (`where`: each parsed
+    message's wire message, negative for none): a merged one only when all of its parts
+    go. Less the newest of the user's before the first one kept from `start` on, when that
+    one is a reply and the request came with the user's there: servers that want the
+    user's first (Claude, those that ST's strict post-processing is for) refuse a reply
+    first."""
+    dropped = {i for i in drop if 0 <= i < len(where)}
+    gone = {where[i] for i in dropped if where[i] >= 0}
+    gone -= {where[i] for i in range(len(where)) if i not in dropped}
+    first = next((i for i in range(start, len(turns)) if i not in gone), None)
+    if first is None or _role(turns[first]) != "assistant" or _role(turns[start]) != "user":
+        return gone
+    back = next((i for i in range(first - 1, -1, -1) if _role(turns[i]) == "user"), None)
+    return gone if back is None else gone - {back}
+
+
+def _role(message: Any) -> Any:
+    return message.get("role") if type(message) is dict else None

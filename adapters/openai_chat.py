@@ -21,10 +21,10 @@ from adapters.base import ParsedRequest
 from adapters.post_processed import (
     MergedLayout,
     canonical,
+    leaves_out,
     post_processing,
     rewritten,
     unmerge,
-    user_first,
 )
 from adapters.spans import HEAD, MAP_FROM, Spans, decode, measure, splice
 from proxy.core.models import ChatMessage, Insertion
@@ -229,19 +229,7 @@ class OpenAIChatAdapter:
             if before.numeric:
                 was = set(before.numeric)
                 numeric[:0] = [n for n, i in enumerate(taken) if i in was]
-        mode = post_processing(messages)
-        if mode is not None:
-            messages, layout = canonical(messages, mode)
-            return ParsedRequest(
-                raw=raw,
-                body=body,
-                messages=messages,
-                stream=body.get("stream") is True,
-                model=_model_of(body),
-                layout=layout,
-                unmerge=unmerge,
-            )
-        return ParsedRequest(
+        parsed = ParsedRequest(
             raw=raw,
             body=body,
             messages=messages,
@@ -250,6 +238,11 @@ class OpenAIChatAdapter:
             layout=_Layout(tuple(numeric), found),
             carried=len(taken),
         )
+        mode = post_processing(messages)
+        if mode is not None:  # its messages are read again as ST had them: none carried
+            parsed.messages, parsed.layout = canonical(messages, mode)
+            parsed.carried, parsed.unmerge = 0, unmerge
+        return parsed
 
     def read_plain(self, raw: bytes) -> tuple[dict[str, Any], list[ChatMessage], str | None] | None:
         """The body, its messages and its model when it is the everyday request that the
@@ -284,7 +277,7 @@ class OpenAIChatAdapter:
 
     def leaves_out(self, parsed: ParsedRequest, drop: Collection[int]) -> tuple[int, ...]:
         if type(parsed.layout) is MergedLayout:
-            return user_first(parsed, drop)
+            return leaves_out(parsed, drop)
         return tuple(drop)
 
     def apply(

@@ -32,7 +32,7 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from adapters.base import ParsedRequest
+from adapters.base import ParsedRequest, gone_turns, spread
 from proxy.core.models import ChatMessage, Insertion
 from proxy.core.placement import START_MARKERS
 
@@ -91,29 +91,17 @@ def unmerge(parsed: ParsedRequest, parts: Mapping[int, Sequence[ChatMessage]]) -
     message's place in the body."""
     layout = parsed.layout
     assert type(layout) is MergedLayout, "not a post-processed request"
-    messages: list[ChatMessage] = []
-    where: list[int] = []
-    for i, (message, at) in enumerate(zip(parsed.messages, layout.where, strict=True)):
-        for part in parts.get(i, (message,)):
-            messages.append(part)
-            where.append(at)
-    parsed.messages, parsed.layout = messages, MergedLayout(tuple(where), layout.mode)
+    parsed.messages, where = spread(parsed.messages, layout.where, parts)
+    parsed.layout = MergedLayout(where, layout.mode)
 
 
-def user_first(parsed: ParsedRequest, drop: Collection[int]) -> tuple[int, ...]:
-    """`drop`, less the newest of the user's messages before the first one kept when that
-    one would be a reply that the user's no longer comes before: a request whose chat came
-    with the user's first ("strict" has it so, with its placeholder if need be) keeps it
-    so, as the servers that want it refuse a reply first."""
-    wire, messages, where = parsed.body["messages"], parsed.messages, parsed.layout.where
-    gone = {i for i in drop if 0 <= i < len(messages)}
-    if not gone or len(wire) < 2 or _role(wire[1]) != "user":
-        return tuple(drop)
-    kept = next((i for i in range(len(messages)) if where[i] > 0 and i not in gone), None)
-    if kept is None or _role(wire[where[kept]]) != "assistant":
-        return tuple(drop)
-    back = [i for i in gone if i < kept and _role(wire[where[i]]) == "user"]
-    return tuple(i for i in drop if not back or i != max(back))
+def leaves_out(parsed: ParsedRequest, drop: Collection[int]) -> tuple[int, ...]:
+    """The messages of `drop` that leave: a merged turn only with all of its parts, and
+    never the user's message that a chat which came with the user's first needs first
+    (`gone_turns`; the first message is ST's prompts)."""
+    where = parsed.layout.where
+    gone = gone_turns(parsed.body["messages"], where, drop, start=1)
+    return tuple(i for i in drop if 0 <= i < len(where) and where[i] in gone)
 
 
 def rewritten(
@@ -191,7 +179,3 @@ def _joined(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def _content(message: Any) -> Any:
     return message.get("content") if type(message) is dict else None
-
-
-def _role(message: Any) -> Any:
-    return message.get("role") if type(message) is dict else None
