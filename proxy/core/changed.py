@@ -21,14 +21,13 @@ from __future__ import annotations
 
 from collections.abc import Container, Sequence
 
-from proxy.core.chat_index import IndexedMessage, message_fingerprint, normalize
+from proxy.core.chat_index import IndexedMessage, message_fingerprint, normalize, readings
 from proxy.core.models import ChatMessage
 from proxy.core.reasoning import ReasoningFormat, without_reasoning
 
 # How many changed messages in a row are taken on the sides of the messages before them.
 CHANGED_RUN = 3
 SHARED = 32  # characters of a request text's start or end a file message must hold
-NAME_LENGTH = 40  # longest `Name: ` label read off a request text
 
 
 def bare_print(
@@ -48,8 +47,7 @@ def alike(text: str, message: IndexedMessage, reasoning: Sequence[ReasoningForma
     text the index no longer keeps."""
     theirs = message.text
     ours = normalize(without_reasoning(text, reasoning) or text)
-    name, colon, rest = ours.partition(": ")
-    for part in (ours, rest) if colon and rest and len(name) <= NAME_LENGTH else (ours,):
+    for part in readings(ours):
         n = min(SHARED, len(part))
         if n >= 8 and (part[:n] in theirs or part[-n:] in theirs):
             return True

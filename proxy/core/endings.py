@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from proxy.core.chat_index import IndexedMessage, normalize
+from proxy.core.chat_index import IndexedMessage, normalize, readings
 from proxy.core.models import ChatMessage
 from proxy.core.reasoning import ReasoningFormat, without_reasoning
 
@@ -82,9 +82,7 @@ def starts(last: IndexedMessage, text: str, reasoning: Sequence[ReasoningFormat]
     starts two turns), or without the reasoning ST wrote before it (a continued reply's
     always goes in). A long `text` need only share its start (`SHARED`): a regex script
     that alters the prompt only may have changed the rest."""
-    found = normalize(text)
-    name, colon, rest = found.partition(": ")
-    for part in (found, rest) if colon and rest and len(name) <= 40 else (found,):
+    for part in readings(normalize(text)):
         if last.text.startswith(part if len(part) < SHARED else part[:SHARED]):
             return True
     bare = without_reasoning(text, reasoning) if reasoning else None

@@ -12,6 +12,7 @@ from proxy.core.chat_index import (
     fingerprint,
     index_message,
     message_fingerprint,
+    readings,
 )
 from proxy.memory.settings import MemorySettings
 from tests.core.test_identify import GREETING, entry
@@ -95,3 +96,12 @@ def test_the_text_kept_covers_every_message_the_engine_ranks_scenes_by() -> None
     field = MemorySettings.model_fields["relevant_scenes_context"]
     most = next(m.le for m in field.metadata if getattr(m, "le", None) is not None)
     assert most <= TEXT_KEPT
+
+
+def test_a_request_text_is_read_as_it_is_and_past_a_speakers_name() -> None:
+    assert readings("Seraphina: The glade.") == ("Seraphina: The glade.", "The glade.")
+    assert readings("The glade: a clearing.") == ("The glade: a clearing.", "a clearing.")
+    assert readings("No name here.") == ("No name here.",)
+    assert readings("Seraphina: ") == ("Seraphina: ",)  # nothing after the name
+    long = "x" * 41 + ": text"
+    assert readings(long) == (long,)  # longer than a name
