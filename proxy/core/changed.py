@@ -15,6 +15,13 @@ reply), and either the messages around it match (the ones before both, past at m
 status block) or it holds the start or the end of the file message's text (where the index
 keeps that text: the newest `TEXT_KEPT` of a chat). ST's own prompt between chat messages
 (an Author's Note) does neither: the message before it is not the one before the file's.
+
+For Claude and a post-processed prompt, ST also joins same-side neighbours into one
+message (a group's replies in a row, the user's message sent twice). When those were
+changed too, no fingerprint finds the parts (`proxy.core.merged` takes apart the turns
+whose parts are the file's as they are). A changed message with a blank line inside it
+then stands for a run of file messages of its side (`merged_run`): from the one whose text
+holds its start, or from the one after the message that the request message before it is.
 """
 
 from __future__ import annotations
@@ -45,13 +52,57 @@ def alike(text: str, message: IndexedMessage, reasoning: Sequence[ReasoningForma
     reasoning and the speaker's `Name: ` ST may write before it (ST's own prompt after the
     history, which may have the reply's side, holds neither). False for a message whose
     text the index no longer keeps."""
-    theirs = message.text
     ours = normalize(without_reasoning(text, reasoning) or text)
+    return _holds(message.text, ours, ends=True)
+
+
+def _holds(theirs: str, ours: str, *, ends: bool) -> bool:
+    """Whether a file text holds the start (or, `ends`, the end) of a normalised request
+    text, as it is or past a speaker's `Name: `."""
     for part in readings(ours):
         n = min(SHARED, len(part))
-        if n >= 8 and (part[:n] in theirs or part[-n:] in theirs):
+        if n >= 8 and (part[:n] in theirs or (ends and part[-n:] in theirs)):
             return True
     return False
+
+
+def merged_run(
+    messages: Sequence[ChatMessage],
+    history: Sequence[int],
+    fps: dict[int, int],
+    tail: Sequence[IndexedMessage],
+    r: int,
+    f: int,
+) -> int:
+    """How many file messages before `tail[f]` request `history[r]` holds besides
+    `tail[f]`, ST having merged same-side neighbours into it (and changed them, else
+    `proxy.core.merged` takes them apart): 0 for none.
+
+    Only a request message with a blank line in it, of `tail[f]`'s side, whose message
+    before is not the file's before `tail[f]`, and only file messages of its side, at most
+    `CHANGED_RUN` - 1 of them: the run from the one whose text holds the request's start
+    (where the index keeps their texts), or the run after the message that the request's
+    message before it is."""
+    request = messages[history[r]]
+    if "\n\n" not in request.text or f < 1 or not sided(request.role, tail[f]):
+        return 0
+    before = fps[history[r - 1]] if r > 0 else None
+    if before is not None and before in tail[f - 1].fps:
+        return 0
+    ours = normalize(request.text)
+    if tail[f].text and _holds(tail[f].text, ours, ends=False):
+        return 0  # it starts as the message it stands for: no other before it
+    for k in range(1, CHANGED_RUN):
+        if f < k:
+            break
+        earlier = tail[f - k]
+        if not sided(request.role, earlier):
+            break
+        if earlier.text and _holds(earlier.text, ours, ends=False):
+            return k
+        if f > k and before is not None and before in tail[f - k - 1].fps:
+            return k
+    return 0
 
 
 def sided(role: str, message: IndexedMessage) -> bool:

@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from proxy.core.changed import alike, bare_print, before_last, is_changed, sided
+from proxy.core.changed import alike, bare_print, before_last, is_changed, merged_run, sided
 from proxy.core.chat_index import (
     TAIL,
     ChatEntry,
@@ -309,8 +309,8 @@ def _align(
 ) -> tuple[int, int, tuple[int, ...], tuple[int, ...]]:
     """Walk back from request `history[-1]` and file `tail[start]`; skip unmatched requests
     (ST's own prompts), but take one for the file's message it stands for when ST changed
-    it (`proxy.core.changed`). Returns the count of the matched, of the changed, the
-    request indices of both and their chat positions."""
+    it, or for the run of them it merged (`proxy.core.changed`). Returns the count of the
+    matched, of the changed, the request indices of both and their chat positions."""
     matched: list[int] = []
     positions: list[int] = []
     changed = 0
@@ -321,10 +321,14 @@ def _align(
             positions.append(tail[f].position)
             f -= 1
             skipped = 0
-        elif is_changed(messages, history, fps, tail, r, f):
+        elif (run := merged_run(messages, history, fps, tail, r, f)) or is_changed(
+            messages, history, fps, tail, r, f
+        ):
             matched.append(history[r])
+            # A merged run stands at its newest position: left out only once all of it is
+            # covered (`proxy.core.trim`).
             positions.append(tail[f].position)
-            f -= 1
+            f -= 1 + run
             skipped = 0
             changed += 1
         else:

@@ -3,7 +3,15 @@ file message it stands for, and when it is one of ST's own prompts."""
 
 from __future__ import annotations
 
-from proxy.core.changed import CHANGED_RUN, alike, bare_print, before_last, is_changed, sided
+from proxy.core.changed import (
+    CHANGED_RUN,
+    alike,
+    bare_print,
+    before_last,
+    is_changed,
+    merged_run,
+    sided,
+)
 from proxy.core.chat_index import IndexedMessage, fingerprint, index_message
 from proxy.core.models import ChatMessage
 from proxy.core.reasoning import DEFAULT_REASONING
@@ -76,3 +84,46 @@ def test_the_last_reply_but_one_and_a_turn_that_holds_both() -> None:
     assert not before_last(ChatMessage("user", first), tail, ())
     # ST merged both for Claude: the turn starts as the first does, but is both.
     assert not before_last(ChatMessage("assistant", f"{first}\n\n{second}"), tail, ())
+
+
+Merged = tuple[list[ChatMessage], list[int], dict[int, int], list[IndexedMessage]]
+
+
+def merged_replies(count: int, *, keep: bool) -> Merged:
+    """The user's message, then `count` replies in a row (a group's members), each with a
+    status block ST's prompt left out, sent merged into one turn (Claude)."""
+    replies = [f"Seraphina: Time {i}. {REPLY}" for i in range(count)]
+    tail = [message(0, True, ASKED)] + [
+        message(1 + i, False, f"{r[11:]} <status>HP {i}</status>", keep=keep)
+        for i, r in enumerate(replies)
+    ]
+    requested = [ChatMessage("user", ASKED), ChatMessage("assistant", "\n\n".join(replies))]
+    fps = {i: fingerprint(m.text) for i, m in enumerate(requested)}
+    return requested, [0, 1], fps, tail
+
+
+def test_a_turn_merged_from_changed_replies_stands_for_all_of_them() -> None:
+    for keep in (True, False):  # by the first reply's text, or by the message before
+        for count in range(2, CHANGED_RUN + 1):
+            requested, history, fps, tail = merged_replies(count, keep=keep)
+            assert merged_run(requested, history, fps, tail, 1, count) == count - 1
+    # More than `CHANGED_RUN` merged: not taken by their texts, nor by the message before.
+    for keep in (True, False):
+        requested, history, fps, tail = merged_replies(CHANGED_RUN + 1, keep=keep)
+        assert merged_run(requested, history, fps, tail, 1, CHANGED_RUN + 1) == 0
+
+
+def test_a_changed_message_that_is_one_message_is_no_run() -> None:
+    requested, history, fps, tail = merged_replies(2, keep=True)
+    # One reply of several paragraphs, the message before it the file's before it.
+    single = [requested[0], ChatMessage("assistant", f"{REPLY}\n\nShe waits.")]
+    filed = [tail[0], message(1, False, f"{REPLY}\n\nShe waits. <status>HP 1</status>")]
+    assert merged_run(single, history, fps, filed, 1, 1) == 0
+    # Without a blank line, no merge: ST joins what it merges with one.
+    joined = [requested[0], ChatMessage("assistant", requested[1].text.replace("\n\n", " "))]
+    assert merged_run(joined, history, fps, tail, 1, 2) == 0
+    # Not of the file message's side (ST's prompt, or the user's).
+    asked = [requested[0], ChatMessage("user", requested[1].text)]
+    assert merged_run(asked, history, fps, tail, 1, 2) == 0
+    # A turn that starts as the message it stands for starts no run before it.
+    assert merged_run(requested, history, fps, tail, 1, 1) == 0

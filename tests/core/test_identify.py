@@ -446,3 +446,34 @@ def test_two_changed_replies_in_a_row_past_the_texts_the_index_keeps() -> None:
     found = run(index, request(*shown))
     assert found is not None and found.generation == "normal" and found.confidence == 1.0
     assert found.positions == tuple(range(len(turns)))
+
+
+def test_replies_merged_into_one_turn_after_a_regex_script_changed_them() -> None:
+    """A group's members answering in a row, the status block cut from each and ST merging
+    them into one turn (Claude, post-processed prompts): the turn stands for every reply in
+    it, where the index keeps their texts and older, and the request is this chat's from
+    its first message on."""
+    turns: list[tuple[bool, str, str]] = []
+    shown: list[tuple[str, str]] = []
+    for i in range(1, 42):  # from the user's message on, the last the user's
+        if i % 2:
+            asked = f"Alex asks about the road, time {i}."
+            turns.append((True, "Alex", asked))
+            shown.append(("user", asked))
+            continue
+        said = [f"The river bends west at the old mill, she says, time {i}."]
+        if i in (10, 32):  # past the texts the index keeps, and within them
+            said.append(f"Orin joins her at the mill and says nothing, time {i}.")
+            said.append(f"Seraphina turns to him at last, time {i}.")
+        for n, text in enumerate(said):
+            name = ("Seraphina", "Orin")[n % 2]
+            turns.append((False, name, f"[Day {i}] {text}\n<status>HP {i}</status>"))
+        shown.append(("assistant", "\n\n".join(said)))
+    index = ChatIndex()
+    index.put(entry("u/chats/S/c", 1.0, turns))
+    found = run(index, request(*shown))
+    assert found is not None and found.generation == "normal" and found.confidence == 1.0
+    assert found.positions[0] == 0 and len(found.history) == len(shown)
+    # Each merged turn stands at its run's newest message (left out once all is covered).
+    merged = [i for i, (_, text) in enumerate(shown) if "\n\n" in text]
+    assert [found.positions[i] for i in merged] == [11, 35]
