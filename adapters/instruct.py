@@ -240,14 +240,20 @@ def _names(body: Mapping[str, Any], prompt: str) -> tuple[str | None, str | None
 
 
 def _speakers(known: tuple[str | None, str | None], starts: Iterable[str]) -> tuple[str, ...]:
-    """The known names, the user's first, and any other that starts two turns or more."""
+    """The known names, the user's first, and any other that starts two turns or more;
+    when that is the user's alone and no open turn names the character (a continue of
+    the chat's only message of its speaker: the greeting, a group's first reply), the
+    first other name a turn starts with (the message's own, not a line inside it)."""
     counted: dict[str, int] = {}
     for text in starts:
         found = spoken(text)
         if found is not None:
             counted[found[0]] = counted.get(found[0], 0) + 1
     others = [n for n, c in counted.items() if c >= 2 and n not in known]
-    return tuple(n for n in (*known, *others) if n)
+    names = tuple(n for n in (*known, *others) if n)
+    if len(names) == 1 and not known[1]:
+        names += tuple(n for n in counted if n not in names)[:1]
+    return names
 
 
 def split_prompt(

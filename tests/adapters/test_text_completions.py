@@ -221,6 +221,22 @@ def test_the_chat_start_of_sts_context_template_splits_a_prompt_with_instruct_of
     assert placed == prompt.replace("Tom: How", "MEMORY\nTom: How")
 
 
+def test_a_continue_of_the_only_message_with_instruct_off() -> None:
+    """The greeting continued (or a group's first reply): no open turn names the
+    character, and its name starts one line, that of the message continued."""
+    for story in ("Story of Ava.\n***\n", "Story of Ava.\n***\n[Author's note: rain.]\n"):
+        # A line inside the message that starts like a name is not its speaker.
+        greeting = "*The glade is quiet.*\nSign: the bridge is out.\nShe waits."
+        parsed = ADAPTER.parse(
+            json.dumps({"prompt": f"{story}Ava: {greeting}", "stop": ["\nTom:"]}).encode()
+        )
+        found = [(m.role, m.name, m.text) for m in parsed.messages]
+        assert found == [("system", None, "Story of Ava."), ("assistant", "Ava", greeting)]
+    # Nothing names a speaker at all: still no template the proxy knows.
+    with pytest.raises(UnknownPromptFormat):
+        ADAPTER.parse(json.dumps({"prompt": "Story.\n***\nOnce.", "stop": ["\nTom:"]}).encode())
+
+
 def test_a_replaced_turn_text_changes_in_place_with_the_memory_and_a_cut() -> None:
     block = '<ST_METADATA>{"chat": "c"}</ST_METADATA>\n'
     prompt = (
