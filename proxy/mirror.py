@@ -210,12 +210,18 @@ class Mirror:
         return Refreshed(location.chat_id, tuple(events), entry, renamed_from, saved=True)
 
     def _adopt_renamed(self, db: Database, location: ChatLocation, parsed: ChatFile) -> str | None:
-        """A new file whose integrity slug and content match a deleted chat: a rename."""
+        """A new file whose integrity slug and content match a deleted chat: a rename. A
+        group chat from before ST 1.15 has no slug (nor header): then a deleted group chat
+        of the user's whose file was this one, line for line."""
         integrity = parsed.header.integrity if parsed.header else None
-        if not integrity:
-            return None
         digests = [line.digest for line in parsed.lines]
-        for old in db.deleted_with_integrity(integrity):
+        if integrity:
+            olds = db.deleted_with_integrity(integrity)
+        elif location.kind == "group" and digests:
+            olds = db.deleted_group_copies(location.user, file_digest(parsed.lines))
+        else:
+            return None
+        for old in olds:
             old_digests = [digest for _, digest in db.layout(old.id)]
             if old_digests[: len(digests)] == digests[: len(old_digests)]:
                 log.info("chat renamed: %s -> %s", old.id, location.chat_id)

@@ -97,6 +97,45 @@ async def test_deleted_chat_is_marked_and_a_renamed_one_keeps_its_data(
     assert await library.refresh([new]) == []
 
 
+async def test_a_renamed_group_chat_from_before_st_1_15_keeps_its_data(
+    library: ChatLibrary,
+) -> None:
+    """A group chat file of ST before 1.15 has no header, so no integrity slug: renamed, it
+    is the deleted group chat whose file it is line for line (and no other)."""
+    assert library.data_dir is not None
+    folder = library.data_dir / "default-user" / "group chats"
+    lines = [
+        b'{"name":"Seraphina","is_user":false,"mes":"Welcome.","send_date":"2026-05-01T12:00:00.000Z"}',
+        b'{"name":"Alex","is_user":true,"mes":"Hi both.","send_date":"2026-05-01T12:01:00.000Z"}',
+    ]
+    old = folder / "2026-05-01@12h00m00s.jsonl"
+    save_like_st(old, b"\n".join(lines))
+    await library.refresh([old])
+    old_id = "default-user/group chats/2026-05-01@12h00m00s"
+    uids = [m.uid for m in await library.store.call(lambda db: db.messages(old_id))]
+    assert len(uids) == 2
+
+    new = folder / "The tavern.jsonl"
+    save_like_st(new, b"\n".join(lines))
+    old.unlink()
+    await library.refresh([new, old])
+    new_id = "default-user/group chats/The tavern"
+    assert [m.uid for m in await library.store.call(lambda db: db.messages(new_id))] == uids
+    assert await library.store.call(lambda db: db.chat(old_id)) is None
+
+    # Deleted, then a new group chat that starts the same but is not that file: its own.
+    new.unlink()
+    await library.refresh([new])
+    other = folder / "2026-05-02@09h00m00s.jsonl"
+    save_like_st(other, lines[0])
+    await library.refresh([other])
+    other_id = "default-user/group chats/2026-05-02@09h00m00s"
+    got = [m.uid for m in await library.store.call(lambda db: db.messages(other_id))]
+    assert len(got) == 1 and not set(got) & set(uids)
+    gone = await library.store.call(lambda db: db.chat(new_id))
+    assert gone is not None and gone.deleted
+
+
 async def test_persona_and_groups_are_reread_when_their_files_change(
     library: ChatLibrary,
 ) -> None:

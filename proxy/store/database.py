@@ -136,6 +136,12 @@ class Database:
         )
         return [chat_from_row(r) for r in rows]
 
+    def deleted_group_copies(self, user: str, file_hash: bytes) -> list[ChatRecord]:
+        """The user's deleted group chats without a slug whose file had this content."""
+        where = "deleted=1 AND integrity IS NULL AND kind='group' AND user=? AND file_hash=?"
+        rows = self.db.execute(f"SELECT {CHAT_COLUMNS} FROM chats WHERE {where}", (user, file_hash))
+        return [chat_from_row(r) for r in rows]
+
     def set_enabled(self, chat_id: str, enabled: bool | None) -> None:
         value = None if enabled is None else int(enabled)
         self.db.execute("UPDATE chats SET enabled=? WHERE id=?", (value, chat_id))
