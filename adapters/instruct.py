@@ -190,7 +190,7 @@ def _plain(
     # Lines start with their speaker's name: the user, the character, and in a group
     # any other name that starts two lines or more.
     lines = prompt[body:].split("\n")
-    names = _speakers(known, lines)
+    names = _speakers(known, lines, plain=True)
     if len(names) < 2:
         return None
     heads = tuple(n + ":" for n in names)
@@ -239,11 +239,14 @@ def _names(body: Mapping[str, Any], prompt: str) -> tuple[str | None, str | None
     return (named[0] if named else None), tail
 
 
-def _speakers(known: tuple[str | None, str | None], starts: Iterable[str]) -> tuple[str, ...]:
-    """The known names, the user's first, and any other that starts two turns or more;
-    when that is the user's alone and no open turn names the character (a continue of
-    the chat's only message of its speaker: the greeting, a group's first reply), the
-    first other name a turn starts with (the message's own, not a line inside it)."""
+def _speakers(
+    known: tuple[str | None, str | None], starts: Iterable[str], *, plain: bool = False
+) -> tuple[str, ...]:
+    """The known names, the user's first, and any other that starts two turns or more.
+    `plain` (instruct off, where every message starts with its speaker's name): when that
+    is the user's alone and no open turn names the character (a continue of the chat's
+    only message of its speaker: the greeting, a group's first reply), the first other
+    name a turn starts with (the message's own, not a line inside it)."""
     counted: dict[str, int] = {}
     for text in starts:
         found = spoken(text)
@@ -251,7 +254,7 @@ def _speakers(known: tuple[str | None, str | None], starts: Iterable[str]) -> tu
             counted[found[0]] = counted.get(found[0], 0) + 1
     others = [n for n, c in counted.items() if c >= 2 and n not in known]
     names = tuple(n for n in (*known, *others) if n)
-    if len(names) == 1 and not known[1]:
+    if plain and len(names) == 1 and not known[1]:
         names += tuple(n for n in counted if n not in names)[:1]
     return names
 
@@ -272,7 +275,8 @@ def split_prompt(
     if found is None:
         return None
     template, turns = found
-    names = _speakers(known, (t.text for t in turns if t.role != "system"))
+    texts = (t.text for t in turns if t.role != "system")
+    names = _speakers(known, texts, plain=template == "plain")
     named = []
     for turn in turns:
         speaker = next((n for n in names if turn.text.startswith(n + ":")), None)

@@ -232,6 +232,10 @@ def test_a_continue_of_the_only_message_with_instruct_off() -> None:
         )
         found = [(m.role, m.name, m.text) for m in parsed.messages]
         assert found == [("system", None, "Story of Ava."), ("assistant", "Ava", greeting)]
+    # In a template's continue, a turn that starts like a name is no speaker's.
+    prompt = "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\nSign: the bridge is out."
+    parsed = ADAPTER.parse(json.dumps({"prompt": prompt, "stop": ["\nTom:"]}).encode())
+    assert parsed.messages[-1] == ChatMessage("assistant", "Sign: the bridge is out.")
     # Nothing names a speaker at all: still no template the proxy knows.
     with pytest.raises(UnknownPromptFormat):
         ADAPTER.parse(json.dumps({"prompt": "Story.\n***\nOnce.", "stop": ["\nTom:"]}).encode())
