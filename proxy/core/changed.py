@@ -80,27 +80,32 @@ def merged_run(
 
     Only a request message with a blank line in it, of `tail[f]`'s side, whose message
     before is not the file's before `tail[f]`, and only file messages of its side, at most
-    `CHANGED_RUN` - 1 of them: the run from the one whose text holds the request's start
-    (where the index keeps their texts), or the run after the message that the request's
-    message before it is."""
+    `CHANGED_RUN` - 1 of them: the run after the message that the request's message before
+    it is, or from the one whose text holds the request's start (where the index keeps
+    their texts; not `tail[f]`'s own start)."""
     request = messages[history[r]]
     if "\n\n" not in request.text or f < 1 or not sided(request.role, tail[f]):
         return 0
     before = fps[history[r - 1]] if r > 0 else None
     if before is not None and before in tail[f - 1].fps:
         return 0
+    run = 0
+    for k in range(1, CHANGED_RUN):
+        if f < k or not sided(request.role, tail[f - k]):
+            break
+        if f > k and before is not None and before in tail[f - k - 1].fps:
+            return k
+        run = run or (k if tail[f - k].text else 0)
+    if not run:
+        return 0
+    # Normalising a text costs tens of microseconds: only for a run the texts may tell.
     ours = normalize(request.text)
     if tail[f].text and _holds(tail[f].text, ours, ends=False):
         return 0  # it starts as the message it stands for: no other before it
-    for k in range(1, CHANGED_RUN):
-        if f < k:
+    for k in range(run, CHANGED_RUN):
+        if f < k or not sided(request.role, tail[f - k]) or not tail[f - k].text:
             break
-        earlier = tail[f - k]
-        if not sided(request.role, earlier):
-            break
-        if earlier.text and _holds(earlier.text, ours, ends=False):
-            return k
-        if f > k and before is not None and before in tail[f - k - 1].fps:
+        if _holds(tail[f - k].text, ours, ends=False):
             return k
     return 0
 

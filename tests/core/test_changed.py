@@ -125,5 +125,8 @@ def test_a_changed_message_that_is_one_message_is_no_run() -> None:
     # Not of the file message's side (ST's prompt, or the user's).
     asked = [requested[0], ChatMessage("user", requested[1].text)]
     assert merged_run(asked, history, fps, tail, 1, 2) == 0
-    # A turn that starts as the message it stands for starts no run before it.
-    assert merged_run(requested, history, fps, tail, 1, 1) == 0
+    # A turn that starts as the message it stands for starts no run before it, though an
+    # earlier reply starts alike.
+    alike_starts = [message(i, False, f"{REPLY} Time {i}. <status>HP {i}</status>") for i in (0, 1)]
+    own = [ChatMessage("assistant", f"{REPLY} Time 1.\n\n[Author's note: it rains.]")]
+    assert merged_run(own, [0], {0: fingerprint(own[0].text)}, alike_starts, 0, 1) == 0
