@@ -141,6 +141,14 @@ def _openers(prompt: str, openers: Mapping[str, str]) -> list[tuple[int, int, st
     return kept
 
 
+def _opened(template: Template, prompt: str) -> bool:
+    """Whether a prompt holds the template's user turn, or its system turn: a continue of
+    the chat's first reply (the greeting, a group's first member) has no user turn."""
+    if template.user.strip() in prompt:
+        return True
+    return template.system is not None and template.system.strip() in prompt
+
+
 def _turns_with(template: Template, prompt: str) -> list[Turn] | None:
     openers = {template.user: "user", template.assistant: "assistant"}
     if template.system is not None:
@@ -294,7 +302,7 @@ def _split(
     separators: Sequence[str],
 ) -> tuple[Template | str, list[Turn]] | None:
     for template in (*first, *TEMPLATES):
-        if template.user.strip() in prompt and template.assistant.strip() in prompt:
+        if template.assistant.strip() in prompt and _opened(template, prompt):
             turns = _turns_with(template, prompt)
             if turns:
                 return template, turns

@@ -221,9 +221,10 @@ def test_the_chat_start_of_sts_context_template_splits_a_prompt_with_instruct_of
     assert placed == prompt.replace("Tom: How", "MEMORY\nTom: How")
 
 
-def test_a_continue_of_the_only_message_with_instruct_off() -> None:
+def test_a_continue_of_the_only_message() -> None:
     """The greeting continued (or a group's first reply): no open turn names the
-    character, and its name starts one line, that of the message continued."""
+    character, and with instruct off its name starts one line, that of the message
+    continued; in a template, the prompt has no user turn."""
     for story in ("Story of Ava.\n***\n", "Story of Ava.\n***\n[Author's note: rain.]\n"):
         # A line inside the message that starts like a name is not its speaker.
         greeting = "*The glade is quiet.*\nSign: the bridge is out.\nShe waits."
@@ -232,6 +233,13 @@ def test_a_continue_of_the_only_message_with_instruct_off() -> None:
         )
         found = [(m.role, m.name, m.text) for m in parsed.messages]
         assert found == [("system", None, "Story of Ava."), ("assistant", "Ava", greeting)]
+    # In a template, the greeting continued: a system turn and a reply, no user turn.
+    prompt = "<|im_start|>system\nStory.<|im_end|>\n<|im_start|>assistant\nAva: Hello"
+    parsed = ADAPTER.parse(json.dumps({"prompt": prompt, "stop": ["\nTom:"]}).encode())
+    assert [(m.role, m.text) for m in parsed.messages] == [
+        ("system", "Story."),
+        ("assistant", "Ava: Hello"),
+    ]
     # In a template's continue, a turn that starts like a name is no speaker's.
     prompt = "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\nSign: the bridge is out."
     parsed = ADAPTER.parse(json.dumps({"prompt": prompt, "stop": ["\nTom:"]}).encode())
