@@ -124,6 +124,7 @@ class AnthropicMessagesAdapter:
             layout=tuple(where),
             api=self.name,
             unmerge=unmerge,
+            prompts_in_replies=False,
         )
 
     def leaves_out(self, parsed: ParsedRequest, drop: Collection[int]) -> tuple[int, ...]:

@@ -35,6 +35,10 @@ class ParsedRequest:
     # by its parts; and what the messages in such a turn are joined with.
     unmerge: Callable[[ParsedRequest, Mapping[int, Sequence[ChatMessage]]], None] | None = None
     merged_with: str = "\n\n"
+    # Whether ST's own prompts may be joined to a reply in such a turn: with instruct off
+    # a line without a name joins any turn, but ST turns its prompts into the user's for
+    # Claude and a post-processed prompt (or keeps them the system's), never a reply.
+    prompts_in_replies: bool = True
 
 
 Place = TypeVar("Place")

@@ -241,7 +241,7 @@ class OpenAIChatAdapter:
         mode = post_processing(messages)
         if mode is not None:  # its messages are read again as ST had them: none carried
             parsed.messages, parsed.layout = canonical(messages, mode)
-            parsed.carried, parsed.unmerge = 0, unmerge
+            parsed.carried, parsed.unmerge, parsed.prompts_in_replies = 0, unmerge, False
         return parsed
 
     def read_plain(self, raw: bytes) -> tuple[dict[str, Any], list[ChatMessage], str | None] | None:

@@ -95,7 +95,13 @@ async def identify_parsed(
         ident is not None and ident.confidence == 1.0 and not ident.changed and _whole(found)[1]
     ):
         return found
-    parts = unmerged(parsed.messages, found.span, library.index.by_fp, parsed.merged_with)
+    parts = unmerged(
+        parsed.messages,
+        found.span,
+        library.index.by_fp,
+        parsed.merged_with,
+        prompts_in_replies=parsed.prompts_in_replies,
+    )
     if not parts:
         return found
     messages, layout = parsed.messages, parsed.layout

@@ -36,10 +36,15 @@ def unmerged(
     span: HistorySpan,
     known: Container[int],
     separator: str = SEPARATOR,
+    *,
+    prompts_in_replies: bool = True,
 ) -> dict[int, list[ChatMessage]]:
     """The history messages to take apart (request index -> its parts, in order), given
     the fingerprints of the indexed chats' messages (`known`) and what merged messages
-    are joined with (`separator`). Empty: nothing to do."""
+    are joined with (`separator`). Empty: nothing to do. `prompts_in_replies`: whether
+    ST may have joined its prompts to a reply (`ParsedRequest.prompts_in_replies`); where
+    it may not, what of a reply before the newest message is no chat message as it is
+    stays the reply's (a reply of a group's member that ST changed, a status block cut)."""
     found: dict[int, list[ChatMessage]] = {}
     history = span.indices[-TAIL - MAX_SKIPPED :]
     for i in history:
@@ -48,7 +53,8 @@ def unmerged(
             continue
         if message_fingerprint(message.text) in known:
             continue  # a chat message of several paragraphs, as it is
-        parts = _parts(message, known, separator)
+        replies = message.role == "assistant" and i != history[-1] and not prompts_in_replies
+        parts = _parts(message, known, separator, keep_role=replies)
         if parts is not None:
             found[i] = parts
     if history:
@@ -67,9 +73,13 @@ def _prompts(paragraphs: list[str]) -> list[ChatMessage]:
     return [ChatMessage("system", p) for p in paragraphs if p.strip()]
 
 
-def _parts(message: ChatMessage, known: Container[int], separator: str) -> list[ChatMessage] | None:
+def _parts(
+    message: ChatMessage, known: Container[int], separator: str, *, keep_role: bool = False
+) -> list[ChatMessage] | None:
     """The message's paragraphs grouped into chat messages and ST's prompts between them,
-    covering as many paragraphs with chat messages as can be; None when none is one."""
+    covering as many paragraphs with chat messages as can be; None when none is one.
+    `keep_role`: the paragraphs between are of the message's role too (a run of them one
+    message), not ST's prompts."""
     paragraphs = message.text.split(separator)
     count = len(paragraphs)
     if count > MAX_PARAGRAPHS:
@@ -91,7 +101,7 @@ def _parts(message: ChatMessage, known: Container[int], separator: str) -> list[
     at = 0
     while at < count:
         end, chat = step[at]
-        if chat:
+        if chat or keep_role:
             text = separator.join(paragraphs[at:end])
             parts.append(ChatMessage(message.role, text, message.name))
         else:

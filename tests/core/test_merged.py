@@ -17,10 +17,12 @@ KNOWN = {fingerprint(text) for text in FILE} | {fingerprint(f"Orin: {FILE[0]}")}
 HEAD = [ChatMessage("system", "Write Ava's reply."), ChatMessage("system", "[Start a new Chat]")]
 
 
-def split(*turns: tuple[str, str]) -> dict[int, list[tuple[str, str]]]:
+def split(
+    *turns: tuple[str, str], prompts_in_replies: bool = True
+) -> dict[int, list[tuple[str, str]]]:
     messages = [*HEAD, *(ChatMessage(role, text) for role, text in turns)]
     span = HistorySpan(2, len(messages), tuple(range(2, len(messages))))
-    found = unmerged(messages, span, KNOWN)
+    found = unmerged(messages, span, KNOWN, prompts_in_replies=prompts_in_replies)
     return {i: [(p.role, p.text) for p in parts] for i, parts in found.items()}
 
 
@@ -51,6 +53,23 @@ def test_st_prompts_between_and_after_chat_messages_are_system_messages() -> Non
     # A group member's reply carries its name.
     assert split(("assistant", f"Orin: {FILE[0]}\n\n{FILE[2]}"), ("user", FILE[3])) == {
         2: [("assistant", f"Orin: {FILE[0]}"), ("assistant", FILE[2])]
+    }
+
+
+def test_a_reply_st_changed_in_a_merged_turn_stays_a_reply_where_prompts_join_no_reply() -> None:
+    """Claude, a post-processed prompt: ST's prompts are the user's (or the system's),
+    so what of a merged reply turn is no chat message as it is is a reply ST changed (a
+    status block cut), not a prompt; not so for the newest message, which ST's prefill
+    may follow."""
+    changed = "Orin nods and waits by the gate."  # no chat holds it as it came
+    turns = (("user", FILE[1]), ("assistant", f"{FILE[0]}\n\n{changed}"), ("user", FILE[3]))
+    assert split(*turns, prompts_in_replies=False) == {
+        3: [("assistant", FILE[0]), ("assistant", changed)]
+    }
+    assert split(*turns) == {3: [("assistant", FILE[0]), ("system", changed)]}  # instruct off
+    newest = (("user", FILE[1]), ("assistant", f"{FILE[0]}\n\n{changed}"))
+    assert split(*newest, prompts_in_replies=False) == {
+        3: [("assistant", FILE[0]), ("system", changed)]
     }
 
 
