@@ -103,10 +103,16 @@ def merged_replies(count: int, *, keep: bool) -> Merged:
 
 
 def test_a_turn_merged_from_changed_replies_stands_for_all_of_them() -> None:
-    for keep in (True, False):  # by the first reply's text, or by the message before
-        for count in range(2, CHANGED_RUN + 1):
+    for count in range(2, CHANGED_RUN + 1):
+        for keep in (True, False):  # by the message before, the texts kept or not
             requested, history, fps, tail = merged_replies(count, keep=keep)
             assert merged_run(requested, history, fps, tail, 1, count) == count - 1
+        # With no message before it: by the first reply's text, where the index keeps it.
+        alone = requested[1:]
+        printed = {0: fingerprint(alone[0].text)}
+        assert merged_run(alone, [0], printed, tail, 0, count) == 0  # texts not kept
+        _, _, _, kept = merged_replies(count, keep=True)
+        assert merged_run(alone, [0], printed, kept, 0, count) == count - 1
     # More than `CHANGED_RUN` merged: not taken by their texts, nor by the message before.
     for keep in (True, False):
         requested, history, fps, tail = merged_replies(CHANGED_RUN + 1, keep=keep)
