@@ -89,25 +89,21 @@ def merged_run(
     before = fps[history[r - 1]] if r > 0 else None
     if before is not None and before in tail[f - 1].fps:
         return 0
-    run = 0
+    sides = []  # the file messages before `tail[f]` of its side, as far back as may be
     for k in range(1, CHANGED_RUN):
         if f < k or not sided(request.role, tail[f - k]):
             break
         if f > k and before is not None and before in tail[f - k - 1].fps:
             return k
-        run = run or (k if tail[f - k].text else 0)
-    if not run:
+        sides.append(k)
+    kept = [k for k in sides if tail[f - k].text]
+    if not kept:
         return 0
     # Normalising a text costs tens of microseconds: only for a run the texts may tell.
     ours = normalize(request.text)
     if tail[f].text and _holds(tail[f].text, ours, ends=False):
         return 0  # it starts as the message it stands for: no other before it
-    for k in range(run, CHANGED_RUN):
-        if f < k or not sided(request.role, tail[f - k]) or not tail[f - k].text:
-            break
-        if _holds(tail[f - k].text, ours, ends=False):
-            return k
-    return 0
+    return next((k for k in kept if _holds(tail[f - k].text, ours, ends=False)), 0)
 
 
 def sided(role: str, message: IndexedMessage) -> bool:
