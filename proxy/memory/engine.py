@@ -244,7 +244,8 @@ class MemoryEngine:
     def _remember(self, chat_id: str, headers: Mapping[str, str], caller: Caller) -> None:
         try:
             if self.llm.remember(chat_id, headers, caller):
-                self._tasks.spawn(self.queue.hurry(chat_id), f"hurry {chat_id}")
+                for known in (chat_id, *self.llm.heirs(chat_id)):
+                    self._tasks.spawn(self.queue.hurry(known), f"hurry {known}")
         except Exception:
             # Bookkeeping for the proxy's own calls: the request goes on regardless.
             log.exception("keeping the key and model of a request of %s failed", chat_id)
@@ -323,6 +324,8 @@ class MemoryEngine:
                 self.events.publish("job", chat=chat_id, state="queued", count=planned.queued)
         if planned.failed_at is not None:
             self._retry_when_cooled(chat_id, planned.failed_at)
+        if planned.parent is not None and self.llm.kin(chat_id, planned.parent):
+            self._tasks.spawn(self.queue.hurry(chat_id), f"hurry {chat_id}")
         return planned.queued
 
     def _retry_when_cooled(self, chat_id: str, failed_at: float) -> None:

@@ -78,6 +78,10 @@ class LLMClient:
         # Only when `[memory.llm] base_url` names another API; entered by the app.
         self.own_upstream = own_upstream
         self._credentials: dict[str, Credentials] = {}
+        # A branch's (or checkpoint's) parent, by the branch's id: a branch with no request
+        # of its own calls with its parent's key and model. ST's requests of a branch made
+        # at the parent's newest message are the parent's too, and tell neither chat apart.
+        self._parents: dict[str, str] = {}
         # Text completion servers (their root URL) found to have no chat route.
         self._no_chat: set[str] = set()
 
@@ -101,12 +105,36 @@ class LLMClient:
     def renamed(self, old: str, new: str) -> bool:
         """ST renamed a chat: its key and model are the renamed chat's. True when that gave
         the chat (by its new id) a model it had none of."""
+        parent = self._parents.pop(old, None)
+        if parent is not None:
+            self._parents.setdefault(new, parent)
+        for branch, of in self._parents.items():
+            if of == old:
+                self._parents[branch] = new
         known = self._credentials.pop(old, None)
         if known is None:
             return False
         had = self.can_call(new)
         self._credentials.setdefault(new, known)  # a request under the new name is newer
         return not had and self.can_call(new)
+
+    def kin(self, branch: str, parent: str) -> bool:
+        """`branch` was made from `parent` (`main_chat`): until a request of its own comes,
+        it calls with the parent's key and model. True when that gave it a model it had
+        none of."""
+        had = self.can_call(branch)
+        self._parents[branch] = parent
+        return not had and self.can_call(branch)
+
+    def heirs(self, parent: str) -> list[str]:
+        """The branches of `parent` that call with its key and model (none of their own)."""
+        return [b for b, p in self._parents.items() if p == parent and b not in self._credentials]
+
+    def _known(self, chat_id: str) -> Credentials | None:
+        known = self._credentials.get(chat_id)
+        if known is None and chat_id in self._parents:
+            known = self._credentials.get(self._parents[chat_id])
+        return known
 
     def secrets(self) -> set[str]:
         """Every key this client may send: redacted from whatever it reports."""
@@ -125,7 +153,7 @@ class LLMClient:
         """Whether a model for this chat's calls is known (configured, or remembered)."""
         if self.settings.model is not None:
             return True
-        known = self._credentials.get(chat_id)
+        known = self._known(chat_id)
         return known is not None and known.caller.model is not None
 
     def answer_limit(self, operation: Operation) -> int:
@@ -146,7 +174,7 @@ class LLMClient:
         start-up). A chat's own API is spoken in its own format: a Claude chat's memory is
         written through the Messages API of the route it came by."""
         operation = Operation(operation)
-        known = self._credentials.get(chat_id, Credentials(None))
+        known = self._known(chat_id) or Credentials(None)
         override = self.settings.operations.get(operation.value)
         model = (override.model if override else None) or self.settings.model or known.caller.model
         if model is None:

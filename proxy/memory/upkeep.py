@@ -18,7 +18,7 @@ from typing import NamedTuple
 
 from proxy.core.plan import InjectionPolicy, chat_enabled
 from proxy.core.trim import Cut
-from proxy.memory.branches import inherit, made_from
+from proxy.memory.branches import inherit, made_from, parent_of
 from proxy.memory.folding import RunningPlanner
 from proxy.memory.handlers import SceneRecapHandler
 from proxy.memory.handling import OperationHandler
@@ -42,6 +42,7 @@ class Planned(NamedTuple):
 
     queued: int
     failed_at: float | None = None
+    parent: str | None = None  # a branch's parent chat (its id), whose model it may use
 
 
 class Upkeep:
@@ -94,9 +95,11 @@ class Upkeep:
         memory = db.memory
         chat = db.chat(chat_id)
         state = memory.state(chat_id)
+        parent = parent_of(db, chat) if chat is not None and chat.main_chat else None
+        kin = parent.id if parent is not None else None
         if chat is None or chat.deleted or state is None or not state.active:
             self.views.pop(chat_id, None)
-            return Planned(0)
+            return Planned(0, parent=kin)
         if chat.main_chat and not state.inherited:
             inherit(db, chat, self.clock(), self._scenes)
             since = 0  # all of it is new here: an inherited recap out of date is seen now
@@ -113,7 +116,7 @@ class Upkeep:
             assert state is not None
         if not self.upkeep_on(chat_id, chat.enabled):
             self.views[chat_id] = self.view(db, chat_id)
-            return Planned(0)
+            return Planned(0, parent=kin)
         jobs: list[tuple[Operation, str, Payload]] = []
         breaks = [b for b in memory.breaks(chat_id) if b.visible]
         prune(db, chat_id)
@@ -154,7 +157,7 @@ class Upkeep:
         view = self.views[chat_id] = self.view(db, chat_id, since)
         if before is None or view.vocabulary is not before.vocabulary:
             db.memory.optimize_search()  # its scenes changed: keep recall's queries fast
-        return Planned(queued, db.jobs.first_failure(chat_id, failed_since))
+        return Planned(queued, db.jobs.first_failure(chat_id, failed_since), kin)
 
     def memory_on(self, chat_id: str, own_state: bool | None) -> bool:
         """Whether this chat's requests get memory: its own on/off (`own_state`, None for

@@ -273,3 +273,50 @@ async def test_a_group_branch_before_st_1_15_starts_from_its_parents_memory(
     assert scene.position == 8 and scene.source == "inherited"
     [recap] = await memory.run(lambda db: db.memory.scene_recaps(scene.uid))
     assert recap.source == "inherited"
+
+
+async def test_a_branch_without_a_request_of_its_own_calls_with_its_parents_model(
+    memory_proxy: MemoryFactory,
+) -> None:
+    """ST's requests of a branch made at the parent's newest message are the parent's too,
+    so none tells the branch apart: the branch's work (a scene edited in it) uses the
+    parent's key and model rather than waiting for a request of the branch's own."""
+    memory = await parent_built(memory_proxy)
+    rows: list[dict[str, Any]] = json.loads(json.dumps(memory.story.messages[:12]))
+    save_branch(memory, rows)
+    await memory.until(lambda db: db.chat(BRANCH_ID) is not None)
+    response = await memory.client.post(f"{BRANCH_API}/backfill", json={})
+    assert (await response.json())["waiting_for_model"] is False
+    await memory.engine.settle()
+    assert [s for s, _ in (await scene_recaps(memory, BRANCH_ID))[8]] == ["inherited"]
+
+    calls = len(memory.fake.state.seen)
+    await edit_in_branch(memory, rows)
+    await memory.until(lambda db: recap_count(db, BRANCH_ID) == 2)
+    recaps = (await scene_recaps(memory, BRANCH_ID))[8]
+    assert recaps[-1][0] == "llm" and recaps[-1][1].startswith("9 messages")
+    made = [json.loads(seen.body) for seen in memory.fake.state.seen[calls:]]
+    assert made and {m["model"] for m in made} == {"fake-model"}  # the parent's request's
+
+
+async def test_a_branchs_work_waiting_for_a_model_goes_on_with_its_parents_first_request(
+    memory_proxy: MemoryFactory,
+) -> None:
+    """No request seen since start-up: the branch's backfill waits for a model, and the
+    parent's first request brings it (the branch's jobs run then, not at their next try)."""
+    memory = await memory_proxy(16, ends={8}, **{"memory.message_recaps": False})
+    rows: list[dict[str, Any]] = json.loads(json.dumps(memory.story.messages[:12]))
+    save_branch(memory, rows)
+    await memory.until(lambda db: db.chat(BRANCH_ID) is not None)
+    response = await memory.client.post(f"{BRANCH_API}/backfill", json={})
+    assert (await response.json())["waiting_for_model"] is True
+    await memory.until(lambda db: waiting(db) > 0, settle=False)
+
+    await memory.client.post("/v1/chat/completions", json=memory.story.request())
+    await memory.until(lambda db: db.memory.running_recaps(BRANCH_ID), settle=False)
+    assert await memory.run(waiting) == 0
+
+
+def waiting(db: Database) -> int:
+    """The branch's jobs waiting for a model."""
+    return sum(j.waiting_for == "model" for j in db.jobs.list(BRANCH_ID))

@@ -72,6 +72,32 @@ async def test_the_chats_newest_key_and_model_are_the_ones_used(
     assert (headers["Authorization"], body["model"]) == ("Bearer sk-new", "other-model")
 
 
+async def test_a_branch_calls_with_its_parents_key_and_model_until_it_has_its_own(
+    fake_llm: FakeLLM, chat_upstream: Upstream
+) -> None:
+    client = LLMClient(LLMSettings(), chat_upstream, None)
+    assert not client.kin("branch", "parent")  # the parent has none either yet
+    assert client.heirs("parent") == ["branch"] and not client.can_call("branch")
+    assert client.remember("parent", {"Authorization": "Bearer sk-parent"}, Caller("m-parent"))
+    assert client.can_call("branch")
+    await client.complete(Operation.SCENE_RECAP, "branch", PROMPT)
+    headers, body = last(fake_llm)
+    assert (headers["Authorization"], body["model"]) == ("Bearer sk-parent", "m-parent")
+
+    # Both renamed in ST: the branch still calls with its parent's.
+    client.renamed("parent", "parent 2")
+    client.renamed("branch", "branch 2")
+    assert client.heirs("parent 2") == ["branch 2"] and client.can_call("branch 2")
+    assert not client.kin("branch 2", "parent 2")  # it had a model already
+
+    # A request of the branch's own: its key and model from then on, and no heir any more.
+    client.remember("branch 2", {"Authorization": "Bearer sk-branch"}, Caller("m-branch"))
+    assert client.heirs("parent 2") == []
+    await client.complete(Operation.SCENE_RECAP, "branch 2", PROMPT)
+    headers, body = last(fake_llm)
+    assert (headers["Authorization"], body["model"]) == ("Bearer sk-branch", "m-branch")
+
+
 async def test_settings_and_per_operation_overrides(
     fake_llm: FakeLLM, chat_upstream: Upstream
 ) -> None:
