@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import os
 import re
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import quote
@@ -353,6 +353,55 @@ async def test_what_is_typed_in_the_filter_while_the_list_reloads_stays(
     await expect(page.locator("#chats tbody tr", has_text="Bea")).to_be_visible()
     await expect(page.locator("#filter")).to_have_value("bea")
     await expect(ava).to_be_hidden()
+    assert page.errors == []  # type: ignore[attr-defined]
+
+
+async def test_a_page_whose_answers_come_late_draws_nothing_over_the_one_shown_now(
+    served: Served, browser: Browser
+) -> None:
+    """A chat opened, its answers slow (a busy machine), and the list opened again before
+    they came: the list stays, and so does another chat opened meanwhile."""
+    page = await open_dashboard(browser, served)
+    await expect(page.locator("#chats tbody tr")).to_have_count(2)
+    asked, answer, holding = asyncio.Event(), asyncio.Event(), [True]
+
+    async def hold(route: Route) -> None:
+        if holding[0]:
+            asked.set()
+            await answer.wait()
+        await route.continue_()
+
+    async def late(then: Callable[[], Awaitable[None]]) -> None:
+        """Ava opened, its overview held while `then` runs, then let through."""
+        holding[0] = True
+        asked.clear()
+        answer.clear()
+        await page.locator("#chats tbody tr", has_text="Ava").locator("a").click()
+        await asyncio.wait_for(asked.wait(), 15)
+        await then()
+        holding[0] = False
+        answer.set()
+        await page.evaluate("() => new Promise((done) => setTimeout(done, 500))")
+
+    await page.route(f"**/recap/api/chats/{quote(CHAT_ID, safe='')}/memory", hold)
+
+    async def to_the_list() -> None:
+        await page.click("a[href='#/']")
+        await expect(page.locator("#chats tbody tr")).to_have_count(2)
+
+    await late(to_the_list)
+    await expect(page.locator("#chats tbody tr")).to_have_count(2)
+    await expect(page.locator("#chat-title")).to_have_count(0)
+
+    # The same with another chat opened in between: Ava's answers do not become Bea's page.
+    async def to_bea() -> None:
+        await to_the_list()
+        await page.locator("#chats tbody tr", has_text="Bea").locator("a").click()
+        await expect(page.locator("#overview")).to_contain_text("30 messages")
+
+    await late(to_bea)
+    await expect(page.locator("#chat-title")).to_contain_text("Bea")
+    await expect(page.locator("#overview")).to_contain_text("30 messages")
     assert page.errors == []  # type: ignore[attr-defined]
 
 

@@ -4,7 +4,9 @@
 
 const KEY = "recap-proxy-key";
 const BLOCK = 40; // messages rendered together once their block scrolls into view
-const state = { view: null, chat: null, events: 0, backfill: null, filter: "" };
+// `nav` counts the page's navigations: a view whose requests come back after the person
+// went elsewhere (a slow answer, a busy machine) draws nothing over the view now shown.
+const state = { view: null, chat: null, events: 0, backfill: null, filter: "", nav: 0 };
 
 // -- little helpers ----------------------------------------------------------------------
 
@@ -172,10 +174,12 @@ function onEvent(event) {
 // -- the chats --------------------------------------------------------------------------
 
 async function renderChats() {
+  const nav = state.nav;
   const root = main();
   const chats = await api("GET", "/recap/api/chats");
   // Which ST data folder these are from (fixed for the server's life: asked once).
   if (state.stData === undefined) state.stData = (await api("GET", "/")).st_data || null;
+  if (nav !== state.nav) return;
   // The filter as it is now, once the list is in: what was typed while it loaded stays,
   // and so does the one left for a chat's page.
   const old = document.getElementById("filter");
@@ -233,7 +237,9 @@ function applyFilter(text) {
 const SHOWN_DONE = 50; // done jobs the queue page lists
 
 async function renderQueue() {
+  const nav = state.nav;
   const [queue, chats] = await Promise.all([api("GET", `/recap/api/queue?done=${SHOWN_DONE}`), api("GET", "/recap/api/chats")]);
+  if (nav !== state.nav) return;
   const usage = chats.filter((c) => c.usage && c.usage.total);
   // Prompt and answer apart: APIs bill the two at different prices.
   const count = (n) => n.toLocaleString("en-US");
@@ -286,6 +292,7 @@ async function checkHealth() {
 // -- routing -------------------------------------------------------------------------------
 
 async function route() {
+  const nav = ++state.nav;
   const hash = location.hash.replace(/^#/, "") || "/";
   for (const a of document.querySelectorAll("[data-nav]")) a.classList.toggle("here", hash.startsWith("/" + a.dataset.nav));
   try {
@@ -300,7 +307,7 @@ async function route() {
       await renderChats();
     }
   } catch (error) {
-    main().replaceChildren(h("p", { class: "error" }, error.message));
+    if (nav === state.nav) main().replaceChildren(h("p", { class: "error" }, error.message));
   }
   document.body.dataset.ready = "1";
 }

@@ -5,6 +5,7 @@
 // -- a chat ---------------------------------------------------------------------------
 
 async function renderChat(id) {
+  const nav = state.nav;
   state.chat = id;
   const root = main();
   root.replaceChildren(h("p", { class: "muted" }, "loading…"));
@@ -13,6 +14,7 @@ async function renderChat(id) {
     api("GET", chatPath(id) + "/memory"), api("GET", chatPath(id) + "/messages"),
     api("GET", chatPath(id) + "/scenes"), api("GET", chatPath(id) + "/recaps"),
   ]);
+  if (nav !== state.nav) return;
   state.messages = messages;
   const tab = state.tab || "story";
   const tabs = h("div", { class: "tabs", role: "tablist" },
@@ -77,10 +79,15 @@ async function showTab(story) {
 }
 
 async function updateChat(what) {
-  if (what === "messages") {
-    state.messages = await api("GET", chatPath(state.chat) + "/messages");
-  }
-  renderOverview(await api("GET", chatPath(state.chat) + "/memory"));
+  const nav = state.nav;
+  const id = state.chat;
+  const [messages, overview] = await Promise.all([
+    what === "messages" ? api("GET", chatPath(id) + "/messages") : null,
+    api("GET", chatPath(id) + "/memory"),
+  ]);
+  if (nav !== state.nav) return; // another page (or chat) is shown now
+  if (messages) state.messages = messages;
+  renderOverview(overview);
   await showTab();
 }
 
