@@ -49,10 +49,9 @@ FROM_LLM = frozenset({"llm", "inherited"})
 
 
 def parent_of(db: Database, chat: ChatRecord) -> ChatRecord | None:
-    for other in db.chats():
+    for other in db.chats(named=chat.main_chat):
         if (
             other.id != chat.id
-            and other.name == chat.main_chat
             and other.user == chat.user
             and (other.character, other.group_id) == (chat.character, chat.group_id)
         ):

@@ -125,9 +125,9 @@ class Database:
         found = row.fetchone()
         return chat_from_row(found) if found else None
 
-    def chats(self, *, include_deleted: bool = False) -> list[ChatRecord]:
-        where = "" if include_deleted else "WHERE deleted=0"
-        rows = self.db.execute(f"SELECT {CHAT_COLUMNS} FROM chats {where} ORDER BY id")
+    def chats(self, *, named: str | None = None) -> list[ChatRecord]:
+        which = "WHERE deleted=0 AND (? IS NULL OR name=?) ORDER BY id"  # named: of that name
+        rows = self.db.execute(f"SELECT {CHAT_COLUMNS} FROM chats {which}", (named, named))
         return [chat_from_row(r) for r in rows]
 
     def deleted_with_integrity(self, integrity: str) -> list[ChatRecord]:
