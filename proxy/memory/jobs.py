@@ -31,7 +31,7 @@ from proxy.events import EventBus
 from proxy.memory.operations import OPERATIONS, PRIORITIES, Operation
 from proxy.settings import QueueSettings
 from proxy.store import Database, Store, log_failed
-from proxy.store.jobs import Job, Payload
+from proxy.store.jobs import STALE, Job, Payload
 from proxy.tasks import TaskSet
 
 log = logging.getLogger(__name__)
@@ -354,6 +354,12 @@ class JobQueue:
         now = self.clock()
         error = redact_secrets(f"{type(exc).__name__}: {exc}", self.secrets())
         if isinstance(exc, NoCredentials):
+            handler = self.handlers.get(Operation(job.operation))
+            if handler is not None and not handler.still_current(db, job):
+                # Made for what is gone (a chat renamed while it was planned, whose key
+                # and model went to its new name): nothing to wait for.
+                jobs.drop(job, now, STALE)
+                return "dropped", STALE
             # Not the job's fault: it waits, without using up its attempts, until the
             # chat's next request brings a key and model (see `hurry`).
             jobs.park(job, now, now + self.settings.backoff_cap_seconds, error)

@@ -25,6 +25,7 @@ LIVE = ("queued", "running")
 # How the error kept on a job that waits for its chat's key and model begins (the queue
 # keeps `<exception type>: <message>`).
 WAITING_FOR_MODEL = f"{NoCredentials.__name__}: "
+STALE = "its input changed, went or is covered"  # why a job was dropped
 JOB_COLUMNS = (
     "id, chat_id, operation, priority, dedup_key, payload, input_hash, upstream, state, "
     "attempts, not_before, error, created, updated"
@@ -212,7 +213,7 @@ class JobTable(Table):
                 self._set(job.id, "queued", now, attempts=0, error=None, not_before=now)
                 return "queued"
             if not still_current(job):
-                self._set(job.id, "dropped", now, error="its input changed, went or is covered")
+                self._set(job.id, "dropped", now, error=STALE)
                 return "dropped"
             apply()
             self._set(job.id, "done", now, error=None)

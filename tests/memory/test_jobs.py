@@ -17,7 +17,7 @@ from proxy.memory.operations import OPERATIONS, Operation
 from proxy.settings import QueueSettings
 from proxy.sillytavern.chatfile import STMessage
 from proxy.store import Database, Store
-from proxy.store.jobs import Job
+from proxy.store.jobs import STALE, Job
 from tests.test_store import record
 from tests.waiting import until
 
@@ -299,6 +299,28 @@ async def test_a_queued_job_says_what_it_waits_for(setup) -> None:  # type: igno
         "no-model": "waiting for a model", "flaky": "retrying: the API answered 503", "fine": None
     }  # fmt: skip
     assert (jobs["no-model"].state, jobs["no-model"].attempts) == ("queued", 0)  # not used up
+
+
+async def test_a_job_for_what_went_does_not_wait_for_a_model(setup) -> None:  # type: ignore[no-untyped-def]
+    """A chat renamed while it was planned: the job made under its old name finds no key
+    and model there (they went with the chat), and no input either. It is dropped, not
+    kept waiting for a request that will never come under that name."""
+    store, fake, handlers = setup
+    fake.outcomes = {k: [NoCredentials("no model yet")] for k in ("gone", "waits")}
+    fake.current = {"gone": "changed since"}
+    settings = QueueSettings(backoff_seconds=60, backoff_cap_seconds=60)
+    async with JobQueue(store, handlers, settings) as queue:
+        for key in ("gone", "waits"):
+            await queue.enqueue("a", Operation.MESSAGE_RECAP, key, {}, "h", "up")
+
+        async def ended() -> bool:
+            found = {j.dedup_key: j for j in await queue.jobs()}
+            return found["gone"].state == "dropped" and found["waits"].error is not None
+
+        await until(ended, "both outcomes recorded")
+        jobs = {j.dedup_key: j for j in await queue.jobs()}
+    assert (jobs["gone"].error, jobs["gone"].waiting_for) == (STALE, None)
+    assert (jobs["waits"].state, jobs["waits"].waiting_for) == ("queued", "model")
 
 
 async def test_a_look_after_a_job_lists_what_is_live_and_what_came_after(setup) -> None:  # type: ignore[no-untyped-def]
