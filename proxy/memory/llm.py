@@ -105,6 +105,7 @@ class LLMClient:
     def renamed(self, old: str, new: str) -> bool:
         """ST renamed a chat: its key and model are the renamed chat's. True when that gave
         the chat (by its new id) a model it had none of."""
+        had = self.can_call(new)  # before anything moves: a branch's may come by its parent
         parent = self._parents.pop(old, None)
         if parent is not None:
             self._parents.setdefault(new, parent)
@@ -112,10 +113,8 @@ class LLMClient:
             if of == old:
                 self._parents[branch] = new
         known = self._credentials.pop(old, None)
-        if known is None:
-            return False
-        had = self.can_call(new)
-        self._credentials.setdefault(new, known)  # a request under the new name is newer
+        if known is not None:
+            self._credentials.setdefault(new, known)  # a request under the new name is newer
         return not had and self.can_call(new)
 
     def kin(self, branch: str, parent: str) -> bool:

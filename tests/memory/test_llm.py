@@ -84,9 +84,10 @@ async def test_a_branch_calls_with_its_parents_key_and_model_until_it_has_its_ow
     headers, body = last(fake_llm)
     assert (headers["Authorization"], body["model"]) == ("Bearer sk-parent", "m-parent")
 
-    # Both renamed in ST: the branch still calls with its parent's.
-    client.renamed("parent", "parent 2")
-    client.renamed("branch", "branch 2")
+    # Both renamed in ST: the branch still calls with its parent's, and each new name is
+    # told it has a model now (work waiting under it goes on), the branch's by its parent.
+    assert client.renamed("parent", "parent 2")
+    assert client.renamed("branch", "branch 2")
     assert client.heirs("parent 2") == ["branch 2"] and client.can_call("branch 2")
     assert not client.kin("branch 2", "parent 2")  # it had a model already
 
