@@ -35,6 +35,10 @@ class ParsedRequest:
     # by its parts; and what the messages in such a turn are joined with.
     unmerge: Callable[[ParsedRequest, Mapping[int, Sequence[ChatMessage]]], None] | None = None
     merged_with: str = "\n\n"
+    # A format whose request alone does not tell its chat messages apart (ST's single
+    # user message): takes them apart with the chat index's help before identification
+    # (`adapters.single`; typed `Any`: the index is the chat path's).
+    split: Callable[[ParsedRequest, Any], None] | None = None
     # Whether ST's own prompts may be joined to a reply in such a turn: with instruct off
     # a line without a name joins any turn, but ST turns its prompts into the user's for
     # Claude and a post-processed prompt (or keeps them the system's), never a reply.

@@ -17,6 +17,7 @@ from typing import Any
 
 import orjson
 
+from adapters import single
 from adapters.base import ParsedRequest
 from adapters.post_processed import (
     MergedLayout,
@@ -26,6 +27,7 @@ from adapters.post_processed import (
     rewritten,
     unmerge,
 )
+from adapters.single import SingleLayout, single_message
 from adapters.spans import HEAD, MAP_FROM, Spans, decode, measure, splice
 from proxy.core.models import ChatMessage, Insertion
 from proxy.errors import AdapterError
@@ -242,6 +244,9 @@ class OpenAIChatAdapter:
         if mode is not None:  # its messages are read again as ST had them: none carried
             parsed.messages, parsed.layout = canonical(messages, mode)
             parsed.carried, parsed.unmerge, parsed.prompts_in_replies = 0, unmerge, False
+        elif single_message(messages):
+            parsed.messages, parsed.layout = single.canonical(messages[0].text)
+            parsed.carried, parsed.unmerge, parsed.split = 0, single.unmerge, single.split
         return parsed
 
     def read_plain(self, raw: bytes) -> tuple[dict[str, Any], list[ChatMessage], str | None] | None:
@@ -265,6 +270,8 @@ class OpenAIChatAdapter:
         except AdapterError:
             return None
         if numeric or _too_big_for_orjson(body, numeric) or post_processing(messages):
+            return None
+        if single_message(messages):
             return None
         return body, messages, _model_of(body)
 
@@ -292,6 +299,10 @@ class OpenAIChatAdapter:
         if type(layout) is MergedLayout:
             source, fast = reencode(parsed.raw, parsed.body)
             return encode_json(rewritten(parsed, source, insertions, replaced, drop), fast=fast)
+        if type(layout) is SingleLayout:
+            source, fast = reencode(parsed.raw, parsed.body)
+            sent = single.rewritten(parsed.messages, source, insertions, replaced, drop)
+            return encode_json(sent, fast=fast)
         assert type(layout) is _Layout, "parsed by another adapter"
         wire = parsed.body["messages"]
         if replaced and any(not 0 <= i < len(wire) for i in replaced):

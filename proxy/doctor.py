@@ -36,7 +36,7 @@ from proxy.doctor_net import (
 )
 from proxy.errors import ConfigError
 from proxy.settings import Settings, default_config_path, load_settings, load_settings_partly
-from proxy.sillytavern.connection import connection, points_at, proxy_urls, single_message
+from proxy.sillytavern.connection import connection, points_at, proxy_urls
 from proxy.sillytavern.layout import data_dir_for, inside, same_folder, scan
 from proxy.store import mirrored_folder_of, unusable
 
@@ -231,14 +231,6 @@ def _st_points_here(data_dir: Path, origin: str, settings: Settings) -> list[Che
             ))  # fmt: skip
         elif points_at(found.url, origin, found, prefixes):
             checks.append(Check(name, True, f"{found.api}: {found.field} = {found.url}"))
-            if single_message(st):
-                checks.append(Check(
-                    f"ST ({user}) prompt post-processing", False,
-                    "Prompt Post-Processing is Single user message: the whole prompt is one "
-                    "message, in which the proxy cannot tell the chat, so it adds no memory",
-                    "in ST: Prompt Post-Processing = None, Merge consecutive roles, "
-                    "Semi-strict or Strict (the proxy takes those)",
-                ))  # fmt: skip
         else:
             shown = found.url or "(empty)"
             checks.append(Check(

@@ -89,6 +89,8 @@ async def identify_parsed(
     confidence to start a new branch's upkeep, and its older covered messages not known
     as covered. So does a message matched only as one ST changed on the way
     (`proxy.core.identify`): it may be a chat message with ST's prompts joined to it."""
+    if parsed.split is not None:
+        parsed.split(parsed, library.index)
     found = await library.identify_request(parsed.messages, markers, header)
     ident = found.identification
     if parsed.unmerge is None or (

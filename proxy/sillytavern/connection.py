@@ -81,17 +81,6 @@ def connection(settings: Mapping[str, Any]) -> Connection | None:
     return None
 
 
-def single_message(settings: Mapping[str, Any]) -> bool:
-    """Whether this user's Custom source sends the whole prompt as one user message
-    (`oai_settings.custom_prompt_post_processing`, "Single user message"): the proxy
-    cannot tell the chat's messages in it, so such requests get no memory."""
-    if settings.get("main_api") != "openai":
-        return False
-    oai = _table(settings, "oai_settings")
-    custom = str(oai.get("chat_completion_source") or "openai") == "custom"
-    return custom and oai.get("custom_prompt_post_processing") == "single"
-
-
 def proxy_urls(origin: str, connection: Connection, prefixes: Sequence[str] = ()) -> list[str]:
     """The values that would send this user's requests through the proxy at `origin`: its
     address, or one of its route prefixes, with what the API family needs after it."""

@@ -1,7 +1,8 @@
 """Chat completions that ST's server post-processed ("Prompt Post-Processing": merge,
-semi, strict): the real captures of `openai-reverse-proxy/stream` run through ST's
-`mergeMessages` (`tests.memory.st_wire.post_processed`), told for what they are,
-identified as the unprocessed ones are, and given memory as ST merges its own prompts."""
+semi, strict; a single user message: tests/adapters/test_single.py): the real captures of
+`openai-reverse-proxy/stream` run through ST's `mergeMessages`
+(`tests.memory.st_wire.post_processed`), told for what they are, identified as the
+unprocessed ones are, and given memory as ST merges its own prompts."""
 
 from __future__ import annotations
 
@@ -62,9 +63,6 @@ def test_a_processed_request_is_told_by_its_shape(step: str) -> None:
     )
     for mode in ("semi", "strict"):
         assert ADAPTER.parse(processed(step, mode)).layout.mode == "semi"
-    # All of it one user message ("single"): not told, it goes as it came.
-    single = ADAPTER.parse(processed(step, "single"))
-    assert post_processing(single.messages) is None and len(single.messages) == 1
 
 
 def test_what_st_sends_unprocessed_is_not_taken_for_processed() -> None:

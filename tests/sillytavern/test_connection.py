@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from proxy.sillytavern.connection import connection, points_at, proxy_urls, single_message
+from proxy.sillytavern.connection import connection, points_at, proxy_urls
 
 SETTINGS = Path(__file__).parents[1] / "data" / "st-settings"
 PROXY = "http://127.0.0.1:8765"
@@ -69,17 +69,3 @@ def test_a_source_that_calls_its_provider_directly() -> None:
     found = connection(st)
     assert found is not None and points_at(found.url, PROXY, found)
     assert connection({"main_api": "novel"}) is None
-
-
-def test_only_a_custom_source_sending_a_single_user_message_is_flagged() -> None:
-    def settings(source: str, mode: str, api: str = "openai") -> dict[str, Any]:
-        oai = {"chat_completion_source": source, "custom_prompt_post_processing": mode}
-        return {"main_api": api, "oai_settings": oai}
-
-    assert single_message(settings("custom", "single"))
-    for mode in ("", "merge", "semi", "strict"):
-        assert not single_message(settings("custom", mode))
-    # The setting is the Custom source's: another source or API family ignores it.
-    assert not single_message(settings("claude", "single"))
-    assert not single_message(settings("custom", "single", api="textgenerationwebui"))
-    assert not single_message({"main_api": "openai"})

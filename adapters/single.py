@@ -1,0 +1,187 @@
+"""A chat completion that ST's server made one user message ("Single user message", its
+"Prompt Post-Processing" for a Custom endpoint): read as ST had it, written back as one.
+
+ST's `mergeMessages` with `single` (`src/prompt-converters.js`) names each speaker in the
+text (`{{char}}: ` before a reply that does not start with a group member's name,
+`{{user}}: ` before the user's message, a `name` folded in as `name: `), makes every
+message the user's and joins them all with a blank line. Told by the request's shape: one
+user message that holds ST's start-of-chat prompt as a paragraph of its own.
+
+The request alone does not tell where one chat message ends and the next starts (a
+message may hold blank lines), nor which speaker is the user. So its paragraphs are read
+in two steps: the adapter takes those up to the start-of-chat prompt for ST's system
+prompts (`canonical`), and the chat path takes the rest apart with the chat index
+(`ParsedRequest.split`, before identification): a paragraph that starts with a speaker's
+`Name: ` starts a message, a speaker being a name whose message the index holds, and the
+index says whether it is the user's. A paragraph before the first message is ST's prompt
+(world info at a depth); one of ST's prompts between messages joins the message before it,
+and is taken apart from it as in any merged turn (`proxy.core.merged`).
+
+Written back, every message (the memory's parts among them) is joined with a blank line
+into the one user message again, as ST would have sent it with the memory among its
+prompts; a request that nothing went into and nothing was left out of goes as it came.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from adapters.base import ParsedRequest, spread
+from proxy.core.chat_index import TAIL, ChatIndex, fingerprint
+from proxy.core.identify import MAX_SKIPPED
+from proxy.core.models import ChatMessage, Insertion
+from proxy.core.placement import START_MARKERS
+
+SEPARATOR = "\n\n"  # what ST joins the messages with
+# ST's `${name}: ` before a speaker's message (a name of a line, at most 40 characters).
+_SPEAKER = re.compile(r"([^\n:]{1,40}): ")
+LONGEST = 12  # paragraphs of a message that tells a speaker (a longer one tells nothing)
+
+
+@dataclass(frozen=True, slots=True)
+class SingleLayout:
+    """A single user message's request: its history paragraphs (those after the start of
+    the chat), until `split` takes them apart into messages."""
+
+    history: tuple[str, ...]
+
+
+def single_message(messages: Sequence[ChatMessage]) -> bool:
+    """Whether a request read one message per wire message is ST's single user message."""
+    if len(messages) != 1 or messages[0].role != "user" or messages[0].name is not None:
+        return False
+    text = messages[0].text
+    return any(text.startswith(m) or SEPARATOR + m in text for m in START_MARKERS)
+
+
+def canonical(text: str) -> tuple[list[ChatMessage], SingleLayout]:
+    """ST's prompts up to the start of the chat, each paragraph a system message, and the
+    paragraphs after it kept for `split` (which the chat path calls)."""
+    paragraphs = text.split(SEPARATOR)
+    start = next(i for i, p in enumerate(paragraphs) if p.startswith(START_MARKERS))
+    head = [ChatMessage("system", p) for p in paragraphs[: start + 1]]
+    history = tuple(paragraphs[start + 1 :])
+    if history:
+        head.append(ChatMessage("user", SEPARATOR.join(history)))
+    return head, SingleLayout(history)
+
+
+def split(parsed: ParsedRequest, index: ChatIndex) -> None:
+    """Take the request's chat paragraphs apart into messages, their speakers' roles told
+    by the chat index (`ParsedRequest.split`)."""
+    layout = parsed.layout
+    assert type(layout) is SingleLayout, "not a single user message"
+    paragraphs = layout.history
+    if not paragraphs:
+        return
+    names = [_name(p) for p in paragraphs]
+    roles = _speakers(paragraphs, names, index)
+    # Only names the index knows as speakers start a message: a paragraph of a message
+    # that starts with `Note: ` stays the message's.
+    turns = _turns(range(len(paragraphs)), lambda i: names[i] in roles)
+    # Only a chat's newest messages are indexed: an older one is not looked up.
+    indexed = len(turns) - TAIL - MAX_SKIPPED
+    messages = parsed.messages[:-1]
+    for k, turn in enumerate(turns):
+        texts = [paragraphs[i] for i in turn]
+        role = roles.get(names[turn[0]])
+        # ST's prompts: before the first message, and after a message the index holds
+        # (the impersonation prompt, the continue nudge: a reply that ended the request
+        # would be taken for a prefill with them).
+        if role is None:
+            messages += [ChatMessage("system", p) for p in texts]
+            continue
+        cut = _indexed_end(texts, index) if len(texts) > 1 and k >= indexed else len(texts)
+        messages.append(ChatMessage(role, SEPARATOR.join(texts[:cut])))
+        messages += [ChatMessage("system", p) for p in texts[cut:]]
+    parsed.messages = messages
+    parsed.layout = SingleLayout(())
+
+
+def unmerge(parsed: ParsedRequest, parts: Mapping[int, Sequence[ChatMessage]]) -> None:
+    """Take apart the turns that held ST's prompts (`ParsedRequest.unmerge`)."""
+    assert type(parsed.layout) is SingleLayout, "not a single user message"
+    parsed.messages, _ = spread(parsed.messages, [0] * len(parsed.messages), parts)
+
+
+def rewritten(
+    messages: Sequence[ChatMessage],
+    body: dict[str, Any],
+    insertions: Sequence[Insertion],
+    replacements: Mapping[int, str],
+    drop: Collection[int],
+) -> dict[str, Any]:
+    """`body` (the request's, decoded as its numbers need; `messages` its canonical ones)
+    with the memory in, the replacements made and the `drop`ped messages out: all of it
+    one user message again."""
+    if not insertions and not drop and not replacements:
+        return body
+    at: dict[int, list[str]] = {}
+    for insertion in insertions:
+        at.setdefault(insertion.index, []).append(insertion.text)
+    texts: list[str] = []
+    for i in range(len(messages) + 1):
+        texts += at.get(i, ())
+        if i < len(messages) and i not in drop:
+            texts.append(replacements.get(i, messages[i].text))
+    wire = body["messages"][0]
+    return {**body, "messages": [{**wire, "content": SEPARATOR.join(texts)}]}
+
+
+def _speakers(paragraphs: Sequence[str], names: Sequence[str], index: ChatIndex) -> dict[str, str]:
+    """The speakers' names, each with its role ("user" or "assistant"): a name is one when
+    a paragraph that starts with it (`names`), alone or with up to `LONGEST` - 1 after it,
+    is a message the index holds. Looked for from the newest paragraph back (the index
+    holds a chat's newest messages), each name until it is found."""
+    roles: dict[str, str] = {}
+    for i in range(len(paragraphs) - 1, -1, -1):
+        name = names[i]
+        if not name or name in roles:
+            continue
+        for end in range(i + 1, min(len(paragraphs), i + LONGEST) + 1):
+            role = _indexed_role(SEPARATOR.join(paragraphs[i:end]), index)
+            if role is not None:
+                roles[name] = role
+                break
+    return roles
+
+
+def _turns(items: Iterable[int], starts: Callable[[int], bool]) -> list[list[int]]:
+    """The paragraphs (by their indices) in runs, a new one at each that `starts` holds for."""
+    turns: list[list[int]] = []
+    for item in items:
+        if not turns or starts(item):
+            turns.append([item])
+        else:
+            turns[-1].append(item)
+    return turns
+
+
+def _indexed_end(turn: Sequence[str], index: ChatIndex) -> int:
+    """Where the message that starts `turn` ends: after its longest start the index holds
+    as a message, or (none held: a message older than the index keeps, or one ST changed)
+    at the turn's end."""
+    for end in range(len(turn), 0, -1):
+        if fingerprint(SEPARATOR.join(turn[:end])) in index.by_fp:
+            return end
+    return len(turn)
+
+
+def _name(paragraph: str) -> str:
+    found = _SPEAKER.match(paragraph)
+    return found.group(1) if found is not None else ""
+
+
+def _indexed_role(text: str, index: ChatIndex) -> str | None:
+    """The role of the indexed message whose text (`Name: text`) this is, if any chat
+    holds one."""
+    fp = fingerprint(text)
+    for chat_id in index.by_fp.get(fp, ()):
+        entry = index.entries.get(chat_id)
+        for message in entry.tail if entry is not None else ():
+            if fp in message.fps:
+                return "user" if message.is_user else "assistant"
+    return None
