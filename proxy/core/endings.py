@@ -70,9 +70,21 @@ def continues(
 def prefilled(
     trailing: Sequence[ChatMessage], last: IndexedMessage, reasoning: Sequence[ReasoningFormat]
 ) -> bool:
-    return any(
+    """The request ends with the start of the file's last message: a reply's start, or
+    a text prompt's last line as a speaker's (`Name: text`) that was taken for ST's own
+    (a group member whose name starts no other turn, the reply ST changed on its way: a
+    status block cut), where ST continues it."""
+    if any(
         m.role == "assistant" and m.text.strip() and starts(last, m.text, reasoning)
         for m in trailing
+    ):
+        return True
+    final = trailing[-1] if trailing else None
+    return (
+        final is not None
+        and final.role == "system"
+        and len(readings(normalize(final.text))) == 2
+        and starts(last, final.text, reasoning)
     )
 
 

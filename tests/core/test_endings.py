@@ -39,6 +39,17 @@ def test_a_prefill_is_the_start_of_the_last_reply() -> None:
     assert not starts(LAST, empty, (DEFAULT_REASONING,))
 
 
+def test_a_text_prompts_last_line_taken_for_sts_own_is_the_prefill_it_is() -> None:
+    """A group member's continued reply, the last line of a text prompt with instruct off,
+    whose name starts no other turn (so the line read as one of ST's prompts): the
+    request's very end, named, and the file's reply starts with it."""
+    assert prefilled([system(NUDGE), system("Orin: Once upon a time,")], LAST, ())
+    # Not one before the end, not one without a name, not a reply it does not start.
+    assert not prefilled([system("Orin: Once upon a time,"), system(NUDGE)], LAST, ())
+    assert not prefilled([system("Once upon a time,")], LAST, ())
+    assert not prefilled([system("Orin: Long ago,")], LAST, ())
+
+
 def test_the_group_nudge_the_open_turns_and_the_impersonation() -> None:
     assert nudged([system("[Write the next reply only as Orin.]")])
     assert not nudged([system("[Start a new group chat. Group members: Orin, Seraphina]")])
