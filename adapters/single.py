@@ -12,10 +12,13 @@ message may hold blank lines), nor which speaker is the user. So its paragraphs 
 in two steps: the adapter takes those up to the start-of-chat prompt for ST's system
 prompts (`canonical`), and the chat path takes the rest apart with the chat index
 (`ParsedRequest.split`, before identification): a paragraph that starts with a speaker's
-`Name: ` starts a message, a speaker being a name whose message the index holds, and the
-index says whether it is the user's. A paragraph before the first message is ST's prompt
-(world info at a depth); one of ST's prompts between messages joins the message before it,
-and is taken apart from it as in any merged turn (`proxy.core.merged`).
+`Name: ` starts a message, a speaker being a name whose message the index holds (or, in
+the chat so found, one whose newest message starts as the paragraph does: a reply that a
+regex script changed on its way), and the index says whether it is the user's. A
+paragraph before the first message is ST's prompt (world info at a depth); ST's prompts
+after a message the index holds are told apart from it, and so are its nudges that end
+the request after one it does not; any other joins the message before it and is taken
+apart from it as in any merged turn (`proxy.core.merged`).
 
 Written back, every message (the memory's parts among them) is joined with a blank line
 into the one user message again, as ST would have sent it with the memory among its
@@ -30,15 +33,18 @@ from dataclasses import dataclass
 from typing import Any
 
 from adapters.base import ParsedRequest, spread
-from proxy.core.chat_index import TAIL, ChatIndex, fingerprint
+from proxy.core.chat_index import TAIL, ChatIndex, IndexedMessage, fingerprint, normalize
+from proxy.core.endings import CONTINUE_NUDGE, GROUP_NUDGE, IMPERSONATION, SHARED, says
 from proxy.core.identify import MAX_SKIPPED
 from proxy.core.models import ChatMessage, Insertion
 from proxy.core.placement import START_MARKERS
+from proxy.core.reasoning import without_reasoning
 
 SEPARATOR = "\n\n"  # what ST joins the messages with
 # ST's `${name}: ` before a speaker's message (a name of a line, at most 40 characters).
 _SPEAKER = re.compile(r"([^\n:]{1,40}): ")
 LONGEST = 12  # paragraphs of a message that tells a speaker (a longer one tells nothing)
+NUDGES = (CONTINUE_NUDGE, IMPERSONATION, GROUP_NUDGE)
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,6 +101,8 @@ def split(parsed: ParsedRequest, index: ChatIndex) -> None:
             messages += [ChatMessage("system", p) for p in texts]
             continue
         cut = _indexed_end(texts, index) if len(texts) > 1 and k >= indexed else len(texts)
+        if cut == len(texts) and k == len(turns) - 1:
+            cut = _before_nudges(texts)
         messages.append(ChatMessage(role, SEPARATOR.join(texts[:cut])))
         messages += [ChatMessage("system", p) for p in texts[cut:]]
     parsed.messages = messages
@@ -135,17 +143,34 @@ def _speakers(paragraphs: Sequence[str], names: Sequence[str], index: ChatIndex)
     """The speakers' names, each with its role ("user" or "assistant"): a name is one when
     a paragraph that starts with it (`names`), alone or with up to `LONGEST` - 1 after it,
     is a message the index holds. Looked for from the newest paragraph back (the index
-    holds a chat's newest messages), each name until it is found."""
+    holds a chat's newest messages), each name until it is found. Then, in the chats so
+    found, a name whose paragraph starts one of their newest messages (a reply that a
+    regex script changed on its way holds the file's text at its start)."""
     roles: dict[str, str] = {}
+    chats: set[str] = set()
     for i in range(len(paragraphs) - 1, -1, -1):
         name = names[i]
         if not name or name in roles:
             continue
         for end in range(i + 1, min(len(paragraphs), i + LONGEST) + 1):
-            role = _indexed_role(SEPARATOR.join(paragraphs[i:end]), index)
-            if role is not None:
-                roles[name] = role
+            found = _indexed(SEPARATOR.join(paragraphs[i:end]), index)
+            if found is not None:
+                roles[name] = "user" if found[1].is_user else "assistant"
+                chats.add(found[0])
                 break
+    entries = [index.entries.get(c) for c in chats]
+    kept = [m for entry in entries if entry is not None for m in entry.tail if m.text]
+    for i in range(len(paragraphs) - 1, -1, -1):
+        name = names[i]
+        if not name or name in roles:
+            continue
+        # The reply's own text: past the reasoning ST wrote before it (and its blank line).
+        text = SEPARATOR.join(paragraphs[i : i + LONGEST])[len(name) + 2 :]
+        text = without_reasoning(text, index.reasoning) or text
+        start = normalize(text.split(SEPARATOR, 1)[0])[:SHARED]
+        held = next((m for m in kept if start and m.text.startswith(start)), None)
+        if held is not None:
+            roles[name] = "user" if held.is_user else "assistant"
     return roles
 
 
@@ -170,18 +195,28 @@ def _indexed_end(turn: Sequence[str], index: ChatIndex) -> int:
     return len(turn)
 
 
+def _before_nudges(turn: Sequence[str]) -> int:
+    """Where the request's last message ends when the index holds none of its starts (a
+    reply that a regex script changed on its way): before the nudges of ST's that end
+    the request (continue, impersonation, the group's next speaker), as they read."""
+    cut = len(turn)
+    while cut > 1 and any(says([ChatMessage("system", turn[cut - 1])], n) for n in NUDGES):
+        cut -= 1
+    return cut
+
+
 def _name(paragraph: str) -> str:
     found = _SPEAKER.match(paragraph)
     return found.group(1) if found is not None else ""
 
 
-def _indexed_role(text: str, index: ChatIndex) -> str | None:
-    """The role of the indexed message whose text (`Name: text`) this is, if any chat
+def _indexed(text: str, index: ChatIndex) -> tuple[str, IndexedMessage] | None:
+    """The indexed message whose text (`Name: text`) this is, and its chat, if any chat
     holds one."""
     fp = fingerprint(text)
     for chat_id in index.by_fp.get(fp, ()):
         entry = index.entries.get(chat_id)
         for message in entry.tail if entry is not None else ():
             if fp in message.fps:
-                return "user" if message.is_user else "assistant"
+                return chat_id, message
     return None

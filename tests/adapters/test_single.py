@@ -133,3 +133,28 @@ def test_a_speaker_is_a_name_the_index_holds_a_message_of() -> None:
 def test_the_steady_step_leaves_a_single_user_message_to_the_general_one() -> None:
     assert ADAPTER.read_plain(single("05_send_03")) is None
     assert ADAPTER.read_plain(generations(RUN)["05_send_03"]) is not None
+
+
+def test_a_reply_a_regex_script_changed_is_still_told_a_reply() -> None:
+    """A status block cut off every reply: no reply is held by the index as it is. The
+    user's are, which find the chat; its newest replies start as the request's do. And
+    ST's nudge after the changed newest reply is ST's, not the reply's."""
+    index = ChatIndex()
+    tail = [
+        index_message(0, False, "Ava", "Welcome. <status>HP 5</status>"),
+        index_message(1, True, "Tom", "Thanks."),
+        index_message(2, False, "Ava", "Go on, then. <status>HP 4</status>"),
+    ]
+    index.put(ChatEntry("c", 0.0, 3, tail))
+    nudge = "[Continue your last message without repeating its original content.]"
+    chat = ["Main.", "[Start a new Chat]", "Ava: Welcome.", "Tom: Thanks.", "Ava: Go on, then."]
+    text = "\n\n".join([*chat, nudge])
+    parsed = ADAPTER.parse(json.dumps({"messages": [{"role": "user", "content": text}]}).encode())
+    assert parsed.split is not None
+    parsed.split(parsed, index)
+    assert parsed.messages[2:] == [
+        ChatMessage("assistant", "Ava: Welcome."),
+        ChatMessage("user", "Tom: Thanks."),
+        ChatMessage("assistant", "Ava: Go on, then."),
+        ChatMessage("system", nudge),
+    ]

@@ -61,14 +61,16 @@ STEPS = 150
 # came from hunts over every mix of the dimensions below: ST merged replies that a regex
 # script had changed (post-processed, and Claude: in a group chat, and before a merged
 # impersonation prompt), and a group's first reply continued (instruct off, ChatML; and
-# with the status block cut, instruct off).
+# with the status block cut, instruct off); 3500, a single user message of a group whose
+# replies a regex script changed, a reasoning model's.
 CONTEXT = {1: 10_000, 2: 24, 3: 40, 4: 10_000, 5: 24, 6: 24, 7: 10_000, 8: 24, 9: 40, 10: 10_000,
            11: 24, 12: 40, 13: 24, 14: 40, 15: 10_000, 16: 24, 17: 40, 18: 24, 19: 40,
            20: 10_000, 101: 10_000, 102: 24, 103: 24, 104: 10_000, 105: 40, 106: 24, 107: 24,
-           108: 10_000, 109: 40, 110: 24, 111: 40, 112: 10_000, 113: 10_000, 114: 24, 630: 10_000,
-           661: 24, 663: 10_000, 696: 10_000, 735: 10_000, 861: 10_000, 2229: 24}  # fmt: skip
+           108: 10_000, 109: 40, 110: 24, 111: 40, 112: 10_000, 113: 10_000, 114: 24, 115: 24,
+           630: 10_000, 661: 24, 663: 10_000, 696: 10_000, 735: 10_000, 861: 10_000,
+           2229: 24, 3500: 10_000}  # fmt: skip
 # Seeds played in a group chat.
-GROUP = {6, 7, 11, 12, 16, 17, 19, 20, 106, 111, 114, 661, 663, 696, 735, 2229}
+GROUP = {6, 7, 11, 12, 16, 17, 19, 20, 106, 111, 114, 661, 663, 696, 735, 2229, 3500}
 # Seeds played over another connection than a chat completion: Claude ("use system prompt"
 # off, or on), a text completion with instruct off or in one of the instruct templates ST
 # ships (`tests.memory.st_wire`).
@@ -86,22 +88,22 @@ SQUASHED = {18, 20, 101, 102, 661, 663, 861}
 # Seeds of a reasoning model: its replies are saved with their reasoning, and ST writes
 # that before the newest this many in each prompt ("Add to Prompts"; 0: off), and before
 # a continued one always (`st_wire.with_reasoning`).
-REASONING = {103: 2, 104: 0, 105: 1, 109: 1, 630: 0, 663: 0, 735: 0}
+REASONING = {103: 2, 104: 0, 105: 1, 109: 1, 630: 0, 663: 0, 735: 0, 3500: 1}
 # Seeds whose replies end with a status block that a regex script of the user's cuts out
 # of every prompt (`st_wire.without_status`): the requests' replies are not the file's.
-STATUS = {107, 108, 109, 630, 661, 663, 696, 735, 861, 2229}
+STATUS = {107, 108, 109, 115, 630, 661, 663, 696, 735, 861, 2229, 3500}
 # Chat completion seeds whose ST's server post-processes the prompt ("Prompt
 # Post-Processing", `st_wire.post_processed`): same-role neighbours merged, names folded
 # into the text, and ("semi", "strict") ST's own prompts after the first the user's; or
 # ("single") all of it one user message, each speaker named.
 POST_PROCESSED = {110: "merge", 111: "semi", 112: "strict", 113: "single", 114: "single",
-                  630: "semi"}  # fmt: skip
+                  115: "single", 630: "semi", 3500: "single"}  # fmt: skip
 # Text completion seeds whose ST's settings.json names the template (the proxy reads it);
 # the others' templates are found by the proxy's own list.
 ST_SETTINGS = {14, 16, 17}
 # Seeds whose requests carry ST's Author's Note at a random depth, every other one.
 NOTED = {8, 9, 10, 11, 13, 14, 15, 16, 18, 19, 20, 101, 102, 103, 105, 106, 107, 108, 110,
-         111, 112, 113, 114, 630, 661, 663, 696, 735, 861, 2229}  # fmt: skip
+         111, 112, 113, 114, 115, 630, 661, 663, 696, 735, 861, 2229}  # fmt: skip
 # Settings besides the tests' quick ones, per seed: detection as its defaults space it,
 # hidden messages left out of the recaps.
 SETTINGS: dict[int, dict[str, Any]] = {
