@@ -28,7 +28,7 @@ prompts; a request that nothing went into and nothing was left out of goes as it
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -44,6 +44,7 @@ SEPARATOR = "\n\n"  # what ST joins the messages with
 # ST's `${name}: ` before a speaker's message (a name of a line, at most 40 characters).
 _SPEAKER = re.compile(r"([^\n:]{1,40}): ")
 LONGEST = 12  # paragraphs of a message that tells a speaker (a longer one tells nothing)
+TRIES = 4  # a name's newest paragraphs looked up to tell whether it is a speaker's
 NUDGES = (CONTINUE_NUDGE, IMPERSONATION, GROUP_NUDGE)
 
 
@@ -142,36 +143,42 @@ def rewritten(
 def _speakers(paragraphs: Sequence[str], names: Sequence[str], index: ChatIndex) -> dict[str, str]:
     """The speakers' names, each with its role ("user" or "assistant"): a name is one when
     a paragraph that starts with it (`names`), alone or with up to `LONGEST` - 1 after it,
-    is a message the index holds. Looked for from the newest paragraph back (the index
-    holds a chat's newest messages), each name until it is found. Then, in the chats so
-    found, a name whose paragraph starts one of their newest messages (a reply that a
-    regex script changed on its way holds the file's text at its start)."""
+    is a message the index holds. Then, in the chats so found, a name whose paragraph
+    starts one of their newest messages (a reply that a regex script changed on its way
+    holds the file's text at its start). Each name is looked for in its newest `TRIES`
+    paragraphs (the index holds a chat's newest messages): a name that is none, or one
+    whose every reply was changed, costs a request that much, not its whole history."""
     roles: dict[str, str] = {}
     chats: set[str] = set()
-    for i in range(len(paragraphs) - 1, -1, -1):
-        name = names[i]
-        if not name or name in roles:
-            continue
+    for i in _newest(names, roles):
         for end in range(i + 1, min(len(paragraphs), i + LONGEST) + 1):
             found = _indexed(SEPARATOR.join(paragraphs[i:end]), index)
             if found is not None:
-                roles[name] = "user" if found[1].is_user else "assistant"
+                roles[names[i]] = "user" if found[1].is_user else "assistant"
                 chats.add(found[0])
                 break
     entries = [index.entries.get(c) for c in chats]
     kept = [m for entry in entries if entry is not None for m in entry.tail if m.text]
-    for i in range(len(paragraphs) - 1, -1, -1):
-        name = names[i]
-        if not name or name in roles:
-            continue
+    for i in _newest(names, roles) if kept else ():
         # The reply's own text: past the reasoning ST wrote before it (and its blank line).
-        text = SEPARATOR.join(paragraphs[i : i + LONGEST])[len(name) + 2 :]
+        text = SEPARATOR.join(paragraphs[i : i + LONGEST])[len(names[i]) + 2 :]
         text = without_reasoning(text, index.reasoning) or text
         start = normalize(text.split(SEPARATOR, 1)[0])[:SHARED]
         held = next((m for m in kept if start and m.text.startswith(start)), None)
         if held is not None:
-            roles[name] = "user" if held.is_user else "assistant"
+            roles[names[i]] = "user" if held.is_user else "assistant"
     return roles
+
+
+def _newest(names: Sequence[str], roles: Mapping[str, str]) -> Iterator[int]:
+    """The paragraphs that start with a name not in `roles` (as it is when each is asked
+    for), newest first, the newest `TRIES` of each name."""
+    tried: dict[str, int] = {}
+    for i in range(len(names) - 1, -1, -1):
+        name = names[i]
+        if name and name not in roles and tried.get(name, 0) < TRIES:
+            tried[name] = tried.get(name, 0) + 1
+            yield i
 
 
 def _turns(items: Iterable[int], starts: Callable[[int], bool]) -> list[list[int]]:

@@ -8,9 +8,11 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from adapters.base import ParsedRequest
 from adapters.openai_chat import OpenAIChatAdapter
 from adapters.single import SingleLayout, single_message
 from proxy.chat.providers import identify_parsed
@@ -38,6 +40,16 @@ def content(raw: bytes) -> str:
     assert message["role"] == "user"
     text: str = message["content"]
     return text
+
+
+def split_with(chat: list[str], index: ChatIndex) -> ParsedRequest:
+    """A single user message of ST's prompts and these chat paragraphs, read and taken
+    apart with `index`."""
+    text = "\n\n".join(["Main.", "[Start a new Chat]", *chat])
+    parsed = ADAPTER.parse(json.dumps({"messages": [{"role": "user", "content": text}]}).encode())
+    assert parsed.split is not None
+    parsed.split(parsed, index)
+    return parsed
 
 
 @pytest.fixture
@@ -119,10 +131,7 @@ def test_a_speaker_is_a_name_the_index_holds_a_message_of() -> None:
         index_message(1, True, "Tom", "Thanks."),
     ]
     index.put(ChatEntry("c", 0.0, 2, tail))
-    text = "Main.\n\n[Start a new Chat]\n\nAva: Welcome.\n\nNote: the door creaks.\n\nTom: Thanks."
-    parsed = ADAPTER.parse(json.dumps({"messages": [{"role": "user", "content": text}]}).encode())
-    assert parsed.split is not None
-    parsed.split(parsed, index)
+    parsed = split_with(["Ava: Welcome.", "Note: the door creaks.", "Tom: Thanks."], index)
     assert parsed.messages[2:] == [
         ChatMessage("assistant", "Ava: Welcome.\n\nNote: the door creaks."),
         ChatMessage("user", "Tom: Thanks."),
@@ -147,14 +156,41 @@ def test_a_reply_a_regex_script_changed_is_still_told_a_reply() -> None:
     ]
     index.put(ChatEntry("c", 0.0, 3, tail))
     nudge = "[Continue your last message without repeating its original content.]"
-    chat = ["Main.", "[Start a new Chat]", "Ava: Welcome.", "Tom: Thanks.", "Ava: Go on, then."]
-    text = "\n\n".join([*chat, nudge])
-    parsed = ADAPTER.parse(json.dumps({"messages": [{"role": "user", "content": text}]}).encode())
-    assert parsed.split is not None
-    parsed.split(parsed, index)
+    parsed = split_with(["Ava: Welcome.", "Tom: Thanks.", "Ava: Go on, then.", nudge], index)
     assert parsed.messages[2:] == [
         ChatMessage("assistant", "Ava: Welcome."),
         ChatMessage("user", "Tom: Thanks."),
         ChatMessage("assistant", "Ava: Go on, then."),
         ChatMessage("system", nudge),
     ]
+
+
+class CountedLookups(dict[int, tuple[str, ...]]):
+    """The index's fingerprint map, counting the lookups of a message's chats."""
+
+    looked = 0
+
+    def get(self, key: int, default: Any = None) -> Any:
+        self.looked += 1
+        return super().get(key, default)
+
+
+def test_a_name_is_looked_for_in_its_newest_paragraphs_only() -> None:
+    """300 messages, every reply changed on its way (none held as it is): telling who
+    speaks costs a request a few lookups a name, not a dozen for each of its paragraphs
+    (the whole history's, which the index does not hold: 60 ms a request)."""
+    index = ChatIndex()
+    tail = [
+        index_message(
+            n, bool(n % 2), "Tom" if n % 2 else "Ava", f"Line {n}." + " <s/>" * (1 - n % 2)
+        )
+        for n in range(300)
+    ]
+    index.put(ChatEntry("c", 0.0, 300, tail))
+    counted = CountedLookups(index.by_fp)
+    index.by_fp = counted
+    chat = [f"{'Tom' if n % 2 else 'Ava'}: Line {n}." for n in range(300)]
+    parsed = split_with(chat, index)
+    roles = [m.role for m in parsed.messages[2:]]
+    assert roles == ["user" if n % 2 else "assistant" for n in range(300)]
+    assert counted.looked <= 100  # Ava's 4 newest, a dozen joins each; Tom's first
