@@ -22,7 +22,8 @@ apart from it as in any merged turn (`proxy.core.merged`).
 
 Written back, every message (the memory's parts among them) is joined with a blank line
 into the one user message again, as ST would have sent it with the memory among its
-prompts; a request that nothing went into and nothing was left out of goes as it came.
+prompts (the chat path sends a request that nothing went into as it came; one read
+back without edits is the message it was, paragraph for paragraph).
 """
 
 from __future__ import annotations
@@ -126,8 +127,6 @@ def rewritten(
     """`body` (the request's, decoded as its numbers need; `messages` its canonical ones)
     with the memory in, the replacements made and the `drop`ped messages out: all of it
     one user message again."""
-    if not insertions and not drop and not replacements:
-        return body
     at: dict[int, list[str]] = {}
     for insertion in insertions:
         at.setdefault(insertion.index, []).append(insertion.text)

@@ -118,7 +118,7 @@ async def test_memory_goes_in_as_a_paragraph_of_the_one_message(library: ChatLib
     drop = ADAPTER.leaves_out(parsed, [history[1]])
     left = content(ADAPTER.apply(parsed, (), drop=drop))
     assert gone not in left and left == before.replace(gone + "\n\n", "")
-    # Nothing in, nothing out: the body as it came.
+    # Nothing in, nothing out: read back, the message it was, paragraph for paragraph.
     assert json.loads(ADAPTER.apply(parsed, ())) == json.loads(raw)
 
 
