@@ -83,7 +83,7 @@ def prefilled(
     return (
         final is not None
         and final.role == "system"
-        and len(readings(normalize(final.text))) == 2
+        and len(readings(normalize(final.text[:HEAD]))) == 2  # named: only its head read
         and starts(last, final.text, reasoning)
     )
 
