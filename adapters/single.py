@@ -14,7 +14,9 @@ prompts (`canonical`), and the chat path takes the rest apart with the chat inde
 (`ParsedRequest.split`, before identification): a paragraph that starts with a speaker's
 `Name: ` starts a message, a speaker being a name whose message the index holds (or, in
 the chat so found, one whose newest message starts as the paragraph does: a reply that a
-regex script changed on its way), and the index says whether it is the user's. A
+regex script changed on its way), and the index says whether it is the user's; unless
+the index holds that message and the one before it as one (a reply that wrote the user's
+line as `Name: ` stays one reply). A
 paragraph before the first message is ST's prompt (world info at a depth); ST's prompts
 after a message the index holds are told apart from it, and so are its nudges that end
 the request after one it does not; any other joins the message before it and is taken
@@ -34,7 +36,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from adapters.base import ParsedRequest, spread
-from proxy.core.chat_index import TAIL, ChatIndex, IndexedMessage, fingerprint, normalize
+from proxy.core.chat_index import (
+    TAIL,
+    ChatIndex,
+    IndexedMessage,
+    fingerprint,
+    message_fingerprint,
+    normalize,
+)
 from proxy.core.endings import CONTINUE_NUDGE, GROUP_NUDGE, IMPERSONATION, SHARED, says
 from proxy.core.identify import MAX_SKIPPED
 from proxy.core.models import ChatMessage, Insertion
@@ -46,6 +55,7 @@ SEPARATOR = "\n\n"  # what ST joins the messages with
 _SPEAKER = re.compile(r"([^\n:]{1,40}): ")
 LONGEST = 12  # paragraphs of a message that tells a speaker (a longer one tells nothing)
 TRIES = 4  # a name's newest paragraphs looked up to tell whether it is a speaker's
+JOINS = 8  # the newest messages split at a speaker's name that are looked for joined again
 NUDGES = (CONTINUE_NUDGE, IMPERSONATION, GROUP_NUDGE)
 
 
@@ -89,7 +99,9 @@ def split(parsed: ParsedRequest, index: ChatIndex) -> None:
     roles = _speakers(paragraphs, names, index)
     # Only names the index knows as speakers start a message: a paragraph of a message
     # that starts with `Note: ` stays the message's.
-    turns = _turns(range(len(paragraphs)), lambda i: names[i] in roles)
+    turns = _rejoined(
+        paragraphs, _turns(range(len(paragraphs)), lambda i: names[i] in roles), index
+    )
     # Only a chat's newest messages are indexed: an older one is not looked up.
     indexed = len(turns) - TAIL - MAX_SKIPPED
     messages = parsed.messages[:-1]
@@ -102,7 +114,9 @@ def split(parsed: ParsedRequest, index: ChatIndex) -> None:
         if role is None:
             messages += [ChatMessage("system", p) for p in texts]
             continue
-        cut = _indexed_end(texts, index) if len(texts) > 1 and k >= indexed else len(texts)
+        # Where the message ends: after its longest start the index holds, or (none held:
+        # a message older than the index keeps, or one ST changed) at the turn's end.
+        cut = (_held_start(texts, index) if len(texts) > 1 and k >= indexed else 0) or len(texts)
         if cut == len(texts) and k == len(turns) - 1:
             cut = _before_nudges(texts)
         messages.append(ChatMessage(role, SEPARATOR.join(texts[:cut])))
@@ -191,14 +205,53 @@ def _turns(items: Iterable[int], starts: Callable[[int], bool]) -> list[list[int
     return turns
 
 
-def _indexed_end(turn: Sequence[str], index: ChatIndex) -> int:
-    """Where the message that starts `turn` ends: after its longest start the index holds
-    as a message, or (none held: a message older than the index keeps, or one ST changed)
-    at the turn's end."""
-    for end in range(len(turn), 0, -1):
-        if fingerprint(SEPARATOR.join(turn[:end])) in index.by_fp:
+def _rejoined(
+    paragraphs: Sequence[str], turns: list[list[int]], index: ChatIndex
+) -> list[list[int]]:
+    """`turns` with the messages put back together that a paragraph starting with a
+    speaker's `Name: ` split (a reply that writes the user's line, or quotes its own
+    speaker): a turn the index holds no message of, joined with the turns after it that
+    it holds none of either, when together (the last of them at least up to its first
+    paragraph) they are a message it holds. What is left of that last turn (ST's prompts
+    after the message) stays a turn of its own. The newest `JOINS` such turns are tried,
+    newest first: each costs up to `LONGEST` lookups."""
+    first = len(turns) - TAIL - MAX_SKIPPED
+    # The lru-cached fingerprint: identification looks the same texts up next.
+    held = [
+        k >= first
+        and message_fingerprint(SEPARATOR.join(paragraphs[i] for i in turn)) in index.by_fp
+        for k, turn in enumerate(turns)
+    ]
+    # The index keeps a chat's newest messages: before the oldest turn it holds, only
+    # the message just before it can be one it holds, split in two.
+    oldest = next((k for k, known in enumerate(held) if known), len(turns))
+    tries = JOINS
+    for k in range(len(turns) - 2, max(oldest - 3, -1), -1):
+        if held[k] or held[k + 1] or tries == 0:
+            continue
+        tries -= 1
+        joined = turns[k]
+        for j in range(k + 1, len(turns)):
+            if held[j] or len(joined) >= LONGEST:
+                break
+            whole = joined + turns[j]
+            end = _held_start([paragraphs[i] for i in whole[:LONGEST]], index, len(joined))
+            if end:
+                rest = [whole[end:]] if end < len(whole) else []
+                turns[k : j + 1] = [whole[:end], *rest]
+                held[k : j + 1] = [True] * (1 + len(rest))
+                break
+            joined = whole
+    return turns
+
+
+def _held_start(texts: Sequence[str], index: ChatIndex, least: int = 0) -> int:
+    """How many of `texts` (paragraphs) its longest start that the index holds as a message
+    takes, more than `least` of them; 0 when it holds none."""
+    for end in range(len(texts), least, -1):
+        if fingerprint(SEPARATOR.join(texts[:end])) in index.by_fp:
             return end
-    return len(turn)
+    return 0
 
 
 def _before_nudges(turn: Sequence[str]) -> int:

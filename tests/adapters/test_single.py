@@ -139,6 +139,41 @@ def test_a_speaker_is_a_name_the_index_holds_a_message_of() -> None:
     assert find_history(parsed.messages, MARKERS).indices == (2, 3)
 
 
+def test_a_reply_that_writes_a_speakers_line_stays_one_message() -> None:
+    """A paragraph of a reply that starts with a speaker's `Name: ` (the model wrote the
+    user's line, or its own speaker's) does not split the reply when the index holds the
+    whole: not in the history, nor in the newest reply, a continue's, whose nudge after it
+    stays ST's."""
+    index = ChatIndex()
+    letter = "She reads the letter aloud.\n\nTom: I will come home soon.\n\nShe folds it."
+    tail = [
+        index_message(0, False, "Ava", letter),
+        index_message(1, True, "Tom", "Thanks."),
+        index_message(2, False, "Ava", "Go on.\n\nAva: And so I did."),
+    ]
+    index.put(ChatEntry("c", 0.0, 3, tail))
+    nudge = "[Continue your last message without repeating its original content.]"
+    chat = [
+        "Ava: She reads the letter aloud.",
+        "Tom: I will come home soon.",
+        "She folds it.",
+        "Tom: Thanks.",
+        "Ava: Go on.",
+        "Ava: And so I did.",
+        nudge,
+    ]
+    parsed = split_with(chat, index)
+    assert parsed.messages[2:] == [
+        ChatMessage("assistant", "Ava: " + letter),
+        ChatMessage("user", "Tom: Thanks."),
+        ChatMessage("assistant", "Ava: Go on.\n\nAva: And so I did."),
+        ChatMessage("system", nudge),
+    ]
+    # Two replies the index holds neither of (changed on their way) stay two.
+    parsed = split_with(["Tom: Thanks.", "Ava: Hm.", "Ava: Then."], index)
+    assert [m.text for m in parsed.messages[2:]] == ["Tom: Thanks.", "Ava: Hm.", "Ava: Then."]
+
+
 def test_the_steady_step_leaves_a_single_user_message_to_the_general_one() -> None:
     assert ADAPTER.read_plain(single("05_send_03")) is None
     assert ADAPTER.read_plain(generations(RUN)["05_send_03"]) is not None

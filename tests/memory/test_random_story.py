@@ -98,6 +98,8 @@ STATUS = {107, 108, 109, 115, 630, 661, 663, 696, 735, 861, 2229, 3500}
 # ("single") all of it one user message, each speaker named.
 POST_PROCESSED = {110: "merge", 111: "semi", 112: "strict", 113: "single", 114: "single",
                   115: "single", 630: "semi", 3500: "single"}  # fmt: skip
+# Seeds whose model writes the user's line in some replies, a paragraph `User: ...`.
+QUOTING = {9, 18, 111, 113, 114, 3500}
 # Text completion seeds whose ST's settings.json names the template (the proxy reads it);
 # the others' templates are found by the proxy's own list.
 ST_SETTINGS = {14, 16, 17}
@@ -152,6 +154,7 @@ class Player:
     reasoning: int | None = None  # replies with reasoning, and how many ST sends (`REASONING`)
     status = False  # replies end with a status block that ST's prompts leave out (`STATUS`)
     processed: str | None = None  # ST's post-processing of the prompt (`POST_PROCESSED`)
+    quoting = False  # some replies write the user's line as `User: ...` (`QUOTING`)
 
     @property
     def chat_id(self) -> str:
@@ -165,6 +168,10 @@ class Player:
         self.made += 1
         words = " ".join(self.rng.choice(CHAT_WORDS) for _ in range(self.rng.randint(12, 30)))
         text = f"u{self.made}x {words}."
+        if self.quoting and not is_user and self.rng.random() < 0.3:
+            # A model that writes the user's line in its reply, a paragraph of its own.
+            said = " ".join(self.rng.choice(CHAT_WORDS) for _ in range(self.rng.randint(3, 8)))
+            text = f"{text}\n\n{USER}: {said}.\n\nu{self.made}q she answers."
         self.since_end += 1
         if not is_user and self.since_end > self.rng.randint(8, 16):
             text, self.since_end = f"{text} {END_SCENE}", 0
@@ -524,7 +531,9 @@ def problems(player: Player, db: Database, hidden_read: bool) -> list[str]:
             != handler.scene_input(db, chat_id, scene.uid)
         ):
             found.append(f"scene {first}-{last}: recap v{recap.version} of the scene as it was")
-        if int(made.group(1)) != len(read):
+        # The fake model counts the scene's paragraphs (a reply that quotes the user's line
+        # has three).
+        if int(made.group(1)) != sum(len(m["mes"].split("\n\n")) for m in read):
             found.append(f"scene {first}-{last}: a recap of {made.group(1)} messages")
         mark = read[0]["mes"].split()[0]
         if made.group(2) != mark:
@@ -559,7 +568,7 @@ async def test_a_story_played_at_random_keeps_a_true_memory(
     player.wire, player.noted = WIRES.get(seed, "openai"), seed in NOTED
     player.names, player.squash = NAMES.get(seed, "default"), seed in SQUASHED
     player.reasoning, player.status = REASONING.get(seed), seed in STATUS
-    player.processed = POST_PROCESSED.get(seed)
+    player.processed, player.quoting = POST_PROCESSED.get(seed), seed in QUOTING
     if seed in ST_SETTINGS:
         settings_file = memory.story.path.parents[2] / "settings.json"
         save_like_st(settings_file, json.dumps(st_settings(player.wire)).encode())
