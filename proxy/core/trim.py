@@ -17,10 +17,14 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from proxy.core.chat_index import Fingerprints, message_fingerprint
+from proxy.core.chat_index import Fingerprints, fingerprint, message_fingerprint
 from proxy.core.models import ChatMessage
 
 MAX_SKIPPED = 12  # unmatched request messages (injections) tolerated inside the covered run
+# Request messages that one covered message may have been read as: a reply that a request
+# without messages (ST's "single user message", `adapters.single`) gave no bounds split
+# where a paragraph starts as a speaker's `Name: ` does, older than the index holds.
+GLUED = 3
 
 
 def trim_cutoff(breaks: Sequence[int], covered_through: int | None, scene_count: int) -> int | None:
@@ -110,6 +114,23 @@ class _Request:
         found = covered.by_raw.get(self.hashes[k]) if covered.raws else None
         return found or covered.by_fp.get(self.fp(k), [])
 
+    def glued(self, k: int, covered: Covered, j: int | None, stop: int) -> tuple[int, int]:
+        """How many history messages from `k` (2 to `GLUED`, before `stop`), joined as ST
+        joins paragraphs, are one covered message, and which: covered message `j`, or
+        (None: the run is to start) one that the message after them follows; (0, 0) when
+        none are. The plain fingerprint, not the memoised one: the joins are one-offs."""
+        for n in range(2, min(GLUED, stop - k) + 1):
+            fp = fingerprint("\n\n".join(self.texts[k : k + n]))
+            if j is not None:
+                if fp in covered.fps[j]:
+                    return n, j
+                continue
+            last = len(covered.fps) - 1
+            for start in covered.by_fp.get(fp, ()):
+                if start == last or (k + n < stop and self.matches(k + n, covered, start + 1)):
+                    return n, start
+        return 0, 0
+
     def exact_run(self, k: int, covered: Covered, j: int, stop: int) -> int:
         """How many history messages from `k` (before `stop`) are, text for text, the
         covered ones from `j`: all of them or none. A long chat's covered history is
@@ -170,7 +191,14 @@ def droppable(
                     j = start
                     break
             if j is None:
-                k += 1
+                n, start = request.glued(k, covered, None, stop)
+                if n:
+                    dropped.extend(history[k : k + n])
+                    k, j = k + n, start + 1
+                    if j > last:
+                        break
+                else:
+                    k += 1
                 continue
             run = request.exact_run(k, covered, j, stop)
             if run:
@@ -193,6 +221,13 @@ def droppable(
             skipped = 0
             if j > last:
                 break
+        elif (glued := request.glued(k, covered, j, stop)[0]) > 0:
+            # Covered message j read as several (`GLUED`): they all leave.
+            dropped.extend(history[k : k + glued])
+            k, j, skipped = k + glued, j + 1, 0
+            if j > last:
+                break
+            continue
         else:
             skipped += 1
             if skipped > MAX_SKIPPED:

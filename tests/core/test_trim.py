@@ -210,3 +210,27 @@ def test_covered_replies_st_changed_on_the_way_go_but_not_its_prompts() -> None:
     assert droppable(noted, list(range(10)), covered(chat[:8])) == [3, 4, 5, 6, 7]
     # A lone match followed by a changed one and nothing after starts no run.
     assert droppable(sent[:3], [0, 1, 2], covered(chat[:8])) == []
+
+
+def test_a_covered_reply_read_as_two_messages_goes_whole() -> None:
+    """A request read without message bounds (ST's single user message) split a reply
+    where a paragraph of it starts as the user's line does: both halves go, first in the
+    history or later, and neither is left behind alone."""
+    chat = [f"line {i} of the story" for i in range(8)]
+    chat[0] = chat[0] + "\n\nTom: I will come back.\n\nShe nods."
+    chat[4] = chat[4] + "\n\nTom: At dawn."
+    halves = {0: chat[0].split("\n\nTom", 1), 4: chat[4].split("\n\nTom", 1)}
+    request: list[ChatMessage] = []
+    for i, text in enumerate(chat):
+        if i in halves:
+            first, second = halves[i]
+            request += [ChatMessage("assistant", first), ChatMessage("user", "Tom" + second)]
+        else:
+            request.append(ChatMessage("user" if i % 2 else "assistant", text))
+    history = list(range(len(request)))
+    assert droppable(request, history, covered(chat[:6])) == [0, 1, 2, 3, 4, 5, 6, 7]
+    # The newer messages are kept: the run stops before them.
+    assert droppable(request, history, covered(chat[:6]), keep={8}) == [0, 1, 2, 3, 4, 5, 6, 7]
+    # A message the chat has no such joined text of stays.
+    other = [ChatMessage("assistant", "line 0 of the story"), ChatMessage("user", "Tom: no.")]
+    assert droppable([*other, *request[2:]], history, covered(chat[:6]))[:2] == [2, 3]
