@@ -21,9 +21,10 @@ from proxy.core.chat_index import Fingerprints, fingerprint, message_fingerprint
 from proxy.core.models import ChatMessage
 
 MAX_SKIPPED = 12  # unmatched request messages (injections) tolerated inside the covered run
-# Request messages that one covered message may have been read as: a reply that a request
-# without messages (ST's "single user message", `adapters.single`) gave no bounds split
-# where a paragraph starts as a speaker's `Name: ` does, older than the index holds.
+# Request messages that one covered message may have been read as. A request that carries
+# no message bounds (ST's "single user message", `adapters.single`) splits a reply where a
+# paragraph of it starts like a speaker's `Name: `, when the reply is older than the chat
+# index holds (a newer one is joined again there).
 GLUED = 3
 
 
