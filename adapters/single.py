@@ -44,7 +44,14 @@ from proxy.core.chat_index import (
     message_fingerprint,
     normalize,
 )
-from proxy.core.endings import CONTINUE_NUDGE, GROUP_NUDGE, IMPERSONATION, SHARED, says
+from proxy.core.endings import (
+    CONTINUE_JOINED,
+    CONTINUE_NUDGE,
+    GROUP_NUDGE,
+    IMPERSONATION,
+    SHARED,
+    says,
+)
 from proxy.core.identify import MAX_SKIPPED
 from proxy.core.models import ChatMessage, Insertion
 from proxy.core.placement import START_MARKERS
@@ -56,7 +63,9 @@ _SPEAKER = re.compile(r"([^\n:]{1,40}): ")
 LONGEST = 12  # paragraphs of a message that tells a speaker (a longer one tells nothing)
 TRIES = 4  # a name's newest paragraphs looked up to tell whether it is a speaker's
 JOINS = 8  # the newest messages split at a speaker's name that are looked for joined again
-NUDGES = (CONTINUE_NUDGE, IMPERSONATION, GROUP_NUDGE)
+# ST's nudges that end a request: each as it starts a paragraph, and as a line of one (ST's
+# "squash system messages" joins them to the post-history instructions), as `endings` reads them.
+NUDGES = ((CONTINUE_NUDGE, CONTINUE_JOINED), (IMPERSONATION, IMPERSONATION), (GROUP_NUDGE, ""))
 
 
 @dataclass(frozen=True, slots=True)
@@ -259,7 +268,7 @@ def _before_nudges(turn: Sequence[str]) -> int:
     reply that a regex script changed on its way): before the nudges of ST's that end
     the request (continue, impersonation, the group's next speaker), as they read."""
     cut = len(turn)
-    while cut > 1 and any(says([ChatMessage("system", turn[cut - 1])], n) for n in NUDGES):
+    while cut > 1 and any(says([ChatMessage("system", turn[cut - 1])], *nudge) for nudge in NUDGES):
         cut -= 1
     return cut
 

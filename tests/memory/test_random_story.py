@@ -62,13 +62,14 @@ STEPS = 150
 # script had changed (post-processed, and Claude: in a group chat, and before a merged
 # impersonation prompt), and a group's first reply continued (instruct off, ChatML; and
 # with the status block cut, instruct off); 3500, a single user message of a group whose
-# replies a regex script changed, a reasoning model's.
+# replies a regex script changed, a reasoning model's; 2615, a single user message whose
+# impersonation prompt ST squashed into its post-history instructions.
 CONTEXT = {1: 10_000, 2: 24, 3: 40, 4: 10_000, 5: 24, 6: 24, 7: 10_000, 8: 24, 9: 40, 10: 10_000,
            11: 24, 12: 40, 13: 24, 14: 40, 15: 10_000, 16: 24, 17: 40, 18: 24, 19: 40,
            20: 10_000, 101: 10_000, 102: 24, 103: 24, 104: 10_000, 105: 40, 106: 24, 107: 24,
            108: 10_000, 109: 40, 110: 24, 111: 40, 112: 10_000, 113: 10_000, 114: 24, 115: 24,
            630: 10_000, 661: 24, 663: 10_000, 696: 10_000, 735: 10_000, 861: 10_000,
-           2229: 24, 3500: 10_000}  # fmt: skip
+           2229: 24, 2615: 40, 3500: 10_000}  # fmt: skip
 # Seeds played in a group chat.
 GROUP = {6, 7, 11, 12, 16, 17, 19, 20, 106, 111, 114, 661, 663, 696, 735, 2229, 3500}
 # Seeds played over another connection than a chat completion: Claude ("use system prompt"
@@ -84,11 +85,11 @@ WIRES = {8: "claude", 9: "chatml", 10: "plain", 11: "claude+system", 12: "chatml
 NAMES = {18: "content", 19: "completion", 102: "content", 630: "content", 661: "content",
          663: "content", 696: "content", 735: "content", 861: "completion"}  # fmt: skip
 # Chat completion seeds with post-history instructions and ST's "squash system messages".
-SQUASHED = {18, 20, 101, 102, 661, 663, 861}
+SQUASHED = {18, 20, 101, 102, 661, 663, 861, 2615}
 # Seeds of a reasoning model: its replies are saved with their reasoning, and ST writes
 # that before the newest this many in each prompt ("Add to Prompts"; 0: off), and before
 # a continued one always (`st_wire.with_reasoning`).
-REASONING = {103: 2, 104: 0, 105: 1, 109: 1, 630: 0, 663: 0, 735: 0, 3500: 1}
+REASONING = {103: 2, 104: 0, 105: 1, 109: 1, 630: 0, 663: 0, 735: 0, 2615: 1, 3500: 1}
 # Seeds whose replies end with a status block that a regex script of the user's cuts out
 # of every prompt (`st_wire.without_status`): the requests' replies are not the file's.
 STATUS = {107, 108, 109, 115, 630, 661, 663, 696, 735, 861, 2229, 3500}
@@ -97,9 +98,9 @@ STATUS = {107, 108, 109, 115, 630, 661, 663, 696, 735, 861, 2229, 3500}
 # into the text, and ("semi", "strict") ST's own prompts after the first the user's; or
 # ("single") all of it one user message, each speaker named.
 POST_PROCESSED = {110: "merge", 111: "semi", 112: "strict", 113: "single", 114: "single",
-                  115: "single", 630: "semi", 3500: "single"}  # fmt: skip
+                  115: "single", 630: "semi", 2615: "single", 3500: "single"}  # fmt: skip
 # Seeds whose model writes the user's line in some replies, a paragraph `User: ...`.
-QUOTING = {9, 18, 111, 113, 114, 3500}
+QUOTING = {9, 18, 111, 113, 114, 2615, 3500}
 # Text completion seeds whose ST's settings.json names the template (the proxy reads it);
 # the others' templates are found by the proxy's own list.
 ST_SETTINGS = {14, 16, 17}
