@@ -71,21 +71,23 @@ def prefilled(
     trailing: Sequence[ChatMessage], last: IndexedMessage, reasoning: Sequence[ReasoningFormat]
 ) -> bool:
     """The request ends with the start of the file's last message: a reply's start, or
-    a text prompt's last line as a speaker's (`Name: text`) that was taken for ST's own
-    (a group member whose name starts no other turn, the reply ST changed on its way: a
-    status block cut), where ST continues it."""
+    a text prompt's last lines from one as a speaker's (`Name: text`) that were taken for
+    ST's own (a group member whose name starts no other turn, the reply ST changed on its
+    way: a status block cut, reasoning written before it), where ST continues it."""
     if any(
         m.role == "assistant" and m.text.strip() and starts(last, m.text, reasoning)
         for m in trailing
     ):
         return True
-    final = trailing[-1] if trailing else None
-    return (
-        final is not None
-        and final.role == "system"
-        and len(readings(normalize(final.text[:HEAD]))) == 2  # named: only its head read
-        and starts(last, final.text, reasoning)
-    )
+    # From the end, the system messages back to a named one: with instruct off, the
+    # reply's lines after its first read as more of ST's (its reasoning's, a paragraph's).
+    for at in range(len(trailing) - 1, -1, -1):
+        line = trailing[at]
+        if line.role != "system":
+            return False
+        if len(readings(normalize(line.text[:HEAD]))) == 2:  # named: only its head read
+            return starts(last, "\n".join(m.text for m in trailing[at:]), reasoning)
+    return False
 
 
 def starts(last: IndexedMessage, text: str, reasoning: Sequence[ReasoningFormat] = ()) -> bool:

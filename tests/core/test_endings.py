@@ -48,6 +48,11 @@ def test_a_text_prompts_last_line_taken_for_sts_own_is_the_prefill_it_is() -> No
     assert not prefilled([system("Orin: Once upon a time,"), system(NUDGE)], LAST, ())
     assert not prefilled([system("Once upon a time,")], LAST, ())
     assert not prefilled([system("Orin: Long ago,")], LAST, ())
+    # The reply's lines after its first (its reasoning's, a paragraph's) read as more of
+    # ST's prompts: from the named one on, they are the reply's start.
+    lines = ["Orin: <think>", "Go on.", "</think>", "", "Once upon a time,"]
+    assert prefilled([system(line) for line in lines], LAST, (DEFAULT_REASONING,))
+    assert not prefilled([system(line) for line in lines[1:]], LAST, (DEFAULT_REASONING,))
 
 
 def test_the_group_nudge_the_open_turns_and_the_impersonation() -> None:
