@@ -22,9 +22,8 @@ from proxy.core.models import ChatMessage
 
 MAX_SKIPPED = 12  # unmatched request messages (injections) tolerated inside the covered run
 # Request messages that one covered message may have been read as. A request that carries
-# no message bounds (ST's "single user message", `adapters.single`) splits a reply where a
-# paragraph of it starts like a speaker's `Name: `, when the reply is older than the chat
-# index holds (a newer one is joined again there).
+# no message bounds (ST's "single user message", `adapters.single`; a text prompt with
+# instruct off) splits a reply where a paragraph of it starts like a speaker's `Name: `.
 GLUED = 3
 
 
@@ -121,7 +120,7 @@ class _Request:
         (None: the run is to start) one that the message after them follows; (0, 0) when
         none are. The plain fingerprint, not the memoised one: the joins are one-offs."""
         for n in range(2, min(GLUED, stop - k) + 1):
-            fp = fingerprint("\n\n".join(self.texts[k : k + n]))
+            fp = fingerprint("\n\n".join([self.texts[k], *map(self.said, range(k + 1, k + n))]))
             if j is not None:
                 if fp in covered.fps[j]:
                     return n, j
@@ -131,6 +130,17 @@ class _Request:
                 if start == last or (k + n < stop and self.matches(k + n, covered, start + 1)):
                     return n, start
         return 0, 0
+
+    def said(self, k: int) -> str:
+        """History message `k` as its speaker's line reads (`Name: text`): a message's
+        later part that a text prompt's turn split off carries its name apart."""
+        message = self.messages[self.history[k]]
+        name = message.name
+        return (
+            f"{name}: {message.text}"
+            if name and not message.text.startswith(f"{name}: ")
+            else message.text
+        )
 
     def exact_run(self, k: int, covered: Covered, j: int, stop: int) -> int:
         """How many history messages from `k` (before `stop`) are, text for text, the

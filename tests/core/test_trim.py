@@ -231,6 +231,13 @@ def test_a_covered_reply_read_as_two_messages_goes_whole() -> None:
     assert droppable(request, history, covered(chat[:6])) == [0, 1, 2, 3, 4, 5, 6, 7]
     # The newer messages are kept: the run stops before them.
     assert droppable(request, history, covered(chat[:6]), keep={8}) == [0, 1, 2, 3, 4, 5, 6, 7]
+    # A text prompt's turn carries its speaker's name apart.
+    told = [
+        *request[:1],
+        ChatMessage("user", "I will come back.\n\nShe nods.", "Tom"),
+        *request[2:],
+    ]
+    assert droppable(told, history, covered(chat[:6])) == [0, 1, 2, 3, 4, 5, 6, 7]
     # A message the chat has no such joined text of stays.
     other = [ChatMessage("assistant", "line 0 of the story"), ChatMessage("user", "Tom: no.")]
     assert droppable([*other, *request[2:]], history, covered(chat[:6]))[:2] == [2, 3]
