@@ -236,8 +236,10 @@ def _rejoined(
     oldest = next((k for k, known in enumerate(held) if known), len(turns))
     tries = JOINS
     for k in range(len(turns) - 2, max(oldest - 3, -1), -1):
-        if held[k] or held[k + 1] or tries == 0:
+        if held[k] or held[k + 1]:
             continue
+        if tries == 0:
+            break
         tries -= 1
         joined = turns[k]
         for j in range(k + 1, len(turns)):
