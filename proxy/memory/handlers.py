@@ -247,7 +247,10 @@ class SceneRecapHandler(OperationHandler):
             return records, scene, base.content if base else "", self.names(db, job.chat_id)
 
         records, scene, running, names = await self.context.store.call(gather)
-        if scene is None or not records:
+        if scene is None or not records or _made_of(scene.uid, records) != job.input_hash:
+            # Gone, or not the messages the job was made for (the scene changed while it
+            # waited): a recap of these must not be kept as one of that input, which may be
+            # the scene's again by the time the job ends (the check then). It runs again.
             return gone
         first, last = records[0].position, scene.position
         lore = ""

@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import itertools
 import json
+from dataclasses import replace
 
+from proxy.memory.handling import gone
+from proxy.memory.operations import Operation
 from tests.memory.story import CHAT_ID
 from tests.memory_env import Memory, MemoryFactory
 
@@ -60,3 +63,22 @@ async def test_still_cut_off_at_the_cap_fails_and_says_so(memory_proxy: MemoryFa
     assert failed.error == "CutOff: scene_recap: the answer was cut off at 100 tokens"
     listed = await memory.client.get("/recap/api/queue")
     assert any(j["error"] == failed.error for j in (await listed.json())["jobs"])
+
+
+async def test_a_scene_recap_of_other_messages_than_its_job_was_made_for_is_not_kept(
+    memory_proxy: MemoryFactory,
+) -> None:
+    """A scene recap job runs on the scene's messages as they are then. When those are
+    not its input (a break before the scene came and went while it waited, so that the
+    input is the scene's again once it ends), what it would write is not kept: it runs
+    again."""
+    memory = await memory_proxy(16, ends={8}, **NO_RECAPS)
+    await memory.client.post("/v1/chat/completions", json=memory.story.request())
+    await memory.until(lambda db: db.memory.running_recaps(CHAT_ID))
+    jobs = await memory.run(lambda db: db.jobs.list(CHAT_ID))
+    [job] = [j for j in jobs if j.operation == "scene_recap"]
+    handler = memory.engine.handlers[Operation.SCENE_RECAP]
+    calls = len(limits(memory, "scene_recap"))
+    assert await handler.run(replace(job, input_hash="another scene")) is gone
+    assert len(limits(memory, "scene_recap")) == calls  # nothing asked of the model
+    assert await handler.run(job) is not gone
