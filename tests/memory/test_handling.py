@@ -7,6 +7,8 @@ import itertools
 import json
 from dataclasses import replace
 
+import pytest
+
 from proxy.memory.handling import gone
 from proxy.memory.operations import Operation
 from tests.memory.story import CHAT_ID
@@ -65,20 +67,20 @@ async def test_still_cut_off_at_the_cap_fails_and_says_so(memory_proxy: MemoryFa
     assert any(j["error"] == failed.error for j in (await listed.json())["jobs"])
 
 
-async def test_a_scene_recap_of_other_messages_than_its_job_was_made_for_is_not_kept(
-    memory_proxy: MemoryFactory,
+@pytest.mark.parametrize("operation", [Operation.SCENE_RECAP, Operation.RUNNING_RECAP])
+async def test_a_job_that_finds_other_input_than_it_was_made_for_keeps_nothing(
+    memory_proxy: MemoryFactory, operation: Operation
 ) -> None:
-    """A scene recap job runs on the scene's messages as they are then. When those are
-    not its input (a break before the scene came and went while it waited, so that the
-    input is the scene's again once it ends), what it would write is not kept: it runs
-    again."""
+    """A scene recap or a fold runs on the chat's memory as it is then. When that is not
+    its input (the scene, or the recap it folds, changed while it waited, and may be as
+    it was again once it ends), nothing it would write is kept: it runs again."""
     memory = await memory_proxy(16, ends={8}, **NO_RECAPS)
     await memory.client.post("/v1/chat/completions", json=memory.story.request())
     await memory.until(lambda db: db.memory.running_recaps(CHAT_ID))
     jobs = await memory.run(lambda db: db.jobs.list(CHAT_ID))
-    [job] = [j for j in jobs if j.operation == "scene_recap"]
-    handler = memory.engine.handlers[Operation.SCENE_RECAP]
-    calls = len(limits(memory, "scene_recap"))
-    assert await handler.run(replace(job, input_hash="another scene")) is gone
-    assert len(limits(memory, "scene_recap")) == calls  # nothing asked of the model
+    [job] = [j for j in jobs if j.operation == operation]
+    handler = memory.engine.handlers[operation]
+    calls = len(limits(memory, operation))
+    assert await handler.run(replace(job, input_hash="another input")) is gone
+    assert len(limits(memory, operation)) == calls  # nothing asked of the model
     assert await handler.run(job) is not gone
