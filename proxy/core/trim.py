@@ -17,7 +17,7 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from proxy.core.chat_index import Fingerprints, fingerprint, message_fingerprint
+from proxy.core.chat_index import Fingerprints, fingerprint, message_fingerprint, readings
 from proxy.core.models import ChatMessage
 
 MAX_SKIPPED = 12  # unmatched request messages (injections) tolerated inside the covered run
@@ -25,6 +25,7 @@ MAX_SKIPPED = 12  # unmatched request messages (injections) tolerated inside the
 # no message bounds (ST's "single user message", `adapters.single`; a text prompt with
 # instruct off) splits a reply where a paragraph of it starts like a speaker's `Name: `.
 GLUED = 3
+SPEAKER_HEAD = 43  # a speaker's `Name: ` (a name of at most 40 characters) is in this much
 
 
 def trim_cutoff(breaks: Sequence[int], covered_through: int | None, scene_count: int) -> int | None:
@@ -93,6 +94,9 @@ class _Request:
         self.texts = [messages[i].text for i in history]
         self.hashes = tuple(map(hash, self.texts))
         self._fps: dict[int, int] = {}
+        # `glued` tries left: a request that matches nothing is not joined up pair by pair
+        # (two fingerprints of kilobytes each, every message: tens of ms per request).
+        self.joins = MAX_SKIPPED
 
     def fp(self, k: int) -> int:
         found = self._fps.get(k)
@@ -118,8 +122,18 @@ class _Request:
         """How many history messages from `k` (2 to `GLUED`, before `stop`), joined as ST
         joins paragraphs, are one covered message, and which: covered message `j`, or
         (None: the run is to start) one that the message after them follows; (0, 0) when
-        none are. The plain fingerprint, not the memoised one: the joins are one-offs."""
+        none are. The plain fingerprint, not the memoised one: the joins are one-offs.
+        Only the user's messages and replies are joined, `joins` times a request."""
+        if self.joins == 0 or k + 1 >= stop or not self.may_be_changed(k):
+            return 0, 0
+        # A message is split where a speaker's line starts: the part after is one.
+        after = self.messages[self.history[k + 1]]
+        if after.name is None and len(readings(after.text[:SPEAKER_HEAD])) < 2:
+            return 0, 0
+        self.joins -= 1
         for n in range(2, min(GLUED, stop - k) + 1):
+            if not self.may_be_changed(k + n - 1):
+                break
             fp = fingerprint("\n\n".join([self.texts[k], *map(self.said, range(k + 1, k + n))]))
             if j is not None:
                 if fp in covered.fps[j]:

@@ -10,7 +10,16 @@ from hypothesis import strategies as st
 
 from proxy.core.chat_index import index_message
 from proxy.core.models import ChatMessage
-from proxy.core.trim import Covered, _Request, droppable, stepped_drop, stepped_start, trim_cutoff
+from proxy.core.trim import (
+    GLUED,
+    MAX_SKIPPED,
+    Covered,
+    _Request,
+    droppable,
+    stepped_drop,
+    stepped_start,
+    trim_cutoff,
+)
 
 
 def covered(texts: list[str], *, exact: bool = True) -> Covered:
@@ -241,3 +250,19 @@ def test_a_covered_reply_read_as_two_messages_goes_whole() -> None:
     # A message the chat has no such joined text of stays.
     other = [ChatMessage("assistant", "line 0 of the story"), ChatMessage("user", "Tom: no.")]
     assert droppable([*other, *request[2:]], history, covered(chat[:6]))[:2] == [2, 3]
+
+
+def test_a_request_that_matches_nothing_is_not_joined_up_pair_by_pair() -> None:
+    """Every message named and changed on its way (none matches): the joins tried are a
+    dozen, not two for each of its messages (tens of ms on the chat path)."""
+    chat = [f"line {i} of the story" for i in range(100)]
+    request = [ChatMessage("user", f"Tom: {t} changed") for t in chat]
+    joined = []
+
+    def counted(text: str) -> int:
+        joined.append(text)
+        return hash(text)
+
+    with patch("proxy.core.trim.fingerprint", counted):
+        assert droppable(request, list(range(100)), covered(chat[:90])) == []
+    assert 0 < len(joined) <= MAX_SKIPPED * (GLUED - 1)
