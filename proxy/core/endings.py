@@ -81,12 +81,16 @@ def prefilled(
         return True
     # From the end, the system messages back to a named one: with instruct off, the
     # reply's lines after its first read as more of ST's (its reasoning's, a paragraph's).
+    # Only single lines are walked past: a prompt of several (post-history instructions,
+    # kilobytes) is ST's own, and is not normalised whole on the chat path.
     for at in range(len(trailing) - 1, -1, -1):
         line = trailing[at]
         if line.role != "system":
             return False
         if len(readings(normalize(line.text[:HEAD]))) == 2:  # named: only its head read
             return starts(last, "\n".join(m.text for m in trailing[at:]), reasoning)
+        if "\n" in line.text:
+            return False
     return False
 
 

@@ -3,6 +3,8 @@ next speaker, an impersonation, a prefill of the reply it continues."""
 
 from __future__ import annotations
 
+from unittest.mock import patch
+
 from proxy.core.chat_index import index_message
 from proxy.core.endings import continues, impersonating, nudged, opened, prefilled, starts
 from proxy.core.models import ChatMessage
@@ -53,6 +55,11 @@ def test_a_text_prompts_last_line_taken_for_sts_own_is_the_prefill_it_is() -> No
     lines = ["Orin: <think>", "Go on.", "</think>", "", "Once upon a time,"]
     assert prefilled([system(line) for line in lines], LAST, (DEFAULT_REASONING,))
     assert not prefilled([system(line) for line in lines[1:]], LAST, (DEFAULT_REASONING,))
+    # Not past a prompt of several lines, which is ST's own (not read whole).
+    ruled = [system("Orin: Once upon a time,"), system("[Rules]\nBe brief."), system("go")]
+    with patch("proxy.core.endings.starts", return_value=True) as compared:
+        assert not prefilled(ruled, LAST, ())
+    assert not compared.called
 
 
 def test_the_group_nudge_the_open_turns_and_the_impersonation() -> None:
