@@ -124,7 +124,9 @@ class DetectHandler(OperationHandler):
         )
 
     def input_hash(self, db: Database, chat_id: str, payload: Payload) -> str | None:
-        found = self._window(db, payload)
+        return self._made_of(db, chat_id, self._window(db, payload))
+
+    def _made_of(self, db: Database, chat_id: str, found: _Detection | None) -> str | None:
         if found is None or not found.window.choosable:
             return None
         texts = [text_hash(found.messages[p].mes) for p in found.window.shown]
@@ -134,10 +136,14 @@ class DetectHandler(OperationHandler):
         return digest(found.window.shown, found.window.choosable, texts, opened)
 
     async def run(self, job: Job) -> Apply:
-        found, names = await self.context.store.call(
-            lambda db: (self._window(db, job.payload), self.names(db, job.chat_id))
-        )
-        if found is None or not found.window.choosable:
+        def gather(db: Database) -> tuple[_Detection | None, str | None, dict[str, str]]:
+            found = self._window(db, job.payload)
+            return found, self._made_of(db, job.chat_id, found), self.names(db, job.chat_id)
+
+        found, made_of, names = await self.context.store.call(gather)
+        # Another window than the job's (a message edited while it waited) is not read:
+        # were it as planned again by the end, this answer would be kept for it.
+        if found is None or made_of != job.input_hash:
             return gone
         window = found.window
         values = {

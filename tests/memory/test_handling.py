@@ -1,5 +1,6 @@
-"""A cut-off answer (`finish_reason: length`) is never read as complete: it is asked for
-again with the limit doubled, up to `[memory.llm] max_tokens_cap`."""
+"""What a job does with what it finds: a cut-off answer (`finish_reason: length`) is never
+read as complete (it is asked for again with the limit doubled, up to `[memory.llm]
+max_tokens_cap`), and input other than the job was planned for is not read at all."""
 
 from __future__ import annotations
 
@@ -67,18 +68,21 @@ async def test_still_cut_off_at_the_cap_fails_and_says_so(memory_proxy: MemoryFa
     assert any(j["error"] == failed.error for j in (await listed.json())["jobs"])
 
 
-@pytest.mark.parametrize("operation", [Operation.SCENE_RECAP, Operation.RUNNING_RECAP])
+@pytest.mark.parametrize(
+    "operation", [Operation.DETECT_SCENE_BREAK, Operation.SCENE_RECAP, Operation.RUNNING_RECAP]
+)
 async def test_a_job_that_finds_other_input_than_it_was_made_for_keeps_nothing(
     memory_proxy: MemoryFactory, operation: Operation
 ) -> None:
-    """A scene recap or a fold runs on the chat's memory as it is then. When that is not
-    its input (the scene, or the recap it folds, changed while it waited, and may be as
-    it was again once it ends), nothing it would write is kept: it runs again."""
+    """A detection, a scene recap or a fold runs on the chat's memory as it is then. When
+    that is not its input (the window's messages, the scene, or the recap it folds,
+    changed while it waited, and may be as they were again once it ends), nothing it
+    would write is kept: it runs again."""
     memory = await memory_proxy(16, ends={8}, **NO_RECAPS)
     await memory.client.post("/v1/chat/completions", json=memory.story.request())
     await memory.until(lambda db: db.memory.running_recaps(CHAT_ID))
     jobs = await memory.run(lambda db: db.jobs.list(CHAT_ID))
-    [job] = [j for j in jobs if j.operation == operation]
+    job = [j for j in jobs if j.operation == operation][-1]
     handler = memory.engine.handlers[operation]
     calls = len(limits(memory, operation))
     assert await handler.run(replace(job, input_hash="another input")) is gone
