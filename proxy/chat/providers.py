@@ -90,8 +90,9 @@ async def identify_parsed(
     as covered. So does a message matched only as one ST changed on the way
     (`proxy.core.identify`): it may be a chat message with ST's prompts joined to it."""
     if parsed.split is not None:
-        parsed.split(parsed, library.index)
-    found = await library.identify_request(parsed.messages, markers, header)
+        found = await _split_and_identified(library, parsed, markers, header)
+    else:
+        found = await library.identify_request(parsed.messages, markers, header)
     ident = found.identification
     if parsed.unmerge is None or (
         ident is not None and ident.confidence == 1.0 and not ident.changed and _whole(found)[1]
@@ -113,6 +114,28 @@ async def identify_parsed(
         parsed.messages, parsed.layout = messages, layout  # as it came: no better
         return found
     return again
+
+
+async def _split_and_identified(
+    library: ChatLibrary, parsed: ParsedRequest, markers: Sequence[str], header: str | None
+) -> RequestIdentity:
+    """A request whose messages the chat index takes apart (`ParsedRequest.split`),
+    identified. The split reads the index as it is when the request comes; identifying it
+    may read in the chat that ST saved just before (`identify_request` waits for that
+    re-read, or does it). Split on the index without ST's newest message, the request may
+    hold none of the user's lines the index knows (the older ones in the reply's quotes
+    and ST's notes), and all of it after the reply is taken for the reply: when the index
+    changed meanwhile, it is split again and identified as the chat now is."""
+    split = parsed.split
+    assert split is not None
+    messages, layout, version = parsed.messages, parsed.layout, library.index.version
+    split(parsed, library.index)
+    found = await library.identify_request(parsed.messages, markers, header)
+    if library.index.version == version:
+        return found
+    parsed.messages, parsed.layout = messages, layout
+    split(parsed, library.index)
+    return await library.identify_request(parsed.messages, markers, header)
 
 
 def _whole(found: RequestIdentity) -> tuple[int, bool]:

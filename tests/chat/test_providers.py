@@ -9,11 +9,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from adapters import ADAPTERS
-from proxy.chat.providers import ChatMemory, NoMemory, StaticMemory
+from proxy.chat.providers import ChatMemory, NoMemory, StaticMemory, identify_parsed
 from proxy.core.models import Caller, ChatMessage, Identification, Memory
 from proxy.library import ChatLibrary
 from proxy.store import Store
-from tests.st_data import MARKERS, SOLO_ID, final_state
+from tests.st_data import MARKERS, SOLO_ID, final_state, save_like_st
 
 REQUESTS = Path(__file__).parent.parent / "data/st-1.12.6/requests.jsonl"
 
@@ -91,6 +91,48 @@ async def test_an_unknown_chat_gets_no_memory(tmp_path: Path) -> None:
     assert memory is not None and memory.chat_id is None and not memory.values
     assert engine.touched == []
     await store.close()
+
+
+def ava_chat(path: Path, *texts: str) -> None:
+    """Ava's chat with Tom, the user's message every other one, saved as ST saves it."""
+    lines: list[dict[str, object]] = [
+        {"user_name": "Tom", "character_name": "Ava", "chat_metadata": {}}
+    ]
+    for i, text in enumerate(texts):
+        lines.append({"name": "Tom" if i % 2 else "Ava", "is_user": bool(i % 2), "mes": text})
+    save_like_st(path, "\n".join(json.dumps(line) for line in lines).encode())
+
+
+async def test_a_single_user_message_is_taken_apart_again_once_its_chat_is_read(
+    tmp_path: Path,
+) -> None:
+    """ST saves the user's message just before it sends the request, and the chat index
+    takes a single user message apart (`adapters.single`) before identification reads
+    that save in. When the reply before quotes the user's lines, the newest `Tom: `
+    paragraphs are none the index holds then, Tom is told no speaker, and his message
+    no message of his: taken apart again on the chat as it was saved, it is."""
+    path = tmp_path / "data/default-user/chats/Ava/Ava - 2026-11-28@10h00m00s.jsonl"
+    reply = "She listens.\n\nTom: One.\n\nShe nods.\n\nTom: Two.\n\nTom: Three.\n\nShe smiles."
+    ava_chat(path, "Hello.", "Hi.", reply)
+    store = Store(tmp_path / "s.sqlite3")
+    library = ChatLibrary(tmp_path / "data", store)
+    await library.index_all()
+    ava_chat(path, "Hello.", "Hi.", reply, "Tell me more.")  # not read yet
+    chat = ["Ava: Hello.", "Tom: Hi.", f"Ava: {reply}", "Tom: Tell me more."]
+    text = "\n\n".join(["Write Ava's reply.", "[Start a new Chat]", *chat])
+    raw = json.dumps({"messages": [{"role": "user", "content": text}]}).encode()
+    parsed = ADAPTERS["chat/completions"].parse(raw)
+    found = await identify_parsed(library, parsed, MARKERS, None)
+    await store.close()
+    assert [(m.role, m.text) for m in parsed.messages[2:]] == [
+        ("assistant", "Ava: Hello."),
+        ("user", "Tom: Hi."),
+        ("assistant", f"Ava: {reply}"),
+        ("user", "Tom: Tell me more."),
+    ]
+    ident = found.identification
+    assert ident is not None and ident.chat_id.endswith("Ava - 2026-11-28@10h00m00s")
+    assert (ident.generation, ident.target_message, ident.confidence) == ("normal", 4, 1.0)
 
 
 async def test_fixed_providers() -> None:
