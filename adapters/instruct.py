@@ -184,7 +184,10 @@ def _mistral(prompt: str) -> list[Turn] | None:
 
 
 def _plain(
-    prompt: str, known: tuple[str | None, str | None], separators: Sequence[str]
+    prompt: str,
+    known: tuple[str | None, str | None],
+    members: Sequence[str],
+    separators: Sequence[str],
 ) -> list[Turn] | None:
     """Instruct off: the story string, the chat start (`***`), then one `Name: text` line
     (or more) per message, ending with the character's name and a colon."""
@@ -196,9 +199,9 @@ def _plain(
         return None
     body = split + len(separator)
     # Lines start with their speaker's name: the user, the character, and in a group
-    # any other name that starts two lines or more.
+    # the other members (`_members`) and any other name that starts two lines or more.
     lines = prompt[body:].split("\n")
-    names = _speakers(known, lines, plain=True)
+    names = _speakers(known, lines, plain=True, members=members)
     if len(names) < 2:
         return None
     heads = tuple(n + ":" for n in names)
@@ -231,13 +234,7 @@ def spoken(text: str) -> tuple[str, str] | None:
 def _names(body: Mapping[str, Any], prompt: str) -> tuple[str | None, str | None]:
     """(user, character): the user's from the stop strings (`\nUser:`), the character's
     from the prompt's open turn (`Seraphina:`); in an impersonation the other way round."""
-    stops = body.get("stop") or body.get("stopping_strings") or body.get("stop_sequence") or []
-    if isinstance(body.get("options"), dict):
-        stops = body["options"].get("stop") or stops
-    named = [
-        s.strip()[:-1] for s in stops if isinstance(s, str) and s.startswith("\n")
-        and s.strip().endswith(":") and "<" not in s
-    ]  # fmt: skip
+    named = _stop_names(body)
     last = prompt[-100:].rstrip().rsplit("\n", 1)[-1]
     tail = last[:-1].strip() if last.endswith(":") and len(last) < 80 else None
     if tail is not None and tail in named[1:]:
@@ -247,23 +244,57 @@ def _names(body: Mapping[str, Any], prompt: str) -> tuple[str | None, str | None
     return (named[0] if named else None), tail
 
 
+def _members(body: Mapping[str, Any], known: tuple[str | None, str | None]) -> tuple[str, ...]:
+    """A group's members named by the stop strings (`\nName:`) besides the user and the
+    character: ST stops at every member's name but the one it writes for (its
+    `names_as_stop_strings`, on by default), so that a member whose message is the only
+    one of theirs in the prompt is still told a speaker."""
+    return tuple(n for n in _stop_names(body) if n not in known)
+
+
+def _stop_names(body: Mapping[str, Any]) -> list[str]:
+    """The names in the stop strings that stop at a speaker's line (`\nName:`), in order."""
+    stops = body.get("stop") or body.get("stopping_strings") or body.get("stop_sequence") or []
+    if isinstance(body.get("options"), dict):
+        stops = body["options"].get("stop") or stops
+    return [
+        s.strip()[:-1] for s in stops if isinstance(s, str) and s.startswith("\n")
+        and s.strip().endswith(":") and "<" not in s
+    ]  # fmt: skip
+
+
 def _speakers(
-    known: tuple[str | None, str | None], starts: Iterable[str], *, plain: bool = False
+    known: tuple[str | None, str | None],
+    starts: Iterable[str],
+    *,
+    plain: bool = False,
+    members: Sequence[str] = (),
 ) -> tuple[str, ...]:
-    """The known names, the user's first, and any other that starts two turns or more.
-    `plain` (instruct off, where every message starts with its speaker's name): when that
-    is the user's alone and no open turn names the character (a continue of the chat's
-    only message of its speaker: the greeting, a group's first reply), the first other
-    name a turn starts with (the message's own, not a line inside it)."""
+    """The known names, the user's first, the group's other `members`, and any other
+    name that starts two turns or more. `plain` (instruct off, where every message starts
+    with its speaker's name) and no open turn that names the character (a continue):
+    when only the user is known (the chat's only message of its speaker: the greeting, a
+    group's first reply), the first other name a turn starts with (the message's own,
+    not a line inside it); in a group whose every speaker known but the user is one the
+    stop strings name (so not the member ST continues), the first other name after the
+    last line of a known speaker (the continued message's own)."""
+    lines = list(starts)
     counted: dict[str, int] = {}
-    for text in starts:
+    heads: list[str | None] = []
+    for text in lines:
         found = spoken(text)
+        heads.append(found[0] if found is not None else None)
         if found is not None:
             counted[found[0]] = counted.get(found[0], 0) + 1
     others = [n for n, c in counted.items() if c >= 2 and n not in known]
-    names = tuple(n for n in (*known, *others) if n)
-    if plain and len(names) == 1 and not known[1]:
-        names += tuple(n for n in counted if n not in names)[:1]
+    names = tuple(dict.fromkeys(n for n in (*known, *members, *others) if n))
+    if not plain or known[1]:
+        return names
+    if len(names) == 1:
+        return names + tuple(n for n in counted if n not in names)[:1]
+    if members and all(n in members for n in names[1:]):
+        last = max((i for i, head in enumerate(heads) if head in names), default=-1)
+        return names + tuple(h for h in heads[last + 1 :] if h is not None)[:1]
     return names
 
 
@@ -279,12 +310,13 @@ def split_prompt(
     starts with a known speaker's `Name:` (ST's names in the prompt) has it as its name,
     and its text without it: as the chat file has the message."""
     known = _names(body, prompt)
-    found = _split(prompt, known, first, separators)
+    members = _members(body, known)
+    found = _split(prompt, known, members, first, separators)
     if found is None:
         return None
     template, turns = found
     texts = (t.text for t in turns if t.role != "system")
-    names = _speakers(known, texts, plain=template == "plain")
+    names = _speakers(known, texts, plain=template == "plain", members=members)
     named = []
     for turn in turns:
         speaker = next((n for n in names if turn.text.startswith(n + ":")), None)
@@ -298,6 +330,7 @@ def split_prompt(
 def _split(
     prompt: str,
     known: tuple[str | None, str | None],
+    members: Sequence[str],
     first: Sequence[Template],
     separators: Sequence[str],
 ) -> tuple[Template | str, list[Turn]] | None:
@@ -310,5 +343,5 @@ def _split(
         turns = _mistral(prompt)
         if turns:
             return "mistral", turns
-    plain = _plain(prompt, known, separators)
+    plain = _plain(prompt, known, members, separators)
     return ("plain", plain) if plain else None

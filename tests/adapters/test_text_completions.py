@@ -249,6 +249,34 @@ def test_a_continue_of_the_only_message() -> None:
         ADAPTER.parse(json.dumps({"prompt": "Story.\n***\nOnce.", "stop": ["\nTom:"]}).encode())
 
 
+def test_a_groups_members_are_the_speakers_sts_stop_strings_name() -> None:
+    """In a group, ST stops at every member's name but the one it writes for: with
+    instruct off, a member whose only line in the prompt starts a message is still that
+    member's message, and in a continue of the one member left out of them (who may have
+    no other line), the line after the last known speaker's that names someone is the
+    continued message's start (its reasoning, then its text)."""
+
+    def turns(prompt: str, *stops: str) -> list[tuple[str, str | None, str]]:
+        body = {"prompt": prompt, "stop": [f"\n{name}:" for name in stops]}
+        return [(m.role, m.name, m.text) for m in ADAPTER.parse(json.dumps(body).encode()).messages]
+
+    prompt = "Story.\n***\nTom: Hi all\nAva: Hello\nOrin: Here.\nTom: Good.\nAva:"
+    assert turns(prompt, "Tom", "Orin")[1:] == [
+        ("user", "Tom", "Hi all"), ("assistant", "Ava", "Hello"), ("assistant", "Orin", "Here."),
+        ("user", "Tom", "Good."), ("assistant", "Ava", ""),
+    ]  # fmt: skip
+    thought = "<think>\nHm.\n</think>\n\nHere, and"
+    prompt = f"Story.\n***\nAva: Hello\nTom: Hi\nAva: More\nTom: Orin?\nOrin: {thought}"
+    assert turns(prompt, "Tom", "Ava")[-2:] == [
+        ("user", "Tom", "Orin?"),
+        ("assistant", "Orin", thought),
+    ]
+    # The member continued is known (no stop string names her): a line of her message
+    # that starts like a name is hers.
+    prompt = "Story.\n***\nTom: Hi\nAva: Hello\nOrin: Yo\nTom: And?\nAva: Well.\nSign: out."
+    assert turns(prompt, "Tom", "Orin")[-1] == ("assistant", "Ava", "Well.\nSign: out.")
+
+
 def test_a_replaced_turn_text_changes_in_place_with_the_memory_and_a_cut() -> None:
     block = '<ST_METADATA>{"chat": "c"}</ST_METADATA>\n'
     prompt = (

@@ -8,6 +8,7 @@ one of the instruct templates ST ships, with the stop strings ST sends
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from typing import Any
 
 NOTE = "[Author's note: the weather turns.]"
@@ -275,13 +276,16 @@ def text_prompt(
     kind: str = "normal",
     note: int | None = None,
     group: bool = False,
+    members: Sequence[str] = (),
 ) -> dict[str, Any]:
     """A text completion body for the file messages `shown`, with instruct off ("plain")
     or in an instruct template of `PRESETS`. `kind`: "normal" (the character's open turn
     ends it), "continue" (the last message, open, ends it) or "impersonate" (the user's
     open turn ends it; ST stops at the character's name first). `note`: the depth of ST's
     Author's Note, a narrator message (`doChatInject`); a continue's depth 0 is 1.
-    `group`: a group chat's (names as the template writes them there)."""
+    `group`: a group chat's (names as the template writes them there), whose `members`
+    but the one ST writes for (the continued message's speaker in a continue) are stop
+    strings, as ST's `names_as_stop_strings` makes them."""
     items = [dict(m) for m in shown]
     if note is not None and items:
         depth = 1 if kind == "continue" and note == 0 else note
@@ -290,6 +294,8 @@ def text_prompt(
     stops = [f"\n{user}:"]
     if kind == "impersonate":
         stops.insert(0, f"\n{char}:")
+    writer = shown[-1]["name"] if kind == "continue" and shown else char
+    stops += [f"\n{member}:" for member in members if member != writer]
     if template == "plain":
         lines = [f"{m['name']}: {m['mes']}" if m["name"] else m["mes"] for m in items]
         prompt = f"{story}\n***\n" + "".join(line + "\n" for line in lines)

@@ -254,7 +254,8 @@ class Player:
             char = self.speaker()  # the one whose turn ends the prompt
             group = isinstance(self, GroupPlayer)
             body = text_prompt(story, shown, template=self.wire, user=USER, char=char,
-                               kind=kind, note=note, group=group)  # fmt: skip
+                               kind=kind, note=note, group=group,
+                               members=MEMBERS if group else ())  # fmt: skip
         body["stream"] = stream
         self.used.add(self.name)
         response = await self.memory.client.post(path, json=body)
