@@ -68,15 +68,6 @@ class _BudgetedHandler(OperationHandler):
 _FoldInput = tuple[SceneBreak | None, SceneRecap | None, RunningRecap | None]
 
 
-def _folded(
-    scene: SceneBreak | None, recap: SceneRecap | None, base: RunningRecap | None
-) -> str | None:
-    """A fold's input hash: the scene, its recap's version and the base's (None: gone)."""
-    if scene is None or recap is None:
-        return None
-    return digest(scene.uid, recap.version, base.version if base else None)
-
-
 class RunningRecapHandler(_BudgetedHandler):
     operation = Operation.RUNNING_RECAP
 
@@ -90,16 +81,19 @@ class RunningRecapHandler(_BudgetedHandler):
         return scene, recap, base
 
     def input_hash(self, db: Database, chat_id: str, payload: Payload) -> str | None:
-        return _folded(*self._input(db, chat_id, payload))
+        scene, recap, base = self._input(db, chat_id, payload)
+        if scene is None or recap is None:
+            return None
+        return digest(scene.uid, recap.version, base.version if base else None)
 
     async def run(self, job: Job) -> Apply:
-        (scene, recap, base), names = await self.context.store.call(
-            lambda db: (self._input(db, job.chat_id, job.payload), self.names(db, job.chat_id))
+        got = await self.gather(
+            job, lambda db: (self._input(db, job.chat_id, job.payload), self.names(db, job.chat_id))
         )
-        if scene is None or recap is None or _folded(scene, recap, base) != job.input_hash:
-            # Gone, or not what the job was made for (the scene's recap or the running
-            # recap before it changed while it waited, and may be back by its end): it
-            # runs again, as a scene recap does.
+        if got is None:
+            return gone
+        (scene, recap, base), names = got
+        if scene is None or recap is None:
             return gone
         values = {
             "running_recap": base.content if base else "",

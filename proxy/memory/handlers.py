@@ -124,9 +124,7 @@ class DetectHandler(OperationHandler):
         )
 
     def input_hash(self, db: Database, chat_id: str, payload: Payload) -> str | None:
-        return self._made_of(db, chat_id, self._window(db, payload))
-
-    def _made_of(self, db: Database, chat_id: str, found: _Detection | None) -> str | None:
+        found = self._window(db, payload)
         if found is None or not found.window.choosable:
             return None
         texts = [text_hash(found.messages[p].mes) for p in found.window.shown]
@@ -136,14 +134,13 @@ class DetectHandler(OperationHandler):
         return digest(found.window.shown, found.window.choosable, texts, opened)
 
     async def run(self, job: Job) -> Apply:
-        def gather(db: Database) -> tuple[_Detection | None, str | None, dict[str, str]]:
-            found = self._window(db, job.payload)
-            return found, self._made_of(db, job.chat_id, found), self.names(db, job.chat_id)
-
-        found, made_of, names = await self.context.store.call(gather)
-        # Another window than the job's (a message edited while it waited) is not read:
-        # were it as planned again by the end, this answer would be kept for it.
-        if found is None or made_of != job.input_hash:
+        got = await self.gather(
+            job, lambda db: (self._window(db, job.payload), self.names(db, job.chat_id))
+        )
+        if got is None:
+            return gone
+        found, names = got
+        if found is None:
             return gone
         window = found.window
         values = {
@@ -252,11 +249,11 @@ class SceneRecapHandler(OperationHandler):
             base = running_before(db, job.chat_id, scene.position) if scene else None
             return records, scene, base.content if base else "", self.names(db, job.chat_id)
 
-        records, scene, running, names = await self.context.store.call(gather)
-        if scene is None or not records or _made_of(scene.uid, records) != job.input_hash:
-            # Gone, or not the messages the job was made for (the scene changed while it
-            # waited): a recap of these must not be kept as one of that input, which may be
-            # the scene's again by the time the job ends (the check then). It runs again.
+        got = await self.gather(job, gather)
+        if got is None:
+            return gone
+        records, scene, running, names = got
+        if scene is None or not records:
             return gone
         first, last = records[0].position, scene.position
         lore = ""

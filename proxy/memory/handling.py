@@ -12,7 +12,7 @@ import hashlib
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 from proxy.core.tokens import TokenCounter
 from proxy.errors import InputMissed, JobFailure
@@ -27,6 +27,8 @@ from proxy.store import Database, Store
 from proxy.store.jobs import Job, Payload
 
 log = logging.getLogger(__name__)
+
+Read = TypeVar("Read")
 
 
 class Completer(Protocol):
@@ -98,6 +100,15 @@ class OperationHandler(Handler):
 
     def still_current(self, db: Database, job: Job) -> bool:
         return self.input_hash(db, job.chat_id, job.payload) == job.input_hash
+
+    async def gather(self, job: Job, read: Callable[[Database], Read]) -> Read | None:
+        """What `read` finds of the job's input, None when that is not the input the job
+        was planned for (gone, or changed while the job waited: it may be as planned
+        again by the job's end, when the answer would be kept for it). One store call:
+        what is read is what was checked."""
+        return await self.context.store.call(
+            lambda db: read(db) if self.still_current(db, job) else None
+        )
 
     def input_hash(self, db: Database, chat_id: str, payload: Payload) -> str | None:
         """What the job's input is now (None: gone); store thread."""
