@@ -27,11 +27,14 @@ def normalize(text: str) -> str:
     return " ".join(text.split())
 
 
+NAME_LONGEST = 40  # characters of a speaker's name read before a message as `Name: `
+
+
 def readings(normal: str) -> tuple[str, ...]:
     """A normalised request text as it is and, when it starts with a speaker's `Name: `
     (group chats, "names in content", a text prompt's turns), past that name."""
     name, colon, rest = normal.partition(": ")
-    return (normal, rest) if colon and rest and len(name) <= 40 else (normal,)
+    return (normal, rest) if colon and rest and len(name) <= NAME_LONGEST else (normal,)
 
 
 def fingerprint(text: str) -> int:

@@ -17,7 +17,13 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from proxy.core.chat_index import Fingerprints, fingerprint, message_fingerprint, readings
+from proxy.core.chat_index import (
+    NAME_LONGEST,
+    Fingerprints,
+    fingerprint,
+    message_fingerprint,
+    readings,
+)
 from proxy.core.models import ChatMessage
 
 MAX_SKIPPED = 12  # unmatched request messages (injections) tolerated inside the covered run
@@ -25,7 +31,7 @@ MAX_SKIPPED = 12  # unmatched request messages (injections) tolerated inside the
 # no message bounds (ST's "single user message", `adapters.single`; a text prompt with
 # instruct off) splits a reply where a paragraph of it starts like a speaker's `Name: `.
 GLUED = 3
-SPEAKER_HEAD = 43  # a speaker's `Name: ` (a name of at most 40 characters) is in this much
+SPEAKER_HEAD = NAME_LONGEST + 3  # a speaker's `Name: ` is in this much of a text
 
 
 def trim_cutoff(breaks: Sequence[int], covered_through: int | None, scene_count: int) -> int | None:
