@@ -199,7 +199,7 @@ def _plain(
         return None
     body = split + len(separator)
     # Lines start with their speaker's name: the user, the character, and in a group
-    # the other members (`_members`) and any other name that starts two lines or more.
+    # the other members (`split_prompt`) and any other name that starts two lines or more.
     lines = prompt[body:].split("\n")
     names = _speakers(known, lines, plain=True, members=members)
     if len(names) < 2:
@@ -231,10 +231,10 @@ def spoken(text: str) -> tuple[str, str] | None:
     return match.group(1), text[match.end() :].strip()
 
 
-def _names(body: Mapping[str, Any], prompt: str) -> tuple[str | None, str | None]:
-    """(user, character): the user's from the stop strings (`\nUser:`), the character's
-    from the prompt's open turn (`Seraphina:`); in an impersonation the other way round."""
-    named = _stop_names(body)
+def _names(named: Sequence[str], prompt: str) -> tuple[str | None, str | None]:
+    """(user, character): the user's from the stop strings' names (`named`), the
+    character's from the prompt's open turn (`Seraphina:`); in an impersonation the other
+    way round."""
     last = prompt[-100:].rstrip().rsplit("\n", 1)[-1]
     tail = last[:-1].strip() if last.endswith(":") and len(last) < 80 else None
     if tail is not None and tail in named[1:]:
@@ -242,14 +242,6 @@ def _names(body: Mapping[str, Any], prompt: str) -> tuple[str | None, str | None
         # the open turn is the user's.
         return tail, named[0]
     return (named[0] if named else None), tail
-
-
-def _members(body: Mapping[str, Any], known: tuple[str | None, str | None]) -> tuple[str, ...]:
-    """A group's members named by the stop strings (`\nName:`) besides the user and the
-    character: ST stops at every member's name but the one it writes for (its
-    `names_as_stop_strings`, on by default), so that a member whose message is the only
-    one of theirs in the prompt is still told a speaker."""
-    return tuple(n for n in _stop_names(body) if n not in known)
 
 
 def _stop_names(body: Mapping[str, Any]) -> list[str]:
@@ -309,8 +301,12 @@ def split_prompt(
     starts in `separators` before `***` for a prompt with instruct off. A turn that
     starts with a known speaker's `Name:` (ST's names in the prompt) has it as its name,
     and its text without it: as the chat file has the message."""
-    known = _names(body, prompt)
-    members = _members(body, known)
+    stopped = _stop_names(body)
+    known = _names(stopped, prompt)
+    # A group's other members: ST stops at every member's name but the one it writes for
+    # (its `names_as_stop_strings`, on by default), so that a member whose message is the
+    # only one of theirs in the prompt is still told a speaker.
+    members = tuple(n for n in stopped if n not in known)
     found = _split(prompt, known, members, first, separators)
     if found is None:
         return None
