@@ -44,6 +44,7 @@ from proxy.memory.views import (
     request_memory,
 )
 from proxy.settings import QueueSettings
+from proxy.sillytavern.reconcile import moved_older
 from proxy.store import Database, Store, file_error
 from proxy.store.jobs import Payload
 from proxy.tasks import TaskSet
@@ -171,6 +172,10 @@ class MemoryEngine:
                 # is answered, or `REQUEST_HOLD` at most (a model's first token takes far
                 # longer): it does not compete with the request for the CPU.
                 self._awaited.setdefault(result.chat_id, asyncio.Event())
+            view = self.views.get(result.chat_id)
+            if view is not None and moved_older(result.events, result.entry.total):
+                # Until planning builds it anew (after the request that may come now).
+                self.views[result.chat_id] = dataclasses.replace(view, outdated=True)
             deleted = any(e.kind == "deleted" for e in result.events)
             self.schedule(result.chat_id, min(e.index for e in result.events), rescan=deleted)
             self.foresee(result.chat_id)

@@ -63,6 +63,9 @@ class MemoryView:
     names: tuple[str, ...] = ()  # the chat's character and user names
     vocabulary: Vocabulary = field(default_factory=lambda: NO_WORDS)  # of its scene recaps
     budget: int = 0  # tokens the memory's macros may fill (the template's text aside)
+    # The chat was re-read since, with messages before its newest deleted, added or
+    # changed (`moved_older`): the positions held here may be off until the next view.
+    outdated: bool = False
 
     def held(self, cut: int) -> int | None:
         """The first chat position from `cut` on that the history's stepped start must not
@@ -339,12 +342,14 @@ def history_start(
 
     A message ST sent is never stepped away while it lacks the recap that stands in for it
     (`MemoryView.held`): the start stops before it, and the cut's `aim` (the step's
-    start) tells planning to write that recap now."""
+    start) tells planning to write that recap now. Nor while the view is `outdated`: its
+    positions may be off by the messages deleted or added since, and a message stepped
+    away by them could lose the recap standing in for it."""
     cut = present_from(ident, history)
     if cut is None:
         return None, []
     unmoved: tuple[Cut, list[int]] = (Cut(cut, cut, cut), [])
-    if view is None or not view.running or not settings.stepped_history:
+    if view is None or not view.running or not settings.stepped_history or view.outdated:
         return unmoved
     step = settings.history_cut_step
     aim = stepped_start(cut, step, view.cutoff)

@@ -85,6 +85,16 @@ def reconcile(
     return result
 
 
+def moved_older(events: Sequence[Event], total: int) -> bool:
+    """Whether `events` (a re-read's, of a file now `total` messages long) changed more
+    than the chat's newest messages: one deleted, added, hidden or changed before those
+    appended and the one before them (a swipe or continue of the last reply). Only then
+    may positions held from before the re-read point at other messages than they did."""
+    added = sum(1 for event in events if event.kind == "added")
+    newest = total - added - 1
+    return any(event.index < (total if event.kind == "deleted" else newest) for event in events)
+
+
 def _opcodes(a: list[bytes], b: list[bytes]) -> list[tuple[str, int, int, int, int]]:
     """difflib's opcodes, with the common head and tail cut off first: ST's usual changes
     (a message appended, the last one swiped or continued) then cost no matching at all."""

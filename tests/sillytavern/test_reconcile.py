@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from proxy.library import ChatLibrary
+from proxy.sillytavern.reconcile import Event, moved_older
 from proxy.store import Store
 from tests.st_data import save_like_st
 
@@ -115,3 +116,24 @@ async def test_identical_messages_and_moves_keep_order(chat) -> None:  # type: i
     # delete the middle one; the identical twin after it keeps its identity
     assert await chat([msg(0), same, same, msg(4)]) == [("deleted", 2)]
     assert await uids(library) == [before[0], before[1], before[3], before[4]]
+
+
+@pytest.mark.parametrize(
+    ("events", "total", "moved"),
+    [
+        ([Event("added", 9)], 10, False),  # ST saved the user's message
+        ([Event("added", 8), Event("added", 9)], 10, False),  # a group's two replies
+        ([Event("swiped", 9, 1)], 10, False),  # a swipe or continue of the last reply
+        ([Event("swiped", 8, 1), Event("added", 9)], 10, False),  # and the next message
+        ([Event("deleted", 10, 1), Event("deleted", 11, 2)], 10, False),  # the last two
+        ([Event("deleted", 4, 1)], 10, True),  # one in the middle: the later ones move
+        ([Event("added", 4)], 10, True),
+        ([Event("edited", 3, 1)], 10, True),  # an old message's recap is of another text
+        ([Event("hidden", 3, 1)], 10, True),
+        ([Event("deleted", 9, 1), Event("added", 9)], 10, True),  # the last one replaced
+    ],
+)
+def test_a_re_read_tells_whether_older_messages_moved(
+    events: list[Event], total: int, moved: bool
+) -> None:
+    assert moved_older(events, total) is moved
