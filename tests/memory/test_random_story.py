@@ -36,6 +36,7 @@ from bench.words import CHAT_WORDS
 from proxy.memory.chatinfo import swipe_of
 from proxy.memory.handlers import SceneRecapHandler
 from proxy.memory.operations import Operation
+from proxy.memory.views import history_start
 from proxy.sillytavern.chatfile import text_hash
 from proxy.store import Database
 from proxy.web.keys import LIBRARY
@@ -155,6 +156,11 @@ class Player:
         self.others: dict[str, tuple[list[dict[str, Any]], dict[str, Any]]] = {}
         self.used: set[str] = set()
         self.kinds: list[str] = []  # requests told for another kind than they are
+        # Per chat, the exact texts of the messages the running recap covered when the
+        # proxy made its last request's memory (`covering`), and the messages left out of
+        # a request that were not among them.
+        self.covered: dict[str, tuple[int, frozenset[int], set[str]]] = {}
+        self.lost: list[str] = []
 
     # The chats' folder, as chat ids start.
     chats = f"default-user/chats/{CHAR}"
@@ -265,9 +271,11 @@ class Player:
                                members=MEMBERS if group else ())  # fmt: skip
         body["stream"] = stream
         self.used.add(self.name)
+        self.covered.pop(self.chat_id, None)
         response = await self.memory.client.post(path, json=body)
         await response.read()
         assert response.status == 200, self.done
+        self.left_out(history, context)
         if self.processed and response.headers.get("X-Recap-Injected", "0") != "0":
             # The chat's request as it went upstream, not one of the proxy's own calls.
             seen = self.memory.fake.state.seen
@@ -277,6 +285,25 @@ class Player:
             got = unquote(response.headers["X-Recap-Chat"])
             assert got == self.chat_id, (self.done[-5:], got)
             await self.check_kind(body, path, nudge)
+
+    def left_out(self, history: list[dict[str, Any]], context: int) -> None:
+        """A message ST sent that is not in the request as it went upstream (its mark in
+        no message, nor in a recap of it) is one the running recap covered, or one the
+        stepped start left out whose recap went in, or the user's (which has none)."""
+        seen = self.memory.fake.state.seen
+        sent = next(s for s in reversed(seen) if "X-Recap-Proxy-Operation" not in s.headers)
+        upstream = "\n".join(strings(json.loads(sent.body)))
+        cutoff, held, stood_in = self.covered.get(self.chat_id, (-1, frozenset(), set()))
+        shown = [m for m in history if not m["is_system"]][-context:]
+        for message in shown:
+            mark = message["mes"].split()[0]
+            if re.search(rf"\b{mark}\b", upstream) is not None or hash(message["mes"]) in held:
+                continue
+            if next(i for i, m in enumerate(history) if m is message) <= cutoff:
+                continue  # edited since the running recap covered it: covered by its place
+            if mark in stood_in or message["is_user"]:
+                continue
+            self.lost.append(f"{self.done[-1:]}: {mark} left out, not covered")
 
     def as_processed(self, sent: list[dict[str, Any]]) -> None:
         """What went upstream with the memory in is as ST's post-processing leaves a
@@ -570,6 +597,45 @@ def problems(player: Player, db: Database, hidden_read: bool) -> list[str]:
     return found
 
 
+def strings(value: Any) -> list[str]:
+    """The strings in a JSON value (a request's texts, its newlines as they are)."""
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, dict):
+        value = list(value.values())
+    return [s for item in value for s in strings(item)] if isinstance(value, list) else []
+
+
+def covering(memory: Memory, player: Player) -> None:
+    """Keep, for each request's memory, what may be left out of it: through the running
+    recap's cutoff, the messages it covered (their exact texts) and the positions up to
+    it; the marks of the messages the stepped start left out whose recap went in."""
+    engine = memory.engine
+    inner = engine.request_memory
+
+    def recorded(ident: Any, messages: Any, history: Any, *args: Any) -> Any:
+        got = inner(ident, messages, history, *args)
+        view = engine.views.get(ident.chat_id)
+        if view is None or not view.running:
+            player.covered[ident.chat_id] = (-1, frozenset(), set())
+            return got
+        _, stepped = history_start(view, engine.upkeep.settings, ident, history)
+        place = dict(zip(ident.history, ident.positions, strict=True))
+        recapped = set(view.shelf.positions) if got.values.get("recent_recaps") else set()
+        marks = [
+            re.search(r"\bu\d+x\b", messages[i].text) for i in stepped if place.get(i) in recapped
+        ]
+        cutoff = view.cutoff if view.cutoff is not None else -1
+        player.covered[ident.chat_id] = (
+            cutoff,
+            frozenset(view.covered.raws),
+            {m.group() for m in marks if m},
+        )
+        return got
+
+    engine.request_memory = recorded  # type: ignore[method-assign,assignment]
+
+
 @pytest.mark.parametrize("seed", sorted(CONTEXT))
 async def test_a_story_played_at_random_keeps_a_true_memory(
     memory_proxy: MemoryFactory, seed: int, caplog: pytest.LogCaptureFixture
@@ -578,6 +644,7 @@ async def test_a_story_played_at_random_keeps_a_true_memory(
     settings = SETTINGS.get(seed, {})
     memory = await memory_proxy(2, ends=set(), **{"memory.message_recaps": policy, **settings})
     player = (GroupPlayer if seed in GROUP else Player)(memory, random.Random(seed))
+    covering(memory, player)
     player.wire, player.noted = WIRES.get(seed, "openai"), seed in NOTED
     player.names, player.squash = NAMES.get(seed, "default"), seed in SQUASHED
     player.reasoning, player.status = REASONING.get(seed), seed in STATUS
@@ -614,5 +681,6 @@ async def test_a_story_played_at_random_keeps_a_true_memory(
         found += [f"{name}: {problem}" for problem in left]
     assert not found, (found, player.done)
     assert not player.kinds, player.kinds
+    assert not player.lost, player.lost
     noted = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
     assert not noted, noted
