@@ -176,8 +176,9 @@ def _speakers(paragraphs: Sequence[str], names: Sequence[str], index: ChatIndex)
         for end in range(i + 1, min(len(paragraphs), i + LONGEST) + 1):
             found = _indexed(SEPARATOR.join(paragraphs[i:end]), index)
             if found is not None:
-                roles[names[i]] = "user" if found[1].is_user else "assistant"
-                chats.add(found[0])
+                holders, message = found
+                roles[names[i]] = "user" if message.is_user else "assistant"
+                chats.update(holders)
                 break
     entries = [index.entries.get(c) for c in chats]
     kept = [m for entry in entries if entry is not None for m in entry.tail if m.text]
@@ -280,13 +281,17 @@ def _name(paragraph: str) -> str:
     return found.group(1) if found is not None else ""
 
 
-def _indexed(text: str, index: ChatIndex) -> tuple[str, IndexedMessage] | None:
-    """The indexed message whose text (`Name: text`) this is, and its chat, if any chat
-    holds one."""
+def _indexed(text: str, index: ChatIndex) -> tuple[tuple[str, ...], IndexedMessage] | None:
+    """The indexed message whose text (`Name: text`) this is, and every chat that holds
+    it, if any does. All of them: a branch shares its parent's older messages, and the
+    index keeps the texts of a chat's newest only (`TEXT_KEPT`), which the branch's are
+    and the parent's may not be: the replies looked for next are found by their start in
+    those texts."""
     fp = fingerprint(text)
-    for chat_id in index.by_fp.get(fp, ()):
+    holders = index.by_fp.get(fp, ())
+    for chat_id in holders:
         entry = index.entries.get(chat_id)
         for message in entry.tail if entry is not None else ():
             if fp in message.fps:
-                return chat_id, message
+                return holders, message
     return None

@@ -16,7 +16,7 @@ from adapters.base import ParsedRequest
 from adapters.openai_chat import OpenAIChatAdapter
 from adapters.single import SingleLayout, single_message
 from proxy.chat.providers import identify_parsed
-from proxy.core.chat_index import ChatEntry, ChatIndex, index_message
+from proxy.core.chat_index import TEXT_KEPT, ChatEntry, ChatIndex, IndexedMessage, index_message
 from proxy.core.models import ChatMessage, Insertion, Role
 from proxy.core.placement import find_history
 from proxy.library import ChatLibrary
@@ -198,6 +198,26 @@ def test_a_reply_a_regex_script_changed_is_still_told_a_reply() -> None:
         ChatMessage("assistant", "Ava: Go on, then."),
         ChatMessage("system", nudge),
     ]
+
+
+def test_a_branchs_changed_replies_are_told_by_the_branch_not_its_parent() -> None:
+    """A branch shares its parent's older messages. The user's line that tells the user
+    a speaker is held by both, the parent first, which keeps the texts of its newest
+    messages only: the replies, each with its status block cut off, start as the
+    branch's do, where they are the newest."""
+
+    def line(n: int) -> IndexedMessage:
+        if n % 2:
+            return index_message(n, True, "Tom", f"Line {n}.")
+        return index_message(n, False, "Ava", f"Line {n}. <status>HP {n}</status>")
+
+    index = ChatIndex()
+    later = [index_message(n, n % 2 == 1, "Ava", f"Later {n}.") for n in range(4, 4 + TEXT_KEPT)]
+    index.put(ChatEntry("parent", 1.0, 4 + TEXT_KEPT, [line(n) for n in range(4)] + later))
+    index.put(ChatEntry("branch", 2.0, 4, [line(n) for n in range(4)]))
+    parsed = split_with(["Ava: Line 0.", "Tom: Line 1.", "Ava: Line 2.", "Tom: Line 3."], index)
+    roles = [m.role for m in parsed.messages[2:]]
+    assert roles == ["assistant", "user", "assistant", "user"]
 
 
 class CountedLookups(dict[int, tuple[str, ...]]):
