@@ -63,8 +63,9 @@ class MemoryView:
     names: tuple[str, ...] = ()  # the chat's character and user names
     vocabulary: Vocabulary = field(default_factory=lambda: NO_WORDS)  # of its scene recaps
     budget: int = 0  # tokens the memory's macros may fill (the template's text aside)
-    # The chat was re-read since, with messages before its newest deleted, added or
-    # changed (`moved_older`): the positions held here may be off until the next view.
+    # The chat was re-read since, with messages before its newest deleted, added, hidden
+    # or changed (`moved_older`): what is held here by position may be of other messages
+    # (or texts) than the file's until the next view.
     outdated: bool = False
 
     def held(self, cut: int) -> int | None:

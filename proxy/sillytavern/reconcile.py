@@ -89,7 +89,8 @@ def moved_older(events: Sequence[Event], total: int) -> bool:
     """Whether `events` (a re-read's, of a file now `total` messages long) changed more
     than the chat's newest messages: one deleted, added, hidden or changed before those
     appended and the one before them (a swipe or continue of the last reply). Only then
-    may positions held from before the re-read point at other messages than they did."""
+    may what was held by position before the re-read (a message's recap, or that it
+    lacks one) be of another message, or another text, than the file's now."""
     added = sum(1 for event in events if event.kind == "added")
     newest = total - added - 1
     return any(event.index < (total if event.kind == "deleted" else newest) for event in events)
