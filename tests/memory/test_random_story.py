@@ -156,9 +156,10 @@ class Player:
         self.others: dict[str, tuple[list[dict[str, Any]], dict[str, Any]]] = {}
         self.used: set[str] = set()
         self.kinds: list[str] = []  # requests told for another kind than they are
-        # Per chat, the exact texts of the messages the running recap covered when the
-        # proxy made its last request's memory (`covering`), and the messages left out of
-        # a request that were not among them.
+        # Per chat, what the proxy's last request's memory could leave out (`covering`):
+        # the running recap's cutoff, the hashes of the texts it covered, and the marks of
+        # the messages the stepped start left out with their recaps in; and the messages
+        # left out of a request that were none of those (`left_out`).
         self.covered: dict[str, tuple[int, frozenset[int], set[str]]] = {}
         self.lost: list[str] = []
 
@@ -620,7 +621,7 @@ def covering(memory: Memory, player: Player) -> None:
             player.covered[ident.chat_id] = (-1, frozenset(), set())
             return got
         _, stepped = history_start(view, engine.upkeep.settings, ident, history)
-        place = dict(zip(ident.history, ident.positions, strict=True))
+        place = dict(zip(ident.history, ident.positions, strict=False))
         recapped = set(view.shelf.positions) if got.values.get("recent_recaps") else set()
         marks = [
             re.search(r"\bu\d+x\b", messages[i].text) for i in stepped if place.get(i) in recapped
