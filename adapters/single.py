@@ -66,6 +66,7 @@ JOINS = 8  # the newest messages split at a speaker's name that are looked for j
 # ST's nudges that end a request: each as it starts a paragraph, and as a line of one (ST's
 # "squash system messages" joins them to the post-history instructions), as `endings` reads them.
 NUDGES = ((CONTINUE_NUDGE, CONTINUE_JOINED), (IMPERSONATION, IMPERSONATION), (GROUP_NUDGE, ""))
+NUDGE_REACH = 4  # paragraphs after a nudge that may be post-history instructions
 
 
 @dataclass(frozen=True, slots=True)
@@ -269,10 +270,13 @@ def _held_start(texts: Sequence[str], index: ChatIndex, least: int = 0) -> int:
 def _before_nudges(turn: Sequence[str]) -> int:
     """Where the request's last message ends when the index holds none of its starts (a
     reply that a regex script changed on its way): before the nudges of ST's that end
-    the request (continue, impersonation, the group's next speaker), as they read."""
+    the request (continue, impersonation, the group's next speaker), as they read, and
+    what follows them (your post-history instructions, which ST puts after them): the
+    earliest nudge among the turn's last `NUDGE_REACH` + 1 paragraphs."""
     cut = len(turn)
-    while cut > 1 and any(says([ChatMessage("system", turn[cut - 1])], *nudge) for nudge in NUDGES):
-        cut -= 1
+    for k in range(len(turn) - 1, max(0, len(turn) - 2 - NUDGE_REACH), -1):
+        if any(says([ChatMessage("system", turn[k])], *nudge) for nudge in NUDGES):
+            cut = k
     return cut
 
 

@@ -220,6 +220,24 @@ def test_a_branchs_changed_replies_are_told_by_the_branch_not_its_parent() -> No
     assert roles == ["assistant", "user", "assistant", "user"]
 
 
+def test_a_changed_reply_ends_before_the_group_nudge_and_what_follows_it() -> None:
+    """A group's changed newest reply (its status block cut off), then ST's group nudge
+    and the user's post-history instructions after it, each a paragraph: both ST's."""
+    index = ChatIndex()
+    tail = [
+        index_message(0, True, "Tom", "Hello there."),
+        index_message(1, False, "Ava", "Welcome, traveller. <status>HP 5</status>"),
+    ]
+    index.put(ChatEntry("c", 0.0, 2, tail))
+    after = ["[Write the next reply only as Orin.]", "[Stay in character.]"]
+    parsed = split_with(["Tom: Hello there.", "Ava: Welcome, traveller.", *after], index)
+    assert parsed.messages[2:] == [
+        ChatMessage("user", "Tom: Hello there."),
+        ChatMessage("assistant", "Ava: Welcome, traveller."),
+        *[ChatMessage("system", text) for text in after],
+    ]
+
+
 class CountedLookups(dict[int, tuple[str, ...]]):
     """The index's fingerprint map, counting the lookups of a message's chats."""
 
