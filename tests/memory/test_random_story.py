@@ -68,17 +68,20 @@ STEPS = 150
 # the reasoning ST writes before a continued reply; 2755, where (one run in four) a scene
 # recap made of other messages than its job's input was kept as one of that input; 2735, a
 # single user message sent as its save is read, the reply before it quoting the user's
-# lines; 3940, a group member's reasoning reply continued with instruct off, his only line.
+# lines; 3940, a group member's reasoning reply continued with instruct off, his only line;
+# 4842, a single user message's impersonation after a branch whose parent kept the branch's
+# messages, their texts no longer; 5039, a group's single user message whose changed reply
+# came before the group nudge and the post-history instructions.
 CONTEXT = {1: 10_000, 2: 24, 3: 40, 4: 10_000, 5: 24, 6: 24, 7: 10_000, 8: 24, 9: 40, 10: 10_000,
            11: 24, 12: 40, 13: 24, 14: 40, 15: 10_000, 16: 24, 17: 40, 18: 24, 19: 40,
            20: 10_000, 101: 10_000, 102: 24, 103: 24, 104: 10_000, 105: 40, 106: 24, 107: 24,
            108: 10_000, 109: 40, 110: 24, 111: 40, 112: 10_000, 113: 10_000, 114: 24, 115: 24,
            630: 10_000, 661: 24, 663: 10_000, 696: 10_000, 735: 10_000, 861: 10_000,
            2229: 24, 2615: 40, 2636: 40, 2735: 10_000, 2755: 24, 3500: 10_000,
-           3940: 10_000}  # fmt: skip
+           3940: 10_000, 4842: 24, 5039: 10_000}  # fmt: skip
 # Seeds played in a group chat.
 GROUP = {6, 7, 11, 12, 16, 17, 19, 20, 106, 111, 114, 661, 663, 696, 735, 2229, 2636, 2755,
-         3500, 3940}  # fmt: skip
+         3500, 3940, 5039}  # fmt: skip
 # Seeds played over another connection than a chat completion: Claude ("use system prompt"
 # off, or on), a text completion with instruct off or in one of the instruct templates ST
 # ships (`tests.memory.st_wire`).
@@ -92,33 +95,34 @@ WIRES = {8: "claude", 9: "chatml", 10: "plain", 11: "claude+system", 12: "chatml
 # and puts its Author's Note in as the user's in some requests.
 NAMES = {18: "content", 19: "completion", 102: "content", 630: "content", 661: "content",
          663: "content", 696: "content", 735: "content", 861: "completion",
-         2735: "content"}  # fmt: skip
+         2735: "content", 4842: "content"}  # fmt: skip
 # Chat completion seeds with post-history instructions and ST's "squash system messages".
-SQUASHED = {18, 20, 101, 102, 661, 663, 861, 2615}
+SQUASHED = {18, 20, 101, 102, 661, 663, 861, 2615, 5039}
 # Seeds of a reasoning model: its replies are saved with their reasoning, and ST writes
 # that before the newest this many in each prompt ("Add to Prompts"; 0: off), and before
 # a continued one always (`st_wire.with_reasoning`).
 REASONING = {103: 2, 104: 0, 105: 1, 109: 1, 630: 0, 663: 0, 735: 0, 2615: 1, 2636: 0,
-             2755: 2, 3500: 1, 3940: 2}  # fmt: skip
+             2755: 2, 3500: 1, 3940: 2, 4842: 2, 5039: 2}  # fmt: skip
 # Seeds whose replies end with a status block that a regex script of the user's cuts out
 # of every prompt (`st_wire.without_status`): the requests' replies are not the file's.
-STATUS = {107, 108, 109, 115, 630, 661, 663, 696, 735, 861, 2229, 2636, 2735, 2755, 3500}
+STATUS = {107, 108, 109, 115, 630, 661, 663, 696, 735, 861, 2229, 2636, 2735, 2755, 3500,
+          4842, 5039}  # fmt: skip
 # Chat completion seeds whose ST's server post-processes the prompt ("Prompt
 # Post-Processing", `st_wire.post_processed`): same-role neighbours merged, names folded
 # into the text, and ("semi", "strict") ST's own prompts after the first the user's; or
 # ("single") all of it one user message, each speaker named.
 POST_PROCESSED = {110: "merge", 111: "semi", 112: "strict", 113: "single", 114: "single",
                   115: "single", 630: "semi", 2615: "single", 2735: "single",
-                  3500: "single"}  # fmt: skip
+                  3500: "single", 4842: "single", 5039: "single"}  # fmt: skip
 # Seeds whose model writes the user's line in some replies, a paragraph `User: ...`.
-QUOTING = {9, 18, 111, 113, 114, 2615, 2735, 3500}
+QUOTING = {9, 18, 111, 113, 114, 2615, 2735, 3500, 5039}
 # Text completion seeds whose ST's settings.json names the template (the proxy reads it);
 # the others' templates are found by the proxy's own list.
 ST_SETTINGS = {14, 16, 17}
 # Seeds whose requests carry ST's Author's Note at a random depth, every other one.
 NOTED = {8, 9, 10, 11, 13, 14, 15, 16, 18, 19, 20, 101, 102, 103, 105, 106, 107, 108, 110,
          111, 112, 113, 114, 115, 630, 661, 663, 696, 735, 861, 2229, 2636, 2735, 2755,
-         3940}  # fmt: skip
+         3940, 4842, 5039}  # fmt: skip
 # Settings besides the tests' quick ones, per seed: detection as its defaults space it,
 # hidden messages left out of the recaps.
 SETTINGS: dict[int, dict[str, Any]] = {
