@@ -244,12 +244,12 @@ class SceneRecapHandler(OperationHandler):
         return _made_of(scene.uid, records, paired.__getitem__)
 
     async def run(self, job: Job) -> Apply:
-        def gather(db: Database) -> _SceneInput:
+        def read(db: Database) -> _SceneInput:
             records, scene = self._scene(db, job.chat_id, job.payload)
             base = running_before(db, job.chat_id, scene.position) if scene else None
             return records, scene, base.content if base else "", self.names(db, job.chat_id)
 
-        got = await self.gather(job, gather)
+        got = await self.gather(job, read)
         if got is None:
             return gone
         records, scene, running, names = got
