@@ -626,7 +626,10 @@ def covering(memory: Memory, player: Player) -> None:
             return got
         _, stepped = history_start(view, engine.upkeep.settings, ident, history)
         place = dict(zip(ident.history, ident.positions, strict=False))
-        recapped = set(view.shelf.positions) if got.values.get("recent_recaps") else set()
+        # The positions whose recap line went in, not every one the shelf holds.
+        went = set(got.values.get("recent_recaps", "").split("\n"))
+        shelf = view.shelf
+        recapped = {p for p, line in zip(shelf.positions, shelf.lines, strict=True) if line in went}
         marks = [
             re.search(r"\bu\d+x\b", messages[i].text) for i in stepped if place.get(i) in recapped
         ]
