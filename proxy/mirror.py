@@ -48,6 +48,10 @@ class Refreshed:
     entry: ChatEntry | None  # None: the chat is gone
     renamed_from: str | None = None
     saved: bool = False  # the file was written anew (its metadata may have changed)
+    # The file's hash as the store held it before this re-read, and holds it now: what
+    # was built from the store tells by them which version it was built from.
+    replaced: bytes | None = None
+    file_hash: bytes | None = None
 
 
 class Mirror:
@@ -181,6 +185,7 @@ class Mirror:
             lambda uids: db.old_messages(chat_id, uids),
             parsed.message,
         )
+        replaced = record.file_hash if record is not None and not record.deleted else None
         header = parsed.header
         group = self._group_of(location)
         record = ChatRecord(
@@ -207,7 +212,9 @@ class Mirror:
         )
         events = db.save_chat(record, plan.uids, digests, parsed.message, plan.events, layout)
         entry = self.entry(db, record)
-        return Refreshed(location.chat_id, tuple(events), entry, renamed_from, saved=True)
+        return Refreshed(
+            chat_id, tuple(events), entry, renamed_from, True, replaced, record.file_hash
+        )
 
     def _adopt_renamed(self, db: Database, location: ChatLocation, parsed: ChatFile) -> str | None:
         """A new file whose integrity slug and content match a deleted chat: a rename. A

@@ -10,7 +10,7 @@ the user excluded.
 from __future__ import annotations
 
 from bisect import bisect_left
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from pydantic import BaseModel, Field
@@ -132,6 +132,20 @@ class RecapShelf:
             tuple(sums),
             tuple(f"- {c.text}" for c in candidates),
         )
+
+    def moved(self, new: Callable[[int], int | None]) -> RecapShelf:
+        """The same recaps at the positions `new` gives them (a re-read moved their
+        messages), less those it gives none (deleted, or changed since recapped)."""
+        positions: list[int] = []
+        sums = [0]
+        lines: list[str] = []
+        for i, position in enumerate(self.positions):
+            now = new(position)
+            if now is not None:
+                positions.append(now)
+                sums.append(sums[-1] + self.sums[i + 1] - self.sums[i])
+                lines.append(self.lines[i])
+        return RecapShelf(tuple(positions), tuple(sums), tuple(lines))
 
     def newest(self, before: int | None, budget: int) -> tuple[str, int]:
         """`{{recent_recaps}}` from the recaps of messages before position `before` ("" when

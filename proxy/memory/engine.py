@@ -33,6 +33,7 @@ from proxy.memory.llm import LLMClient
 from proxy.memory.operations import Operation
 from proxy.memory.prompts import Prompts
 from proxy.memory.recall import rank_ahead
+from proxy.memory.reread import carried
 from proxy.memory.retries import Retries
 from proxy.memory.settings import MemorySettings
 from proxy.memory.upkeep import Upkeep
@@ -44,7 +45,6 @@ from proxy.memory.views import (
     request_memory,
 )
 from proxy.settings import QueueSettings
-from proxy.sillytavern.reconcile import moved_older
 from proxy.store import Database, Store, file_error
 from proxy.store.jobs import Payload
 from proxy.tasks import TaskSet
@@ -173,9 +173,8 @@ class MemoryEngine:
                 # longer): it does not compete with the request for the CPU.
                 self._awaited.setdefault(result.chat_id, asyncio.Event())
             view = self.views.get(result.chat_id)
-            if view is not None and moved_older(result.events, result.entry.total):
-                # Until planning builds it anew (after the request that may come now).
-                self.views[result.chat_id] = dataclasses.replace(view, outdated=True)
+            if view is not None:  # for the request that may come before the next view
+                self.views[result.chat_id] = carried(view, result)
             deleted = any(e.kind == "deleted" for e in result.events)
             self.schedule(result.chat_id, min(e.index for e in result.events), rescan=deleted)
             self.foresee(result.chat_id)

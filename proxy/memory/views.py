@@ -63,9 +63,11 @@ class MemoryView:
     names: tuple[str, ...] = ()  # the chat's character and user names
     vocabulary: Vocabulary = field(default_factory=lambda: NO_WORDS)  # of its scene recaps
     budget: int = 0  # tokens the memory's macros may fill (the template's text aside)
-    # The chat was re-read since, with messages before its newest deleted, added, hidden
-    # or changed (`moved_older`): what is held here by position may be of other messages
-    # (or texts) than the file's until the next view.
+    # The chat file's hash in the store the view was built from; `outdated`: the chat was
+    # re-read since, with messages before its newest deleted, added, hidden or changed
+    # (`moved_older`), and the view could not be moved with them (`reread.carried`): what
+    # is held here by position may be of other messages than the file's until the next.
+    file_hash: bytes | None = None
     outdated: bool = False
 
     def held(self, cut: int) -> int | None:
@@ -197,13 +199,13 @@ def build_view(
         covered = _covered(db, inputs, chat_id, cutoff, before + 1, old.covered)
     else:
         covered = _covered(db, inputs, chat_id, cutoff)
+    chat = db.chat(chat_id)
     first = scan = (through or -1) + 1
     stepping = current is not None and settings.stepped_history
     if stepping:
         # Planning recaps only the newest `message_recap_lookback` messages by itself: the
         # uncovered ones before those are not read one by one (a backfill plans after every
         # job), and hold the stepped start as if none had its recap.
-        chat = db.chat(chat_id)
         total = chat.messages if chat is not None else 0
         scan = max(first, total - settings.message_recap_lookback)
     recaps, lacking = _stand_ins(
@@ -258,6 +260,7 @@ def build_view(
         names=(names["char"], names["user"]),
         vocabulary=vocabulary,
         budget=budget,
+        file_hash=chat.file_hash if chat is not None else None,
     )
 
 

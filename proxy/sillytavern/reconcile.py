@@ -9,6 +9,7 @@ messages of the same speaker. What is left over was deleted or added.
 
 from __future__ import annotations
 
+from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from difflib import SequenceMatcher
@@ -94,6 +95,51 @@ def moved_older(events: Sequence[Event], total: int) -> bool:
     added = sum(1 for event in events if event.kind == "added")
     newest = total - added - 1
     return any(event.index < (total if event.kind == "deleted" else newest) for event in events)
+
+
+@dataclass(frozen=True, slots=True)
+class Moves:
+    """Where a re-read (its `events`, of a file now `total` messages long) moved the
+    messages that were there before: alignment keeps their order, so an old position's
+    new one is its rank among the messages kept, shifted past the messages added."""
+
+    deleted: tuple[int, ...]  # old positions
+    added: tuple[int, ...]  # new positions
+    changed: frozenset[int]  # new positions: edited, swiped, hidden or unhidden
+
+    @classmethod
+    def of(cls, events: Sequence[Event]) -> Moves:
+        def where(kind: EventKind) -> tuple[int, ...]:
+            return tuple(sorted(event.index for event in events if event.kind == kind))
+
+        changed = frozenset(e.index for e in events if e.kind not in ("added", "deleted"))
+        return cls(where("deleted"), where("added"), changed)
+
+    def new(self, old: int) -> int | None:
+        """The new position of the message at `old` (None: it was deleted)."""
+        at = bisect_left(self.deleted, old)
+        if at < len(self.deleted) and self.deleted[at] == old:
+            return None
+        return self._past_added(old - at)
+
+    def bound(self, old: int) -> int:
+        """The new position of the first message kept from `old` on (or of the end): where
+        a stretch that began, or ended before, `old` does now."""
+        return self._past_added(old - bisect_left(self.deleted, old))
+
+    def last(self, old: int) -> int:
+        """The new position of the newest message kept up to `old` (-1: none)."""
+        kept = old + 1 - bisect_right(self.deleted, old)
+        return self._past_added(kept - 1) if kept else -1
+
+    def _past_added(self, rank: int) -> int:
+        # The rank-th kept message (or the end) comes after every added one before it.
+        new = rank
+        for added in self.added:
+            if added > new:
+                break
+            new += 1
+        return new
 
 
 def _opcodes(a: list[bytes], b: list[bytes]) -> list[tuple[str, int, int, int, int]]:

@@ -183,37 +183,37 @@ async def test_a_stale_recap_does_not_stand_in(memory_proxy: MemoryFactory) -> N
     assert response.headers["X-Recap-Trimmed"] == "2"
 
 
-async def test_messages_deleted_just_before_a_request_hold_the_stepped_start(
+async def test_messages_deleted_just_before_a_request_move_the_memory_with_them(
     memory_proxy: MemoryFactory,
 ) -> None:
-    """The user deletes two messages in ST and sends the next one at once. The chat is
-    re-read for the request, but its memory's view is planned again only once the request
-    is answered: until then, the positions of the recaps it holds are off by two. Stepped
-    by them, the start would leave out the character's 24 (26 before) with its recap, held
-    at 26, taken for one of a message the request still carries."""
+    """The user deletes two older messages in ST and sends the next one at once. The chat
+    is re-read for the request, but its memory's view is planned again only once the
+    request is answered: the view it finds is carried over the re-read, its recaps at the
+    positions their messages have now (`proxy.memory.reread`). Held by their old ones, the
+    deleted 12's recap would go in, the recap of the character's 20 (22 before), which ST
+    no longer sends, would not, and the stepped start would leave out the character's 24
+    (26 before) with its recap taken for one of a message the request still carries."""
     memory, whole = await folded(
         memory_proxy, **{"memory.message_recap_ahead": 4, "memory.history_cut_step": 4}
     )
     await memory.client.post("/v1/chat/completions", json=cut_at(whole, 23))
-    await memory.until(lambda db: {22, 24, 26, 28} <= recapped(db))
+    await memory.until(lambda db: {12, 22, 24, 26, 28} <= recapped(db))
     del memory.story.messages[12:14]
     memory.story.save()
     chat = [m["mes"] for m in memory.story.messages]
-    response = await memory.client.post(
-        "/v1/chat/completions", json=cut_at(memory.story.request(), 22)
-    )
-    assert response.headers["X-Recap-Trimmed"] == "0"
-    assert sent_history(memory)[0] == chat[22]
-    # Planned again, the view's positions are the file's: the start steps to 25, and the
-    # recaps of 22 and 24 (made as 24 and 26, before) stand in for them.
-    await memory.engine.settle()
-    response = await memory.client.post(
-        "/v1/chat/completions", json=cut_at(memory.story.request(), 22)
-    )
-    assert response.headers["X-Recap-Trimmed"] == "3"
-    assert sent_history(memory)[0] == chat[25]
-    changing = json.loads(memory.fake.state.seen[-1].body)["messages"][-3]["content"]
-    assert "#24: " in changing and "#26: " in changing
+    for planned in (False, True):
+        if planned:  # the view built anew from the file: the same request, the same memory
+            await memory.engine.settle()
+        response = await memory.client.post(
+            "/v1/chat/completions", json=cut_at(memory.story.request(), 22)
+        )
+        # ST cuts at 22; the start steps to 25, the recaps of 22 and 24 (made as 24 and
+        # 26) standing in for them.
+        assert response.headers["X-Recap-Trimmed"] == "3"
+        assert sent_history(memory)[0] == chat[25]
+        changing = json.loads(memory.fake.state.seen[-1].body)["messages"][-3]["content"]
+        assert all(f"#{old}: " in changing for old in (22, 24, 26)), changing
+        assert "#12: " not in changing
 
 
 async def test_messages_older_than_the_lookback_hold_the_stepped_start(

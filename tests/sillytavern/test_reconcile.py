@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json
+import random
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from proxy.library import ChatLibrary
-from proxy.sillytavern.reconcile import Event, moved_older
+from proxy.sillytavern.reconcile import Event, Moves, moved_older
 from proxy.store import Store
 from tests.st_data import save_like_st
 
@@ -137,3 +138,27 @@ def test_a_re_read_tells_whether_older_messages_moved(
     events: list[Event], total: int, moved: bool
 ) -> None:
     assert moved_older(events, total) is moved
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_moves_follow_each_message_over_a_re_read(seed: int) -> None:
+    """Messages deleted and added anywhere (the order of the rest kept, as alignment keeps
+    it): each message kept is found at its new place, and stretches end where they did."""
+    rng = random.Random(seed)
+    old = list(range(rng.randint(0, 30)))
+    new: list[int | None] = [m for m in old if rng.random() > 0.25]
+    for _ in range(rng.randint(0, 4)):
+        new.insert(rng.randint(0, len(new)), None)
+    events = [Event("deleted", m, m) for m in old if m not in new]
+    events += [Event("added", i) for i, m in enumerate(new) if m is None]
+    events += [Event("edited", i, m) for i, m in enumerate(new) if m is not None and m % 7 == 3]
+    moves = Moves.of(events)
+    where = {m: i for i, m in enumerate(new) if m is not None}
+    assert moves.changed == {i for i, m in enumerate(new) if m is not None and m % 7 == 3}
+    for m in [*old, len(old)]:
+        assert moves.new(m) == where.get(m, None if m < len(old) else len(new))
+        kept_from = [where[k] for k in old[m:] if k in where]
+        assert moves.bound(m) == (kept_from[0] if kept_from else len(new))
+        if m < len(old):
+            kept_to = [where[k] for k in old[: m + 1] if k in where]
+            assert moves.last(m) == (kept_to[-1] if kept_to else -1)
