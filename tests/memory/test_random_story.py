@@ -614,12 +614,19 @@ def strings(value: Any) -> list[str]:
 def covering(memory: Memory, player: Player) -> None:
     """Keep, for each request's memory, what may be left out of it: through the running
     recap's cutoff, the messages it covered (their exact texts) and the positions up to
-    it; the marks of the messages the stepped start left out whose recap went in."""
+    it; the marks of the messages the stepped start left out whose recap went in. And
+    check that the recaps that went in are of texts the chat shows."""
     engine = memory.engine
     inner = engine.request_memory
 
     def recorded(ident: Any, messages: Any, history: Any, *args: Any) -> Any:
         got = inner(ident, messages, history, *args)
+        # A recap that goes in is of a text the chat shows now: not of a message deleted,
+        # hidden or changed since (its own `u<n>x` mark tells which text it was made from).
+        shown = {m["mes"].split()[0] for m in player.messages if not m["is_system"]}
+        made = set(re.findall(r"#\d+: (u\d+x)", got.values.get("recent_recaps", "")))
+        if made - shown:
+            player.lost.append(f"{player.done[-1:]}: recaps of {sorted(made - shown)} went in")
         view = engine.views.get(ident.chat_id)
         if view is None or not view.running:
             player.covered[ident.chat_id] = (-1, frozenset(), set())
