@@ -50,6 +50,15 @@ class _Fit:
     target: int | None
     positions: tuple[int, ...] = ()
     changed: int = 0  # of the chat's messages `history` holds, how many ST changed (`_align`)
+    # The request's end after its history (a continue's prefill) is this chat's last
+    # message: a chat that ends one message earlier (a branch made before it) matches
+    # as many, with that for its next reply's start, and is not as likely.
+    prefill: bool = False
+
+    @property
+    def rank(self) -> tuple[int, bool]:
+        """What makes one chat's fit better than another's (the newer chat wins a tie)."""
+        return self.matched, self.prefill
 
 
 # Not frozen: it keeps the chats it looked up (`candidates`).
@@ -176,9 +185,9 @@ def _identify(
     # then, each of which costs 3.11 a C path (keyword parsing, float formatting) that a
     # request would otherwise bring into the cache for nothing.
     if len(fits) > 1:
-        fits.sort(key=lambda pair: (pair[0].matched, pair[1].updated), reverse=True)
+        fits.sort(key=lambda pair: (*pair[0].rank, pair[1].updated), reverse=True)
     best, entry = fits[0]
-    tied = len(fits) > 1 and fits[1][0].matched == best.matched
+    tied = len(fits) > 1 and fits[1][0].rank == best.rank
     compared = len(history) if len(history) < len(entry.tail) else len(entry.tail)
     found = best.matched + best.changed
     if found < compared:
@@ -269,8 +278,9 @@ def _best_fit(
         # The file has one more assistant message: the request regenerates it, unless the
         # request carries that message as a continue-prefill at its very end.
         matched, changed, used, at = _align(messages, history, fps, tail, len(tail) - 2)
-        kind: Generation = "continue" if prefilled(trailing, last, reasoning) else "swipe"
-        fits.append(_Fit(kind, matched, used, last.position, at, changed))
+        continued = prefilled(trailing, last, reasoning)
+        kind: Generation = "continue" if continued else "swipe"
+        fits.append(_Fit(kind, matched, used, last.position, at, changed, continued))
     if len(tail) >= 3 and not last.is_user and not tail[-2].is_user:
         fit = _swipe_after_reply(messages, history, fps, trailing, tail, reasoning)
         if fit is not None:

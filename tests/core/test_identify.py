@@ -218,6 +218,27 @@ def test_continue_with_a_partial_prefill() -> None:
         assert found is not None and found.generation == kind
 
 
+def test_a_continue_prefilled_with_the_whole_last_reply_is_of_the_chat_that_holds_it() -> None:
+    """A branch made before the last reply, and its parent opened again: ST's continue of
+    that reply (with instruct off, the prompt ends with it: a prefill) is the parent's,
+    which holds the prefill as its last message, not the branch's next reply begun with
+    a prefill that is the parent's whole message, though the branch was saved last."""
+    turns = [(True, "Alex", "Tell me a story."), (False, "Seraphina", "Once upon a time.")]
+    turns.append((True, "Alex", "And then?"))
+    reply = (False, "Seraphina", "Then the river rose, and Eldoria woke.")
+    index = ChatIndex()
+    index.put(entry("u/chats/S/parent", 1.0, [*turns, reply]))
+    index.put(entry("u/chats/S/parent - Branch #2", 2.0, turns))
+    shown = [("user" if u else "assistant", t) for u, _, t in turns]
+    for prefill in (reply[2], f"Seraphina: {reply[2]}"):
+        found = run(index, request(*shown, trailing=(("assistant", prefill),)))
+        assert found is not None
+        assert (found.chat_id, found.generation, found.target_message) == (
+            "u/chats/S/parent", "continue", 3
+        )
+        assert found.confidence == 1.0
+
+
 def test_a_swipe_of_a_reply_that_follows_another_reply() -> None:
     """Two replies in a row (a user message deleted between them, a reply sent as the
     character): a swipe of the second sends the first last, where a prefill would be."""
