@@ -234,7 +234,9 @@ def test_a_continue_prefilled_with_the_whole_last_reply_is_of_the_chat_that_hold
         found = run(index, request(*shown, trailing=(("assistant", prefill),)))
         assert found is not None
         assert (found.chat_id, found.generation, found.target_message) == (
-            "u/chats/S/parent", "continue", 3
+            "u/chats/S/parent",
+            "continue",
+            3,
         )
         assert found.confidence == 1.0
 
