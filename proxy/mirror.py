@@ -213,7 +213,13 @@ class Mirror:
         events = db.save_chat(record, plan.uids, digests, parsed.message, plan.events, layout)
         entry = self.entry(db, record)
         return Refreshed(
-            chat_id, tuple(events), entry, renamed_from, True, replaced, record.file_hash
+            chat_id,
+            tuple(events),
+            entry,
+            renamed_from,
+            saved=True,
+            replaced=replaced,
+            file_hash=record.file_hash,
         )
 
     def _adopt_renamed(self, db: Database, location: ChatLocation, parsed: ChatFile) -> str | None:

@@ -99,9 +99,9 @@ def moved_older(events: Sequence[Event], total: int) -> bool:
 
 @dataclass(frozen=True, slots=True)
 class Moves:
-    """Where a re-read (its `events`, of a file now `total` messages long) moved the
-    messages that were there before: alignment keeps their order, so an old position's
-    new one is its rank among the messages kept, shifted past the messages added."""
+    """Where a re-read (its `events`) moved the messages that were there before:
+    alignment keeps their order, so an old position's new one is its rank among the
+    messages kept, shifted past the messages added before it."""
 
     deleted: tuple[int, ...]  # old positions
     added: tuple[int, ...]  # new positions
