@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,6 +44,14 @@ class Memory:
     @property
     def engine(self) -> MemoryEngine:
         return self.app[ENGINE]
+
+    def forwarded(self) -> dict[str, Any]:
+        """The body of the newest request the proxy forwarded for ST: not one of its own
+        calls (a scene-break check may start while the request is answered)."""
+        seen = self.fake.state.seen
+        sent = next(s for s in reversed(seen) if "X-Recap-Proxy-Operation" not in s.headers)
+        parsed: dict[str, Any] = json.loads(sent.body)
+        return parsed
 
     async def run(self, fn: Callable[[Database], T]) -> T:
         """`fn(database)` on the store's thread."""
