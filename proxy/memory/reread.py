@@ -21,7 +21,11 @@ from proxy.sillytavern.reconcile import Moves, moved_older
 def carried(view: MemoryView, result: Refreshed) -> MemoryView:
     """`view` as it holds after `result`, a re-read of its chat with events."""
     if result.entry is None or not moved_older(result.events, result.entry.total):
-        return view  # only the newest messages changed: the older ones kept their places
+        # Only the newest messages changed (ST saved a message, a swipe): the older ones
+        # kept their places, and the view holds for the file as it is now.
+        if view.file_hash is not None and view.file_hash == result.replaced:
+            return dataclasses.replace(view, file_hash=result.file_hash)
+        return view
     if view.file_hash is not None and view.file_hash == result.file_hash:
         return view  # built from the store after the re-read (planning ran in between)
     if view.outdated or view.file_hash is None or view.file_hash != result.replaced:
