@@ -45,13 +45,15 @@ class Memory:
     def engine(self) -> MemoryEngine:
         return self.app[ENGINE]
 
-    def forwarded(self) -> dict[str, Any]:
-        """The body of the newest request the proxy forwarded for ST: not one of its own
-        calls (a scene-break check may start while the request is answered)."""
-        seen = self.fake.state.seen
-        sent = next(s for s in reversed(seen) if "X-Recap-Proxy-Operation" not in s.headers)
-        parsed: dict[str, Any] = json.loads(sent.body)
-        return parsed
+    def forwarded(self) -> list[dict[str, Any]]:
+        """The bodies of the requests the proxy forwarded for ST, oldest first: not its
+        own calls, which may come between them (a scene-break check may start while a
+        request is answered)."""
+        return [
+            json.loads(seen.body)
+            for seen in self.fake.state.seen
+            if seen.body and "X-Recap-Proxy-Operation" not in seen.headers
+        ]
 
     async def run(self, fn: Callable[[Database], T]) -> T:
         """`fn(database)` on the store's thread."""

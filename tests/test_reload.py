@@ -7,7 +7,6 @@ import json
 import signal
 import time
 from pathlib import Path
-from typing import Any
 from urllib.parse import quote
 
 import pytest
@@ -18,15 +17,6 @@ from proxy.web.keys import RELOADER
 from tests.memory.story import CHAT_ID
 from tests.memory_env import MemoryFactory
 from tests.test_serve_e2e import free_port, launch, stop, wait_for_port
-
-
-def sent(memory: Any) -> list[dict[str, Any]]:
-    """The chat requests that went upstream (not the proxy's own calls)."""
-    return [
-        json.loads(s.body)
-        for s in memory.fake.state.seen
-        if s.path.endswith("/chat/completions") and "X-Recap-Proxy-Operation" not in s.headers
-    ]
 
 
 async def test_a_changed_template_is_used_from_the_next_request_on_while_a_stream_completes(
@@ -61,7 +51,7 @@ async def test_a_changed_template_is_used_from_the_next_request_on_while_a_strea
     rest = await response.read()
     assert rest.rstrip().endswith(b"data: [DONE]")  # the stream in flight completed
     await memory.client.post("/v1/chat/completions", json=memory.story.request())
-    assert sent(memory)[-1]["messages"][0]["content"].startswith("[NEW MEMORY: ")
+    assert memory.forwarded()[-1]["messages"][0]["content"].startswith("[NEW MEMORY: ")
     # The memory's own prompts too: the next scene's recap asks with the new one.
     memory.story.ends.add(18)
     memory.story.grow(10)

@@ -14,7 +14,6 @@ from proxy.errors import RecapProxyError
 from proxy.sillytavern.worlds import read_world
 from proxy.web.keys import LIBRARY
 from tests.memory.story import CHAT_ID, Story
-from tests.memory.test_loop import chat_requests
 from tests.memory_env import Memory, MemoryFactory, cli
 
 NO_RECAPS = {"memory.message_recaps": False}
@@ -134,7 +133,7 @@ async def test_a_new_chat_starts_from_another_chats_memory(
     calls = len(memory.fake.state.operations)
     response = await memory.client.post("/v1/chat/completions", json=new.request())
     assert response.headers["X-Recap-Trimmed"] == "0"
-    assert running.content in chat_requests(memory)[-1]["messages"][0]["content"]
+    assert running.content in memory.forwarded()[-1]["messages"][0]["content"]
     await memory.engine.settle()
     assert len(memory.fake.state.operations) == calls
     # A chat with memory of its own is not overwritten.

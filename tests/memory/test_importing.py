@@ -25,7 +25,6 @@ from tests.memory.extension_chats import (
     summarize_chat,
 )
 from tests.memory.story import CHAT_ID
-from tests.memory.test_loop import chat_requests
 from tests.memory_env import Memory, MemoryFactory, cli
 
 API = f"/recap/api/chats/{quote(CHAT_ID, safe='')}"
@@ -56,7 +55,7 @@ async def test_an_auto_recap_chat_is_taken_over_on_its_first_request(
     story = memory.story
     await memory.client.post("/v1/chat/completions", json=story.request())
     await memory.engine.settle()
-    first = chat_requests(memory)[0]
+    first = memory.forwarded()[0]
     # The first request already carries the imported running recap, made by no call.
     assert running_content(179) in first["messages"][0]["content"]
     assert operations(memory) == []
@@ -98,7 +97,7 @@ async def test_imported_memory_leaves_out_what_it_covers(memory_proxy: MemoryFac
     story = memory.story
     await memory.client.post("/v1/chat/completions", json=story.request())
     await memory.engine.settle()
-    sent = sent_texts(chat_requests(memory)[0])
+    sent = sent_texts(memory.forwarded()[0])
     # ST sent 150-199 (auto-hide hid the rest); the running recap covers through 179.
     assert sent == [m["mes"] for m in story.messages[180:]]
     assert operations(memory) == []
@@ -147,7 +146,7 @@ async def test_what_the_extension_writes_later_is_picked_up(memory_proxy: Memory
     breaks = await memory.run(lambda db: db.memory.breaks(CHAT_ID))
     assert [b.position for b in breaks][-1] == 193
     await memory.client.post("/v1/chat/completions", json=story.request())
-    assert running_content(193) in chat_requests(memory)[-1]["messages"][0]["content"]
+    assert running_content(193) in memory.forwarded()[-1]["messages"][0]["content"]
     # Removing the break in ST removes the imported break (and what was built on it).
     del story.messages[193]["extra"]["auto_recap_memory"]
     story.save()
@@ -228,7 +227,7 @@ async def test_a_summarize_chat_brings_its_newest_summary(memory_proxy: MemoryFa
     story = memory.story
     await memory.client.post("/v1/chat/completions", json=story.request())
     await memory.engine.settle()
-    first = chat_requests(memory)[0]
+    first = memory.forwarded()[0]
     assert SUMMARIES[39] in first["messages"][0]["content"]
     assert sent_texts(first) == [m["mes"] for m in story.messages[40:]]
     breaks = await memory.run(lambda db: db.memory.breaks(CHAT_ID))

@@ -16,7 +16,6 @@ from proxy.web.keys import INJECTOR, STORE
 from proxy.web.routes import INJECTED_HEADER
 from tests.core.test_tokens import recorded
 from tests.memory.story import CHAT_ID
-from tests.memory.test_loop import chat_requests
 from tests.memory_env import Memory, MemoryFactory
 from tests.memory_env import recapped as recapped_positions
 from tests.spies import spy
@@ -62,7 +61,7 @@ def searches_from_now(memory: Memory, monkeypatch: pytest.MonkeyPatch) -> list[t
 async def sent_memory(memory: Memory) -> str:
     """The inserted memory of the last chat request that went upstream: its stable part
     (first, before the main prompt) and its changing part (in the chat), if any."""
-    sent = chat_requests(memory)[-1]["messages"]
+    sent = memory.forwarded()[-1]["messages"]
     first = sent[0]
     assert first["role"] == "system" and "<ROLEPLAY_RECAP>" in first["content"]
     changing = [m["content"] for m in sent if m["content"].startswith("<RECENT_MEMORY>")]
@@ -90,7 +89,7 @@ async def test_an_older_scene_comes_back_when_the_chat_asks_about_it(
     assert "0-8]" not in recalled  # only what matches
     # The recalled scene is in the changing part, in the chat at depth 2; the preview of the
     # same request shows the whole memory as `injected` and each part with its place.
-    sent = chat_requests(memory)[-1]["messages"]
+    sent = memory.forwarded()[-1]["messages"]
     assert sent[-3]["content"].startswith("<RECENT_MEMORY>") and FACT in sent[-3]["content"]
     shown = await memory.client.post("/recap/api/preview", json=memory.story.request())
     preview = await shown.json()
@@ -151,7 +150,7 @@ async def test_hidden_messages_are_part_of_their_scene(
     [scene] = await memory.run(lambda db: db.memory.breaks(CHAT_ID))
     assert scene.position == 8
     # Never back into the request: ST left them out, and so does the proxy.
-    sent = chat_requests(memory)[-1]["messages"]
+    sent = memory.forwarded()[-1]["messages"]
     assert not any("Silver Compass" in m["content"] for m in sent)
 
 
@@ -205,7 +204,7 @@ async def test_a_template_without_relevant_scenes_never_searches(
     searches = searches_from_now(memory, monkeypatch)
     response = await ask(memory, QUESTION)
     assert int(response.headers["X-Recap-Trimmed"]) == 45
-    sent = chat_requests(memory)[-1]["messages"][0]["content"]
+    sent = memory.forwarded()[-1]["messages"][0]["content"]
     assert sent.startswith("[Story so far: ") and "Earlier scenes" not in sent
     assert searches == [] and memory.engine.views[CHAT_ID].scenes == {}
 

@@ -6,23 +6,13 @@ from __future__ import annotations
 
 import asyncio
 import json
-from typing import Any
 from urllib.parse import quote
 
 import pytest
 
 from proxy.core.models import Caller, Identification
 from tests.memory.story import CHAT_ID
-from tests.memory_env import Memory, MemoryFactory
-
-
-def chat_requests(memory: Memory) -> list[dict[str, Any]]:
-    """Bodies of the chat requests the upstream got (not the proxy's own calls)."""
-    return [
-        json.loads(seen.body)
-        for seen in memory.fake.state.seen
-        if seen.path.endswith("/chat/completions") and "X-Recap-Proxy-Operation" not in seen.headers
-    ]
+from tests.memory_env import MemoryFactory
 
 
 @pytest.mark.parametrize("stream", [False, True])
@@ -53,7 +43,7 @@ async def test_memory_builds_itself_and_goes_into_the_next_request(
     assert response.status == 200
     if stream:
         assert body.rstrip().endswith(b"data: [DONE]")
-    sent = chat_requests(memory)[-1]["messages"]
+    sent = memory.forwarded()[-1]["messages"]
     assert sent[0]["role"] == "system" and "<ROLEPLAY_RECAP>" in sent[0]["content"]
     assert running.content in sent[0]["content"]
     # Messages 0..8 are covered by the running recap and left out; 9..17 stay, in order.
@@ -97,7 +87,7 @@ async def test_trimming_reaches_past_the_identification_window(
     await memory.until(lambda db: db.memory.running_recaps(CHAT_ID))
     response = await memory.client.post("/v1/chat/completions", json=memory.story.request())
     assert response.headers["X-Recap-Trimmed"] == "71"
-    sent = chat_requests(memory)[-1]["messages"]
+    sent = memory.forwarded()[-1]["messages"]
     assert [m["content"] for m in sent[3:]] == [m["mes"] for m in memory.story.messages[71:]]
 
 
@@ -119,7 +109,7 @@ async def test_the_requests_newest_message_stays_though_a_folded_scene_covers_it
     swipe["messages"] = swipe["messages"][:-1]
     response = await memory.client.post("/v1/chat/completions", json=swipe)
     assert response.headers["X-Recap-Trimmed"] == "15"
-    sent = chat_requests(memory)[-1]["messages"]
+    sent = memory.forwarded()[-1]["messages"]
     assert sent[-1] == {"role": "user", "content": story.messages[15]["mes"]}
 
 
@@ -139,7 +129,7 @@ async def test_sts_prompt_as_the_users_at_depth_0_does_not_hide_the_chat(
     assert response.headers["X-Recap-Trimmed"] == "9"
     asked = await (await memory.client.post("/recap/api/identify", json=body)).json()
     assert (asked["generation"], asked["confidence"]) == ("normal", 1.0)
-    sent = chat_requests(memory)[-1]["messages"]
+    sent = memory.forwarded()[-1]["messages"]
     assert "<ROLEPLAY_RECAP>" in sent[0]["content"]
     # The history ends with the user's message, the prompt stays after it, where ST put it.
     assert sent[-2:] == [{"role": "user", "content": memory.story.messages[-1]["mes"]}, prompt]

@@ -101,7 +101,7 @@ async def test_needed_recaps_only_what_st_no_longer_sends(memory_proxy: MemoryFa
     # three: the last, due at once, filled up with the next ones; nothing after that.
     assert await memory.run(recapped) == {10, 12, 14, 16, 18, 20, 22, 24, 26}
     await memory.client.post("/v1/chat/completions", json=cut)
-    sent = memory.forwarded()
+    sent = memory.forwarded()[-1]
     # The recaps go in: in the memory's changing part, in the chat at depth 2.
     changing = sent["messages"][-3]["content"]
     assert changing.startswith("<RECENT_MEMORY>") and "#10" in changing
@@ -118,7 +118,7 @@ def test_a_switch_from_before_reads_as_a_policy() -> None:
 
 def sent_history(memory: Memory) -> list[str]:
     """The chat messages of the last forwarded request (memory and ST's own parts aside)."""
-    sent = memory.forwarded()["messages"]
+    sent = memory.forwarded()[-1]["messages"]
     return [m["content"] for m in sent if m["role"] != "system"]
 
 
@@ -146,10 +146,10 @@ async def test_st_cutting_the_chat_moves_the_history_start_in_steps(
     # memory before the changing part stays as it was: a provider's cache holds.
     response = await memory.client.post("/v1/chat/completions", json=cut_at(whole, 23))
     assert response.headers["X-Recap-Trimmed"] == "2"
-    before = memory.forwarded()["messages"]
+    before = memory.forwarded()[-1]["messages"]
     assert "#22" in before[-3]["content"]  # its recap stands in for it
     await memory.client.post("/v1/chat/completions", json=cut_at(whole, 25))
-    after = memory.forwarded()["messages"]
+    after = memory.forwarded()[-1]["messages"]
     assert after[:-3] == before[:-3] and sent_history(memory)[0] == chat[25]
     # ST passes 25: the start steps on to 29.
     await memory.client.post("/v1/chat/completions", json=cut_at(whole, 26))
@@ -210,7 +210,7 @@ async def test_messages_deleted_just_before_a_request_move_the_memory_with_them(
         # 26) standing in for them.
         assert response.headers["X-Recap-Trimmed"] == "3"
         assert sent_history(memory)[0] == chat[25]
-        changing = memory.forwarded()["messages"][-3]["content"]
+        changing = memory.forwarded()[-1]["messages"][-3]["content"]
         assert all(f"#{old}: " in changing for old in (22, 24, 26)), changing
         assert "#12: " not in changing
 

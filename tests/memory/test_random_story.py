@@ -284,9 +284,7 @@ class Player:
         self.left_out(history, context)
         if self.processed and response.headers.get("X-Recap-Injected", "0") != "0":
             # The chat's request as it went upstream, not one of the proxy's own calls.
-            seen = self.memory.fake.state.seen
-            sent = next(s for s in reversed(seen) if "X-Recap-Proxy-Operation" not in s.headers)
-            self.as_processed(json.loads(sent.body)["messages"])
+            self.as_processed(self.memory.forwarded()[-1]["messages"])
         if len(shown) > 3:
             got = unquote(response.headers["X-Recap-Chat"])
             assert got == self.chat_id, (self.done[-5:], got)
@@ -296,9 +294,7 @@ class Player:
         """A message ST sent that is not in the request as it went upstream (its mark in
         no message, nor in a recap of it) is one the running recap covered, or one the
         stepped start left out whose recap went in, or the user's (which has none)."""
-        seen = self.memory.fake.state.seen
-        sent = next(s for s in reversed(seen) if "X-Recap-Proxy-Operation" not in s.headers)
-        upstream = "\n".join(strings(json.loads(sent.body)))
+        upstream = "\n".join(strings(self.memory.forwarded()[-1]))
         cutoff, held, stood_in = self.covered.get(self.chat_id, (-1, frozenset(), set()))
         shown = [m for m in history if not m["is_system"]][-context:]
         for message in shown:

@@ -96,7 +96,7 @@ async def test_a_claude_chat_gets_its_memory_written_through_the_messages_api(
         "/v1/messages", json=claude_request(memory.story, stream=True), headers=HEADERS
     )
     assert await streamed.read() == b"".join(anthropic_events(REPLY, model="claude-fake"))
-    last = memory.forwarded()
+    last = memory.forwarded()[-1]
     assert running.content in last["system"]
     turns = last["messages"]
     assert all(a["role"] != b["role"] for a, b in itertools.pairwise(turns))
@@ -123,14 +123,14 @@ async def test_a_stepped_start_never_leaves_the_assistant_first(
     body = {"system": "You are Ava.", "messages": turns, "model": "claude-fake", "max_tokens": 9}
     response = await memory.client.post("/v1/messages", json=body, headers=HEADERS)
     assert response.status == 200 and response.headers["X-Recap-Trimmed"] == "0"
-    sent = memory.forwarded()["messages"]
+    sent = memory.forwarded()[-1]["messages"]
     assert sent[0] == {"role": "user", "content": chat[21]["mes"]}
     # Once it has (written at once: it was due), the start is 24, and the user's 23 stays
     # before it.
     await memory.until(lambda db: 22 in recapped(db))
     response = await memory.client.post("/v1/messages", json=body, headers=HEADERS)
     assert response.status == 200 and response.headers["X-Recap-Trimmed"] == "2"
-    sent = memory.forwarded()["messages"]
+    sent = memory.forwarded()[-1]["messages"]
     assert sent[0] == {"role": "user", "content": chat[23]["mes"]}
 
 
@@ -153,7 +153,7 @@ async def test_turns_st_merged_are_taken_apart_to_find_the_chat(
         assert response.headers["X-Recap-Chat"] == quote(CHAT_ID, safe="")
         assert int(response.headers["X-Recap-Injected"]) > 0
         assert int(response.headers["X-Recap-Trimmed"]) > 0  # the first scene's messages
-        last: dict[str, Any] = memory.forwarded()
+        last: dict[str, Any] = memory.forwarded()[-1]
         assert all(a["role"] != b["role"] for a, b in itertools.pairwise(last["messages"]))
         assert last["messages"][-1] == body["messages"][-1]  # the merged turn as it came
         return last

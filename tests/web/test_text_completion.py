@@ -95,7 +95,7 @@ async def test_a_text_completion_chat_gets_its_memory(
     running = await memory.run(lambda db: db.memory.current_running(CHAT_ID))
     assert running is not None
     await memory.client.post(path, json=chatml_request(memory.story))
-    prompt = memory.forwarded()["prompt"]
+    prompt = memory.forwarded()[-1]["prompt"]
     assert prompt.startswith("<|im_start|>system\n<ROLEPLAY_RECAP>")
     assert running.content.split("\n")[0] in prompt
 
@@ -134,7 +134,7 @@ async def test_a_line_without_a_name_after_the_last_message_still_finds_the_chat
     response = await memory.client.post("/v1/completions", json=body)
     assert response.headers["X-Recap-Chat"] == quote(CHAT_ID, safe="")
     assert int(response.headers["X-Recap-Trimmed"]) > 0
-    prompt = memory.forwarded()["prompt"]
+    prompt = memory.forwarded()[-1]["prompt"]
     assert "<ROLEPLAY_RECAP>" in prompt
     assert f"\n{story.char}: {story.messages[0]['mes']}" not in prompt  # covered, left out
     assert f"\n{story.char}: {story.messages[10]['mes']}" in prompt
@@ -160,5 +160,5 @@ async def test_a_note_written_as_a_user_turn_after_the_last_message_still_finds_
     response = await memory.client.post("/v1/completions", json=body)
     assert response.headers["X-Recap-Chat"] == quote(CHAT_ID, safe="")
     assert int(response.headers["X-Recap-Trimmed"]) > 0
-    prompt = memory.forwarded()["prompt"]
+    prompt = memory.forwarded()[-1]["prompt"]
     assert "<ROLEPLAY_RECAP>" in prompt and prompt.endswith(note + opened)
