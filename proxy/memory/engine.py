@@ -164,6 +164,9 @@ class MemoryEngine:
             self.active.discard(result.chat_id)
             self.views.pop(result.chat_id, None)
             return
+        view = self.views.get(result.chat_id)
+        if view is not None:  # for the request that may come before the next view
+            self.views[result.chat_id] = carried(view, result)
         if result.chat_id in self.active and result.events:
             tail = result.entry.tail
             if tail and tail[-1].is_user:
@@ -172,9 +175,6 @@ class MemoryEngine:
                 # is answered, or `REQUEST_HOLD` at most (a model's first token takes far
                 # longer): it does not compete with the request for the CPU.
                 self._awaited.setdefault(result.chat_id, asyncio.Event())
-            view = self.views.get(result.chat_id)
-            if view is not None:  # for the request that may come before the next view
-                self.views[result.chat_id] = carried(view, result)
             deleted = any(e.kind == "deleted" for e in result.events)
             self.schedule(result.chat_id, min(e.index for e in result.events), rescan=deleted)
             self.foresee(result.chat_id)

@@ -12,6 +12,9 @@ from proxy.memory.reread import carried
 from proxy.memory.views import MemoryView
 from proxy.mirror import Refreshed
 from proxy.sillytavern.reconcile import Event
+from proxy.web.keys import LIBRARY
+from tests.memory.story import CHAT_ID
+from tests.memory_env import MemoryFactory
 
 # The running recap covers 0-8 (a scene ending at 8); the recaps of 10, 12, 14, 16 and 20
 # stand in for them; 18 lacks one, 22-23 were not looked at.
@@ -90,3 +93,24 @@ def test_a_view_of_another_version_is_outdated() -> None:
     # Once outdated, it stays so until planning builds the next.
     outdated = carried(VIEW, reread(Event("deleted", 3, 1), replaced=b"between"))
     assert carried(outdated, reread(Event("deleted", 3, 1), replaced=b"before")).outdated
+
+
+async def test_a_save_without_message_changes_keeps_the_engines_view_current(
+    memory_proxy: MemoryFactory,
+) -> None:
+    """ST saves the chat's metadata alone (its Author's Note, a bookmark): the file's hash
+    changes, no message does. The view follows it, so that a deletion read before the next
+    view is moved with it."""
+    memory = await memory_proxy(12, {8})
+    await memory.client.post("/v1/chat/completions", json=memory.story.request())
+    await memory.until(lambda db: db.memory.current_running(CHAT_ID) is not None)
+    engine = memory.engine
+    built = engine.views[CHAT_ID]
+    entry = memory.app[LIBRARY].index.entries[CHAT_ID]
+    assert built.file_hash is not None
+    saved = Refreshed(CHAT_ID, (), entry, saved=True, replaced=built.file_hash, file_hash=b"new")
+    engine.on_refresh(saved)
+    assert engine.views[CHAT_ID].file_hash == b"new"
+    deleted = Refreshed(CHAT_ID, (Event("deleted", 3, 1),), entry, None, True, b"new", b"newer")
+    engine.on_refresh(deleted)
+    assert not engine.views[CHAT_ID].outdated
