@@ -115,7 +115,19 @@ class ChatLibrary:
                 data_dir,
                 before,
             )
-        locations = await self.store.call(lambda db: newest_first(data_dir, scan(data_dir)))
+        try:
+            locations = await self.store.call(
+                lambda db: newest_first(data_dir, scan(data_dir, strict=True))
+            )
+        except OSError as exc:
+            # Not a folder without chats: its chats are not marked deleted, they keep
+            # their memory until it can be read (the watcher reads it again once back).
+            log.error(
+                "cannot read SillyTavern's data folder %s (%s); its chats are left as they were",
+                data_dir,
+                exc.strerror or exc,
+            )
+            return 0
         await self.store.call(lambda db: self.mirror.reset_caches())
         count = 0
         for location in locations:

@@ -116,7 +116,10 @@ class Health:
         if self.watcher == "stopped":
             found.append("the watch on SillyTavern's data folder stopped")
         if self.watcher == "missing":
-            found.append("SillyTavern's data folder is gone: its chats are not followed")
+            found.append(
+                "SillyTavern's data folder is missing (not there yet, or gone): its chats are "
+                "not followed until it is there"
+            )
         if self.vitals.upstream_failing:
             found.append(
                 f"the upstream failed the last {self.vitals.upstream.failures_in_a_row} "

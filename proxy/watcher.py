@@ -208,12 +208,13 @@ class Watcher:
         OS watch went with it. Look for it until it is back; once it is watched anew, it
         is read again whole (its chats come back with their memory)."""
         self.gone = True
-        log.warning(
-            "SillyTavern's data folder %s is gone; its chats are not followed until it comes "
-            "back (looked for every %.0f s)",
-            root,
-            GONE_POLL_S,
-        )
+        if self.ready.is_set():  # never watched: not there yet, which start-up has said
+            log.warning(
+                "SillyTavern's data folder %s is gone; its chats are not followed until it "
+                "comes back (looked for every %.0f s)",
+                root,
+                GONE_POLL_S,
+            )
         # Polled: nothing tells of a folder coming back but a watch on its parent, which
         # may have gone too.
         while not await asyncio.to_thread(root.is_dir):  # noqa: ASYNC110
@@ -221,8 +222,11 @@ class Watcher:
         # Still `gone`: `_follow` reads it again once the new watch is in place, so that a
         # file still being written back raises its event after the read, not before it.
 
-    async def _reread(self, root: Path) -> None:
-        log.info("SillyTavern's data folder %s is back; reading it again", root)
+    async def _reread(self, root: Path, first: bool) -> None:
+        if first:
+            log.info("SillyTavern's data folder %s is there now; reading it", root)
+        else:
+            log.info("SillyTavern's data folder %s is back; reading it again", root)
         try:
             await self.library.index_all()
         except Exception:
@@ -277,9 +281,10 @@ class Watcher:
                 return
             if isinstance(item, BaseException):
                 raise item
+            first = not self.ready.is_set()
             self.ready.set()
             if self.gone:
-                await self._reread(root)
+                await self._reread(root, first)
             if item:
                 await self._apply(item)
 

@@ -243,3 +243,26 @@ async def test_a_chat_that_cannot_be_read_does_not_stop_the_others(
     assert f"reading the chat {stories[1].chat_id} failed" in caplog.text
     assert "a chat file no one foresaw" in caplog.text  # with its traceback
     assert set(library.index.entries) == {stories[0].chat_id, stories[2].chat_id}
+
+
+async def test_a_data_folder_that_cannot_be_read_leaves_its_chats_as_they_were(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Read while it is away (a drive unmounted, a backup being restored): it holds no
+    # chat then, but its chats are not gone; marked deleted, they would lose the memory
+    # a request finds (until a read brings them back).
+    data = tmp_path / "data"
+    story = Story(data, set())
+    story.grow(4)
+    library = ChatLibrary(data, Store(tmp_path / "store.sqlite3"))
+    assert await library.index_all() == 1
+    data.rename(tmp_path / "away")
+    assert await library.index_all() == 0
+    assert story.chat_id in library.index.entries
+    kept = await library.store.call(lambda db: [c.id for c in db.chats()])
+    assert kept == [story.chat_id]  # not marked deleted
+    assert f"cannot read SillyTavern's data folder {data}" in caplog.text
+    (tmp_path / "away").rename(data)
+    await library.index_all()
+    assert story.chat_id in library.index.entries
+    await library.store.close()

@@ -35,7 +35,10 @@ def test_each_part_names_its_problem() -> None:
     ]
     assert broken.to_json()["status"] == "degraded"
     gone = Health("ok", "missing", {}, vitals)
-    assert gone.problems == ["SillyTavern's data folder is gone: its chats are not followed"]
+    assert gone.problems == [
+        "SillyTavern's data folder is missing (not there yet, or gone): its chats are not "
+        "followed until it is there"
+    ]
 
 
 def test_chat_requests_are_counted_for_the_last_hour_in_at_most_an_hour_of_minutes() -> None:

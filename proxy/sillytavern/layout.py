@@ -72,11 +72,15 @@ def same_folder(one: str | Path, other: str | Path) -> bool:
         return False
 
 
-def scan(data_dir: Path) -> Iterator[ChatLocation]:
-    """Every chat file under the data folder, for all users."""
+def scan(data_dir: Path, *, strict: bool = False) -> Iterator[ChatLocation]:
+    """Every chat file under the data folder, for all users. `strict`: a data folder that
+    cannot be listed (not there, not ours to read) raises, where otherwise it holds no
+    chat (said in the log)."""
     try:
         users = sorted(p for p in data_dir.iterdir() if p.is_dir())
     except OSError as exc:
+        if strict:
+            raise
         log.error("cannot list ST data folder %s: %s", data_dir, exc.strerror)
         return
     for user_dir in users:
@@ -209,6 +213,15 @@ def looks_like_data_dir(path: Path) -> bool:
             for child in path.iterdir()
             if child.is_dir()
         )
+    except OSError:
+        return False
+
+
+def is_install_folder(path: Path) -> bool:
+    """SillyTavern's own folder (a clone or a release), which holds its data folder as
+    `data/` once ST has run; told by the server script and the page ST serves."""
+    try:
+        return (path / "server.js").is_file() and (path / "public").is_dir()
     except OSError:
         return False
 

@@ -19,7 +19,6 @@ from proxy.chat.lore import LoreService
 from proxy.chat.providers import ChatMemory, MemoryProvider
 from proxy.core.guard import GuardPolicy, LivePolicy
 from proxy.core.tokens import TokenCounter
-from proxy.errors import ConfigError
 from proxy.events import EventBus
 from proxy.library import ChatLibrary, Refreshed
 from proxy.logs import access_middleware
@@ -30,13 +29,13 @@ from proxy.memory.views import Frame
 from proxy.metrics import Metrics
 from proxy.reload import Reloader
 from proxy.settings import Settings
-from proxy.sillytavern.layout import data_dir_for, inside, looks_like_data_dir, same_folder
-from proxy.store import Store, file_error, mirrored_folder_of, unusable
+from proxy.store import Store, file_error, unusable
 from proxy.store.lock import StoreLock
 from proxy.upstream import Upstream
 from proxy.vitals import Vitals
 from proxy.watcher import Watcher
 from proxy.web.api import add_api_routes
+from proxy.web.data_folder import resolve_data_dir, writes_outside
 from proxy.web.errors import error_middleware
 from proxy.web.events_api import add_event_routes
 from proxy.web.guard import POLICY, add_cors_headers, guard_middleware
@@ -213,50 +212,6 @@ def policy_of(settings: Settings) -> GuardPolicy:
     return GuardPolicy.of(server.host, server.allowed_origins, server.allowed_hosts, key)
 
 
-def writes_outside(data_dir: Path, settings: Settings, store: bool, record: bool) -> None:
-    """Refuse a store (`store`) or cassette folder (`record`) set inside ST's data folder:
-    the proxy never writes there (ST checks its files; the watcher would see our writes)."""
-    places: list[tuple[str, Path, str]] = []
-    if store:
-        places.append(("store.path", settings.store.resolved_path(), " (the default is fine)"))
-    if record and settings.server.record_dir is not None:
-        places.append(("server.record_dir (--record)", settings.server.record_dir, ""))
-    for key, path, default in places:
-        if str(path) != ":memory:" and inside(data_dir, path):  # SQLite's in-memory store
-            raise ConfigError(
-                f"{key} = {path} is inside SillyTavern's data folder {data_dir}: recap-proxy "
-                f"never writes there. Set it to a folder outside it{default}."
-            )
-
-
-def resolve_data_dir(settings: Settings) -> Path | None:
-    """ST's data folder from the settings, the store or the usual places (`data_dir_for`),
-    or None; what was taken, and why, is logged."""
-    configured = settings.sillytavern.data_dir
-    mirrored = mirrored_folder_of(settings.store.resolved_path()) if configured is None else None
-    found = data_dir_for(configured, mirrored)
-    if configured is None:
-        if found is None:
-            log.warning(
-                "no SillyTavern data folder found in the usual places; set sillytavern.data_dir "
-                "(or --st-data) for memory. Proxying without memory."
-            )
-        elif mirrored is not None and same_folder(mirrored, found):
-            log.info("using SillyTavern data folder %s, the one the store mirrors", found)
-        else:
-            log.info("using SillyTavern data folder %s", found)
-    elif found is None:
-        log.error("SillyTavern data folder %s does not exist; proxying without memory", configured)
-    elif found != configured:
-        log.info("%s is not ST's data folder but holds it: using %s", configured, found)
-    elif not looks_like_data_dir(found):
-        log.warning(
-            "%s has no <user>/chats folder yet; is it ST's data/ folder? watching it anyway",
-            found,
-        )
-    return found
-
-
 def _usable_store(settings: Settings, data_dir: Path, vitals: Vitals) -> Path | None:
     """`data_dir`, or None when the store cannot be used (damaged, not a store, read-only,
     from a newer recap-proxy): chats still go upstream, without memory; `/health` says why."""
@@ -307,6 +262,15 @@ def _memory_ctx(
     return ctx
 
 
+async def _index(library: ChatLibrary) -> None:
+    try:
+        count = await library.index_all()
+        log.info("indexed %d SillyTavern chat(s) in %s", count, library.data_dir)
+    except Exception as exc:
+        if not file_error(exc):  # the store's own failure it has said itself
+            log.exception("indexing %s failed", library.data_dir)
+
+
 @contextlib.asynccontextmanager
 async def _watching(
     library: ChatLibrary, settings: Settings, watcher: Watcher
@@ -316,16 +280,18 @@ async def _watching(
         # In the background: the proxy serves at once; identification starts with
         # whatever is indexed so far. The watch starts first so that no save made
         # during indexing is missed.
+        assert library.data_dir is not None
+        here = await asyncio.to_thread(library.data_dir.is_dir)
         if settings.sillytavern.watch:
+            if not here:
+                # Read whole by the watcher once it is there (`resolve_data_dir`).
+                watcher.gone = True
             await watcher.__aenter__()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(watcher.ready.wait(), 5)
-        try:
-            count = await library.index_all()
-            log.info("indexed %d SillyTavern chat(s) in %s", count, library.data_dir)
-        except Exception as exc:
-            if not file_error(exc):  # the store's own failure it has said itself
-                log.exception("indexing %s failed", library.data_dir)
+            if here:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(watcher.ready.wait(), 5)
+        if here or not settings.sillytavern.watch:
+            await _index(library)
         # The store failing (a full disk) leaves chats behind their files, here or at a
         # save: they are read again once it takes writes, with no restart.
         while True:

@@ -3,15 +3,12 @@ closes what was opened."""
 
 from __future__ import annotations
 
-import logging
-import re
 from pathlib import Path
 from typing import Any
 
 import pytest
 from aiohttp import web
 
-from proxy.errors import ConfigError
 from proxy.memory.engine import MemoryEngine
 from proxy.store import Database, Store
 from proxy.web import make_app
@@ -72,50 +69,6 @@ async def test_an_engine_that_fails_to_start_still_closes_the_store(
     assert store.closed
     with pytest.raises(RuntimeError, match="closed"):
         await store.call(lambda db: None)
-
-
-@pytest.mark.parametrize(
-    ("key", "where", "named"),
-    [
-        ("store.path", "recap.sqlite3", "store.path"),
-        ("server.record_dir", "cassettes", "server.record_dir (--record)"),
-    ],
-)
-def test_nothing_the_proxy_writes_may_be_set_inside_st_data(
-    tmp_path: Path, fake_llm: FakeLLM, key: str, where: str, named: str
-) -> None:
-    settings = settings_for(tmp_path, fake_llm)
-    data = tmp_path / "data"
-    before = sorted(data.rglob("*"))
-    with pytest.raises(ConfigError, match=f"{re.escape(named)} = .* is inside SillyTavern's"):
-        make_app(make_settings(**{**settings, key: str(data / where)}))
-    assert sorted(data.rglob("*")) == before  # nothing was made there
-    make_app(make_settings(**{**settings, key: str(tmp_path / where)}))  # beside it: fine
-
-
-def test_an_in_memory_store_is_no_file_in_st_data(
-    tmp_path: Path, fake_llm: FakeLLM, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    settings = settings_for(tmp_path, fake_llm)
-    monkeypatch.chdir(tmp_path / "data")  # where ":memory:" would resolve, were it a path
-    make_app(make_settings(**{**settings, "store.path": ":memory:"}))
-
-
-async def test_with_no_folder_given_the_one_the_store_mirrors_is_served(
-    tmp_path: Path, fake_llm: FakeLLM, caplog: pytest.LogCaptureFixture
-) -> None:
-    # `serve --st-data DIR` once, then `serve` alone: DIR again, not the usual places
-    # (which, finding another folder, marked every chat of DIR deleted).
-    settings = settings_for(tmp_path, fake_llm)
-    async with Store(settings["store.path"]) as store:
-        await store.call(lambda db: db.set_mirrored_folder(settings["sillytavern.data_dir"]))
-    alone = {k: v for k, v in settings.items() if k != "sillytavern.data_dir"}
-    with caplog.at_level(logging.INFO, logger="proxy.web.app"):
-        app = make_app(make_settings(**alone))
-    assert app[LIBRARY].data_dir == tmp_path / "data"
-    assert f"using SillyTavern data folder {tmp_path / 'data'}, the one the store mirrors" in (
-        caplog.text
-    )
 
 
 async def test_indexing_waits_out_a_full_store_then_catches_up(

@@ -416,7 +416,7 @@ async def test_the_page_says_what_makes_the_proxy_degraded(
     # in /health's words, until it is back.
     away = served.data.with_name("away")
     served.data.rename(away)
-    gone = "SillyTavern's data folder is gone: its chats are not followed"
+    gone = "SillyTavern's data folder is missing (not there yet, or gone)"
     await expect(banner).to_contain_text(gone, timeout=30_000)
     await expect(banner).to_contain_text("recap-proxy doctor says what to do.")
     away.rename(served.data)

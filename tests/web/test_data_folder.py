@@ -1,0 +1,161 @@
+"""Which ST data folder the server reads: the one configured, the one the store mirrors,
+ST's own folder's data/; one not there yet is read once it is, with no restart. And
+nothing the proxy writes may be set inside it."""
+
+from __future__ import annotations
+
+import logging
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import proxy.watcher as watcher_module
+from proxy.errors import ConfigError
+from proxy.store import Store
+from proxy.web import make_app
+from proxy.web.keys import LIBRARY, WATCHER
+from tests.conftest import FakeLLM, make_settings
+from tests.memory.story import Story
+from tests.waiting import until
+from tests.web.test_app import settings_for
+
+
+@pytest.mark.parametrize(
+    ("key", "where", "named"),
+    [
+        ("store.path", "recap.sqlite3", "store.path"),
+        ("server.record_dir", "cassettes", "server.record_dir (--record)"),
+    ],
+)
+def test_nothing_the_proxy_writes_may_be_set_inside_st_data(
+    tmp_path: Path, fake_llm: FakeLLM, key: str, where: str, named: str
+) -> None:
+    settings = settings_for(tmp_path, fake_llm)
+    data = tmp_path / "data"
+    before = sorted(data.rglob("*"))
+    with pytest.raises(ConfigError, match=f"{re.escape(named)} = .* is inside SillyTavern's"):
+        make_app(make_settings(**{**settings, key: str(data / where)}))
+    assert sorted(data.rglob("*")) == before  # nothing was made there
+    make_app(make_settings(**{**settings, key: str(tmp_path / where)}))  # beside it: fine
+
+
+def test_an_in_memory_store_is_no_file_in_st_data(
+    tmp_path: Path, fake_llm: FakeLLM, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    settings = settings_for(tmp_path, fake_llm)
+    monkeypatch.chdir(tmp_path / "data")  # where ":memory:" would resolve, were it a path
+    make_app(make_settings(**{**settings, "store.path": ":memory:"}))
+
+
+async def test_with_no_folder_given_the_one_the_store_mirrors_is_served(
+    tmp_path: Path, fake_llm: FakeLLM, caplog: pytest.LogCaptureFixture
+) -> None:
+    # `serve --st-data DIR` once, then `serve` alone: DIR again, not the usual places
+    # (which, finding another folder, marked every chat of DIR deleted).
+    settings = settings_for(tmp_path, fake_llm)
+    async with Store(settings["store.path"]) as store:
+        await store.call(lambda db: db.set_mirrored_folder(settings["sillytavern.data_dir"]))
+    alone = {k: v for k, v in settings.items() if k != "sillytavern.data_dir"}
+    with caplog.at_level(logging.INFO, logger="proxy.web.data_folder"):
+        app = make_app(make_settings(**alone))
+    assert app[LIBRARY].data_dir == tmp_path / "data"
+    assert f"using SillyTavern data folder {tmp_path / 'data'}, the one the store mirrors" in (
+        caplog.text
+    )
+
+
+def absent(tmp_path: Path, fake_llm: FakeLLM, data: Path, **more: str) -> dict[str, str]:
+    return {
+        "upstream.base_url": fake_llm.base_url,
+        "sillytavern.data_dir": str(data),
+        "store.path": str(tmp_path / "store.sqlite3"),
+        **more,
+    }
+
+
+async def test_a_data_folder_not_there_yet_is_read_once_it_is(
+    tmp_path: Path,
+    fake_llm: FakeLLM,
+    aiohttp_client: Any,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # Started as a service before ST ever ran (ST makes data/ on its first start), or
+    # before the drive it is on was mounted: the memory comes once it is there.
+    monkeypatch.setattr(watcher_module, "GONE_POLL_S", 0.05)
+    data = tmp_path / "st" / "data"
+    caplog.set_level(logging.INFO, logger="proxy")
+    app = make_app(make_settings(**absent(tmp_path, fake_llm, data)))
+    assert app[LIBRARY].data_dir == data
+    assert f"SillyTavern data folder {data} (sillytavern.data_dir) does not exist yet" in (
+        caplog.text
+    )
+    client = await aiohttp_client(app)
+    health = await client.get("/health")
+    said = await health.json()
+    assert health.status == 503 and said["watcher"] == "missing", said
+    assert said["problems"] == [
+        "SillyTavern's data folder is missing (not there yet, or gone): its chats are not "
+        "followed until it is there"
+    ]
+    story = Story(data, set())
+    story.grow(4)
+    library = app[LIBRARY]
+    await until(lambda: story.chat_id in library.index.entries, "the chat read")
+    await until(lambda: app[WATCHER].state == "running", "the folder watched")
+    assert (await client.get("/health")).status == 200
+    story.grow(2)  # followed from then on
+    await until(lambda: library.index.entries[story.chat_id].total == 6, "a save read")
+    assert f"SillyTavern's data folder {data} is there now; reading it" in caplog.text
+    assert "is gone" not in caplog.text  # it never was there
+
+
+async def test_with_watching_off_a_data_folder_not_there_is_not_waited_for(
+    tmp_path: Path, fake_llm: FakeLLM, caplog: pytest.LogCaptureFixture
+) -> None:
+    data = tmp_path / "data"
+    app = make_app(
+        make_settings(**absent(tmp_path, fake_llm, data, **{"sillytavern.watch": "false"}))
+    )
+    assert LIBRARY not in app
+    assert "with sillytavern.watch off it is not looked for; proxying without memory" in (
+        caplog.text
+    )
+
+
+async def test_st_own_folder_given_its_data_folder_is_read_once_st_makes_it(
+    tmp_path: Path, fake_llm: FakeLLM, aiohttp_client: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A fresh clone of ST, given as the folder: its data/ comes at ST's first start. Were
+    # the clone watched as the data folder itself, data/default-user/ would be no user.
+    monkeypatch.setattr(watcher_module, "GONE_POLL_S", 0.05)
+    install = tmp_path / "SillyTavern"
+    (install / "public").mkdir(parents=True)
+    (install / "server.js").write_text("// ST's server\n")
+    app = make_app(make_settings(**absent(tmp_path, fake_llm, install)))
+    assert app[LIBRARY].data_dir == install / "data"
+    await aiohttp_client(app)
+    story = Story(install / "data", set())
+    story.grow(4)
+    await until(lambda: story.chat_id in app[LIBRARY].index.entries, "the chat read")
+
+
+async def test_with_no_folder_given_the_one_the_store_mirrors_is_waited_for(
+    tmp_path: Path,
+    fake_llm: FakeLLM,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # A service started before the drive with ST on it is mounted, none in the usual
+    # places: the folder it served last, waited for, not none.
+    monkeypatch.setattr("proxy.sillytavern.layout.find_data_dir", lambda *args: None)
+    gone = tmp_path / "drive" / "SillyTavern" / "data"
+    async with Store(tmp_path / "store.sqlite3") as store:
+        await store.call(lambda db: db.set_mirrored_folder(str(gone)))
+    settings = absent(tmp_path, fake_llm, gone)
+    del settings["sillytavern.data_dir"]
+    app = make_app(make_settings(**settings))
+    assert app[LIBRARY].data_dir == gone
+    assert f"{gone} (the one this store mirrors) does not exist yet" in caplog.text
