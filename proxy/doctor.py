@@ -37,7 +37,7 @@ from proxy.doctor_net import (
 from proxy.errors import ConfigError
 from proxy.settings import Settings, default_config_path, load_settings, load_settings_partly
 from proxy.sillytavern.connection import connection, points_at, proxy_urls
-from proxy.sillytavern.layout import data_dir_for, inside, is_install_folder, same_folder, scan
+from proxy.sillytavern.layout import inside, is_install_folder, same_folder, scan, served_data_dir
 from proxy.store import mirrored_folder_of, unusable
 
 # Free space under which the store's disk is a failed check: a chat's save takes a few MB
@@ -75,7 +75,7 @@ async def run_checks(
         checks.append(Check("config", False, f"{detail}; {then}", fix))
     configured = settings.sillytavern.data_dir
     mirrored = mirrored_folder_of(settings.store.resolved_path())
-    data_dir = data_dir_for(configured, mirrored)  # as serve takes it
+    data_dir = served_data_dir(configured, mirrored)  # as serve takes it
     checks.append(_store(settings, data_dir, mirrored))
     origin = reachable(settings.server.host, settings.server.port)
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=PROBE_SECONDS)) as http:
@@ -179,27 +179,21 @@ def _data(settings: Settings, data_dir: Path | None, running: dict[str, Any] | N
 
 def _data_folder(settings: Settings, data_dir: Path | None) -> Check:
     if data_dir is None:
-        configured = settings.sillytavern.data_dir
-        if configured is not None:
-            return Check(
-                "SillyTavern data", False,
-                f"{configured} does not exist: the proxy proxies without memory until it does "
-                "(it looks for it every 2 s)",
-                "check the path in [sillytavern] data_dir (or --st-data): ST's data/ folder, "
-                "the one holding default-user/; ST makes it when it first starts",
-            )  # fmt: skip
         return Check(
             "SillyTavern data", False,
             "not found in the usual places: the proxy would only proxy, without memory",
             "set [sillytavern] data_dir (or --st-data) to ST's data/ folder, the one holding "
             "default-user/",
         )  # fmt: skip
-    if is_install_folder(data_dir) and not (data_dir / "data").is_dir():
+    if not data_dir.is_dir():
+        own = data_dir.name == "data" and is_install_folder(data_dir.parent)
         return Check(
             "SillyTavern data", False,
-            f"{data_dir} is SillyTavern's own folder, and ST has not made its data/ folder in "
-            "it yet: the proxy reads it once it is there",
-            "start SillyTavern once (it makes data/ when it first starts)",
+            f"{data_dir} does not exist (yet): the proxy proxies without memory until it "
+            "does, then reads it (it looks for it every 2 s)",
+            "start SillyTavern once (it makes data/ when it first starts)" if own else
+            "check the path in [sillytavern] data_dir (or --st-data): ST's data/ folder, the "
+            "one holding default-user/, which ST makes when it first starts",
         )  # fmt: skip
     users = [p for p in sorted(data_dir.iterdir()) if p.is_dir() and (p / "chats").is_dir()]
     chats = sum(1 for _ in scan(data_dir))  # as the library indexes them

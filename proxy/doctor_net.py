@@ -228,9 +228,11 @@ def running_checks(running: dict[str, Any]) -> list[Check]:
     watcher = running.get("watcher")
     if watcher == "missing":
         checks.append(Check(
-            "running watch", False, "SillyTavern's data folder it reads is gone",
-            "put it back (it is read again by itself), or restart serve with --st-data where "
-            "ST's data is now",
+            "running watch", False,
+            "SillyTavern's data folder it reads is missing (not there yet, or gone)",
+            "start SillyTavern once if it never ran (it makes data/), or put the folder back "
+            "(it is read by itself once there), or restart serve with --st-data where ST's "
+            "data is",
         ))  # fmt: skip
     elif watcher == "stopped":
         checks.append(Check("running watch", False, "the watch on SillyTavern's data folder "

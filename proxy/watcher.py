@@ -228,7 +228,8 @@ class Watcher:
         else:
             log.info("SillyTavern's data folder %s is back; reading it again", root)
         try:
-            await self.library.index_all()
+            count = await self.library.index_all()
+            log.info("indexed %d SillyTavern chat(s) in %s", count, root)
         except Exception:
             log_failed(log, "reading %s again failed", root)
         finally:

@@ -104,8 +104,18 @@ async def test_an_upstream_down_and_a_missing_data_folder(
     assert code == 1
     assert checks["upstream"]["ok"] is False and "does not answer" in checks["upstream"]["detail"]
     assert "[upstream] base_url" in checks["upstream"]["fix"]
-    assert checks["SillyTavern data"]["ok"] is False
-    assert "data_dir" in checks["SillyTavern data"]["fix"]
+    data = checks["SillyTavern data"]
+    assert data["ok"] is False and "data_dir" in data["fix"]
+    # As serve takes it: waited for, read once it is there.
+    assert data["detail"].startswith(f"{tmp_path / 'nowhere'} does not exist (yet): the proxy ")
+    # ST's own folder, before ST first started: its data/ is the one waited for.
+    install = tmp_path / "SillyTavern"
+    (install / "public").mkdir(parents=True)
+    (install / "server.js").write_text("// ST's server\n", encoding="utf-8")
+    _, checks = await _doctor(config, install, capsys)
+    data = checks["SillyTavern data"]
+    assert data["detail"].startswith(f"{install / 'data'} does not exist (yet)"), data
+    assert data["fix"] == "start SillyTavern once (it makes data/ when it first starts)"
 
 
 async def test_an_upstream_without_its_v1_is_pointed_out(

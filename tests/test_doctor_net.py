@@ -97,7 +97,7 @@ def test_a_running_proxys_failing_store_and_lost_folder_are_said_with_what_to_do
     assert store.ok is False and store.detail == health["store"]
     assert store.fix.startswith("free space on the disk that holds it")
     watch = checks["running watch"]
-    assert watch.ok is False and "put it back" in watch.fix
+    assert watch.ok is False and "put the folder back" in watch.fix
     # Said by SQLite's words, not the path's ("full" here).
     health["store"] = "cannot write /home/fuller/s.sqlite3: attempt to write a readonly database"
     assert "writable" in {c.name: c for c in history_checks(health)}["running store"].fix

@@ -271,6 +271,19 @@ def data_dir_for(configured: Path | None, mirrored: str | None = None) -> Path |
     return data_dir_near(configured) or configured
 
 
+def served_data_dir(configured: Path | None, mirrored: str | None = None) -> Path | None:
+    """The data folder `serve` reads: `data_dir_for`'s, but ST's own folder stands for its
+    `data/` before ST has made it, and the one configured (else the one the store mirrors)
+    is taken even when it is not there (yet): the watcher waits for it. None: none given
+    and none found."""
+    found = data_dir_for(configured, mirrored)
+    if found is None:
+        return configured or (Path(mirrored) if mirrored is not None else None)
+    if found == configured and not looks_like_data_dir(found) and is_install_folder(found):
+        return found / "data"
+    return found
+
+
 def candidate_data_dirs(home: Path, cwd: Path, environ: dict[str, str]) -> list[Path]:
     """Where ST's data folder usually is, most likely first."""
     found: list[Path] = []

@@ -15,11 +15,11 @@ from pathlib import Path
 from proxy.errors import ConfigError
 from proxy.settings import Settings
 from proxy.sillytavern.layout import (
-    data_dir_for,
     inside,
     is_install_folder,
     looks_like_data_dir,
     same_folder,
+    served_data_dir,
 )
 from proxy.store import mirrored_folder_of
 from proxy.watcher import GONE_POLL_S
@@ -44,35 +44,38 @@ def writes_outside(data_dir: Path, settings: Settings, store: bool, record: bool
 
 
 def resolve_data_dir(settings: Settings) -> Path | None:
-    """ST's data folder from the settings, the store or the usual places (`data_dir_for`),
-    or None; what was taken, and why, is logged. One configured, or the one the store
-    mirrors, that is not there yet is taken all the same: the watcher waits for it."""
+    """ST's data folder from the settings, the store or the usual places
+    (`served_data_dir`), or None; what was taken, and why, is logged. One configured, or
+    the one the store mirrors, that is not there yet is taken all the same: the watcher
+    waits for it."""
     configured = settings.sillytavern.data_dir
     mirrored = mirrored_folder_of(settings.store.resolved_path()) if configured is None else None
-    found = data_dir_for(configured, mirrored)
+    found = served_data_dir(configured, mirrored)
+    if found is None:
+        log.warning(
+            "no SillyTavern data folder found in the usual places; set sillytavern.data_dir "
+            "(or --st-data) for memory. Proxying without memory."
+        )
+        return None
+    if configured is not None and found != configured:
+        if found.parent == configured and is_install_folder(configured):
+            log.info("%s is SillyTavern's own folder: using its data folder %s", configured, found)
+        else:
+            log.info("%s is not ST's data folder but holds it: using %s", configured, found)
+    if not found.is_dir():
+        if configured is None:
+            which = "the one this store mirrors"
+        elif found == configured:
+            which = "sillytavern.data_dir, or --st-data"
+        else:
+            which = "ST makes it when it first starts"
+        return _awaited(found, settings, which)
     if configured is None:
-        if found is None and mirrored is not None:
-            return _awaited(Path(mirrored), settings, "the one this store mirrors")
-        if found is None:
-            log.warning(
-                "no SillyTavern data folder found in the usual places; set sillytavern.data_dir "
-                "(or --st-data) for memory. Proxying without memory."
-            )
-        elif mirrored is not None and same_folder(mirrored, found):
+        if mirrored is not None and same_folder(mirrored, found):
             log.info("using SillyTavern data folder %s, the one the store mirrors", found)
         else:
             log.info("using SillyTavern data folder %s", found)
-    elif found is None:
-        return _awaited(configured, settings, "sillytavern.data_dir")
-    elif found != configured:
-        log.info("%s is not ST's data folder but holds it: using %s", configured, found)
-    elif is_install_folder(found):
-        # ST makes its data folder on its first start: the proxy may well start before.
-        found = found / "data"
-        log.info("%s is SillyTavern's own folder: using its data folder %s", configured, found)
-        if not found.is_dir():
-            return _awaited(found, settings, "ST makes it when it first starts")
-    elif not looks_like_data_dir(found):
+    elif found == configured and not looks_like_data_dir(found):
         log.warning(
             "%s has no <user>/chats folder yet; is it ST's data/ folder? watching it anyway",
             found,

@@ -7,7 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from proxy.sillytavern.layout import data_dir_for, data_dir_near, find_data_dir, read_groups
+from proxy.sillytavern.layout import (
+    data_dir_for,
+    data_dir_near,
+    find_data_dir,
+    is_install_folder,
+    read_groups,
+    served_data_dir,
+)
 
 
 def install(root: Path) -> Path:
@@ -84,3 +91,25 @@ def test_a_group_file_names_each_chat_and_where_a_branch_came_from(tmp_path: Pat
         ("Orin.png",),
     )
     assert info.main_chats == {"Branch #3 - a": "main", "Branch #5 - b": "main"}
+
+
+def test_serve_takes_a_folder_not_there_yet_and_st_own_folder_before_st_ran(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("proxy.sillytavern.layout.find_data_dir", lambda *args: None)
+    data = install(tmp_path / "SillyTavern")
+    assert served_data_dir(data.parent) == data  # as every command takes it
+    fresh = tmp_path / "clone"  # ST not started once: no data/ yet, or an empty one
+    (fresh / "public").mkdir(parents=True)
+    (fresh / "server.js").write_text("// ST's server\n", encoding="utf-8")
+    assert served_data_dir(fresh) == fresh / "data"
+    (fresh / "data").mkdir()
+    assert served_data_dir(fresh) == fresh / "data"
+    assert is_install_folder(fresh) and not is_install_folder(fresh / "data")
+    # Not there (yet): the one configured, else the one the store mirrors, waited for.
+    assert served_data_dir(tmp_path / "nowhere", str(data)) == tmp_path / "nowhere"
+    assert served_data_dir(None, str(tmp_path / "gone")) == tmp_path / "gone"
+    assert served_data_dir(None) is None  # nothing given, nothing found
+    empty = tmp_path / "empty"  # a data folder before ST made its user: as it is
+    empty.mkdir()
+    assert served_data_dir(empty) == empty

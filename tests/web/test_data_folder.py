@@ -89,8 +89,9 @@ async def test_a_data_folder_not_there_yet_is_read_once_it_is(
     caplog.set_level(logging.INFO, logger="proxy")
     app = make_app(make_settings(**absent(tmp_path, fake_llm, data)))
     assert app[LIBRARY].data_dir == data
-    assert f"SillyTavern data folder {data} (sillytavern.data_dir) does not exist yet" in (
-        caplog.text
+    assert (
+        f"SillyTavern data folder {data} (sillytavern.data_dir, or --st-data) does not exist yet"
+        in (caplog.text)
     )
     client = await aiohttp_client(app)
     health = await client.get("/health")
