@@ -185,6 +185,12 @@ def _data_folder(settings: Settings, data_dir: Path | None) -> Check:
             "set [sillytavern] data_dir (or --st-data) to ST's data/ folder, the one holding "
             "default-user/",
         )  # fmt: skip
+    if data_dir.exists() and not data_dir.is_dir():
+        return Check(
+            "SillyTavern data", False, f"{data_dir} is a file: the proxy proxies without memory",
+            "set [sillytavern] data_dir (or --st-data) to ST's data/ folder, the one holding "
+            "default-user/",
+        )  # fmt: skip
     if not data_dir.is_dir():
         own = data_dir.name == "data" and is_install_folder(data_dir.parent)
         return Check(

@@ -116,6 +116,9 @@ async def test_an_upstream_down_and_a_missing_data_folder(
     data = checks["SillyTavern data"]
     assert data["detail"].startswith(f"{install / 'data'} does not exist (yet)"), data
     assert data["fix"] == "start SillyTavern once (it makes data/ when it first starts)"
+    _, checks = await _doctor(config, install / "server.js", capsys)
+    assert checks["SillyTavern data"]["detail"].endswith("server.js is a file: the proxy "
+                                                        "proxies without memory")  # fmt: skip
 
 
 async def test_an_upstream_without_its_v1_is_pointed_out(

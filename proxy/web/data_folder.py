@@ -86,7 +86,11 @@ def resolve_data_dir(settings: Settings) -> Path | None:
 def _awaited(folder: Path, settings: Settings, which: str) -> Path | None:
     """`folder`, not there (yet): ST not started once, a drive not mounted, a typo. The
     watcher looks for it and reads it once it is there; `/health` says it is missing
-    meanwhile. None when watching is off: nothing would look."""
+    meanwhile. None when watching is off (nothing would look) or it is a file."""
+    if folder.exists():
+        log.error("%s (%s) is a file, not SillyTavern's data folder; proxying without memory",
+                  folder, which)  # fmt: skip
+        return None
     if not settings.sillytavern.watch:
         log.error(
             "SillyTavern data folder %s (%s) does not exist, and with sillytavern.watch off "

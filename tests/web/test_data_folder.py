@@ -160,3 +160,15 @@ async def test_with_no_folder_given_the_one_the_store_mirrors_is_waited_for(
     app = make_app(make_settings(**settings))
     assert app[LIBRARY].data_dir == gone
     assert f"{gone} (the one this store mirrors) does not exist yet" in caplog.text
+
+
+async def test_a_file_given_as_the_data_folder_is_said_and_not_waited_for(
+    tmp_path: Path, fake_llm: FakeLLM, caplog: pytest.LogCaptureFixture
+) -> None:
+    given = tmp_path / "data.jsonl"
+    given.write_text("{}\n", encoding="utf-8")
+    app = make_app(make_settings(**absent(tmp_path, fake_llm, given)))
+    assert LIBRARY not in app
+    assert f"{given} (sillytavern.data_dir, or --st-data) is a file, not SillyTavern's" in (
+        caplog.text
+    )
