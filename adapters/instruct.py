@@ -142,11 +142,21 @@ def _openers(prompt: str, openers: Mapping[str, str]) -> list[tuple[int, int, st
 
 
 def _opened(template: Template, prompt: str) -> bool:
-    """Whether a prompt holds the template's user turn, or its system turn: a continue of
-    the chat's first reply (the greeting, a group's first member) has no user turn."""
+    """Whether a prompt holds the template's user turn, its system turn, two replies, or
+    one on a line of its own after the story: a prompt with only the chat's first reply (the
+    greeting, a group's first member) has no user turn, whether that reply is continued or
+    followed by one that no message of the user's asked for (a group's next member, an
+    empty send); and a story string written without the system turn (Alpaca's) has none
+    of those either."""
     if template.user.strip() in prompt:
         return True
-    return template.system is not None and template.system.strip() in prompt
+    if template.system is not None and template.system.strip() in prompt:
+        return True
+    reply = template.assistant.strip()
+    at = prompt.find(reply)
+    return prompt.count(reply) >= 2 or (
+        at > 0 and prompt[at - 1] == "\n" and bool(prompt[:at].strip())
+    )
 
 
 def _turns_with(template: Template, prompt: str) -> list[Turn] | None:
@@ -154,10 +164,10 @@ def _turns_with(template: Template, prompt: str) -> list[Turn] | None:
     if template.system is not None:
         openers[template.system] = "system"
     found = _openers(prompt, openers)
-    if len(found) < 2:
-        return None
+    head = prompt[: found[0][0]].strip() if found else ""
+    if len(found) < 2 and not head:
+        return None  # a reply after the story (`_opened`) is the least a prompt has
     turns: list[Turn] = []
-    head = prompt[: found[0][0]].strip()
     if head and head not in ("<|begin_of_text|>", "<s>", "<bos>"):
         turns.append(Turn("system", 0, found[0][0], head))
     for i, (start, opened, role) in enumerate(found):

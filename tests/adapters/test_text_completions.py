@@ -240,6 +240,18 @@ def test_a_continue_of_the_only_message() -> None:
         ("system", "Story."),
         ("assistant", "Ava: Hello"),
     ]
+    # Alpaca writes the story without a turn of its own: the greeting continued is one
+    # reply after it; the greeting and the next reply asked for with no message of the
+    # user's (a group's next member, an empty send) are two (hunt seed 6220).
+    story = "The story.\n\n\n### Response:\nAva: Hello."
+    first = ("assistant", None, "Ava: Hello.")  # as ChatML's above: Ava is named nowhere else
+    for prompt, replies in (
+        (story, [first]),
+        (f"{story}\n\n### Response:\nTom:", [first, ("assistant", "Tom", "")]),
+    ):
+        parsed = ADAPTER.parse(json.dumps({"prompt": prompt, "stop": ["\nTom:"]}).encode())
+        found = [(m.role, m.name, m.text) for m in parsed.messages]
+        assert found == [("system", None, "The story."), *replies]
     # In a template's continue, a turn that starts like a name is no speaker's.
     prompt = "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\nSign: the bridge is out."
     parsed = ADAPTER.parse(json.dumps({"prompt": prompt, "stop": ["\nTom:"]}).encode())

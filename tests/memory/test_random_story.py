@@ -72,17 +72,19 @@ STEPS = 150
 # 4842, a single user message's impersonation after a branch whose parent kept the branch's
 # messages, their texts no longer; 5039, a group's single user message whose changed reply
 # came before the group nudge and the post-history instructions; 5325, with instruct off,
-# a continue of the last reply in a chat whose branch, saved since, ends just before it.
+# a continue of the last reply in a chat whose branch, saved since, ends just before it;
+# 6220, Alpaca (its story string in no turn): a group's greeting and the next member's
+# reply asked for with no message of the user's.
 CONTEXT = {1: 10_000, 2: 24, 3: 40, 4: 10_000, 5: 24, 6: 24, 7: 10_000, 8: 24, 9: 40, 10: 10_000,
            11: 24, 12: 40, 13: 24, 14: 40, 15: 10_000, 16: 24, 17: 40, 18: 24, 19: 40,
            20: 10_000, 101: 10_000, 102: 24, 103: 24, 104: 10_000, 105: 40, 106: 24, 107: 24,
            108: 10_000, 109: 40, 110: 24, 111: 40, 112: 10_000, 113: 10_000, 114: 24, 115: 24,
            630: 10_000, 661: 24, 663: 10_000, 696: 10_000, 735: 10_000, 861: 10_000,
            2229: 24, 2615: 40, 2636: 40, 2735: 10_000, 2755: 24, 3500: 10_000,
-           3940: 10_000, 4842: 24, 5039: 10_000, 5325: 10_000}  # fmt: skip
+           3940: 10_000, 4842: 24, 5039: 10_000, 5325: 10_000, 6220: 40}  # fmt: skip
 # Seeds played in a group chat.
 GROUP = {6, 7, 11, 12, 16, 17, 19, 20, 106, 111, 114, 661, 663, 696, 735, 2229, 2636, 2755,
-         3500, 3940, 5039}  # fmt: skip
+         3500, 3940, 5039, 6220}  # fmt: skip
 # Seeds played over another connection than a chat completion: Claude ("use system prompt"
 # off, or on), a text completion with instruct off or in one of the instruct templates ST
 # ships (`tests.memory.st_wire`).
@@ -91,7 +93,7 @@ WIRES = {8: "claude", 9: "chatml", 10: "plain", 11: "claude+system", 12: "chatml
          105: "claude", 106: "plain", 108: "claude", 109: "chatml",
          661: "plain", 663: "claude+system", 696: "chatml", 735: "claude+system",
          861: "claude+system", 2229: "plain", 2636: "plain", 2755: "mistral",
-         3940: "plain", 5325: "plain"}  # fmt: skip
+         3940: "plain", 5325: "plain", 6220: "alpaca"}  # fmt: skip
 # Chat completion seeds whose ST names the speakers in every message (`st_wire.chat_message`)
 # and puts its Author's Note in as the user's in some requests.
 NAMES = {18: "content", 19: "completion", 102: "content", 630: "content", 661: "content",
@@ -103,7 +105,7 @@ SQUASHED = {18, 20, 101, 102, 661, 663, 861, 2615, 5039}
 # that before the newest this many in each prompt ("Add to Prompts"; 0: off), and before
 # a continued one always (`st_wire.with_reasoning`).
 REASONING = {103: 2, 104: 0, 105: 1, 109: 1, 630: 0, 663: 0, 735: 0, 2615: 1, 2636: 0,
-             2755: 2, 3500: 1, 3940: 2, 4842: 2, 5039: 2}  # fmt: skip
+             2755: 2, 3500: 1, 3940: 2, 4842: 2, 5039: 2, 6220: 2}  # fmt: skip
 # Seeds whose replies end with a status block that a regex script of the user's cuts out
 # of every prompt (`st_wire.without_status`): the requests' replies are not the file's.
 STATUS = {107, 108, 109, 115, 630, 661, 663, 696, 735, 861, 2229, 2636, 2735, 2755, 3500,
@@ -123,7 +125,7 @@ ST_SETTINGS = {14, 16, 17}
 # Seeds whose requests carry ST's Author's Note at a random depth, every other one.
 NOTED = {8, 9, 10, 11, 13, 14, 15, 16, 18, 19, 20, 101, 102, 103, 105, 106, 107, 108, 110,
          111, 112, 113, 114, 115, 630, 661, 663, 696, 735, 861, 2229, 2636, 2735, 2755,
-         3940, 4842, 5039, 5325}  # fmt: skip
+         3940, 4842, 5039, 5325, 6220}  # fmt: skip
 # Settings besides the tests' quick ones, per seed: detection as its defaults space it,
 # hidden messages left out of the recaps.
 SETTINGS: dict[int, dict[str, Any]] = {
