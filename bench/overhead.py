@@ -189,7 +189,9 @@ def config(folder: Path, name: str, llm: str, data: Path | None, trim: bool) -> 
     if data is not None:
         lines.append(f'data_dir = "{data}"')
     else:
-        lines.append(f'data_dir = "{folder / "absent"}"')
+        # No data folder: one that is not there, not waited for (with watching on, serve
+        # would wait for it to appear, its library and watch running meanwhile).
+        lines += [f'data_dir = "{folder / "absent"}"', "watch = false"]
     path = folder / f"{name}.toml"
     path.write_text("\n".join(lines) + "\n")
     return path
