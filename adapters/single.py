@@ -106,11 +106,11 @@ def split(parsed: ParsedRequest, index: ChatIndex) -> None:
     if not paragraphs:
         return
     names = [_name(p) for p in paragraphs]
-    roles = _speakers(paragraphs, names, index)
+    roles, kept = _speakers(paragraphs, names, index)
     # Only names the index knows as speakers start a message: a paragraph of a message
     # that starts with `Note: ` stays the message's.
     turns = _rejoined(
-        paragraphs, _turns(range(len(paragraphs)), lambda i: names[i] in roles), index
+        paragraphs, _turns(range(len(paragraphs)), lambda i: names[i] in roles), index, kept
     )
     # Only a chat's newest messages are indexed: an older one is not looked up.
     indexed = len(turns) - TAIL - MAX_SKIPPED
@@ -163,8 +163,11 @@ def rewritten(
     return {**body, "messages": [{**wire, "content": SEPARATOR.join(texts)}]}
 
 
-def _speakers(paragraphs: Sequence[str], names: Sequence[str], index: ChatIndex) -> dict[str, str]:
-    """The speakers' names, each with its role ("user" or "assistant"): a name is one when
+def _speakers(
+    paragraphs: Sequence[str], names: Sequence[str], index: ChatIndex
+) -> tuple[dict[str, str], list[IndexedMessage]]:
+    """The speakers' names, each with its role ("user" or "assistant"), and the newest
+    messages (with their texts) of the chats that hold them: a name is one when
     a paragraph that starts with it (`names`), alone or with up to `LONGEST` - 1 after it,
     is a message the index holds. Then, in the chats so found, a name whose paragraph
     starts one of their newest messages (a reply that a regex script changed on its way
@@ -184,14 +187,22 @@ def _speakers(paragraphs: Sequence[str], names: Sequence[str], index: ChatIndex)
     entries = [index.entries.get(c) for c in chats]
     kept = [m for entry in entries if entry is not None for m in entry.tail if m.text]
     for i in _newest(names, roles) if kept else ():
-        # The reply's own text: past the reasoning ST wrote before it (and its blank line).
-        text = SEPARATOR.join(paragraphs[i : i + LONGEST])[len(names[i]) + 2 :]
-        text = without_reasoning(text, index.reasoning) or text
-        start = normalize(text.split(SEPARATOR, 1)[0])[:SHARED]
-        held = next((m for m in kept if start and m.text.startswith(start)), None)
+        held = _started(paragraphs, i, names[i], index, kept)
         if held is not None:
             roles[names[i]] = "user" if held.is_user else "assistant"
-    return roles
+    return roles, kept
+
+
+def _started(
+    paragraphs: Sequence[str], i: int, name: str, index: ChatIndex, kept: Sequence[IndexedMessage]
+) -> IndexedMessage | None:
+    """The message of `kept` that the one starting at paragraph `i` (`name: text`) starts
+    as, if any: a reply that a regex script changed on its way holds the file's start."""
+    # The reply's own text: past the reasoning ST wrote before it (and its blank line).
+    text = SEPARATOR.join(paragraphs[i : i + LONGEST])[len(name) + 2 :]
+    text = without_reasoning(text, index.reasoning) or text
+    start = normalize(text.split(SEPARATOR, 1)[0])[:SHARED]
+    return next((m for m in kept if start and m.text.startswith(start)), None)
 
 
 def _newest(names: Sequence[str], roles: Mapping[str, str]) -> Iterator[int]:
@@ -217,7 +228,10 @@ def _turns(items: Iterable[int], starts: Callable[[int], bool]) -> list[list[int
 
 
 def _rejoined(
-    paragraphs: Sequence[str], turns: list[list[int]], index: ChatIndex
+    paragraphs: Sequence[str],
+    turns: list[list[int]],
+    index: ChatIndex,
+    kept: Sequence[IndexedMessage] = (),
 ) -> list[list[int]]:
     """`turns` with the messages put back together that a paragraph starting with a
     speaker's `Name: ` split (a reply that writes the user's line, or quotes its own
@@ -243,7 +257,7 @@ def _rejoined(
         if tries == 0:
             break
         tries -= 1
-        joined = turns[k]
+        joined, rejoined = turns[k], False
         for j in range(k + 1, len(turns)):
             if held[j] or len(joined) >= LONGEST:
                 break
@@ -253,9 +267,40 @@ def _rejoined(
                 rest = [whole[end:]] if end < len(whole) else []
                 turns[k : j + 1] = [whole[:end], *rest]
                 held[k : j + 1] = [True] * (1 + len(rest))
+                rejoined = True
                 break
             joined = whole
+        quoted = 0 if rejoined else _quoted(paragraphs, turns, held, k, index, kept)
+        if quoted:
+            end = k + quoted + 1
+            turns[k:end] = [[i for turn in turns[k:end] for i in turn]]
+            held[k:end] = [False]
     return turns
+
+
+def _quoted(
+    paragraphs: Sequence[str],
+    turns: Sequence[Sequence[int]],
+    held: Sequence[bool],
+    k: int,
+    index: ChatIndex,
+    kept: Sequence[IndexedMessage],
+) -> int:
+    """How many turns after turn `k` are lines of the reply it starts, when no join of
+    them is a message the index holds: a reply that a regex script changed on its way
+    (its status block cut), which writes the user's lines as `Name: ` (each in the text of
+    the file's reply, and none a message the index holds as it is), one reply still."""
+    name = _name(paragraphs[turns[k][0]])
+    reply = _started(paragraphs, turns[k][0], name, index, kept) if name and kept else None
+    if reply is None or reply.is_user:
+        return 0
+    count = 0
+    for j in range(k + 1, len(turns)):
+        # The index keeps the reply's text normalized (its paragraphs joined by a space).
+        if held[j] or normalize(paragraphs[turns[j][0]]) not in reply.text:
+            break
+        count += 1
+    return count
 
 
 def _held_start(texts: Sequence[str], index: ChatIndex, least: int = 0) -> int:

@@ -200,6 +200,34 @@ def test_a_reply_a_regex_script_changed_is_still_told_a_reply() -> None:
     ]
 
 
+def test_a_changed_reply_that_writes_the_users_lines_stays_one_message() -> None:
+    """A reply whose status block a regex script cut (no join of its parts is a message
+    the index holds), which writes the user's lines as `Tom: ` three times, continued: one
+    reply, as the file has it, then ST's nudge (hunt seed 5928: the request had no chat).
+    A line of the user's that the index holds as a message of its own is the user's."""
+    index = ChatIndex()
+    reply = (
+        "She reads.\n\nTom: Come home.\n\nShe nods. <status>HP 5</status> She goes on."
+        "\n\nTom: Soon.\n\nShe smiles.\n\nTom: Now.\n\nShe leaves."
+    )
+    tail = [index_message(0, True, "Tom", "Thanks."), index_message(1, False, "Ava", reply)]
+    index.put(ChatEntry("c", 0.0, 2, tail))
+    nudge = "[Continue your last message without repeating its original content.]"
+    sent = ["She reads.", "Tom: Come home.", "She nods. She goes on.", "Tom: Soon.",
+            "She smiles.", "Tom: Now.", "She leaves."]  # fmt: skip
+    parsed = split_with(["Tom: Thanks.", "Ava: " + sent[0], *sent[1:], nudge], index)
+    assert parsed.messages[2:] == [
+        ChatMessage("user", "Tom: Thanks."),
+        ChatMessage("assistant", "Ava: " + "\n\n".join(sent)),
+        ChatMessage("system", nudge),
+    ]
+    # The user's message after it, held by the index, that says what a quoted line did.
+    index.put(ChatEntry("c", 1.0, 3, [*tail, index_message(2, True, "Tom", "Now.")]))
+    parsed = split_with(["Tom: Thanks.", "Ava: " + sent[0], *sent[1:], "Tom: Now."], index)
+    assert [m.role for m in parsed.messages[2:]] == ["user", "assistant", "user"]
+    assert parsed.messages[-1] == ChatMessage("user", "Tom: Now.")
+
+
 def test_a_branchs_changed_replies_are_told_by_the_branch_not_its_parent() -> None:
     """A branch shares its parent's older messages. The user's line that tells the user
     a speaker is held by both, the parent first, which keeps the texts of its newest

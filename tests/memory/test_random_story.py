@@ -74,17 +74,18 @@ STEPS = 150
 # came before the group nudge and the post-history instructions; 5325, with instruct off,
 # a continue of the last reply in a chat whose branch, saved since, ends just before it;
 # 6220, Alpaca (its story string in no turn): a group's greeting and the next member's
-# reply asked for with no message of the user's.
+# reply asked for with no message of the user's; 5928, a single user message continuing a
+# group's reply that a regex script changed and that writes the user's lines three times.
 CONTEXT = {1: 10_000, 2: 24, 3: 40, 4: 10_000, 5: 24, 6: 24, 7: 10_000, 8: 24, 9: 40, 10: 10_000,
            11: 24, 12: 40, 13: 24, 14: 40, 15: 10_000, 16: 24, 17: 40, 18: 24, 19: 40,
            20: 10_000, 101: 10_000, 102: 24, 103: 24, 104: 10_000, 105: 40, 106: 24, 107: 24,
            108: 10_000, 109: 40, 110: 24, 111: 40, 112: 10_000, 113: 10_000, 114: 24, 115: 24,
            630: 10_000, 661: 24, 663: 10_000, 696: 10_000, 735: 10_000, 861: 10_000,
            2229: 24, 2615: 40, 2636: 40, 2735: 10_000, 2755: 24, 3500: 10_000,
-           3940: 10_000, 4842: 24, 5039: 10_000, 5325: 10_000, 6220: 40}  # fmt: skip
+           3940: 10_000, 4842: 24, 5039: 10_000, 5325: 10_000, 5928: 10_000, 6220: 40}  # fmt: skip
 # Seeds played in a group chat.
 GROUP = {6, 7, 11, 12, 16, 17, 19, 20, 106, 111, 114, 661, 663, 696, 735, 2229, 2636, 2755,
-         3500, 3940, 5039, 6220}  # fmt: skip
+         3500, 3940, 5039, 5928, 6220}  # fmt: skip
 # Seeds played over another connection than a chat completion: Claude ("use system prompt"
 # off, or on), a text completion with instruct off or in one of the instruct templates ST
 # ships (`tests.memory.st_wire`).
@@ -98,9 +99,9 @@ WIRES = {8: "claude", 9: "chatml", 10: "plain", 11: "claude+system", 12: "chatml
 # and puts its Author's Note in as the user's in some requests.
 NAMES = {18: "content", 19: "completion", 102: "content", 630: "content", 661: "content",
          663: "content", 696: "content", 735: "content", 861: "completion",
-         2735: "content", 4842: "content"}  # fmt: skip
+         2735: "content", 4842: "content", 5928: "completion"}  # fmt: skip
 # Chat completion seeds with post-history instructions and ST's "squash system messages".
-SQUASHED = {18, 20, 101, 102, 661, 663, 861, 2615, 5039}
+SQUASHED = {18, 20, 101, 102, 661, 663, 861, 2615, 5039, 5928}
 # Seeds of a reasoning model: its replies are saved with their reasoning, and ST writes
 # that before the newest this many in each prompt ("Add to Prompts"; 0: off), and before
 # a continued one always (`st_wire.with_reasoning`).
@@ -109,23 +110,23 @@ REASONING = {103: 2, 104: 0, 105: 1, 109: 1, 630: 0, 663: 0, 735: 0, 2615: 1, 26
 # Seeds whose replies end with a status block that a regex script of the user's cuts out
 # of every prompt (`st_wire.without_status`): the requests' replies are not the file's.
 STATUS = {107, 108, 109, 115, 630, 661, 663, 696, 735, 861, 2229, 2636, 2735, 2755, 3500,
-          4842, 5039, 5325}  # fmt: skip
+          4842, 5039, 5325, 5928}  # fmt: skip
 # Chat completion seeds whose ST's server post-processes the prompt ("Prompt
 # Post-Processing", `st_wire.post_processed`): same-role neighbours merged, names folded
 # into the text, and ("semi", "strict") ST's own prompts after the first the user's; or
 # ("single") all of it one user message, each speaker named.
 POST_PROCESSED = {110: "merge", 111: "semi", 112: "strict", 113: "single", 114: "single",
                   115: "single", 630: "semi", 2615: "single", 2735: "single",
-                  3500: "single", 4842: "single", 5039: "single"}  # fmt: skip
+                  3500: "single", 4842: "single", 5039: "single", 5928: "single"}  # fmt: skip
 # Seeds whose model writes the user's line in some replies, a paragraph `User: ...`.
-QUOTING = {9, 18, 111, 113, 114, 2615, 2735, 3500, 5039}
+QUOTING = {9, 18, 111, 113, 114, 2615, 2735, 3500, 5039, 5928}
 # Text completion seeds whose ST's settings.json names the template (the proxy reads it);
 # the others' templates are found by the proxy's own list.
 ST_SETTINGS = {14, 16, 17}
 # Seeds whose requests carry ST's Author's Note at a random depth, every other one.
 NOTED = {8, 9, 10, 11, 13, 14, 15, 16, 18, 19, 20, 101, 102, 103, 105, 106, 107, 108, 110,
          111, 112, 113, 114, 115, 630, 661, 663, 696, 735, 861, 2229, 2636, 2735, 2755,
-         3940, 4842, 5039, 5325, 6220}  # fmt: skip
+         3940, 4842, 5039, 5325, 5928, 6220}  # fmt: skip
 # Settings besides the tests' quick ones, per seed: detection as its defaults space it,
 # hidden messages left out of the recaps.
 SETTINGS: dict[int, dict[str, Any]] = {
@@ -136,6 +137,7 @@ SETTINGS: dict[int, dict[str, Any]] = {
     },
     5: {"memory.include_hidden_messages": False},
 }
+SETTINGS[5928] = SETTINGS[4]
 
 
 CONTINUE = "[Continue your last message without repeating its original content.]"
