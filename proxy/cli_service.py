@@ -11,6 +11,7 @@ from typing import Any
 from proxy.errors import RecapProxyError
 from proxy.logs import setup_logging
 from proxy.settings import default_config_path, load_settings
+from proxy.sillytavern.layout import is_install_folder
 
 ST_DATA_HELP = "SillyTavern's data/ folder (default: sillytavern.data_dir, else auto-detect)"
 # serve's options for where it listens, forwards and reads, each with its settings key:
@@ -93,8 +94,17 @@ def _serve_options(args: argparse.Namespace, config: Path | None) -> list[str]:
     that cannot start says so only in its log), paths made absolute for the service."""
     overrides = serve_overrides(args)
     if args.st_data is not None:
-        if not args.st_data.expanduser().is_dir():
-            raise RecapProxyError(f"--st-data {args.st_data}: no such folder")
+        given = args.st_data.expanduser()
+        if not given.is_dir():
+            # A typo is refused here, where serve would wait for the folder. ST's own folder
+            # is the way to install before ST first ran: serve reads its data/ once made.
+            made = given.name == "data" and is_install_folder(given.parent)
+            hint = (
+                f" yet: start SillyTavern once (it makes it), or give its own folder {given.parent}"
+                if made
+                else ""
+            )
+            raise RecapProxyError(f"--st-data {args.st_data}: no such folder{hint}")
         overrides["sillytavern.data_dir"] = str(args.st_data.expanduser().resolve())
     load_settings(config, overrides=overrides)
     options: list[str] = []

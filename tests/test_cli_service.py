@@ -62,3 +62,11 @@ def test_install_keeps_serves_options_for_the_service(
     assert "upstream.base_url" in capsys.readouterr().err and not unit.exists()
     assert main(["service", "install", "--st-data", "nowhere"]) == 1
     assert "--st-data nowhere: no such folder" in capsys.readouterr().err and not unit.exists()
+    # ST cloned, never started: its data/ is not made yet; its own folder is the way.
+    (tmp_path / "ST" / "public").mkdir(parents=True)
+    (tmp_path / "ST" / "server.js").write_text("// ST's server\n", encoding="utf-8")
+    assert main(["service", "install", "--st-data", "ST/data"]) == 1
+    said = capsys.readouterr().err
+    assert "no such folder yet: start SillyTavern once (it makes it), or give its own" in said
+    assert main(["service", "install", "--upstream", upstream, "--st-data", "ST"]) == 0
+    assert f"--st-data {tmp_path.resolve() / 'ST'}" in unit.read_text()
