@@ -16,11 +16,12 @@ prompts (`canonical`), and the chat path takes the rest apart with the chat inde
 the chat so found, one whose newest message starts as the paragraph does: a reply that a
 regex script changed on its way), and the index says whether it is the user's; unless
 the index holds that message and the one before it as one (a reply that wrote the user's
-line as `Name: ` stays one reply). A
-paragraph before the first message is ST's prompt (world info at a depth); ST's prompts
-after a message the index holds are told apart from it, and so are its nudges that end
-the request after one it does not; any other joins the message before it and is taken
-apart from it as in any merged turn (`proxy.core.merged`).
+line as `Name: ` stays one reply), or the line is in the text of the reply before it that
+a regex script changed on its way (`_quoted`). A paragraph before the first message is
+ST's prompt (world info at a depth); ST's prompts after a message the index holds are
+told apart from it, and so are its nudges that end the request after one it does not;
+any other joins the message before it and is taken apart from it as in any merged turn
+(`proxy.core.merged`).
 
 Written back, every message (the memory's parts among them) is joined with a blank line
 into the one user message again, as ST would have sent it with the memory among its
