@@ -232,7 +232,7 @@ def _rejoined(
     paragraphs: Sequence[str],
     turns: list[list[int]],
     index: ChatIndex,
-    kept: Sequence[IndexedMessage] = (),
+    kept: Sequence[IndexedMessage],
 ) -> list[list[int]]:
     """`turns` with the messages put back together that a paragraph starting with a
     speaker's `Name: ` split (a reply that writes the user's line, or quotes its own

@@ -11,7 +11,7 @@ from typing import Any
 from proxy.errors import RecapProxyError
 from proxy.logs import setup_logging
 from proxy.settings import default_config_path, load_settings
-from proxy.sillytavern.layout import is_install_folder
+from proxy.sillytavern.layout import before_first_start
 
 ST_DATA_HELP = "SillyTavern's data/ folder (default: sillytavern.data_dir, else auto-detect)"
 # serve's options for where it listens, forwards and reads, each with its settings key:
@@ -98,10 +98,9 @@ def _serve_options(args: argparse.Namespace, config: Path | None) -> list[str]:
         if not given.is_dir():
             # A typo is refused here, where serve would wait for the folder. ST's own folder
             # is the way to install before ST first ran: serve reads its data/ once made.
-            made = given.name == "data" and is_install_folder(given.parent)
             hint = (
                 f" yet: start SillyTavern once (it makes it), or give its own folder {given.parent}"
-                if made
+                if before_first_start(given)
                 else ""
             )
             raise RecapProxyError(f"--st-data {args.st_data}: no such folder{hint}")

@@ -37,7 +37,7 @@ from proxy.doctor_net import (
 from proxy.errors import ConfigError
 from proxy.settings import Settings, default_config_path, load_settings, load_settings_partly
 from proxy.sillytavern.connection import connection, points_at, proxy_urls
-from proxy.sillytavern.layout import inside, is_install_folder, same_folder, scan, served_data_dir
+from proxy.sillytavern.layout import before_first_start, inside, same_folder, scan, served_data_dir
 from proxy.store import mirrored_folder_of, unusable
 
 # Free space under which the store's disk is a failed check: a chat's save takes a few MB
@@ -177,42 +177,36 @@ def _data(settings: Settings, data_dir: Path | None, running: dict[str, Any] | N
     return found
 
 
+# What to do when the data folder is not found, not a folder, or not ST's.
+SET_DATA_DIR = (
+    "set [sillytavern] data_dir (or --st-data) to ST's data/ folder, the one holding default-user/"
+)
+
+
 def _data_folder(settings: Settings, data_dir: Path | None) -> Check:
+    name = "SillyTavern data"
     if data_dir is None:
-        return Check(
-            "SillyTavern data", False,
-            "not found in the usual places: the proxy would only proxy, without memory",
-            "set [sillytavern] data_dir (or --st-data) to ST's data/ folder, the one holding "
-            "default-user/",
-        )  # fmt: skip
+        why = "not found in the usual places: the proxy would only proxy, without memory"
+        return Check(name, False, why, SET_DATA_DIR)
     if data_dir.exists() and not data_dir.is_dir():
-        return Check(
-            "SillyTavern data", False, f"{data_dir} is a file: the proxy proxies without memory",
-            "set [sillytavern] data_dir (or --st-data) to ST's data/ folder, the one holding "
-            "default-user/",
-        )  # fmt: skip
+        return Check(name, False, f"{data_dir} is a file: the proxy proxies without memory",
+                     SET_DATA_DIR)  # fmt: skip
     if not data_dir.is_dir():
-        own = data_dir.name == "data" and is_install_folder(data_dir.parent)
-        return Check(
-            "SillyTavern data", False,
-            f"{data_dir} does not exist (yet): the proxy proxies without memory until it "
-            "does, then reads it (it looks for it every 2 s)",
-            "start SillyTavern once (it makes data/ when it first starts)" if own else
-            "check the path in [sillytavern] data_dir (or --st-data): ST's data/ folder, the "
-            "one holding default-user/, which ST makes when it first starts",
-        )  # fmt: skip
+        fix = ("start SillyTavern once (it makes data/ when it first starts)"
+               if before_first_start(data_dir)
+               else f"{SET_DATA_DIR}, which ST makes when it first starts")  # fmt: skip
+        why = (f"{data_dir} does not exist (yet): the proxy proxies without memory until it "
+               "does, then reads it (it looks for it every 2 s)")  # fmt: skip
+        return Check(name, False, why, fix)
     users = [p for p in sorted(data_dir.iterdir()) if p.is_dir() and (p / "chats").is_dir()]
     chats = sum(1 for _ in scan(data_dir))  # as the library indexes them
     cards = sum(1 for u in users if (u / "characters").is_dir()
                 for _ in (u / "characters").glob("*.png"))  # fmt: skip
     worlds = sum(1 for u in users if (u / "worlds").is_dir() for _ in (u / "worlds").glob("*.json"))
     if not users:
-        return Check(
-            "SillyTavern data", False, f"{data_dir} has no user folder with chats",
-            "point [sillytavern] data_dir at ST's data/ folder (it holds default-user/)",
-        )  # fmt: skip
+        return Check(name, False, f"{data_dir} has no user folder with chats", SET_DATA_DIR)
     return Check(
-        "SillyTavern data", True,
+        name, True,
         f"{data_dir}: {len(users)} user(s) ({', '.join(u.name for u in users)}), {chats} chat(s), "
         f"{cards} character card(s), {worlds} world file(s)",
     )  # fmt: skip

@@ -147,7 +147,11 @@ class Watcher:
         return "missing" if self.gone else "running"
 
     async def __aenter__(self) -> Watcher:
-        if self.library.data_dir is not None:
+        data_dir = self.library.data_dir
+        if data_dir is not None:
+            # Not there yet (ST not started once, a drive not mounted): read whole once it
+            # is, as a folder that went and came back is; `gone` says so meanwhile.
+            self.gone = not await asyncio.to_thread(data_dir.is_dir)
             self._task = asyncio.create_task(self._run(), name="st-data-watcher")
         return self
 

@@ -226,6 +226,12 @@ def is_install_folder(path: Path) -> bool:
         return False
 
 
+def before_first_start(path: Path) -> bool:
+    """Whether `path` is the `data/` of an ST install that has not made it yet (ST makes
+    it when it first starts)."""
+    return path.name == "data" and not path.is_dir() and is_install_folder(path.parent)
+
+
 def holds_st_user(path: Path) -> bool:
     """Stricter than `looks_like_data_dir`, for refusing to write somewhere: a user folder
     with its chats and its `settings.json`, as ST makes them (a home folder that happens to

@@ -280,17 +280,12 @@ async def _watching(
         # In the background: the proxy serves at once; identification starts with
         # whatever is indexed so far. The watch starts first so that no save made
         # during indexing is missed.
-        assert library.data_dir is not None
-        here = await asyncio.to_thread(library.data_dir.is_dir)
         if settings.sillytavern.watch:
-            if not here:
-                # Read whole by the watcher once it is there (`resolve_data_dir`).
-                watcher.gone = True
             await watcher.__aenter__()
-            if here:
+            if not watcher.gone:  # else the watcher reads it whole once it is there
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(watcher.ready.wait(), 5)
-        if here or not settings.sillytavern.watch:
+        if not watcher.gone:
             await _index(library)
         # The store failing (a full disk) leaves chats behind their files, here or at a
         # save: they are read again once it takes writes, with no restart.

@@ -15,8 +15,8 @@ from pathlib import Path
 from proxy.errors import ConfigError
 from proxy.settings import Settings
 from proxy.sillytavern.layout import (
+    before_first_start,
     inside,
-    is_install_folder,
     looks_like_data_dir,
     same_folder,
     served_data_dir,
@@ -58,17 +58,14 @@ def resolve_data_dir(settings: Settings) -> Path | None:
         )
         return None
     if configured is not None and found != configured:
-        if found.parent == configured and is_install_folder(configured):
-            log.info("%s is SillyTavern's own folder: using its data folder %s", configured, found)
-        else:
-            log.info("%s is not ST's data folder but holds it: using %s", configured, found)
+        log.info("%s is not ST's data folder but holds it: using %s", configured, found)
     if not found.is_dir():
-        if configured is None:
-            which = "the one this store mirrors"
-        elif found == configured:
-            which = "sillytavern.data_dir, or --st-data"
-        else:
+        if before_first_start(found):
             which = "ST makes it when it first starts"
+        elif configured is None:
+            which = "the one this store mirrors"
+        else:
+            which = "sillytavern.data_dir, or --st-data"
         return _awaited(found, settings, which)
     if configured is None:
         if mirrored is not None and same_folder(mirrored, found):

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from proxy.sillytavern.layout import (
+    before_first_start,
     data_dir_for,
     data_dir_near,
     find_data_dir,
@@ -103,7 +104,9 @@ def test_serve_takes_a_folder_not_there_yet_and_st_own_folder_before_st_ran(
     (fresh / "public").mkdir(parents=True)
     (fresh / "server.js").write_text("// ST's server\n", encoding="utf-8")
     assert served_data_dir(fresh) == fresh / "data"
+    assert before_first_start(fresh / "data") and not before_first_start(tmp_path / "data")
     (fresh / "data").mkdir()
+    assert not before_first_start(fresh / "data")
     assert served_data_dir(fresh) == fresh / "data"
     assert is_install_folder(fresh) and not is_install_folder(fresh / "data")
     # Not there (yet): the one configured, else the one the store mirrors, waited for.
