@@ -12,6 +12,7 @@ from proxy.chat.providers import StaticMemory
 from proxy.core.models import Memory
 from proxy.settings import load_settings
 from proxy.web import make_app
+from proxy.web.listener import listen
 
 RECAP = (
     "Arden, a traveller, woke in Seraphina's glade after a wolf attack near the old mill. "
@@ -37,7 +38,7 @@ async def main() -> None:
     app = make_app(settings, provider=StaticMemory(Memory(values={"running_recap": RECAP})))
     runner = web.AppRunner(app, handler_cancellation=True, access_log=None)
     await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", args.port).start()
+    await listen(runner, "127.0.0.1", args.port, settings.server.header_timeout)
     print("ready", flush=True)
     await asyncio.Event().wait()
 

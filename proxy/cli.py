@@ -32,7 +32,6 @@ from proxy.cli_service import (
     run_service,
     serve_overrides,
 )
-from proxy.core.guard import is_loopback
 from proxy.core.headers import safe_url
 from proxy.core.models import Memory
 from proxy.errors import AdapterError, ConfigError, RecapProxyError
@@ -239,6 +238,7 @@ async def serve(
     """Run the server until SIGINT/SIGTERM; SIGHUP reloads the config and the templates."""
     from proxy.web import make_app
     from proxy.web.keys import RELOADER
+    from proxy.web.listener import listen
 
     _refuse_if_exposed(settings)
     app = make_app(settings, reload_from=reload_from, owns_logging=True)
@@ -257,9 +257,9 @@ async def serve(
     if hasattr(signal, "SIGHUP"):  # not on Windows: POST /recap/api/reload there
         with contextlib.suppress(NotImplementedError):
             loop.add_signal_handler(signal.SIGHUP, _reload_now, app[RELOADER])
+    listening: asyncio.Server | None = None
     try:
-        site = web.TCPSite(runner, host, port)
-        await site.start()
+        listening = await listen(runner, host, port, settings.server.header_timeout)
         log.info(
             "recap-proxy listening on http://%s:%d/v1 -> %s%s",
             host,
@@ -273,6 +273,8 @@ async def serve(
         await stop.wait()
         log.info("recap-proxy stopping")
     finally:
+        if listening is not None:
+            listening.close()
         await runner.cleanup()
 
 
@@ -285,16 +287,9 @@ def _reload_now(reloader: Reloader) -> None:
 
 def _refuse_if_exposed(settings: Settings) -> None:
     """Another machine may reach a non-loopback address: not without the access key."""
-    host = settings.server.host
-    if is_loopback(host.strip("[]")) or settings.server.access_key is not None:
-        return
-    raise ConfigError(
-        f"server.host is {host}, which other machines can reach, and server.access_key is "
-        "not set: anyone there could use your API key and your chats. Set one (e.g. "
-        "RECAP_PROXY_SERVER__ACCESS_KEY=$(python3 -c 'import secrets; "
-        "print(secrets.token_urlsafe(24))')) and give it to SillyTavern as its API key, or "
-        "listen on 127.0.0.1."
-    )
+    problem = settings.server.unguarded()
+    if problem is not None:
+        raise ConfigError(problem)
 
 
 def _inject(args: argparse.Namespace) -> int:

@@ -14,6 +14,7 @@
     │   ├── MissingAccessKey        `server.access_key` is set and the request lacks it    -> 401
     │   ├── ForbiddenOrigin         a web page of another origin                           -> 403
     │   ├── UnsupportedMediaType    a change to the memory whose body is not JSON           -> 415
+    │   ├── PayloadTooLarge         a `/recap/api` body over its limit, refused unread      -> 413
     │   └── MisdirectedHost         a `Host` this proxy does not answer to (DNS rebinding)  -> 421
     ├── JobFailure                  one of the proxy's own LLM jobs failed; retried
     │   ├── NoCredentials           no model or key known yet: waits for the chat's next request
@@ -123,6 +124,11 @@ class ForbiddenOrigin(Refusal):
 class UnsupportedMediaType(Refusal):
     status = 415
     code = "unsupported_media_type"
+
+
+class PayloadTooLarge(Refusal):
+    status = 413
+    code = "payload_too_large"
 
 
 class MisdirectedHost(Refusal):

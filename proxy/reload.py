@@ -21,6 +21,7 @@ from pydantic import BaseModel
 from proxy.chat.injection import Injector, load_injection_templates, policy_from
 from proxy.core.guard import LivePolicy
 from proxy.core.tokens import TokenCounter
+from proxy.errors import ConfigError
 from proxy.logs import setup_logging
 from proxy.memory.engine import MemoryEngine
 from proxy.memory.prompts import Prompts
@@ -42,6 +43,10 @@ RESTART = (
     "upstream.connect_timeout",
     "upstream.read_timeout",
     "upstream.max_connections",
+    "upstream.ca_file",
+    "upstream.verify",
+    "server.header_timeout",
+    "record.",
     "memory.llm.base_url",
 )
 
@@ -80,6 +85,11 @@ class Reloader:
     def reload(self) -> Reloaded:
         """Read and apply; raises `ConfigError` / `TemplateError` with nothing changed."""
         new = self.load()
+        # The running socket keeps its address until a restart: the key must guard both.
+        for host in (self.started.server.host, new.server.host):
+            problem = new.server.unguarded(host)
+            if problem is not None:
+                raise ConfigError(f"the reload would leave the proxy open: {problem}")
         templates = load_injection_templates(new.injection)
         prompts = Prompts.load(new.memory) if self.engine is not None else None
         changed = sorted(_changed(self.current, new))

@@ -1,9 +1,9 @@
-"""The only owner of the connections towards LLM APIs (`proxy.pool.Pool`, whose
+"""The only owner of the connections towards LLM APIs (`proxy.client.Client`, whose
 failures are the proxy's own `UpstreamError`s), and where each route's API is found.
 
 `send_to` answers with an `UpstreamResponse`: status, headers and the body as an async
-iterator of the bytes as they arrive. Nothing else in the proxy sees the client's types,
-so the relay and the LLM client have one seam to fake in tests.
+iterator of the bytes as they arrive. Nothing else in the proxy sees the client library's
+types, so the relay and the LLM client have one seam to fake in tests.
 
 Responses are never decoded here: the bytes a client receives are the bytes the upstream
 sent, compressed or not, and the `Content-Encoding` header travels with them. The
@@ -14,61 +14,20 @@ upstream sees the client's headers, not ours: no `User-Agent`, `Accept-Encoding`
 from __future__ import annotations
 
 import asyncio
-import ssl
-from collections.abc import AsyncIterator, Callable, Iterable
-from dataclasses import dataclass, field
-from functools import lru_cache, partial
+import logging
+from collections.abc import Iterable
+from dataclasses import dataclass
+from functools import lru_cache
 from types import TracebackType
 
 from pydantic import SecretStr
 from yarl import URL
 
-from proxy.core.headers import Headers
+from proxy.client import Client, UpstreamResponse, tls_context
 from proxy.errors import UpstreamError
-from proxy.pool import Pool
 from proxy.settings import UpstreamSettings
 
-
-def _no() -> bool:
-    return False
-
-
-def _nothing() -> None:
-    return None
-
-
-@dataclass(eq=False)
-class UpstreamResponse:
-    """An answer that has started: its status line and headers, and its body to come.
-
-    Iterating `chunks` yields the body as it arrives; a failure on the way raises
-    `UpstreamError`. Call `release` after reading it whole (the connection is reused) or
-    `close` to drop the connection (the upstream stops generating).
-    """
-
-    status: int
-    reason: str
-    headers: Headers
-    chunks: AsyncIterator[bytes]
-    content_length: int | None = None  # only when the upstream sent one (not chunked)
-    on_release: Callable[[], None] = field(default=_nothing, repr=False)
-    on_close: Callable[[], None] = field(default=_nothing, repr=False)
-    # Whether body bytes (or the body's end) are at hand now, with no wait.
-    at_hand: Callable[[], bool] = field(default=_no, repr=False)
-
-    def header(self, name: str) -> str | None:
-        wanted = name.lower()
-        return next((v for k, v in self.headers if k.lower() == wanted), None)
-
-    async def read(self) -> bytes:
-        """The whole body (for the proxy's own calls, never for relayed answers)."""
-        return b"".join([chunk async for chunk in self.chunks])
-
-    def release(self) -> None:
-        self.on_release()
-
-    def close(self) -> None:
-        self.on_close()
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,8 +78,8 @@ class Upstream:
 
     def __init__(self, settings: UpstreamSettings) -> None:
         self.settings = settings
+        self._client: Client | None = None
         self.retarget(settings)
-        self._pool: Pool | None = None
 
     def retarget(self, settings: UpstreamSettings) -> None:
         """The APIs and keys from `settings` (a reload: requests under way keep theirs;
@@ -128,6 +87,8 @@ class Upstream:
         self.base_url = URL(settings.base_url)
         self.api_key = _key(settings.api_key)
         self.default = Target(self.base_url, self.api_key)
+        if self._client is not None:
+            self._client.retarget(settings)
         # Longest prefix first: `/claude/test` wins over `/claude` for its own paths.
         self.routes = sorted(
             (Target(URL(r.base_url), _key(r.api_key), r.prefix) for r in settings.routes),
@@ -150,10 +111,14 @@ class Upstream:
         settings = self.settings
         # The system's CA files are read here, off the loop, not under the first HTTPS
         # request (a route may turn HTTPS on a reload, so it is built whatever the URLs).
-        context = await asyncio.to_thread(ssl.create_default_context)
-        self._pool = Pool(
-            settings.max_connections, settings.connect_timeout, settings.read_timeout, context
-        )
+        tls = await asyncio.to_thread(tls_context, settings)
+        if tls is False:
+            log.warning(
+                "upstream.verify is false: HTTPS upstreams' certificates are not checked, "
+                "so anyone on the way could read your API key and chats (upstream.ca_file "
+                "trusts a private CA instead)"
+            )
+        self._client = Client(settings, tls)
         return self
 
     async def __aexit__(
@@ -162,9 +127,9 @@ class Upstream:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        if self._pool is not None:
-            self._pool.close()
-            self._pool = None
+        if self._client is not None:
+            await self._client.close()
+            self._client = None
 
     def url_for(self, tail: str, query: str = "") -> URL:
         """`<base_url>/<tail>?<query>`, with the query string kept as it came."""
@@ -180,19 +145,9 @@ class Upstream:
         """Send one request to a whole URL (`Target.url_for`, `url_for`); the caller must
         release or close the response. Raises `UpstreamUnreachable` or `UpstreamTimeout`
         when no response arrives."""
-        if self._pool is None:
+        if self._client is None:
             raise RuntimeError("Upstream used outside its `async with`")
-        conn, exchange = await self._pool.request(method, url, headers, body)
-        return UpstreamResponse(
-            status=conn.status,
-            reason=conn.reason,
-            headers=conn.headers,
-            chunks=conn.chunks(),
-            content_length=None if conn.chunked else conn.length,
-            on_release=partial(conn.release, exchange),
-            on_close=partial(conn.drop, exchange),
-            at_hand=partial(conn.at_hand, exchange),
-        )
+        return await self._client.send(method, url, headers, body)
 
 
 __all__ = ["Target", "Upstream", "UpstreamError", "UpstreamResponse"]

@@ -11,9 +11,11 @@ from urllib.parse import quote
 
 import pytest
 
+from proxy.cli import _reload_now
 from proxy.errors import ConfigError
 from proxy.settings import Settings
 from proxy.web.keys import RELOADER
+from tests.conftest import ProxyFactory
 from tests.memory.story import CHAT_ID
 from tests.memory_env import MemoryFactory
 from tests.test_serve_e2e import free_port, launch, stop, wait_for_port
@@ -220,3 +222,36 @@ async def test_sighup_while_a_stream_runs_the_next_request_gets_the_new_template
         output = stop(proc)
         stop(llm)
     assert "reloaded the config and the templates" in output
+
+
+async def test_a_reload_never_drops_the_key_of_a_proxy_others_can_reach(
+    proxy: ProxyFactory, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A config without the key, reloaded into a proxy bound to all interfaces, changes
+    nothing: keyless requests stay refused (it let them in, with the user's API key)."""
+    client = await proxy(**{"server.host": "0.0.0.0", "server.access_key": "door-key-12345"})
+    reloader = client.app[RELOADER]
+    keyless = reloader.current.model_copy(
+        update={"server": reloader.current.server.model_copy(update={"access_key": None})}
+    )
+    reloader.load = lambda: keyless
+    answer = await client.post(
+        "/recap/api/reload", json={}, headers={"X-Recap-Key": "door-key-12345"}
+    )
+    assert answer.status == 400
+    message = (await answer.json())["error"]["message"]
+    assert "nothing was reloaded" in message and "server.access_key is not set" in message
+    assert (await client.get("/v1/models")).status == 401
+    assert (await client.get("/v1/models", headers={"X-Recap-Key": "door-key-12345"})).status == 200
+    # SIGHUP's way: logged, nothing changed.
+    _reload_now(reloader)
+    assert "reload failed, nothing changed" in caplog.text
+    # Moving the proxy to loopback in the same reload does not help: the socket keeps its
+    # address until a restart.
+    reloader.load = lambda: keyless.model_copy(
+        update={"server": keyless.server.model_copy(update={"host": "127.0.0.1"})}
+    )
+    answer = await client.post(
+        "/recap/api/reload", json={}, headers={"X-Recap-Key": "door-key-12345"}
+    )
+    assert answer.status == 400 and (await client.get("/v1/models")).status == 401

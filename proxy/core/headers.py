@@ -10,7 +10,7 @@ upstream must only use encodings the client itself accepts.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
 HOP_BY_HOP = frozenset(
     {
@@ -40,6 +40,7 @@ SECRET_HEADERS = frozenset(
         "x-goog-api-key",
         "cookie",
         "set-cookie",
+        "x-recap-key",
     }
 )
 SECRET_QUERY = re.compile(r"(?i)((?:^|&)(?:key|api_key|apikey|access_token|token)=)[^&]*")
@@ -131,8 +132,33 @@ def safe_url(url: str) -> str:
 
 
 def redact_secrets(text: str, known: Iterable[str] = ()) -> str:
-    """`text` with the `known` secrets and anything key-like replaced by `<redacted>`."""
-    for secret in sorted({k for k in known if len(k) >= 6}, key=len, reverse=True):
+    """`text` with the `known` secrets and anything key-like replaced by `<redacted>`.
+
+    A long text is redacted piece by piece, cut where no key can stand (a quote or a line
+    break): a regex holds the interpreter for as long as it runs, and a cassette of a
+    100k-token prompt redacted in one go would stall the event loop for its duration."""
+    secrets = sorted({k for k in known if len(k) >= 6}, key=len, reverse=True)
+    if len(text) <= PIECE:
+        return _redacted(text, secrets)
+    return "".join(_redacted(piece, secrets) for piece in _pieces(text))
+
+
+PIECE = 64 * 1024  # characters redacted at once: well under a millisecond each
+
+
+def _pieces(text: str) -> Iterator[str]:
+    start = 0
+    while start < len(text):
+        end = start + PIECE
+        if end < len(text):
+            cuts = [i for i in (text.find('"', end), text.find("\n", end)) if i >= 0]
+            end = min(cuts) + 1 if cuts else len(text)
+        yield text[start:end]
+        start = end
+
+
+def _redacted(text: str, secrets: list[str]) -> str:
+    for secret in secrets:
         text = text.replace(secret, REDACTED)
     return KEY_LIKE.sub(
         lambda m: f"Bearer {REDACTED}" if m.group(0)[:6].lower() == "bearer" else REDACTED, text

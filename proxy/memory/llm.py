@@ -88,7 +88,8 @@ class LLMClient:
     @property
     def upstream_name(self) -> str:
         """Which API the proxy's own calls go to (the queue limits calls per API)."""
-        return str((self.own_upstream or self.chat_upstream).base_url)
+        # Stored with each job: never a `user:password@` of the base URL.
+        return safe_url(str((self.own_upstream or self.chat_upstream).base_url))
 
     def remember(self, chat_id: str, headers: Mapping[str, str], caller: Caller) -> bool:
         """Keep the key, model and way of a chat's latest request (the chat path calls

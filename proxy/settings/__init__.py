@@ -11,6 +11,7 @@ from proxy.settings.loading import (
 )
 from proxy.settings.model import (
     QueueSettings,
+    RecordSettings,
     ServerSettings,
     Settings,
     SillyTavernSettings,
@@ -23,6 +24,7 @@ __all__ = [
     "ENV_NESTING",
     "ENV_PREFIX",
     "QueueSettings",
+    "RecordSettings",
     "ServerSettings",
     "Settings",
     "SillyTavernSettings",

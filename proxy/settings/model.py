@@ -14,6 +14,7 @@ from pydantic import (
     field_validator,
 )
 
+from proxy.core.guard import is_loopback
 from proxy.memory.settings import MemorySettings
 from proxy.section import APP_NAME, Section, UserPath
 from proxy.settings.injection import InjectionSettings
@@ -61,6 +62,12 @@ class ServerSettings(Section):
         "as `X-Recap-Key` (the CLI sends it). Required to listen on anything but loopback.",
         examples=["a-long-random-string"],
     )
+    header_timeout: float = Field(
+        30.0,
+        gt=0,
+        description="Seconds a client has to send a whole request head once it connects; "
+        "one that stalls part-way is disconnected.",
+    )
     allowed_origins: list[str] = Field(
         default_factory=list,
         description="Web origins, besides the proxy's own and SillyTavern's on loopback "
@@ -75,6 +82,29 @@ class ServerSettings(Section):
         "this stops DNS rebinding.",
         examples=[["recap.lan"]],
     )
+
+    def unguarded(self, host: str | None = None) -> str | None:
+        """Why listening on `host` (default: `self.host`) is not safe with these settings:
+        an address other machines can reach, and no access key. None when it is safe."""
+        host = self.host if host is None else host
+        if is_loopback(host.strip("[]")) or self.access_key is not None:
+            return None
+        return (
+            f"server.host is {host}, which other machines can reach, and server.access_key "
+            "is not set: anyone there could use your API key and your chats. Set one (e.g. "
+            "RECAP_PROXY_SERVER__ACCESS_KEY=$(python3 -c 'import secrets; "
+            "print(secrets.token_urlsafe(24))')) and give it to SillyTavern as its API key, "
+            "or listen on 127.0.0.1."
+        )
+
+    @field_validator("access_key")
+    @classmethod
+    def _real_key(cls, value: SecretStr | None) -> SecretStr | None:
+        # An empty key would read as "no key" further on and open an exposed proxy to
+        # anyone; leave the key out to mean none.
+        if value is not None and not value.get_secret_value().strip():
+            raise ValueError("is empty: give a real key, or leave the setting out for none")
+        return value
 
 
 def _http_url(value: str) -> str:
@@ -98,6 +128,12 @@ class UpstreamRoute(Section):
         description="When set, replaces the key the client sends on this route (in the "
         "header the client put it in: `x-api-key` or `Authorization: Bearer`).",
     )
+    proxy: str | None = Field(
+        None,
+        description="An HTTP proxy this route's requests go through, instead of "
+        "`upstream.proxy` (or the environment's `HTTPS_PROXY`/`HTTP_PROXY`).",
+        examples=["http://127.0.0.1:3128"],
+    )
 
     @field_validator("prefix")
     @classmethod
@@ -112,10 +148,10 @@ class UpstreamRoute(Section):
             raise ValueError("a route prefix is a path like `/claude`, not `/`, `/v1` or `/recap`")
         return prefix
 
-    @field_validator("base_url")
+    @field_validator("base_url", "proxy")
     @classmethod
-    def _base(cls, value: str) -> str:
-        return _http_url(value)
+    def _base(cls, value: str | None) -> str | None:
+        return None if value is None else _http_url(value)
 
 
 class UpstreamSettings(Section):
@@ -147,13 +183,44 @@ class UpstreamSettings(Section):
         "think for minutes before their first token).",
     )
     max_connections: int = Field(
-        100, ge=1, description="Upper bound on simultaneous connections to the upstream."
+        100,
+        ge=1,
+        description="Upper bound on simultaneous connections to each upstream host. A "
+        "request that finds them all busy waits for one within `connect_timeout`, then "
+        "gets a 504 that says so.",
+    )
+    proxy: str | None = Field(
+        None,
+        description="An HTTP proxy every upstream request goes through (`http://host:port`, "
+        "`http://user:password@host:port`). Unset: the environment's `HTTPS_PROXY` / "
+        "`HTTP_PROXY` / `NO_PROXY` decide, as for curl (an upstream on loopback never goes "
+        "through the environment's proxy). A route may set its own.",
+        examples=["http://127.0.0.1:3128"],
+    )
+    ca_file: UserPath | None = Field(
+        None,
+        description="A PEM file of certificate authorities to trust besides the system's: "
+        "an HTTPS upstream on your network with a self-signed or private CA's certificate.",
+        examples=["~/my-ca.pem"],
+    )
+    verify: bool = Field(
+        True,
+        description="Check HTTPS upstreams' certificates. `false` accepts any certificate "
+        "(anyone on the way could read your key and chats); a warning says so at start. "
+        "Prefer `ca_file`.",
     )
 
-    @field_validator("base_url")
+    @field_validator("base_url", "proxy")
     @classmethod
-    def _base(cls, value: str) -> str:
-        return _http_url(value)
+    def _base(cls, value: str | None) -> str | None:
+        return None if value is None else _http_url(value)
+
+    @field_validator("ca_file")
+    @classmethod
+    def _ca(cls, value: Path | None) -> Path | None:
+        if value is not None and not value.is_file():
+            raise ValueError(f"no such file: {value}")
+        return value
 
     @field_validator("routes")
     @classmethod
@@ -229,6 +296,16 @@ class QueueSettings(Section):
     )
 
 
+class RecordSettings(Section):
+    max_body_mb: float = Field(
+        8.0,
+        gt=0,
+        description="A body (a request's, or an answer's chunks together) larger than this "
+        "many megabytes goes into a cassette as its size and SHA-256 only: recording a "
+        "huge exchange neither stalls the proxy nor fills the disk.",
+    )
+
+
 class Settings(Section):
     """Everything recap-proxy can be told, with its default."""
 
@@ -252,4 +329,8 @@ class Settings(Section):
     )
     memory: MemorySettings = Field(
         default_factory=MemorySettings, description="How the memory is written."
+    )
+    record: RecordSettings = Field(
+        default_factory=RecordSettings,
+        description="Cassettes written with `serve --record DIR` (`server.record_dir`).",
     )

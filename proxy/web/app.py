@@ -13,7 +13,7 @@ from pathlib import Path
 from aiohttp import web
 
 from adapters import formats
-from proxy.cassette import Recorder
+from proxy.cassette import Recorder, configured_keys
 from proxy.chat.injection import Injector, load_injection_templates, policy_from
 from proxy.chat.lore import LoreService
 from proxy.chat.providers import ChatMemory, MemoryProvider
@@ -100,7 +100,12 @@ def make_app(
         writes_outside(data_dir, settings, store is None, recorder is None)
     upstream = upstream or Upstream(settings.upstream)
     if recorder is None and settings.server.record_dir is not None:
-        recorder = Recorder(settings.server.record_dir)
+        recorder = Recorder(
+            settings.server.record_dir,
+            max_body=int(settings.record.max_body_mb * 1024 * 1024),
+            # The config's keys as a reload left them.
+            secrets=lambda: configured_keys(app[RELOADER].current),
+        )
     counter = counter or TokenCounter()
     bus = app[EVENTS] = events or EventBus()
     vitals = app[VITALS] = Vitals()

@@ -24,7 +24,13 @@ from proxy.core.guard import (
     host_allowed,
     origin_allowed,
 )
-from proxy.errors import ForbiddenOrigin, MisdirectedHost, MissingAccessKey, UnsupportedMediaType
+from proxy.errors import (
+    ForbiddenOrigin,
+    MisdirectedHost,
+    MissingAccessKey,
+    PayloadTooLarge,
+    UnsupportedMediaType,
+)
 from proxy.web.page import is_page
 
 log = logging.getLogger(__name__)
@@ -36,6 +42,9 @@ CHANGES = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 READ_ONLY = frozenset({"/recap/api/identify", "/recap/api/preview"})
 EXPOSED = "X-Recap-Chat, X-Recap-Injected, X-Recap-Trimmed"
 METHODS = "GET, POST, PUT, PATCH, DELETE, OPTIONS"
+# The largest body the proxy's own API reads: a chat request to preview or identify (a
+# 100k-token prompt is under 1 MB); chat bodies going upstream have the app's own limit.
+API_MAX_BODY = 8 * 1024 * 1024
 
 
 @web.middleware
@@ -74,6 +83,15 @@ async def guard_middleware(request: web.Request, handler: Handler) -> web.Stream
             f"{request.method} {request.path} takes an application/json body (`{{}}` when "
             "there is nothing to say)"
         )
+    if request.path.startswith("/recap/api/") and request.body_exists:
+        length = request.content_length
+        if length is not None and length > API_MAX_BODY:
+            raise PayloadTooLarge(
+                f"{request.method} {request.path} takes at most {API_MAX_BODY // 2**20} MB; "
+                f"this body has {length} bytes"
+            )
+        # A body of unstated length (chunked) is cut off at the same size as it is read.
+        request = request.clone(client_max_size=API_MAX_BODY)
     return await handler(request)
 
 

@@ -57,6 +57,7 @@ class Relay:
             headers=list(request.headers.items()),
             body=body,
             seq=self.recorder.next_seq(),
+            limit=self.recorder.max_body,
         )
 
     async def forward(
@@ -142,7 +143,7 @@ class Relay:
             first = True
             async for chunk in upstream.chunks:
                 if exchange is not None:
-                    exchange.chunks.append((time.monotonic() - started, chunk))
+                    exchange.received(time.monotonic() - started, chunk)
                 await response.write(chunk)
                 if first:
                     first = False

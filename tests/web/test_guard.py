@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gzip
 import json
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -12,6 +13,7 @@ from yarl import URL
 
 from proxy.chat.providers import NoMemory
 from proxy.web import make_app
+from proxy.web.guard import API_MAX_BODY
 from tests.conftest import FakeLLM, ProxyFactory, make_settings
 from tests.fakes.fake_upstream import FakeUpstream, Script
 from tests.memory.story import CHAT_ID
@@ -202,3 +204,27 @@ async def test_dot_segments_never_reach_upstream(
     assert response.status == 400
     assert (await response.json())["error"]["type"] == "bad_request"
     assert fake_llm.state.seen == []
+
+
+async def test_an_api_body_over_its_limit_is_refused_unread(memory_proxy: MemoryFactory) -> None:
+    """A 40 MB body to the proxy's own API was read whole and answered; now a stated
+    length over the limit is a 413 before a byte is read, and an unstated one (chunked)
+    is cut off at the limit as it is read."""
+    client = (await memory_proxy(4, set())).client
+    huge = b'{"x": "' + b"a" * (API_MAX_BODY + 10) + b'"}'
+    answer = await client.post(
+        "/recap/api/preview", data=huge, headers={"Content-Type": "application/json"}
+    )
+    assert answer.status == 413
+    error = (await answer.json())["error"]
+    assert error["code"] == "payload_too_large" and "8 MB" in error["message"]
+
+    async def chunked() -> AsyncIterator[bytes]:
+        for start in range(0, len(huge), 1 << 20):
+            yield huge[start : start + (1 << 20)]
+
+    answer = await client.post(
+        "/recap/api/preview", data=chunked(), headers={"Content-Type": "application/json"}
+    )
+    assert answer.status == 413
+    assert (await client.post("/recap/api/preview", json=CHAT)).status == 200
