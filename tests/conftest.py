@@ -39,14 +39,16 @@ def make_settings(**dotted: Any) -> Settings:
 def _no_user_config(
     tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Tests never read the developer's own config, data or RECAP_PROXY_* variables."""
+    """Tests never read the developer's own config, data or RECAP_PROXY_* variables, nor
+    the machine's proxy variables (a CI behind a proxy): a test sets those it needs."""
     home = tmp_path_factory.mktemp("home")
     monkeypatch.setenv("HOME", str(home))
     monkeypatch.setenv("XDG_CONFIG_HOME", str(home / ".config"))
     monkeypatch.setenv("XDG_DATA_HOME", str(home / ".local" / "share"))
     monkeypatch.delenv("SILLYTAVERN_DATAROOT", raising=False)
     for name in list(os.environ):
-        if name.startswith("RECAP_PROXY_"):
+        proxy = name.lower() in ("http_proxy", "https_proxy", "all_proxy", "no_proxy")
+        if name.startswith("RECAP_PROXY_") or proxy:
             monkeypatch.delenv(name)
 
 

@@ -361,8 +361,6 @@ async def test_the_environments_proxy_carries_requests_for_the_internet(
     proxy, proxy_url = forward_proxy
     proxy.hosts["llm.example"] = "127.0.0.1"
     monkeypatch.setenv("HTTP_PROXY", str(proxy_url))
-    monkeypatch.delenv("NO_PROXY", raising=False)
-    monkeypatch.delenv("no_proxy", raising=False)
     server = await aiohttp_server(echo_app())
     async with upstream_at(f"http://llm.example:{server.port}/v1") as upstream:
         got = await upstream.send_to("POST", upstream.url_for("chat/completions"), [], b"hi")
