@@ -34,11 +34,11 @@ from proxy.sillytavern.layout import (
     scan,
 )
 from proxy.store import Database, Store, file_error, log_failed
+from proxy.waits import SERVING
 
 __all__ = ["ChatLibrary", "Refreshed", "RequestIdentity"]
 
 log = logging.getLogger(__name__)
-FRESHNESS_WAIT = 1.0  # seconds a request may wait for its chat file to be re-read
 
 
 # Not frozen: built for every chat request (see proxy.core.models).
@@ -57,8 +57,12 @@ class RequestIdentity:
 class ChatLibrary:
     """Owns the mirror of ST's chats: indexing, refreshing, and the identification index."""
 
-    def __init__(self, data_dir: Path | None, store: Store) -> None:
+    def __init__(
+        self, data_dir: Path | None, store: Store, *, freshness: float = SERVING.freshness
+    ) -> None:
+        """`freshness`: seconds a request may wait for its chat file to be re-read."""
         self.data_dir = data_dir
+        self.freshness_wait = freshness
         self.store = store
         self.index = ChatIndex()
         self.mirror = Mirror(data_dir)  # the worker thread's: reads files into the store
@@ -287,16 +291,16 @@ class ChatLibrary:
             log_failed(log, "re-reading %s after ST saved it failed", chat_id)
 
     async def _reread(self, name: str) -> bool:
-        """Re-read the chat file `name`, waiting for it at most `FRESHNESS_WAIT`; True if
+        """Re-read the chat file `name`, waiting for it at most `freshness` seconds; True if
         it was re-read in that time."""
         path = Path(name)
         try:
             # Bounded: a request never waits long for the mirror; past this it is
             # identified against what is indexed, and the re-read finishes anyway.
-            await asyncio.wait_for(asyncio.shield(self.refresh([path])), FRESHNESS_WAIT)
+            await asyncio.wait_for(asyncio.shield(self.refresh([path])), self.freshness_wait)
         except TimeoutError:
             log.warning(
-                "re-reading %s took over %.1f s; identifying without it", path, FRESHNESS_WAIT
+                "re-reading %s took over %.1f s; identifying without it", path, self.freshness_wait
             )
             return False
         return True
@@ -368,7 +372,7 @@ class ChatLibrary:
         for chat_id in chats:
             reading = self._early.under_way(chat_id)
             if reading is not None:
-                await asyncio.wait({reading}, timeout=FRESHNESS_WAIT)
+                await asyncio.wait({reading}, timeout=self.freshness_wait)
             saved = self._saved_since(chat_id)
             if saved is not None:
                 await self._reread(saved)
@@ -383,7 +387,7 @@ class ChatLibrary:
         chats = likely_chats(newest, self.index)
         running = self._early.all_under_way() if not chats else None
         if running:  # none holds them yet, but a chat just saved (all else hidden) is read
-            await asyncio.wait(running, timeout=FRESHNESS_WAIT)
+            await asyncio.wait(running, timeout=self.freshness_wait)
             chats = likely_chats(newest, self.index)
         # A chat just saved is the likeliest, though others sharing these messages were
         # saved after it before (a checkpoint opened again); unnotified, each is checked.

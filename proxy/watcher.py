@@ -28,6 +28,7 @@ from watchfiles import Change, watch
 from proxy.library import ChatLibrary
 from proxy.sillytavern.layout import CHATS, GROUP_CHATS, locate
 from proxy.store import log_failed
+from proxy.waits import SERVING
 
 log = logging.getLogger(__name__)
 
@@ -37,8 +38,6 @@ STEP_MS = 50
 # How long one wait for changes lasts, in ms: the first that ends empty says that the OS
 # watch is in place (`Watcher.ready`).
 WAIT_MS = 100
-# How often a data folder that went away is looked for, in seconds.
-GONE_POLL_S = 2.0
 
 Batch = set[tuple[Change, str]]
 
@@ -120,8 +119,11 @@ class Watcher:
         *,
         debounce_ms: int = 100,
         force_polling: bool = False,
+        gone_poll: float = SERVING.gone_poll,
     ) -> None:
+        """`gone_poll`: how often, in seconds, a data folder that is not there is looked for."""
         self.library = library
+        self.gone_poll = gone_poll
         self.debounce_ms = debounce_ms
         self.force_polling = force_polling
         self.on_files: list[Callable[[list[Path]], None]] = []  # told of every changed path
@@ -217,12 +219,12 @@ class Watcher:
                 "SillyTavern's data folder %s is gone; its chats are not followed until it "
                 "comes back (looked for every %.0f s)",
                 root,
-                GONE_POLL_S,
+                self.gone_poll,
             )
         # Polled: nothing tells of a folder coming back but a watch on its parent, which
         # may have gone too.
         while not await asyncio.to_thread(root.is_dir):  # noqa: ASYNC110
-            await asyncio.sleep(GONE_POLL_S)
+            await asyncio.sleep(self.gone_poll)
         # Still `gone`: `_follow` reads it again once the new watch is in place, so that a
         # file still being written back raises its event after the read, not before it.
 

@@ -27,6 +27,46 @@ from tests.fakes.fake_llm import FakeState, make_fake_llm
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--hunt-seeds",
+        type=_seed_range,
+        default=None,
+        metavar="A-B",
+        help="play the random story (tests/memory/test_random_story.py) on seeds A to B, "
+        "each with a scenario drawn from it, instead of the pinned seeds",
+    )
+
+
+def _seed_range(text: str) -> list[int]:
+    first, _, last = text.partition("-")
+    try:
+        seeds = list(range(int(first), int(last or first) + 1))
+    except ValueError:
+        raise pytest.UsageError(f"--hunt-seeds takes A-B or N, not {text!r}") from None
+    if not seeds:
+        raise pytest.UsageError(f"--hunt-seeds {text}: no seed in that range")
+    return seeds
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """Each hunted seed that failed, with the command that plays it again."""
+    hunted = [
+        report.nodeid
+        for report in terminalreporter.stats.get("failed", [])
+        if "[hunt-" in report.nodeid
+    ]
+    if not hunted:
+        return
+    terminalreporter.section("hunted seeds that failed")
+    for nodeid in hunted:
+        seed = nodeid.rsplit("[hunt-", 1)[1].rstrip("]")
+        path = nodeid.split("::", 1)[0]
+        terminalreporter.write_line(
+            f"seed {seed}: python -m pytest {path} --hunt-seeds {seed} -n 0"
+        )
+
+
 def make_settings(**dotted: Any) -> Settings:
     """Settings from dotted keys (`make_settings(**{"injection.depth": 4})`), no files, no env."""
     data: dict[str, Any] = {}

@@ -16,6 +16,7 @@ from aiohttp.test_utils import TestClient
 
 from proxy.memory.engine import MemoryEngine
 from proxy.store import Database
+from proxy.waits import SERVING, Waits
 from proxy.web import make_app
 from proxy.web.keys import ENGINE, LIBRARY, STORE
 from tests.conftest import FakeLLM, make_settings
@@ -32,6 +33,16 @@ FAST = {
     "memory.message_recaps": "always",
     "sillytavern.debounce_ms": 10,
 }
+# The proxy's pauses, as the tests' apps take them: a folder or a failing store looked at
+# again at once. The limits on waiting for an event (a request after a save, a file read)
+# stay as served: they end when the event comes, and a test's load must not outlast them.
+QUICK = Waits(
+    request_hold=SERVING.request_hold,
+    first_request=SERVING.first_request,
+    freshness=SERVING.freshness,
+    gone_poll=0.05,
+    store_retry=0.05,
+)
 
 
 @dataclass
@@ -107,7 +118,7 @@ def memory_proxy(
                 **dotted,
             }
         )
-        app = make_app(settings)
+        app = make_app(settings, waits=QUICK)
         client: TestClient[Any, Any] = await aiohttp_client(app)
         await asyncio.wait_for(app[LIBRARY].indexed.wait(), 10)
         assert app[LIBRARY].index.entries, "the story's chat was not indexed"

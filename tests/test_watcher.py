@@ -12,7 +12,6 @@ from typing import Any
 import pytest
 from watchfiles import watch
 
-import proxy.watcher as watcher_module
 from proxy.library import ChatLibrary
 from proxy.store import Store
 from proxy.watcher import Watcher, is_relevant, watch_roots
@@ -169,7 +168,6 @@ async def test_an_idle_watch_leaves_the_event_loop_alone(
 async def test_a_data_folder_deleted_and_put_back_is_read_and_watched_again(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    monkeypatch.setattr(watcher_module, "GONE_POLL_S", 0.05)
     data = tmp_path / "data"
     story = Story(data, set())
     story.grow(6)
@@ -177,7 +175,7 @@ async def test_a_data_folder_deleted_and_put_back_is_read_and_watched_again(
     await library.index_all()
     backup = tmp_path / "backup"
     shutil.copytree(data, backup)
-    async with Watcher(library, debounce_ms=20) as watcher:
+    async with Watcher(library, debounce_ms=20, gone_poll=0.05) as watcher:
         await asyncio.wait_for(watcher.ready.wait(), 5)
         # Gone (ST reinstalled, a backup about to be restored): said, in /health too.
         with caplog.at_level(logging.WARNING, logger="proxy.watcher"):

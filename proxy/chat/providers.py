@@ -16,6 +16,7 @@ from adapters.base import ParsedRequest
 from proxy.core.merged import unmerged
 from proxy.core.models import Caller, ChatMessage, HistorySpan, Identification, Memory
 from proxy.library import ChatLibrary, RequestIdentity
+from proxy.waits import SERVING
 
 CHAT_ID_HEADER = "X-ST-Chat-Id"
 
@@ -29,9 +30,6 @@ class RequestMemory(Protocol):
 
     @property
     def drop(self) -> tuple[int, ...]: ...
-
-
-FIRST_REQUEST_WAIT = 0.5  # seconds; a chat's memory starts once per store
 
 
 class MemorySource(Protocol):
@@ -192,8 +190,11 @@ class ChatMemory:
         library: ChatLibrary,
         values: Callable[[str], Mapping[str, str]] | None = None,
         engine: MemorySource | None = None,
+        first_request: float = SERVING.first_request,
     ) -> None:
+        """`first_request`: seconds a chat's first request waits for its memory to start."""
         self.library = library
+        self.first_request = first_request
         self.values = values
         self.engine = engine
 
@@ -216,7 +217,7 @@ class ChatMemory:
                 # The chat's first request: starting its memory is planning only (and
                 # importing what an extension left), no LLM call; waiting a moment
                 # lets this request already carry what exists.
-                await asyncio.wait({started}, timeout=FIRST_REQUEST_WAIT)
+                await asyncio.wait({started}, timeout=self.first_request)
         return self.known(ident, parsed.messages, found.span, parsed.model, found.replacements)
 
     def known(

@@ -48,12 +48,9 @@ from proxy.settings import QueueSettings
 from proxy.store import Database, Store, file_error
 from proxy.store.jobs import Payload
 from proxy.tasks import TaskSet
+from proxy.waits import SERVING, Waits
 
 log = logging.getLogger(__name__)
-
-# Seconds a chat's planning waits, after ST saved the user's message, for the request that
-# carries it (ST builds its prompt in between: tens of milliseconds, more for a long chat).
-REQUEST_HOLD = 0.5
 
 
 class MemoryEngine:
@@ -74,9 +71,12 @@ class MemoryEngine:
         clock: Callable[[], float] = time.time,
         frame: Frame | None = None,
         events: EventBus | None = None,
+        waits: Waits = SERVING,
     ) -> None:
         """`frame`: what the injection template takes itself (default: all the macros);
-        `events`: where what the memory does is announced (the dashboard's stream)."""
+        `events`: where what the memory does is announced (the dashboard's stream);
+        `waits`: its pauses (`request_hold`, `store_retry`)."""
+        self.waits = waits
         self.events = events
         self.store = store
         self.library = library
@@ -96,8 +96,9 @@ class MemoryEngine:
         )
         self.handlers = handlers(context)
         self.queue = JobQueue(
-            store, self.handlers, queue_settings, clock=clock, secrets=llm.secrets, events=events
-        )
+            store, self.handlers, queue_settings, clock=clock, secrets=llm.secrets, events=events,
+            store_retry=waits.store_retry,
+        )  # fmt: skip
         self.queue.on_settled.append(lambda job: self.plan_now(job.chat_id))
         # A failed job stands (visible) this long, then planning makes it again.
         cool_down = queue_settings.failed_retry_minutes * 60
@@ -108,7 +109,7 @@ class MemoryEngine:
         # The chat path reads the views and writes where ST cut (the same dicts as upkeep's).
         self.views = self.upkeep.views
         self.cuts = self.upkeep.cuts
-        self._retries = Retries()
+        self._retries = Retries(waits.store_retry)
         self.active: set[str] = set()
         # chat -> (earliest changed position, whether messages were deleted)
         self._pending: dict[str, tuple[int | None, bool]] = {}
@@ -172,7 +173,7 @@ class MemoryEngine:
             if tail and tail[-1].is_user:
                 # ST saved the user's message: its request follows as soon as ST has built
                 # the prompt. Planning (and the calls it starts) waits until that request
-                # is answered, or `REQUEST_HOLD` at most (a model's first token takes far
+                # is answered, or `waits.request_hold` at most (a model's first token takes far
                 # longer): it does not compete with the request for the CPU.
                 self._awaited.setdefault(result.chat_id, asyncio.Event())
             deleted = any(e.kind == "deleted" for e in result.events)
@@ -295,7 +296,7 @@ class MemoryEngine:
             # No request came (an edit, a rename): planning goes on. (`asyncio.timeout`: a
             # 3.11 `wait_for` can swallow a cancel that comes as the event is set.)
             with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(REQUEST_HOLD):
+                async with asyncio.timeout(self.waits.request_hold):
                     await awaited.wait()
             if self._awaited.get(chat_id) is awaited:
                 del self._awaited[chat_id]

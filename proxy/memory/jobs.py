@@ -33,12 +33,12 @@ from proxy.settings import QueueSettings
 from proxy.store import Database, Store, log_failed
 from proxy.store.jobs import STALE, Job, Payload
 from proxy.tasks import TaskSet
+from proxy.waits import SERVING
 
 log = logging.getLogger(__name__)
 
 Apply = Callable[[Database], None]
 DAY = 86400.0
-STORE_RETRY_S = 5.0  # seconds before the runner looks again when the store failed it
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,8 +98,11 @@ class JobQueue:
         clock: Callable[[], float] = time.time,
         secrets: Callable[[], Iterable[str]] = tuple,
         events: EventBus | None = None,
+        store_retry: float = SERVING.store_retry,
     ) -> None:
+        """`store_retry`: seconds before the runner looks again when the store failed it."""
         self.store = store
+        self.store_retry = store_retry
         self.events = events
         # The keys a failure may echo (an API's error body often quotes the key it got):
         # they are redacted from the error kept on the job and from the log.
@@ -241,9 +244,9 @@ class JobQueue:
                 # queue for good: it looks again, and says so once.
                 if not self._stalled:
                     log_failed(log, "the job queue cannot claim work; looking again every "
-                               "%.0f s", STORE_RETRY_S)  # fmt: skip
+                               "%.0f s", self.store_retry)  # fmt: skip
                 self._stalled = True
-                await asyncio.sleep(STORE_RETRY_S)
+                await asyncio.sleep(self.store_retry)
                 continue
             if self._stalled:
                 log.info("the job queue runs again")

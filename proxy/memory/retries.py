@@ -10,7 +10,7 @@ import asyncio
 import logging
 from collections.abc import Callable
 
-from proxy.memory.jobs import STORE_RETRY_S
+from proxy.waits import SERVING
 
 log = logging.getLogger(__name__)
 
@@ -18,7 +18,8 @@ log = logging.getLogger(__name__)
 class Retries:
     """The chats' retry timers, and which chats the store failed (said once each)."""
 
-    def __init__(self) -> None:
+    def __init__(self, store_retry: float = SERVING.store_retry) -> None:
+        self.store_retry = store_retry  # seconds before what the store failed is tried again
         self._timers: dict[str, asyncio.TimerHandle] = {}
         self._stalled: set[str] = set()  # chats whose start or plan the store failed
 
@@ -44,9 +45,9 @@ class Retries:
         until it works (`worked`)."""
         if chat_id not in self._stalled:
             log.warning("%s the memory of %s failed (%s); trying again every %.0f s",
-                        doing, chat_id, exc, STORE_RETRY_S)  # fmt: skip
+                        doing, chat_id, exc, self.store_retry)  # fmt: skip
         self._stalled.add(chat_id)
-        self.later(chat_id, STORE_RETRY_S, again)
+        self.later(chat_id, self.store_retry, again)
 
     def worked(self, chat_id: str) -> None:
         """The store did what the chat's memory asked of it."""

@@ -33,6 +33,7 @@ from proxy.store import Store, file_error, unusable
 from proxy.store.lock import StoreLock
 from proxy.upstream import Upstream
 from proxy.vitals import Vitals
+from proxy.waits import SERVING, Waits
 from proxy.watcher import Watcher
 from proxy.web.api import add_api_routes
 from proxy.web.data_folder import resolve_data_dir, writes_outside
@@ -81,11 +82,14 @@ def make_app(
     events: EventBus | None = None,
     reload_from: Callable[[], Settings] | None = None,
     owns_logging: bool = False,
+    waits: Waits = SERVING,
 ) -> web.Application:
     """The proxy application. Every owner can be injected (tests pass fakes): `provider`
     replaces the memory of ST's chats with a fixed one (no data folder is read);
     `reload_from` reads the settings again for a reload (default: the same settings, the
-    templates read again); `owns_logging`: a reload sets the process's log level."""
+    templates read again); `owns_logging`: a reload sets the process's log level;
+    `waits`: the pauses and time limits of the library, the watcher and the memory (tests
+    set them small)."""
     # The error middleware is outermost: the guard's refusals are answered like any error;
     # the access log (when on) wraps them all, refusals included.
     middlewares = [error_middleware, guard_middleware]
@@ -122,13 +126,14 @@ def make_app(
     library: ChatLibrary | None = None
     if data_dir is not None:
         store = store or Store(settings.store.resolved_path(), clock=clock)
-        library = app[LIBRARY] = ChatLibrary(data_dir, store)
+        library = app[LIBRARY] = ChatLibrary(data_dir, store, freshness=waits.freshness)
         library.listeners.append(partial(announce_save, bus))
         lore = app[LORE] = LoreService(store, library)
         watcher = app[WATCHER] = Watcher(
             library,
             debounce_ms=settings.sillytavern.debounce_ms,
             force_polling=settings.sillytavern.force_polling,
+            gone_poll=waits.gone_poll,
         )
         watcher.on_files.append(lore.invalidate)
         llm_settings = settings.memory.llm
@@ -149,10 +154,11 @@ def make_app(
             clock=clock,
             frame=Frame(sum(map(counter.count, templates.own_text())), templates.macros),
             events=bus,
+            waits=waits,
         )
         app[QUEUE] = engine.queue
         app[ACTIONS] = MemoryActions(store, engine, library)
-        provider = ChatMemory(library, engine=engine)
+        provider = ChatMemory(library, engine=engine, first_request=waits.first_request)
     if store is not None:
         app[STORE] = store
     injector = Injector(policy, templates, provider, counter)

@@ -22,7 +22,6 @@ from proxy.sillytavern.layout import (
     served_data_dir,
 )
 from proxy.store import mirrored_folder_of
-from proxy.watcher import GONE_POLL_S
 
 log = logging.getLogger(__name__)
 
@@ -98,9 +97,8 @@ def _awaited(folder: Path, settings: Settings, which: str) -> Path | None:
         return None
     log.warning(
         "SillyTavern data folder %s (%s) does not exist yet; proxying without memory until "
-        "it does (looked for every %.0f s, read once it is there)",
+        "it does (looked for every few seconds, read once it is there)",
         folder,
         which,
-        GONE_POLL_S,
     )
     return folder

@@ -182,8 +182,7 @@ async def test_planning_that_meets_a_failing_store_is_made_again_once_it_takes_w
 ) -> None:
     # A full disk when a chat's upkeep is planned: no job could be written. Once the
     # store takes writes, the plan is made, with no further request or save to ask.
-    monkeypatch.setattr("proxy.memory.retries.STORE_RETRY_S", 0.05)
-    memory = await memory_proxy(16, ends={8})
+    memory = await memory_proxy(16, ends={8})  # the store tried again every 0.05 s
     await memory.run(lambda db: db.db.execute("PRAGMA query_only=1"))
     await start(memory)
     await until(lambda: memory.engine._retries.waits(CHAT_ID), "planning failed")
@@ -196,8 +195,7 @@ async def test_planning_that_meets_a_failing_store_is_made_again_once_it_takes_w
 async def test_a_plan_the_store_could_not_take_is_made_again(
     memory_proxy: MemoryFactory, monkeypatch: Any
 ) -> None:
-    monkeypatch.setattr("proxy.memory.retries.STORE_RETRY_S", 0.05)
-    memory = await memory_proxy(16, ends={8})
+    memory = await memory_proxy(16, ends={8})  # the store tried again every 0.05 s
     plan = memory.engine.upkeep.plan
     failures: list[int] = []
 

@@ -358,14 +358,13 @@ async def test_the_queue_outlives_a_store_that_cannot_be_written(  # type: ignor
     # A full disk, a read-only file, another process holding the lock: the runner cannot
     # claim a job, nor a job keep its result. Once the store takes writes, it goes on,
     # and the job whose result could not be kept is run again.
-    monkeypatch.setattr("proxy.memory.jobs.STORE_RETRY_S", 0.01)
     store, fake, handlers = setup
 
     def writable(on: bool) -> Any:
         return store.call(lambda db: db.db.execute(f"PRAGMA query_only={0 if on else 1}"))
 
     fake.gate = asyncio.Event()
-    async with JobQueue(store, handlers, FAST) as queue:
+    async with JobQueue(store, handlers, FAST, store_retry=0.01) as queue:
         await queue.enqueue("a", Operation.MESSAGE_RECAP, "kept", {}, "h", "up")
         await until(lambda: fake.in_flight == 1, "the job running")
         # Queued behind it (one job at a time per upstream): claimed once it ends.

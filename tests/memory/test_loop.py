@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from dataclasses import replace
 from urllib.parse import quote
 
 import pytest
@@ -213,13 +214,15 @@ async def test_a_saved_users_message_holds_the_upkeep_until_its_request_is_answe
 ) -> None:
     """ST saves the user's message, builds its prompt, sends it: the chat's planning and
     the calls it starts wait for that request's answer, not to compete with it; a save
-    whose request never comes holds them for `REQUEST_HOLD` at most."""
+    whose request never comes holds them for `waits.request_hold` at most."""
     memory = await memory_proxy(16, ends={8})
+    engine = memory.engine
     await memory.client.post("/v1/chat/completions", json=memory.story.request())
     await memory.until(lambda db: db.memory.running_recaps(CHAT_ID))
     calls = memory.fake.state.operations
     before = len(calls)
 
+    engine.waits = replace(engine.waits, request_hold=60)  # longer than any test's load
     memory.story.grow(2)  # the reply, then the user's next message (which ends a scene)
     await memory.until(lambda db: db.messages(CHAT_ID)[-1].position == 17, settle=False)
     await asyncio.sleep(0.2)  # ST builds its prompt
@@ -229,7 +232,7 @@ async def test_a_saved_users_message_holds_the_upkeep_until_its_request_is_answe
     await memory.engine.settle()
     assert len(calls) > before  # planned once the request was answered
 
-    monkeypatch.setattr("proxy.memory.engine.REQUEST_HOLD", 0.3)
+    engine.waits = replace(engine.waits, request_hold=1.0)
     before = len(calls)
     memory.story.grow(2)  # saved, and no request follows (say, ST was closed)
     await memory.until(lambda db: db.messages(CHAT_ID)[-1].position == 19, settle=False)

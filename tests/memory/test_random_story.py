@@ -24,6 +24,7 @@ import json
 import logging
 import random
 import re
+from dataclasses import dataclass, field
 from functools import partial
 from itertools import pairwise
 from pathlib import Path
@@ -138,6 +139,66 @@ SETTINGS: dict[int, dict[str, Any]] = {
     5: {"memory.include_hidden_messages": False},
 }
 SETTINGS[5928] = SETTINGS[4]
+# Seeds found by `--hunt-seeds`, pinned: each is played with the scenario drawn from it.
+HUNTED: set[int] = set()
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """What a story is played over: one value of each dimension above."""
+
+    context: int
+    group: bool = False
+    wire: str = "openai"
+    names: str = "default"
+    squash: bool = False
+    reasoning: int | None = None
+    status: bool = False
+    processed: str | None = None
+    quoting: bool = False
+    st_settings: bool = False
+    noted: bool = False
+    settings: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def pinned(cls, seed: int) -> Scenario:
+        """A pinned seed's, from the tables above (or drawn, for a hunted one)."""
+        if seed in HUNTED:
+            return cls.drawn(seed)
+        return cls(
+            CONTEXT[seed], seed in GROUP, WIRES.get(seed, "openai"), NAMES.get(seed, "default"),
+            seed in SQUASHED, REASONING.get(seed), seed in STATUS, POST_PROCESSED.get(seed),
+            seed in QUOTING, seed in ST_SETTINGS, seed in NOTED, SETTINGS.get(seed, {}),
+        )  # fmt: skip
+
+    @classmethod
+    def drawn(cls, seed: int) -> Scenario:
+        """A scenario drawn at random from `seed`, each dimension on about as often as the
+        pinned seeds have it, over the combinations ST can send: speakers' names, squashed
+        system messages and post-processing are a chat completion's; ST's settings.json
+        names an instruct template."""
+        rng = random.Random(f"scenario {seed}")
+
+        def some(chance: float) -> bool:
+            return rng.random() < chance
+
+        wire = rng.choice(["openai"] * 4 + ["claude", "claude+system", "plain", *PRESETS])
+        chat = wire == "openai"
+        processing = ["merge", "semi", "strict", "single"]
+        return cls(
+            context=rng.choice([10_000, 24, 40]),
+            group=some(0.4),
+            wire=wire,
+            names=rng.choice(["default", "content", "completion"]) if chat else "default",
+            squash=chat and some(0.3),
+            reasoning=rng.choice([0, 1, 2]) if some(0.3) else None,
+            status=some(0.35),
+            processed=rng.choice(processing) if chat and some(0.35) else None,
+            quoting=some(0.25),
+            st_settings=wire in PRESETS and some(0.5),
+            noted=some(0.7),
+            settings=rng.choice([{}, {}, {}, SETTINGS[4], SETTINGS[5]]),
+        )  # fmt: skip
 
 
 CONTINUE = "[Continue your last message without repeating its original content.]"
@@ -652,20 +713,36 @@ def covering(memory: Memory, player: Player) -> None:
     engine.request_memory = recorded  # type: ignore[method-assign,assignment]
 
 
-@pytest.mark.parametrize("seed", sorted(CONTEXT))
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """The pinned seeds, each with its scenario; with `--hunt-seeds A-B`, those seeds
+    instead, each with a scenario drawn from it (`tests/conftest.py` prints how to play a
+    failing one again)."""
+    if "scenario" not in metafunc.fixturenames:
+        return
+    hunted = metafunc.config.getoption("hunt_seeds")
+    if hunted:
+        seeds = [(seed, Scenario.drawn(seed)) for seed in hunted]
+        metafunc.parametrize(("seed", "scenario"), seeds, ids=[f"hunt-{s}" for s, _ in seeds])
+        return
+    pinned = sorted(set(CONTEXT) | HUNTED)
+    metafunc.parametrize(("seed", "scenario"), [(s, Scenario.pinned(s)) for s in pinned],
+                         ids=[str(s) for s in pinned])  # fmt: skip
+
+
+@pytest.mark.slow
 async def test_a_story_played_at_random_keeps_a_true_memory(
-    memory_proxy: MemoryFactory, seed: int, caplog: pytest.LogCaptureFixture
+    memory_proxy: MemoryFactory, seed: int, scenario: Scenario, caplog: pytest.LogCaptureFixture
 ) -> None:
     policy = "always" if seed % 2 else "needed"
-    settings = SETTINGS.get(seed, {})
+    settings = scenario.settings
     memory = await memory_proxy(2, ends=set(), **{"memory.message_recaps": policy, **settings})
-    player = (GroupPlayer if seed in GROUP else Player)(memory, random.Random(seed))
+    player = (GroupPlayer if scenario.group else Player)(memory, random.Random(seed))
     covering(memory, player)
-    player.wire, player.noted = WIRES.get(seed, "openai"), seed in NOTED
-    player.names, player.squash = NAMES.get(seed, "default"), seed in SQUASHED
-    player.reasoning, player.status = REASONING.get(seed), seed in STATUS
-    player.processed, player.quoting = POST_PROCESSED.get(seed), seed in QUOTING
-    if seed in ST_SETTINGS:
+    player.wire, player.noted = scenario.wire, scenario.noted
+    player.names, player.squash = scenario.names, scenario.squash
+    player.reasoning, player.status = scenario.reasoning, scenario.status
+    player.processed, player.quoting = scenario.processed, scenario.quoting
+    if scenario.st_settings:
         settings_file = memory.story.path.parents[2] / "settings.json"
         save_like_st(settings_file, json.dumps(st_settings(player.wire)).encode())
         library = memory.app[LIBRARY]
@@ -675,11 +752,11 @@ async def test_a_story_played_at_random_keeps_a_true_memory(
     await player.until_read(player.folder / f"{player.name}.jsonl")
     caplog.set_level(logging.WARNING, logger="proxy")
     for _ in range(STEPS):
-        await player.step(CONTEXT[seed])
+        await player.step(scenario.context)
     # The user's next message, once the memory has caught up with the chat as it is.
     player.add(True)
     player.save()
-    await player.request(player.messages, CONTEXT[seed])
+    await player.request(player.messages, scenario.context)
     await player.until_read(player.folder / f"{player.name}.jsonl")
     try:
         await asyncio.wait_for(memory.engine.settle(), 30)

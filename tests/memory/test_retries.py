@@ -7,7 +7,6 @@ import logging
 
 import pytest
 
-import proxy.memory.retries as module
 from proxy.memory.retries import Retries
 
 
@@ -36,8 +35,7 @@ async def test_cancel_stops_every_timer() -> None:
 async def test_the_store_failing_is_said_once_until_it_works(
     caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(module, "STORE_RETRY_S", 0.01)
-    retries, again = Retries(), []
+    retries, again = Retries(store_retry=0.01), []
     caplog.set_level(logging.WARNING, logger="proxy.memory.retries")
     full = OSError("database or disk is full")
     retries.store_failed("a", "planning", full, lambda: again.append(1))

@@ -26,6 +26,7 @@ from tests.test_serve_e2e import free_port, launch, stop, wait_for_port
 
 CHROMIUM = Path(os.environ.get("RECAP_CHROMIUM", "/usr/bin/chromium"))
 REQUIRED = os.environ.get("RECAP_BROWSER_TESTS") == "1"
+pytestmark = pytest.mark.slow
 if not CHROMIUM.exists() and not REQUIRED:
     pytest.skip(f"no browser at {CHROMIUM} (Debian's chromium package)", allow_module_level=True)
 

@@ -11,13 +11,13 @@ from typing import Any
 
 import pytest
 
-import proxy.watcher as watcher_module
 from proxy.errors import ConfigError
 from proxy.store import Store
 from proxy.web import make_app
 from proxy.web.keys import LIBRARY, WATCHER
 from tests.conftest import FakeLLM, make_settings
 from tests.memory.story import Story
+from tests.memory_env import QUICK
 from tests.waiting import until
 from tests.web.test_app import settings_for
 
@@ -84,10 +84,9 @@ async def test_a_data_folder_not_there_yet_is_read_once_it_is(
 ) -> None:
     # Started as a service before ST ever ran (ST makes data/ on its first start), or
     # before the drive it is on was mounted: the memory comes once it is there.
-    monkeypatch.setattr(watcher_module, "GONE_POLL_S", 0.05)
     data = tmp_path / "st" / "data"
     caplog.set_level(logging.INFO, logger="proxy")
-    app = make_app(make_settings(**absent(tmp_path, fake_llm, data)))
+    app = make_app(make_settings(**absent(tmp_path, fake_llm, data)), waits=QUICK)
     assert app[LIBRARY].data_dir == data
     assert (
         f"SillyTavern data folder {data} (sillytavern.data_dir, or --st-data) does not exist yet"
@@ -131,11 +130,10 @@ async def test_st_own_folder_given_its_data_folder_is_read_once_st_makes_it(
 ) -> None:
     # A fresh clone of ST, given as the folder: its data/ comes at ST's first start. Were
     # the clone watched as the data folder itself, data/default-user/ would be no user.
-    monkeypatch.setattr(watcher_module, "GONE_POLL_S", 0.05)
     install = tmp_path / "SillyTavern"
     (install / "public").mkdir(parents=True)
     (install / "server.js").write_text("// ST's server\n")
-    app = make_app(make_settings(**absent(tmp_path, fake_llm, install)))
+    app = make_app(make_settings(**absent(tmp_path, fake_llm, install)), waits=QUICK)
     assert app[LIBRARY].data_dir == install / "data"
     await aiohttp_client(app)
     story = Story(install / "data", set())
