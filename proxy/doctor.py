@@ -39,6 +39,7 @@ from proxy.settings import Settings, default_config_path, load_settings, load_se
 from proxy.sillytavern.connection import connection, points_at, proxy_urls
 from proxy.sillytavern.layout import before_first_start, inside, same_folder, scan, served_data_dir
 from proxy.store import mirrored_folder_of, unusable
+from proxy.upstream import Upstream
 
 # Free space under which the store's disk is a failed check: a chat's save takes a few MB
 # at most, but the disk fills from elsewhere too.
@@ -92,12 +93,16 @@ async def run_checks(
         checks.append(_data(settings, data_dir, running))
         if data_dir is not None:
             checks.extend(_st_points_here(data_dir, origin, settings))
-        checks.append(await upstream_check(http, settings, running))
-        for route in settings.upstream.routes:
-            key = route.api_key.get_secret_value() if route.api_key is not None else None
-            where = f"[[upstream.routes]] {route.prefix} base_url"
-            checks.append(await probe(http, route.base_url, key, f"route {route.prefix}", where))
-        checks.append(await memory_llm_check(http, settings))
+        # The upstreams, through the client `serve` uses (its proxies, CA file, verify).
+        async with Upstream(settings.upstream) as upstream:
+            checks.append(await upstream_check(upstream, settings, running))
+            for route in settings.upstream.routes:
+                key = route.api_key.get_secret_value() if route.api_key is not None else None
+                where = f"[[upstream.routes]] {route.prefix} base_url"
+                checks.append(
+                    await probe(upstream, route.base_url, key, f"route {route.prefix}", where)
+                )
+            checks.append(await memory_llm_check(upstream, settings))
         checks.append(_tokenizer())
         checks.extend(history_checks(running))
     return checks

@@ -2,21 +2,28 @@
 `/health` and `/`, and the port it holds), the upstream and the memory LLM (their model
 list, status only), and what the running proxy saw in the last hour. `proxy.doctor` runs
 them with the checks of the local setup.
+
+The upstreams are asked through the proxy's own client (`proxy.upstream.Upstream`), so
+that an HTTP proxy, a CA file or credentials in a base URL count as they do for `serve`.
 """
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
 import aiohttp
+from yarl import URL
 
 from proxy.core.guard import reachable
 from proxy.core.headers import safe_url
+from proxy.errors import UpstreamError
 from proxy.settings import Settings
 from proxy.store.lock import serving
+from proxy.upstream import Upstream
 
 PROBE_SECONDS = 5.0
 # Characters of a failed job's error that the memory jobs check shows (the rest: `queue`).
@@ -121,8 +128,17 @@ def port_check(settings: Settings, running: dict[str, Any] | None) -> Check:
     return Check("port", True, f"{where} is free (recap-proxy is not running: start `serve`)")
 
 
+async def status_of(upstream: Upstream, url: str, headers: dict[str, str]) -> int:
+    """The status `GET url` answers with, through the proxy's own client; raises
+    `UpstreamError` (a timeout too) when there is none."""
+    async with asyncio.timeout(PROBE_SECONDS):
+        answer = await upstream.send_to("GET", URL(url), headers.items(), None)
+    answer.close()  # the status is all a probe wants
+    return answer.status
+
+
 async def probe(
-    http: aiohttp.ClientSession, base_url: str, key: str | None, what: str, setting: str
+    upstream: Upstream, base_url: str, key: str | None, what: str, setting: str
 ) -> Check:
     url = base_url.rstrip("/") + "/models"
     headers: dict[str, str] = {}
@@ -131,12 +147,9 @@ async def probe(
     elif key:
         headers = {"Authorization": f"Bearer {key}"}
     try:
-        async with http.get(url, headers=headers) as answer:
-            status = answer.status
-    except (aiohttp.ClientError, TimeoutError) as exc:
-        reason = str(exc) or type(exc).__name__
-        if isinstance(exc, TimeoutError):
-            reason = "no answer in time"
+        status = await status_of(upstream, url, headers)
+    except (UpstreamError, TimeoutError) as exc:
+        reason = "no answer in time" if isinstance(exc, TimeoutError) else str(exc)
         return Check(what, False, f"{safe_url(base_url)} does not answer ({reason})",
                      f"start the API, or set {setting} to where it runs")  # fmt: skip
     if status in (401, 403):
@@ -153,9 +166,8 @@ async def probe(
         # Text Completion server (Ollama's native API is at its root), so only said.
         with_v1 = base_url.rstrip("/") + "/v1"
         try:
-            async with http.get(with_v1 + "/models", headers=headers) as answer:
-                found = answer.status
-        except (aiohttp.ClientError, TimeoutError):
+            found = await status_of(upstream, with_v1 + "/models", headers)
+        except (UpstreamError, TimeoutError):
             found = 404
         if found < 400 or found in (401, 403):
             return Check(what, True, f"{safe_url(base_url)} answers (404 at /models, but "
@@ -166,35 +178,35 @@ async def probe(
 
 
 async def upstream_check(
-    http: aiohttp.ClientSession, settings: Settings, running: dict[str, Any] | None
+    upstream: Upstream, settings: Settings, running: dict[str, Any] | None
 ) -> Check:
-    upstream = settings.upstream
-    key = upstream.api_key.get_secret_value() if upstream.api_key is not None else None
+    given = settings.upstream
+    key = given.api_key.get_secret_value() if given.api_key is not None else None
     setting = "[upstream] base_url (--upstream)"
     elsewhere = (running or {}).get("forwards_to")
-    if not elsewhere or elsewhere.rstrip("/") == safe_url(upstream.base_url).rstrip("/"):
-        return await probe(http, upstream.base_url, key, "upstream", setting)
-    if "base_url" not in upstream.model_fields_set:
+    if not elsewhere or elsewhere.rstrip("/") == safe_url(given.base_url).rstrip("/"):
+        return await probe(upstream, given.base_url, key, "upstream", setting)
+    if "base_url" not in given.model_fields_set:
         # `serve --upstream URL` (the README's first command) and no upstream set here:
         # the API that proxy forwards to is the one in use, and the one to check.
-        found = await probe(http, elsewhere, key, "upstream", setting)
+        found = await probe(upstream, elsewhere, key, "upstream", setting)
         note = (f", the one the running recap-proxy forwards to (from its command line: a "
-                f"serve without --upstream would forward to {safe_url(upstream.base_url)}; "
+                f"serve without --upstream would forward to {safe_url(given.base_url)}; "
                 "[upstream] base_url in the config keeps it)")  # fmt: skip
         return replace(found, detail=found.detail + note)
     # The config (or doctor's own --upstream) names another API than the running proxy's.
-    found = await probe(http, upstream.base_url, key, "upstream", setting)
+    found = await probe(upstream, given.base_url, key, "upstream", setting)
     note = (f"; the running recap-proxy forwards to {elsewhere} instead "
             f"(`doctor --upstream {elsewhere}` checks that one)")  # fmt: skip
     return replace(found, detail=found.detail + note)
 
 
-async def memory_llm_check(http: aiohttp.ClientSession, settings: Settings) -> Check:
+async def memory_llm_check(upstream: Upstream, settings: Settings) -> Check:
     llm = settings.memory.llm
     if llm.base_url is None:
         return Check("memory LLM", True, "the chat's own upstream, with the chat's own key")
     key = llm.api_key.get_secret_value() if llm.api_key is not None else None
-    return await probe(http, llm.base_url, key, "memory LLM", "[memory.llm] base_url")
+    return await probe(upstream, llm.base_url, key, "memory LLM", "[memory.llm] base_url")
 
 
 # What to do about the running proxy's store failing, by the words of SQLite's error.
