@@ -37,6 +37,11 @@ class Template:
             self._parts[i] = self._parts[i].lower()
         self.macros = frozenset(self._parts[1::2])
 
+    @property
+    def literals(self) -> list[str]:
+        """The template's own text, between its macros."""
+        return self._parts[0::2]
+
     def render(self, values: Mapping[str, str]) -> Rendered:
         return self._render(tuple(values.items()))
 

@@ -57,11 +57,13 @@ class _BudgetedHandler(OperationHandler):
         budget = self.context.settings.running_recap_max_tokens
         return {"max_tokens": str(budget), "max_words": str(words(budget))}
 
-    def read(self, text: str) -> tuple[str, str]:
+    def read(self, text: str, source: str) -> tuple[str, str]:
+        """The recap in the answer `text`, checked to be a real one of `source`."""
         try:
             answer, reasoning = read_reply(text, RunningAnswer)
         except ReplyError as exc:
             raise JobFailure(f"{self.operation}: {exc}") from None
+        self.check(text, [answer.recap], source)
         return answer.recap, reasoning
 
 
@@ -118,7 +120,8 @@ class RunningRecapHandler(_BudgetedHandler):
             if base is None or not condensable:
                 raise
             return self._condense_first(job, base, exc.limit)
-        text, reasoning = self.read(answer.text)
+        source = "\n".join((values["running_recap"], values["scene_name"], recap.recap))
+        text, reasoning = self.read(answer.text, source)
         uid = scene.uid
 
         def apply(db: Database) -> None:
@@ -184,7 +187,7 @@ class CondenseHandler(_BudgetedHandler):
         values = {"running_recap": found.content, **self.budget_values(), **names}
         messages = self.context.prompts.messages(self.operation, values)
         answer = await self.complete(job, messages)
-        text, reasoning = self.read(answer.text)
+        text, reasoning = self.read(answer.text, found.content)
         if count(text) > budget:
             # One plain re-ask, as a person would: say how long it came out.
             messages = [
@@ -197,7 +200,8 @@ class CondenseHandler(_BudgetedHandler):
                     "JSON only.",
                 },
             ]
-            text, reasoning = self.read((await self.complete(job, messages)).text)
+            again = await self.complete(job, messages)
+            text, reasoning = self.read(again.text, found.content)
         after = count(text)
         if after >= before:
             raise JobFailure(

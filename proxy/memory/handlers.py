@@ -12,6 +12,7 @@ import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
+from proxy.core.genuine import related
 from proxy.core.jsontypes import JSONValue, as_int, as_list
 from proxy.core.recaps import numbered, read_message_recaps
 from proxy.core.replies import ReplyError, read_reply
@@ -83,6 +84,14 @@ class MessageRecapHandler(OperationHandler):
             found, reasoning = read_message_recaps(answer.text, by_position.keys())
         except ReplyError as exc:
             raise JobFailure(f"{self.operation}: {exc}") from None
+        self.check(answer.text, found.values())
+        # Each recap must be of its own message: one about something else is left out
+        # (its message is recapped again later), not kept.
+        found = {
+            p: recap for p, recap in found.items() if related(recap, by_position[p][0].message.mes)
+        }
+        if not found:
+            raise JobFailure(f"{self.operation}: no recap shares a word with its message")
 
         def apply(db: Database) -> None:
             now = self.context.clock()
@@ -153,15 +162,22 @@ class DetectHandler(OperationHandler):
         conversation = self.context.prompts.messages(self.operation, values)
         position: int | None = None
         rationale = ""
-        for attempt in range(self.context.settings.scene_break_retries + 1):
+        genuine = self.context.prompts.genuine[self.operation]
+        tries = self.context.settings.scene_break_retries + 1
+        for attempt in range(tries):
             answer = await self.complete(job, conversation)
             try:
+                genuine.check_text(answer.text)
                 position, rationale, _ = read_break(answer.text, window)
                 break
             except ReplyError as exc:
-                # Bounded: after the last re-ask the window counts as "no break".
                 log.info("detection for %s, answer %d invalid: %s", job.chat_id, attempt + 1, exc)
-                rationale = f"no valid answer: {exc}"
+                if attempt + 1 == tries:
+                    # Bounded, and never read as "no break": the window is checked again
+                    # when the job is, and nothing is marked checked meanwhile.
+                    raise JobFailure(
+                        f"{self.operation}: no usable answer in {tries} tries: {exc}"
+                    ) from None
                 conversation = [
                     *conversation,
                     {"role": "assistant", "content": answer.text},
@@ -270,6 +286,7 @@ class SceneRecapHandler(OperationHandler):
             answer, reasoning = read_reply(reply.text, SceneAnswer)
         except ReplyError as exc:
             raise JobFailure(f"{self.operation}: {exc}") from None
+        self.check(reply.text, [answer.scene_name, answer.recap], values["scene_messages"])
         name = scene_name(
             answer.scene_name,
             first,

@@ -2,18 +2,24 @@
 and asking the LLM for a whole answer.
 
 An answer the model cut off at its length limit (`finish_reason: length`) is never read
-as if it were complete: it is asked for again with the limit doubled, up to
-`[memory.llm] max_tokens_cap`, and still cut off there, the job fails with that said.
+as if it were complete: it is asked for again once, with the limit doubled (at most
+`[memory.llm] max_tokens_cap`), and still cut off then, the job fails with that said: a
+model that rambles past one larger limit rambles past any, and each try costs a whole
+answer's generation.
+
+An answer that parsed becomes memory only once `check` found it a real answer, not the
+prompt coming back (`proxy.core.genuine`).
 """
 
 from __future__ import annotations
 
 import hashlib
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
+from proxy.core.genuine import NotAnAnswer, check_related
 from proxy.core.tokens import TokenCounter
 from proxy.errors import InputMissed, JobFailure
 from proxy.events import EventBus
@@ -124,6 +130,19 @@ class OperationHandler(Handler):
         """The answer limit of this operation's first call."""
         return self.context.llm.answer_limit(self.operation)
 
+    def check(self, text: str, fields: Iterable[str] = (), source: str = "") -> None:
+        """Raises `JobFailure` unless the answer `text` (its `fields`, a recap of `source`)
+        is a real answer rather than the prompt coming back (`proxy.core.genuine`)."""
+        genuine = self.context.prompts.genuine[self.operation]
+        try:
+            genuine.check_text(text)
+            fields = list(fields)
+            genuine.check_fields(fields)
+            if source and fields:
+                check_related(fields[-1], source, "answer")
+        except NotAnAnswer as exc:
+            raise JobFailure(f"{self.operation}: {exc}") from None
+
     async def ask(self, job: Job, values: Mapping[str, str]) -> Answer:
         """The whole answer to this job's prompt."""
         messages = self.context.prompts.messages(self.operation, values)
@@ -146,18 +165,25 @@ class OperationHandler(Handler):
     async def complete(
         self, job: Job, messages: Sequence[Mapping[str, str]], *, grow: bool = True
     ) -> Answer:
-        """An answer that was not cut off. A cut-off one is asked for again with the limit
-        doubled (`grow`) up to the cap; `CutOff` when it still is (at once without `grow`)."""
+        """An answer that was not cut off. A cut-off one is asked for again once with the
+        limit doubled (`grow`, up to the cap); `CutOff` when it still is (at once without
+        `grow`)."""
         llm = self.context.llm
         limit = self.first_limit()
+        grown = False
         while True:
             answer = await llm.complete(self.operation, job.chat_id, messages, max_tokens=limit)
             await self.count(job, messages, answer)
             if not answer.cut_off:
                 return answer
             cap = max(llm.limit_cap, self.first_limit())
-            if not grow or limit >= cap:
-                raise CutOff(f"{self.operation}: the answer was cut off at {limit} tokens", limit)
+            if not grow or grown or limit >= cap:
+                raise CutOff(
+                    f"{self.operation}: the answer was cut off at {limit} tokens (a model "
+                    "that rambles on, or copies the prompt back?)",
+                    limit,
+                )
+            grown = True
             bigger = min(cap, limit * 2)
             log.info(
                 "%s for %s: the answer was cut off at %d tokens; asking again with %d",

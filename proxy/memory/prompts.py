@@ -12,6 +12,7 @@ import logging
 from collections.abc import Mapping
 from pathlib import Path
 
+from proxy.core.genuine import Genuine
 from proxy.core.render import Template
 from proxy.memory.operations import OPERATIONS, Operation
 from proxy.memory.settings import MemorySettings
@@ -28,6 +29,8 @@ class Prompts:
     ) -> None:
         self.templates = dict(templates)
         self.sources = dict(sources)
+        # What tells each operation's answer from its prompt coming back.
+        self.genuine = {op: Genuine(t.literals) for op, t in self.templates.items()}
 
     @classmethod
     def load(cls, settings: MemorySettings) -> Prompts:

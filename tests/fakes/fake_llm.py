@@ -21,7 +21,10 @@ recaps that keep the scene's notable sentences (names, places, numbers), a runni
 that grows by a line per scene whatever its budget, and a condenser that keeps only the
 newest lines within the budget its prompt states. `FakeState.faults[operation]` lists
 modes (`garbage`, `status=N`, `slow`, `hold`: wait for `release`, `long`: an answer far
-over any limit) used up by that operation's next calls.
+over any limit; as a small or base model answers: `echo`, the prompt copied back, its
+example answer included; `placeholders`, the prompt's example answer with its `<...>`
+placeholders as they stand; `unrelated`, a well-formed answer about something else) used
+up by that operation's next calls.
 
 Like a real model, it honours `max_tokens` (counted as 4 characters a token): a longer
 answer is cut there and ends with `finish_reason: "length"`.
@@ -273,6 +276,14 @@ async def chat(request: web.Request) -> web.StreamResponse:
         prompt = str(next(m for m in payload["messages"] if m["role"] == "user")["content"])
         if mode == "garbage":
             answer = "Sure! {{{ not json"
+        elif mode == "echo":
+            answer = f"{prompt}\n\nMessage #99: and then the story went on."
+        elif mode == "placeholders":
+            answer = next(
+                line for line in prompt.splitlines() if line.startswith("{") and "<" in line
+            )
+        elif mode == "unrelated":
+            answer = json.dumps(UNRELATED.get(operation, {"recap": UNRELATED_TEXT}))
         elif mode == "long":
             answer = json.dumps({"recap": "and then " * 4000})
         else:
@@ -292,6 +303,14 @@ async def chat(request: web.Request) -> web.StreamResponse:
         return web.Response(body=raw, content_type="application/json")
     chunks = sse_chunks(reply, model=model, reasoning=mode == "reasoning", finish=finish)
     return await stream(request, chunks, drop_at=2 if mode == "break" else None)
+
+
+# A well-formed answer about something else than its prompt (a model that lost the thread).
+UNRELATED_TEXT = "Quarterly shipping volumes rose sharply across northern harbours overall."
+UNRELATED: dict[str, dict[str, Any]] = {
+    "scene_recap": {"scene_name": "Logistics", "recap": UNRELATED_TEXT},
+    "message_recap": {"recaps": [{"message": n, "recap": UNRELATED_TEXT} for n in range(30)]},
+}
 
 
 def anthropic_message(

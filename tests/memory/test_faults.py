@@ -41,20 +41,21 @@ async def test_garbage_and_429_are_retried(memory_proxy: MemoryFactory) -> None:
 async def test_invalid_detection_answers_are_re_asked_a_bounded_number_of_times(
     memory_proxy: MemoryFactory,
 ) -> None:
+    """Three unusable answers in one job (the first and two re-asks) fail it: never read
+    as "no break", which marked the window checked and lost its scene for good. The job
+    is run again, and its answer then places the break."""
     memory = await memory_proxy(
         16, ends={8}, **{"memory.scene_break_retries": 2, "memory.message_recaps": False}
     )
     memory.fake.state.faults = {"detect_scene_break": ["garbage"] * 3}
     await start(memory)
     await memory.engine.settle()
-    # Three answers in one job (the first and two re-asks), then "no break" for the window.
-    assert memory.fake.state.operations[:3] == ["detect_scene_break"] * 3
-    assert await memory.run(lambda db: db.memory.breaks(CHAT_ID)) == []
-    state = await memory.run(lambda db: db.memory.state(CHAT_ID))
-    assert state is not None
-    assert await memory.run(lambda db: db.memory.position_of(state.checked_uid)) == 13
+    assert memory.fake.state.operations[:4] == ["detect_scene_break"] * 4
+    [scene] = await memory.run(lambda db: db.memory.breaks(CHAT_ID))
+    assert scene.position == 8
     jobs = await memory.run(lambda db: db.jobs.list(CHAT_ID))
-    assert {j.state for j in jobs} == {"done"}
+    first = next(j for j in jobs if j.operation == "detect_scene_break")
+    assert first.attempts == 2 and first.state == "done"
 
 
 async def test_401_fails_at_once_and_can_be_retried(memory_proxy: MemoryFactory) -> None:
@@ -234,3 +235,70 @@ async def test_a_break_you_set_while_detection_is_in_flight_wins(
     scenes = await (await memory.client.get(f"{api}/scenes")).json()
     for scene in scenes:
         assert scene["recap"].startswith(f"{scene['index'] - scene['first'] + 1} messages")
+
+
+async def test_a_model_that_fills_in_the_placeholders_never_becomes_memory(
+    memory_proxy: MemoryFactory,
+) -> None:
+    """Forced into JSON, a small model answered `{"scene_name": "<short title>", "recap":
+    "<recap>"}` and `{"recap": "<the whole new running recap>"}`: stored, the running
+    recap "covered" the chat's past and trimming left it out for a placeholder. Now no
+    such answer is kept, the chat keeps its whole history, and the queue says why."""
+    memory = await memory_proxy(
+        30, ends={8, 17}, **{"memory.message_recaps": False, "queue.max_attempts": 1}
+    )
+    memory.fake.state.faults = {"scene_recap": ["placeholders"] * 20}
+    await start(memory)
+    await memory.engine.settle()
+    breaks = await memory.run(lambda db: db.memory.breaks(CHAT_ID))
+    assert [b.position for b in breaks] == [8, 17]  # detection answered well
+    uids = [b.uid for b in breaks]
+    recaps = await memory.run(lambda db: [db.memory.scene_recaps(uid) for uid in uids])
+    assert recaps == [[], []]
+    assert await memory.run(lambda db: db.memory.running_recaps(CHAT_ID)) == []
+    failed = await memory.run(lambda db: db.jobs.list(CHAT_ID, ("failed",)))
+    assert failed and all("placeholders in as they stand" in (j.error or "") for j in failed)
+    sent = memory.story.request()
+    response = await memory.client.post("/v1/chat/completions", json=sent)
+    assert response.headers.get("X-Recap-Trimmed", "0") == "0"
+    went = memory.forwarded()[-1]["messages"]
+    for message in sent["messages"]:
+        assert message in went  # every message of the chat went upstream
+
+
+async def test_a_model_that_copies_the_prompt_back_finds_no_scene_break(
+    memory_proxy: MemoryFactory,
+) -> None:
+    """A base model copied the prompt back, and its example answer (`"sceneBreakAt":
+    false`) was read as "no break", marking the window checked: its scene was never
+    found. An echo is no answer; the window stays to check."""
+    memory = await memory_proxy(
+        16, ends={8}, **{"memory.message_recaps": False, "queue.max_attempts": 1}
+    )
+    memory.fake.state.faults = {"detect_scene_break": ["echo"] * 10}
+    await start(memory)
+    await memory.engine.settle()
+    assert await memory.run(lambda db: db.memory.breaks(CHAT_ID)) == []
+    state = await memory.run(lambda db: db.memory.state(CHAT_ID))
+    assert state is None or state.checked_uid is None
+    [failed] = await memory.run(lambda db: db.jobs.list(CHAT_ID, ("failed",)))
+    assert "copies the prompt back" in (failed.error or "")
+    assert "instruction-tuned" in (failed.error or "")
+
+
+async def test_recaps_about_something_else_are_not_kept(memory_proxy: MemoryFactory) -> None:
+    memory = await memory_proxy(
+        16, ends={8}, **{"memory.message_recaps": "always", "queue.max_attempts": 1}
+    )
+    memory.fake.state.faults = {
+        "scene_recap": ["unrelated"] * 5,
+        "message_recap": ["unrelated"] * 20,
+    }
+    await start(memory)
+    await memory.engine.settle()
+    [scene] = await memory.run(lambda db: db.memory.breaks(CHAT_ID))
+    assert await memory.run(lambda db: db.memory.scene_recaps(scene.uid)) == []
+    failed = await memory.run(lambda db: db.jobs.list(CHAT_ID, ("failed",)))
+    errors = {j.operation: j.error or "" for j in failed}
+    assert "shares no word" in errors["scene_recap"]
+    assert "no recap shares a word with its message" in errors["message_recap"]

@@ -1,10 +1,10 @@
 """What a job does with what it finds: a cut-off answer (`finish_reason: length`) is never
-read as complete (it is asked for again with the limit doubled, up to `[memory.llm]
-max_tokens_cap`), and input other than the job was planned for is not read at all."""
+read as complete (it is asked for again once, with the limit doubled, at most `[memory.llm]
+max_tokens_cap`: a model that rambles past that rambles past any), and input other than the
+job was planned for is not read at all."""
 
 from __future__ import annotations
 
-import itertools
 import json
 from dataclasses import replace
 
@@ -28,22 +28,35 @@ def limits(memory: Memory, operation: str) -> list[int]:
 
 
 async def test_a_cut_off_answer_is_asked_again_larger(memory_proxy: MemoryFactory) -> None:
-    memory = await memory_proxy(16, ends={8}, **NO_RECAPS, **{"memory.llm.max_tokens": 40})
+    memory = await memory_proxy(16, ends={8}, **NO_RECAPS, **{"memory.llm.max_tokens": 200})
     await memory.client.post("/v1/chat/completions", json=memory.story.request())
     await memory.until(lambda db: db.memory.running_recaps(CHAT_ID))
-    # The scene recap (about 250 words) does not fit 40 tokens: doubled until it does.
-    asked = limits(memory, "scene_recap")
-    assert asked[:3] == [40, 80, 160] and asked[-1] <= 4096
-    assert all(b == 2 * a for a, b in itertools.pairwise(asked))
+    # The scene recap (about 250 words) does not fit 200 tokens: asked again with 400.
+    assert limits(memory, "scene_recap") == [200, 400]
     [scene] = await memory.run(lambda db: db.memory.breaks(CHAT_ID))
     [recap] = await memory.run(lambda db: db.memory.scene_recaps(scene.uid))
     assert recap.recap.startswith("9 messages") and recap.recap.endswith(".")
     # Detection's short answer fits at once; the running recap starts with room for a
     # whole recap at its budget (1.5 x 1200 + 64), whatever `max_tokens` says.
-    assert set(limits(memory, "detect_scene_break")) == {40}
+    assert set(limits(memory, "detect_scene_break")) == {200}
     assert limits(memory, "running_recap")[0] == 1864
     jobs = await memory.run(lambda db: db.jobs.list(CHAT_ID))
     assert {j.state for j in jobs} == {"done"} and all(j.attempts == 1 for j in jobs)
+
+
+async def test_a_second_cut_off_fails_the_job_at_once(memory_proxy: MemoryFactory) -> None:
+    """A model that rambles (the fake's scene recap of 250 words against 40 tokens) gets
+    one larger limit, not ever larger ones: each try costs a whole answer's generation."""
+    memory = await memory_proxy(
+        16, ends={8}, **NO_RECAPS, **{"memory.llm.max_tokens": 40, "queue.max_attempts": 1}
+    )
+    await memory.client.post("/v1/chat/completions", json=memory.story.request())
+    await memory.until(lambda db: db.jobs.list(CHAT_ID, ("failed",)))
+    assert limits(memory, "scene_recap") == [40, 80]
+    [failed] = await memory.run(lambda db: db.jobs.list(CHAT_ID, ("failed",)))
+    assert failed.error is not None and "cut off at 80 tokens" in failed.error
+    assert "rambles on, or copies the prompt back" in failed.error
+    assert await memory.run(lambda db: db.memory.running_recaps(CHAT_ID)) == []
 
 
 async def test_still_cut_off_at_the_cap_fails_and_says_so(memory_proxy: MemoryFactory) -> None:
@@ -52,7 +65,7 @@ async def test_still_cut_off_at_the_cap_fails_and_says_so(memory_proxy: MemoryFa
         ends={8},
         **NO_RECAPS,
         **{
-            "memory.llm.max_tokens": 40,
+            "memory.llm.max_tokens": 60,
             "memory.llm.max_tokens_cap": 100,
             "memory.running_recap_max_tokens": 100,
             "queue.max_attempts": 1,
@@ -60,10 +73,13 @@ async def test_still_cut_off_at_the_cap_fails_and_says_so(memory_proxy: MemoryFa
     )
     await memory.client.post("/v1/chat/completions", json=memory.story.request())
     await memory.until(lambda db: db.jobs.list(CHAT_ID, ("failed",)))
-    assert limits(memory, "scene_recap") == [40, 80, 100]
+    assert limits(memory, "scene_recap") == [60, 100]  # doubled, at most the cap
     [failed] = await memory.run(lambda db: db.jobs.list(CHAT_ID, ("failed",)))
     assert failed.operation == "scene_recap"
-    assert failed.error == "CutOff: scene_recap: the answer was cut off at 100 tokens"
+    assert failed.error == (
+        "CutOff: scene_recap: the answer was cut off at 100 tokens (a model that rambles "
+        "on, or copies the prompt back?)"
+    )
     listed = await memory.client.get("/recap/api/queue")
     assert any(j["error"] == failed.error for j in (await listed.json())["jobs"])
 
