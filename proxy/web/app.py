@@ -289,13 +289,12 @@ async def _watching(
 
     async def index_then_watch() -> None:
         # In the background: the proxy serves at once; identification starts with
-        # whatever is indexed so far. The watch starts first so that no save made
+        # whatever is indexed so far. The watch started first so that no save made
         # during indexing is missed.
-        if settings.sillytavern.watch:
-            await watcher.__aenter__()
-            if not watcher.gone:  # else the watcher reads it whole once it is there
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(watcher.ready.wait(), 5)
+        if settings.sillytavern.watch and not watcher.gone:
+            # (A folder not there yet is read whole by the watcher once it is.)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(watcher.ready.wait(), 5)
         if not watcher.gone:
             await _index(library)
         # The store failing (a full disk) leaves chats behind their files, here or at a
@@ -314,6 +313,10 @@ async def _watching(
     if settings.sillytavern.watch and not settings.sillytavern.force_polling:
         # Before indexing, so that every chat it installs is followed from then on.
         library.follow_changes()
+    if settings.sillytavern.watch:
+        # Entered before the proxy serves (a look at the folder and a task): `/health`
+        # says a folder not there yet is missing from the first request on.
+        await watcher.__aenter__()
     task = asyncio.create_task(index_then_watch(), name="st-index")
     try:
         yield
