@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import orjson
@@ -26,6 +26,7 @@ from proxy.errors import JobFailure, NoCredentials, Refused, Unauthorized, Upstr
 from proxy.memory.answers import Answer, read_answer, read_anthropic, short
 from proxy.memory.operations import Operation
 from proxy.memory.settings import LLMSettings
+from proxy.memory.shapes import chat_fields, completion_fields, refused
 from proxy.memory.textcalls import NO_ROUTE, completion_body, completion_path, read_completion
 from proxy.upstream import Upstream
 
@@ -66,6 +67,11 @@ class Endpoint:
     writer: PromptWriter | None = None
     server: str = ""  # a text completion server's root URL
 
+    @property
+    def server_key(self) -> str:
+        """The server this call goes to, as the shape's refusal is remembered by."""
+        return self.server or str(self.url.origin())
+
 
 class LLMClient:
     """Calls an LLM for one operation of one chat."""
@@ -84,6 +90,8 @@ class LLMClient:
         self._parents: dict[str, str] = {}
         # Text completion servers (their root URL) found to have no chat route.
         self._no_chat: set[str] = set()
+        # Servers that refused to be asked for a shape (`shapes.refused`).
+        self._unshaped: set[str] = set()
 
     @property
     def upstream_name(self) -> str:
@@ -239,14 +247,14 @@ class LLMClient:
             if override and override.temperature is not None
             else self.settings.temperature
         )
-        status, raw = await self._send(end, messages, limit, temperature, operation)
+        status, raw = await self._shaped(end, messages, limit, temperature, operation)
         if status in NO_ROUTE and end.writer is not None and not end.completion:
             # The server completes text only: from now on its chats' calls go there.
             log.info("%s has no chat completions route: the proxy's own calls for its "
                      "chats go to its completion endpoint", end.server)  # fmt: skip
             self._no_chat.add(end.server)
             end = self.endpoint(operation, chat_id)
-            status, raw = await self._send(end, messages, limit, temperature, operation)
+            status, raw = await self._shaped(end, messages, limit, temperature, operation)
         if status in (401, 403):
             raise Unauthorized(f"{operation}: the API answered {status}: {short(raw)}")
         if status == 429 or status >= 500:
@@ -261,7 +269,11 @@ class LLMClient:
             )
         try:
             if end.anthropic:
-                return read_anthropic(raw, end.model, operation)
+                answer = read_anthropic(raw, end.model, operation)
+                if self._shape(end) and not answer.text.lstrip().startswith("{"):
+                    # The model went on from the `{` it was given.
+                    answer = replace(answer, text="{" + answer.text)
+                return answer
             if end.completion:
                 done = read_completion(end.completion, raw)
                 if done is None:
@@ -271,6 +283,34 @@ class LLMClient:
         except JobFailure as exc:
             raise JobFailure(f"{exc} (the answer of {where})") from None
 
+    def _shape(self, end: Endpoint) -> bool:
+        """Whether this call asks the server to keep the answer in shape."""
+        return self.settings.structured_output != "off" and end.server_key not in self._unshaped
+
+    async def _shaped(
+        self,
+        end: Endpoint,
+        messages: Sequence[Mapping[str, str]],
+        limit: int,
+        temperature: float,
+        operation: Operation,
+    ) -> tuple[int, bytes]:
+        """`_send`, in shape where the server takes it: a server that refuses the shape's
+        parameter is asked again without it, and from then on (said once)."""
+        shaped = self._shape(end)
+        status, raw = await self._send(end, messages, limit, temperature, operation, shaped)
+        if shaped and refused(status, raw):
+            self._unshaped.add(end.server_key)
+            log.warning(
+                "%s refuses structured answers (%s: %s); the memory's calls to it go without "
+                "([memory.llm] structured_output)",
+                safe_url(end.server_key),
+                status,
+                short(raw),
+            )
+            status, raw = await self._send(end, messages, limit, temperature, operation, False)
+        return status, raw
+
     async def _send(
         self,
         end: Endpoint,
@@ -278,6 +318,7 @@ class LLMClient:
         limit: int,
         temperature: float,
         operation: Operation,
+        shaped: bool = False,
     ) -> tuple[int, bytes]:
         body: dict[str, Any] = {
             "model": end.model,
@@ -288,12 +329,18 @@ class LLMClient:
         }
         if end.anthropic:
             system, turns = anthropic_messages(messages)
+            if shaped:  # Claude takes no schema: its answer is started for it
+                turns.append({"role": "assistant", "content": "{"})
             body["messages"] = turns
             if system:
                 body["system"] = system
         elif end.completion and end.writer is not None:
             prompt, stops = end.writer(messages)
             body = completion_body(end.completion, prompt, stops, end.model, limit, temperature)
+            if shaped:
+                body.update(completion_fields(end.completion, operation))
+        elif shaped:
+            body.update(chat_fields(operation, self.settings.structured_output))
         try:
             async with asyncio.timeout(self.settings.timeout_seconds):
                 response = await end.upstream.send_to(

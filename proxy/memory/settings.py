@@ -9,6 +9,7 @@ from pydantic import Field, SecretStr, field_validator, model_validator
 from proxy.core.recaps import RecapRules
 from proxy.core.scenes import DetectionRules
 from proxy.memory.operations import Operation
+from proxy.memory.shapes import StructuredOutput
 from proxy.section import Section, UserPath
 
 
@@ -45,10 +46,19 @@ class LLMSettings(Section):
         4096,
         ge=1,
         description="An answer cut off at its length limit (`finish_reason: length`) is "
-        "asked for again with the limit doubled, up to this many tokens.",
+        "asked for again once, with the limit doubled, at most this many tokens.",
     )
     timeout_seconds: float = Field(
         180.0, gt=0, description="Seconds one of the proxy's own LLM calls may take."
+    )
+    structured_output: StructuredOutput = Field(
+        "auto",
+        description="How the server is asked to keep each answer to its JSON shape: "
+        "`json_schema` (`response_format` with a schema: OpenAI, vLLM, SGLang, LM Studio, "
+        "Ollama, llama.cpp), `json_object` (llama.cpp's, with the schema), `grammar` (a GBNF "
+        "grammar: KoboldCpp, llama.cpp), `off`. `auto`: `json_schema` for chat completions, "
+        "the answer started with `{` for Claude, a text completion server's own field. A "
+        "server that refuses it (a 400 naming it) is asked again without, from then on.",
     )
     operations: dict[str, LLMOverride] = Field(
         default_factory=dict,

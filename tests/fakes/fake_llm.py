@@ -78,6 +78,11 @@ class FakeState:
     # operation -> [calls, prompt tokens, answer tokens] (cl100k), for benchmarks
     usage: dict[str, list[int]] = field(default_factory=dict)
     chat_route: bool = True  # False: `/v1/chat/completions` is a 404 (text-only server)
+    # As a small model behaves: left free it copies the prompt back and rambles on past
+    # any limit; asked for a shape (`response_format`, `grammar`), it answers in it.
+    rambles_unless_shaped: bool = False
+    # As a server without structured output: a 400 naming `response_format`.
+    refuses_shape: bool = False
 
 
 STATE = web.AppKey("state", FakeState)
@@ -269,6 +274,11 @@ async def chat(request: web.Request) -> web.StreamResponse:
             raise
     if not isinstance(payload, dict):
         return web.json_response({"error": {"message": "bad json"}}, status=400)
+    shaped = bool(SHAPE_FIELDS & payload.keys())
+    if operation is not None and state.refuses_shape and shaped:
+        message = "Unrecognized request argument supplied: response_format"
+        return web.json_response({"error": {"message": message, "type": "invalid_request_error"}},
+                                 status=400)  # fmt: skip
     model = str(payload.get("model", "fake-model"))
     limit = payload.get("max_tokens")
     if operation is not None:
@@ -286,6 +296,8 @@ async def chat(request: web.Request) -> web.StreamResponse:
             answer = json.dumps(UNRELATED.get(operation, {"recap": UNRELATED_TEXT}))
         elif mode == "long":
             answer = json.dumps({"recap": "and then " * 4000})
+        elif state.rambles_unless_shaped and not shaped:
+            answer = f"{prompt}\n\n" * 20  # far past any limit: cut off
         else:
             answer = memory_answer(operation, prompt)
         answer, finish = limited(answer, limit)
@@ -304,6 +316,9 @@ async def chat(request: web.Request) -> web.StreamResponse:
     chunks = sse_chunks(reply, model=model, reasoning=mode == "reasoning", finish=finish)
     return await stream(request, chunks, drop_at=2 if mode == "break" else None)
 
+
+# The request fields that ask a server for an answer in shape (`proxy.memory.shapes`).
+SHAPE_FIELDS = frozenset({"response_format", "grammar", "json_schema", "format"})
 
 # A well-formed answer about something else than its prompt (a model that lost the thread).
 UNRELATED_TEXT = "Quarterly shipping volumes rose sharply across northern harbours overall."
@@ -365,6 +380,10 @@ async def messages(request: web.Request) -> web.StreamResponse:
     if operation is not None:
         prompt = [str(payload.get("system", "")), str(payload["messages"][0]["content"])]
         answer, finish, usage = own_answer(state, operation, prompt, limit)
+        last = payload["messages"][-1]
+        if last["role"] == "assistant" and answer.startswith(last["content"]):
+            # As Claude does, the answer goes on from the turn started for it.
+            answer = answer[len(last["content"]) :]
         stop = "max_tokens" if finish == "length" else "end_turn"
         return web.json_response(anthropic_message(answer, model=model, stop=stop, usage=usage))
     reply, finish = limited(REPLY, limit)

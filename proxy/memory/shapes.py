@@ -1,0 +1,125 @@
+"""The shape of each operation's answer, as a JSON schema, and how each kind of server is
+asked to keep to it.
+
+A small model left free rambles, copies the prompt back or cuts off mid-answer; most
+servers can force the answer into a shape instead (`[memory.llm] structured_output`):
+
+- chat completions: `response_format` with a JSON schema (OpenAI, vLLM, SGLang, LM
+  Studio, Ollama's `/v1`, llama.cpp's server), or llama.cpp's `json_object` with a
+  `schema`, or a GBNF `grammar` (KoboldCpp, llama.cpp);
+- Claude: the answer is started for it (`{` as the assistant's turn);
+- a text completion server: its own field (llama.cpp `/completion`: `json_schema`,
+  Ollama `/api/generate`: `format`, KoboldCpp's `/api/v1/generate`: `grammar`).
+
+A server that refuses the parameter (a 400 naming it) is asked again without it
+(`proxy.memory.llm`). The answer is still read and checked as any answer is: the shape
+is help, never trust.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Final, Literal
+
+from proxy.memory.operations import Operation
+
+StructuredOutput = Literal["auto", "json_schema", "json_object", "grammar", "off"]
+Schema = dict[str, Any]
+
+_TEXT: Final[Schema] = {"type": "string"}
+
+
+def _object(**properties: Schema) -> Schema:
+    return {
+        "type": "object",
+        "properties": properties,
+        "required": list(properties),
+        "additionalProperties": False,
+    }
+
+
+SCHEMAS: Final[dict[Operation, Schema]] = {
+    Operation.MESSAGE_RECAP: _object(
+        recaps={"type": "array", "items": _object(message={"type": "integer"}, recap=_TEXT)}
+    ),
+    # `false` for "no break", else the message's number (the template's two answers).
+    Operation.DETECT_SCENE_BREAK: _object(
+        sceneBreakAt={"type": ["integer", "boolean"]}, rationale=_TEXT
+    ),
+    Operation.SCENE_RECAP: _object(scene_name=_TEXT, recap=_TEXT),
+    Operation.RUNNING_RECAP: _object(recap=_TEXT),
+    Operation.CONDENSE_RUNNING_RECAP: _object(recap=_TEXT),
+}
+
+# What a server's refusal of the parameter names (a 400 or 422 body).
+REFUSAL_WORDS: Final = ("response_format", "json_schema", "grammar", "format", "schema")
+
+
+def chat_fields(operation: Operation, mode: StructuredOutput) -> dict[str, Any]:
+    """What a chat completion request adds to keep the answer in shape (`auto`: a JSON
+    schema, which most servers take)."""
+    schema = SCHEMAS[operation]
+    if mode in ("auto", "json_schema"):
+        named = {"name": operation.value, "schema": schema, "strict": False}
+        return {"response_format": {"type": "json_schema", "json_schema": named}}
+    if mode == "json_object":
+        return {"response_format": {"type": "json_object", "schema": schema}}
+    if mode == "grammar":
+        return {"grammar": grammar(schema)}
+    return {}
+
+
+def completion_fields(path: str, operation: Operation) -> dict[str, Any]:
+    """What a text completion server's own request adds (nothing for one that has no
+    such field, or whose field the proxy does not know)."""
+    schema = SCHEMAS[operation]
+    if path == "/completion":  # llama.cpp
+        return {"json_schema": schema}
+    if path == "/api/generate":  # Ollama
+        return {"format": schema}
+    if path.startswith("/api/"):  # KoboldCpp's Kobold routes
+        return {"grammar": grammar(schema)}
+    return {}
+
+
+def refused(status: int, raw: bytes) -> bool:
+    """Whether an answer is a server refusing the shape's parameter."""
+    if status not in (400, 422):
+        return False
+    said = raw[:2000].decode("utf-8", "replace").lower()
+    return any(word in said for word in REFUSAL_WORDS)
+
+
+# GBNF (llama.cpp's grammar format, which KoboldCpp reads too) for the schemas above:
+# objects with their keys in order, strings, integers, booleans and arrays of those.
+_RULES: Final = (
+    "ws ::= [ \\t\\n]{0,8}\n"
+    'string ::= "\\"" ( [^"\\\\\\x7F\\x00-\\x1F] '
+    '| "\\\\" ( ["\\\\/bfnrt] | "u" [0-9a-fA-F]{4} ) )* "\\""\n'
+    'integer ::= "-"? [0-9]{1,10}\n'
+    'boolean ::= "true" | "false"\n'
+)
+
+
+def grammar(schema: Schema) -> str:
+    """A GBNF grammar that admits the JSON `schema` describes (the subset used here)."""
+    return f"root ::= ws {_rule(schema)} ws\n{_RULES}"
+
+
+def _rule(schema: Schema) -> str:
+    kind = schema.get("type")
+    if isinstance(kind, list):
+        return "( " + " | ".join(_rule({"type": k}) for k in kind) + " )"
+    if kind == "object":
+        pairs = [
+            f'"\\"{name}\\"" ws ":" ws {_rule(value)}'
+            for name, value in schema["properties"].items()
+        ]
+        body = ' ws "," ws '.join(pairs)
+        return f'"{{" ws {body} ws "}}"'
+    if kind == "array":
+        item = _rule(schema["items"])
+        return f'"[" ws ( {item} ( ws "," ws {item} )* )? ws "]"'
+    if kind in ("string", "integer", "boolean"):
+        return str(kind)
+    raise ValueError(f"no grammar for {json.dumps(schema)}")

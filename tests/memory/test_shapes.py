@@ -1,0 +1,135 @@
+"""Answers in shape: each call asks the server for its operation's JSON shape in the form
+the server takes, a server that refuses is asked again without, and a small model that
+rambles when left free builds the memory when asked for the shape."""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+
+import pytest
+
+from proxy.memory.operations import Operation
+from proxy.memory.shapes import SCHEMAS, chat_fields, completion_fields, grammar
+from tests.memory.story import CHAT_ID
+from tests.memory_env import Memory, MemoryFactory
+
+NO_RECAPS = {"memory.message_recaps": False, "queue.max_attempts": 1}
+
+
+def own_calls(memory: Memory) -> list[dict[str, object]]:
+    return [
+        json.loads(seen.body)
+        for seen in memory.fake.state.seen
+        if seen.headers.get("X-Recap-Proxy-Operation")
+    ]
+
+
+async def test_each_call_asks_for_its_operations_shape(memory_proxy: MemoryFactory) -> None:
+    memory = await memory_proxy(16, ends={8}, **NO_RECAPS)
+    await memory.client.post("/v1/chat/completions", json=memory.story.request())
+    await memory.until(lambda db: db.memory.running_recaps(CHAT_ID))
+    calls = own_calls(memory)
+    assert calls
+    for body in calls:
+        shape = body["response_format"]
+        assert isinstance(shape, dict) and shape["type"] == "json_schema"
+        named = shape["json_schema"]
+        assert named["schema"] == SCHEMAS[Operation(named["name"])]
+
+
+async def test_a_model_that_rambles_unless_shaped_builds_the_memory(
+    memory_proxy: MemoryFactory,
+) -> None:
+    memory = await memory_proxy(16, ends={8}, **NO_RECAPS)
+    memory.fake.state.rambles_unless_shaped = True
+    await memory.client.post("/v1/chat/completions", json=memory.story.request())
+    await memory.until(lambda db: db.memory.running_recaps(CHAT_ID))
+    jobs = await memory.run(lambda db: db.jobs.list(CHAT_ID))
+    assert {j.state for j in jobs} == {"done"}
+
+
+async def test_left_free_the_same_model_fails_plainly_and_nothing_is_lost(
+    memory_proxy: MemoryFactory,
+) -> None:
+    memory = await memory_proxy(
+        16, ends={8}, **NO_RECAPS, **{"memory.llm.structured_output": "off"}
+    )
+    memory.fake.state.rambles_unless_shaped = True
+    await memory.client.post("/v1/chat/completions", json=memory.story.request())
+    await memory.engine.settle()
+    assert all("response_format" not in body for body in own_calls(memory))
+    [failed] = await memory.run(lambda db: db.jobs.list(CHAT_ID, ("failed",)))
+    assert "cut off" in (failed.error or "")
+    assert await memory.run(lambda db: db.memory.breaks(CHAT_ID)) == []
+    sent = memory.story.request()
+    response = await memory.client.post("/v1/chat/completions", json=sent)
+    assert response.headers.get("X-Recap-Trimmed", "0") == "0"
+
+
+async def test_a_server_that_refuses_the_shape_is_asked_without_from_then_on(
+    memory_proxy: MemoryFactory, caplog: pytest.LogCaptureFixture
+) -> None:
+    memory = await memory_proxy(16, ends={8}, **NO_RECAPS)
+    memory.fake.state.refuses_shape = True
+    caplog.set_level(logging.WARNING, logger="proxy.memory.llm")
+    await memory.client.post("/v1/chat/completions", json=memory.story.request())
+    await memory.until(lambda db: db.memory.running_recaps(CHAT_ID))
+    calls = own_calls(memory)
+    assert "response_format" in calls[0] and "response_format" not in calls[1]
+    assert all("response_format" not in body for body in calls[1:])
+    said = [r for r in caplog.records if "refuses structured answers" in r.getMessage()]
+    assert len(said) == 1 and "Unrecognized request argument" in said[0].getMessage()
+
+
+def test_each_form_of_the_shape() -> None:
+    op = Operation.SCENE_RECAP
+    assert chat_fields(op, "json_object") == {
+        "response_format": {"type": "json_object", "schema": SCHEMAS[op]}
+    }
+    assert chat_fields(op, "off") == {}
+    assert chat_fields(op, "grammar") == {"grammar": grammar(SCHEMAS[op])}
+    assert completion_fields("/completion", op) == {"json_schema": SCHEMAS[op]}
+    assert completion_fields("/api/generate", op) == {"format": SCHEMAS[op]}
+    assert completion_fields("/api/v1/generate", op) == {"grammar": grammar(SCHEMAS[op])}
+    assert completion_fields("/v1/completions", op) == {}
+
+
+def test_the_grammar_admits_the_answers_the_templates_ask_for() -> None:
+    """The GBNF, read back as a regular expression (its rules are regular), matches the
+    answers a well-behaved model gives and nothing that breaks the shape."""
+    for op, good, bad in (
+        (Operation.SCENE_RECAP, '{"scene_name": "The mill", "recap": "Ava hid the \\"key\\"."}',
+         '{"recap": "no title"}'),
+        (Operation.DETECT_SCENE_BREAK, '{"sceneBreakAt": false, "rationale": "none"}',
+         '{"sceneBreakAt": "5", "rationale": "x"}'),
+        (Operation.DETECT_SCENE_BREAK, '{"sceneBreakAt": 12, "rationale": "she leaves"}',
+         '{"sceneBreakAt": 12}'),
+        (Operation.MESSAGE_RECAP, '{"recaps": [{"message": 3, "recap": "a"}, '
+         '{"message": 4, "recap": "b"}]}', '{"recaps": [{"recap": "a"}]}'),
+        (Operation.RUNNING_RECAP, '{ "recap": "DEVELOPMENTS:\\n- one" }', '{"recap": 3}'),
+    ):  # fmt: skip
+        pattern = _as_regex(grammar(SCHEMAS[op]))
+        assert pattern.fullmatch(good), (op, good)
+        assert not pattern.fullmatch(bad), (op, bad)
+
+
+def _as_regex(gbnf: str) -> re.Pattern[str]:
+    """The grammar's rules inlined into one regular expression (they do not recurse)."""
+    rules = dict(line.split(" ::= ", 1) for line in gbnf.strip().splitlines())
+    terms = {
+        "ws": r"[ \t\n]{0,8}",
+        "string": r'"(?:[^"\\\x7f\x00-\x1f]|\\(?:["\\/bfnrt]|u[0-9a-fA-F]{4}))*"',
+        "integer": r"-?[0-9]{1,10}",
+        "boolean": r"(?:true|false)",
+    }
+    out = []
+    for token in re.findall(r'"(?:[^"\\]|\\.)*"|\(|\)\*|\)\?|\)|\||[a-z]+', rules["root"]):
+        if token.startswith('"'):
+            out.append(re.escape(json.loads(token)))
+        elif token in terms:
+            out.append(terms[token])
+        else:
+            out.append({"(": "(?:", ")": ")", ")*": ")*", ")?": ")?", "|": "|"}[token])
+    return re.compile("".join(out))
