@@ -22,6 +22,7 @@ from adapters import formats
 from proxy.chat.injection import Injector, load_injection_templates, policy_from
 from proxy.chat.providers import StaticMemory
 from proxy.cli_chats import read_bytes, run_chats, run_identify
+from proxy.cli_eval import add_eval_command, run_eval
 from proxy.cli_import import add_import_command, run_import_settings
 from proxy.cli_memory import add_memory_commands, run_memory_command
 from proxy.cli_service import (
@@ -110,6 +111,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_service_commands(sub, config_arg)
     add_memory_commands(sub, config_arg)
     add_import_command(sub, config_arg)
+    add_eval_command(sub, config_arg)
     return parser
 
 
@@ -147,6 +149,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _run(run_doctor(args))
         if args.command == "service":
             return run_service(args)
+        if args.command == "eval":
+            return _run(run_eval(args))
         return _run(run_memory_command(args))
     except ConfigError as exc:
         print(f"recap-proxy: {exc}", file=sys.stderr)

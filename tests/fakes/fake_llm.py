@@ -150,6 +150,8 @@ def completion(
 
 
 END_SCENE = "[END SCENE]"
+# The closure of each scene of `recap-proxy eval`'s story, as a real model reads it.
+CLOSURE = "that was the end of the day there"
 _NUMBERED = re.compile(
     r"^Message #(\d+|invalid choice) \[([^\]]*)\]:\s*(.*?)(?=^Message #|\Z)", re.M | re.S
 )
@@ -205,7 +207,7 @@ def memory_answer(operation: str, prompt: str) -> str:
         return "```json\n" + json.dumps({"recaps": recaps}) + "\n```"
     if operation == "detect_scene_break":
         for n, _, text in _NUMBERED.findall(_between(prompt, "SOURCE_TEXT")):
-            if n != "invalid choice" and END_SCENE in text:
+            if n != "invalid choice" and (END_SCENE in text or CLOSURE in text):
                 return json.dumps({"sceneBreakAt": int(n), "rationale": "the scene ends"})
         return json.dumps({"sceneBreakAt": False, "rationale": "No scene break"})
     if operation == "scene_recap":
