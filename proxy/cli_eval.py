@@ -113,12 +113,11 @@ async def _evaluate(settings: Settings, story: EvalStory, path: Path) -> dict[st
             store = app[STORE]
             await _until_idle(app[ENGINE], store)
             built = time.monotonic() - began
-            recalled = [await _recalled(http, story, fact_index, path) for fact_index in
-                        range(len(story.facts))]  # fmt: skip
+            asked = [await _asked(http, story, i, path) for i in range(len(story.facts))]
             state = await store.call(_state)
     finally:
         await runner.cleanup()
-    return _report(story, state, recalled, built, time.monotonic() - began)
+    return _report(story, state, asked, built, time.monotonic() - began)
 
 
 async def _until_idle(engine: MemoryEngine, store: Store) -> None:
@@ -136,9 +135,11 @@ async def _until_idle(engine: MemoryEngine, store: Store) -> None:
     print(file=sys.stderr)
 
 
-async def _recalled(http: aiohttp.ClientSession, story: EvalStory, index: int, path: Path) -> bool:
+async def _asked(
+    http: aiohttp.ClientSession, story: EvalStory, index: int, path: Path
+) -> tuple[bool, int]:
     """Whether the memory the proxy would insert, asked about a fact as the user's next
-    message, holds each of its words."""
+    message, holds each of its words; and how many of the chat's messages it left out."""
     fact = story.facts[index]
     messages = [dict(m) for m in story.messages]
     messages[-1] = {**messages[-1], "mes": fact.question, "swipes": [fact.question]}
@@ -152,7 +153,7 @@ async def _recalled(http: aiohttp.ClientSession, story: EvalStory, index: int, p
         answer.raise_for_status()
         preview = await answer.json()
     injected = str((preview.get("injected") or {}).get("text", "")).lower()
-    return all(term.lower() in injected for term in fact.terms)
+    return all(term.lower() in injected for term in fact.terms), len(preview["left_out"])
 
 
 def _state(db: Database) -> dict[str, Any]:
@@ -165,12 +166,23 @@ def _state(db: Database) -> dict[str, Any]:
     ).fetchall()
     calls = {op: {"calls": c, "prompt_tokens": p, "completion_tokens": a} for op, c, p, a in rows}
     failures = [f"{j.operation}: {j.error}" for j in jobs if j.state == "failed"]
-    return {"breaks": breaks, "calls": calls, "failures": failures}
+    memory = db.memory
+    stored = {
+        "message_recaps": len(memory.message_recaps(CHAT_ID)),
+        "scene_recaps": sum(len(memory.scene_recaps(b.uid)) for b in memory.breaks(CHAT_ID)),
+        "running_recaps": len(memory.running_recaps(CHAT_ID)),
+    }
+    return {"breaks": breaks, "calls": calls, "failures": failures, "stored": stored}
 
 
 def _report(
-    story: EvalStory, state: dict[str, Any], recalled: list[bool], built: float, wall: float
+    story: EvalStory,
+    state: dict[str, Any],
+    asked: list[tuple[bool, int]],
+    built: float,
+    wall: float,
 ) -> dict[str, Any]:
+    recalled = [hit for hit, _ in asked]
     calls = state["calls"]
     total = {k: sum(op[k] for op in calls.values()) for k in
              ("calls", "prompt_tokens", "completion_tokens")}  # fmt: skip
@@ -186,6 +198,9 @@ def _report(
         "breaks_other": sorted(set(state["breaks"]) - set(story.breaks)),
         "failed": len(state["failures"]),
         "failures": state["failures"],
+        # What the memory kept, and the most chat messages a request left out for it.
+        "stored": state["stored"],
+        "left_out_max": max((n for _, n in asked), default=0),
         "calls": calls,
         "prompt_tokens": total["prompt_tokens"],
         "completion_tokens": total["completion_tokens"],
@@ -208,6 +223,9 @@ def _summary(report: dict[str, Any]) -> str:
         f"scene breaks: {report['breaks_found']} of {report['breaks_true']} found"
         + (f", {len(report['breaks_other'])} elsewhere" if report["breaks_other"] else ""),
         f"failed jobs: {report['failed']}",
+        "stored: {message_recaps} message recaps, {scene_recaps} scene recaps, "
+        "{running_recaps} running recap versions".format(**report["stored"])
+        + f"; a request left out at most {report['left_out_max']} chat messages for them",
         *(f"  {failure}" for failure in report["failures"][:10]),
         "calls: " + ", ".join(f"{op} {c['calls']}" for op, c in sorted(report["calls"].items())),
         f"tokens: {report['prompt_tokens']} prompt, {report['completion_tokens']} answer",

@@ -30,6 +30,7 @@ async def test_a_model_that_answers_well_recalls_every_fact(
     assert report["recall"] == 1.0 and len(report["facts"]) == 3
     assert (report["breaks_found"], report["breaks_true"]) == (3, 3)
     assert report["failed"] == 0 and report["calls"]["scene_recap"]["calls"] == 3
+    assert report["stored"]["scene_recaps"] == 3 and report["left_out_max"] > 0
     for key in ("prompt_tokens", "completion_tokens", "seconds", "per_1000_messages"):
         assert report[key]
     # Every call went to the model given, with the model given.
@@ -49,6 +50,9 @@ async def test_a_model_that_copies_the_prompt_back_is_said_plainly(
     assert code == 1
     assert "recall: 0 of 1 facts" in out and "scene breaks: 0 of 1 found" in out
     assert "copies the prompt back" in out and "bigger model" in out
+    # Nothing was kept, so nothing of the chat was left out.
+    assert "0 scene recaps, 0 running recap versions" in out
+    assert "left out at most 0 chat messages" in out
 
 
 async def test_eval_needs_a_model(fake_llm: FakeLLM) -> None:
