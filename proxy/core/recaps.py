@@ -41,6 +41,8 @@ def exclusion(
         return "empty"
     if message.notice:
         return "an ST notice"
+    if message.aside:
+        return "not the story (a thought, or a memory extension's own message)"
     if message.hidden and not rules.include_system:
         return "hidden"
     if message.narrator and not rules.include_narrator:

@@ -43,7 +43,9 @@ def shown(message: STMessage, which: str, *, hidden: bool = False) -> bool:
     own notices never are."""
     if message.hidden and not hidden:
         return False
-    if message.narrator or message.notice or not strip_decoration(message.mes):
+    if message.narrator or message.notice or message.aside:
+        return False
+    if not strip_decoration(message.mes):
         return False
     if which == "user":
         return message.is_user

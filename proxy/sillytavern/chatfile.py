@@ -24,7 +24,7 @@ from typing import Any, NamedTuple
 import orjson
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
-from proxy.sillytavern.extensions import message_extension
+from proxy.sillytavern.extensions import AUTO_RECAP, message_extension
 
 log = logging.getLogger(__name__)
 
@@ -96,6 +96,10 @@ class STMessage(BaseModel):
     extra_type: str | None = None  # `extra.type`: narrator, thoughts, ...
     # What memory extensions stored on it (`proxy.sillytavern.extensions`), compact JSON.
     extension: str | None = None
+    # Not the story, though in the chat: Stepped Thinking's thoughts (`is_thoughts`),
+    # ST-Auto-Recap's own system messages (`extra.auto_recap_memory.
+    # is_auto_recap_system_memory`). No memory is made of them.
+    aside: bool = False
 
     @field_validator("send_date", mode="before")
     @classmethod
@@ -140,8 +144,16 @@ class STMessage(BaseModel):
                 "mes": mes if isinstance(mes, str) else "",
                 "swipe_hashes": hashes,
                 "extension": message_extension(data),
+                "aside": _aside(data, extra),
             }
         )
+
+
+def _aside(data: dict[str, Any], extra: object) -> bool:
+    if data.get("is_thoughts") is True:
+        return True
+    ours = extra.get(AUTO_RECAP) if isinstance(extra, dict) else None
+    return isinstance(ours, dict) and ours.get("is_auto_recap_system_memory") is True
 
 
 class ChatHeader(BaseModel):

@@ -16,6 +16,7 @@ from proxy.core.recaps import (
     read_message_recaps,
 )
 from proxy.core.replies import ReplyError
+from proxy.core.scenes import shown
 from proxy.sillytavern.chatfile import STMessage
 
 RULES = RecapRules(disabled_members=frozenset({"Bot"}))
@@ -106,3 +107,24 @@ def test_the_shelf_chooses_as_the_walk_does(
     lines = "\n".join(f"- {c.text}" for c in chosen)
     assert text == (f"Recent events, oldest first:\n{lines}" if chosen else "")
     assert spent == sum(c.tokens + 2 for c in chosen)
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        # Stepped Thinking's thoughts, saved as messages of the chat.
+        {"name": "Ava", "mes": "Ava thinks: he lies about the key.", "is_thoughts": True},
+        # ST-Auto-Recap's own system message with the memory it injected.
+        {"name": "Ava", "is_system": False, "mes": "[Memory] Ava met Tom at the mill.",
+         "extra": {"auto_recap_memory": {"is_auto_recap_system_memory": True}}},
+    ],
+)  # fmt: skip
+def test_what_is_not_the_story_is_neither_recapped_nor_read_for_breaks(
+    line: dict[str, object],
+) -> None:
+    message = STMessage.from_json(line)
+    rules = RecapRules(include_user=True, include_system=True, include_thought=True)
+    assert message.aside and exclusion(message, 50, rules) is not None
+    assert not shown(message, "both", hidden=True)
+    story = STMessage.from_json({"name": "Ava", "mes": "She walks to the mill."})
+    assert not story.aside and shown(story, "both")
