@@ -347,9 +347,14 @@ class LLMClient:
                     "POST", end.url, end.headers.items(), orjson.dumps(body)
                 )
                 try:
-                    return response.status, await response.read()
-                finally:
-                    response.release()
+                    raw = await response.read()
+                except BaseException:
+                    # Given up on (the time limit, a stop): the connection is closed, so
+                    # that the server stops generating an answer no one will read.
+                    response.close()
+                    raise
+                response.release()
+                return response.status, raw
         except TimeoutError:
             seconds = self.settings.timeout_seconds
             raise JobFailure(f"{operation}: no answer in {seconds:.0f} s") from None
