@@ -14,6 +14,7 @@ import logging
 import sys
 import time
 from datetime import UTC, datetime
+from urllib.parse import unquote
 
 from aiohttp import web
 from aiohttp.typedefs import Handler
@@ -71,6 +72,13 @@ async def access_middleware(request: web.Request, handler: Handler) -> web.Strea
         elapsed = (time.perf_counter() - started) * 1000
         extra = ""
         if response is not None and "X-Recap-Chat" in response.headers:
-            chat = response.headers["X-Recap-Chat"] or "-"
+            chat = as_text(response.headers["X-Recap-Chat"])
             extra = f" chat={chat} injected={response.headers.get('X-Recap-Injected', '0')}"
         ACCESS.info("%s %s %s %.1f ms%s", request.method, request.path, status, elapsed, extra)
+
+
+def as_text(header: str) -> str:
+    """A chat id as the log shows it: as text, not percent-encoded as its header carries
+    it, and quoted when it holds spaces (ST's file names do)."""
+    text = unquote(header) or "-"
+    return json.dumps(text, ensure_ascii=False) if any(c.isspace() for c in text) else text

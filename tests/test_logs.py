@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from proxy.logs import JSONFormatter
+from proxy.logs import JSONFormatter, as_text
 from proxy.web import make_app
 from tests.conftest import FakeLLM, make_settings
 from tests.test_serve_e2e import free_port, launch, stop, wait_for_port
@@ -72,3 +72,11 @@ def test_serve_writes_json_lines(tmp_path: Path) -> None:
     assert any("listening on" in line["message"] for line in lines)
     assert any(line["level"] == "debug" for line in lines)
     assert {"time", "level", "logger", "message"} <= set(lines[0])
+
+
+def test_a_chat_id_is_logged_as_text() -> None:
+    """The header carries it percent-encoded; the log shows it as the user knows it."""
+    header = "default-user%2Fchats%2FSeraphina%2FSeraphina%20-%202023-5-12%20%4021h44m"
+    assert as_text(header) == '"default-user/chats/Seraphina/Seraphina - 2023-5-12 @21h44m"'
+    assert as_text("default-user%2Fchats%2FAva%2Fone") == "default-user/chats/Ava/one"
+    assert as_text("") == "-"

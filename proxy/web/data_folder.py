@@ -72,11 +72,25 @@ def resolve_data_dir(settings: Settings) -> Path | None:
         else:
             log.info("using SillyTavern data folder %s", found)
     elif found == configured and not looks_like_data_dir(found):
-        log.warning(
-            "%s has no <user>/chats folder yet; is it ST's data/ folder? watching it anyway",
-            found,
-        )
+        if made_by_st(found):
+            # A fresh ST: it makes a user's chats/ with the first chat.
+            log.info("%s has no chats yet; watching it for the first one", found)
+        else:
+            log.warning(
+                "%s has no <user>/chats folder yet; is it ST's data/ folder? watching it "
+                "anyway",
+                found,
+            )
     return found
+
+
+# What ST writes into its data folder on its first start, before any chat.
+ST_MADE = ("default-user", "_storage", "cookie-secret.txt")
+
+
+def made_by_st(folder: Path) -> bool:
+    """Whether `folder` holds what ST makes in its data folder before any chat."""
+    return any((folder / name).exists() for name in ST_MADE)
 
 
 def _awaited(folder: Path, settings: Settings, which: str) -> Path | None:

@@ -14,6 +14,7 @@ import pytest
 from proxy.errors import ConfigError
 from proxy.store import Store
 from proxy.web import make_app
+from proxy.web.data_folder import resolve_data_dir
 from proxy.web.keys import LIBRARY, WATCHER
 from tests.conftest import FakeLLM, make_settings
 from tests.memory.story import Story
@@ -170,3 +171,25 @@ async def test_a_file_given_as_the_data_folder_is_said_and_not_waited_for(
     assert f"{given} (sillytavern.data_dir, or --st-data) is a file, not SillyTavern's" in (
         caplog.text
     )
+
+
+@pytest.mark.parametrize(("made", "level"), [("default-user", "INFO"), (None, "WARNING")])
+def test_a_fresh_sts_folder_without_chats_is_no_warning(
+    tmp_path: Path, fake_llm: FakeLLM, caplog: pytest.LogCaptureFixture, made: str | None,
+    level: str,
+) -> None:  # fmt: skip
+    """A fresh ST has made its data folder but no chats/ yet: said at info; a folder
+    that holds nothing of ST's may be the wrong one: warned of."""
+    data = tmp_path / "data"
+    data.mkdir()
+    if made:
+        (data / made).mkdir()
+    caplog.set_level(logging.INFO, logger="proxy")
+    settings = make_settings(**{"upstream.base_url": fake_llm.base_url,
+                                "sillytavern.data_dir": str(data),
+                                "store.path": str(tmp_path / "s.sqlite3")})  # fmt: skip
+    assert resolve_data_dir(settings) == data
+    [said] = [
+        r for r in caplog.records if "chats" in r.getMessage() and str(data) in r.getMessage()
+    ]
+    assert said.levelname == level
