@@ -22,6 +22,7 @@ from proxy.core.chat_index import ChatIndex
 from proxy.core.identify import Prints, identify, likely_chats, prints, unidentified_reason
 from proxy.core.models import ChatMessage, HistorySpan, Identification
 from proxy.core.placement import find_history
+from proxy.core.regex_scripts import PromptScripts
 from proxy.core.st_metadata import find_st_metadata
 from proxy.mirror import Mirror, Refreshed, Stat
 from proxy.sillytavern.changes import EarlyReads, Freshness
@@ -409,3 +410,7 @@ class ChatLibrary:
 
     def persona(self, user: str) -> str:
         return self.mirror.persona(user)
+
+    def prompt_scripts(self, user: str) -> PromptScripts:
+        """The regex scripts the user's ST runs on a prompt (store's thread)."""
+        return self.mirror.scripts(user)

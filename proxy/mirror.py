@@ -18,6 +18,8 @@ import orjson
 
 from proxy.core.chat_index import TAIL, ChatEntry, indexed_message, message_fingerprint
 from proxy.core.reasoning import DEFAULT_REASONING, ReasoningFormat, reasoning_format
+from proxy.core.regex_scripts import NONE as NO_SCRIPTS
+from proxy.core.regex_scripts import PromptScripts, prompt_scripts
 from proxy.sillytavern.chatfile import ChatFile, RecentSplits, file_digest, parse_chat
 from proxy.sillytavern.layout import (
     ChatLocation,
@@ -27,6 +29,7 @@ from proxy.sillytavern.layout import (
     read_groups,
     read_persona_name,
     read_prompt_format,
+    read_regex_scripts,
 )
 from proxy.sillytavern.reconcile import Event, reconcile
 from proxy.store import ChatRecord, Database
@@ -61,6 +64,8 @@ class Mirror:
         self.data_dir = data_dir
         self._groups: dict[str, dict[str, GroupInfo]] = {}
         self._personas: dict[str, str | None] = {}
+        # user -> the regex scripts its ST runs on a prompt (`proxy.core.regex_scripts`)
+        self._scripts: dict[str, PromptScripts] = {}
         # user -> its ST's instruct, context and reasoning templates (`read_prompt_format`)
         self._formats: dict[str, dict[str, Any]] = {}
         # The users' reasoning formats, ST's default last (see `proxy.core.reasoning`).
@@ -72,6 +77,7 @@ class Mirror:
     def reset_caches(self) -> None:
         self._groups.clear()
         self._personas.clear()
+        self._scripts.clear()
         self._formats.clear()
         self.reasoning = (DEFAULT_REASONING,)
         if self.data_dir is not None:
@@ -265,6 +271,18 @@ class Mirror:
             self._personas[user] = read_persona_name(self.data_dir / user)
         return self._personas.get(user) or ""
 
+    def scripts(self, user: str) -> PromptScripts:
+        """The regex scripts the user's ST runs on a prompt (cached; read again when
+        settings.json changes). Worker thread."""
+        if user not in self._scripts:
+            found = NO_SCRIPTS
+            if self.data_dir is not None:
+                found = prompt_scripts(read_regex_scripts(self.data_dir / user))
+                for problem in found.problems:
+                    log.warning("%s: %s; left out of the memory's prompts", user, problem)
+            self._scripts[user] = found
+        return self._scripts[user]
+
     def _forget_user_file(self, rel: PurePosixPath) -> None:
         """Drop what a changed group file or settings.json made stale."""
         parts = rel.parts
@@ -272,6 +290,7 @@ class Mirror:
             self._groups.pop(parts[0], None)
         elif len(parts) == 2 and parts[1] == "settings.json":
             self._personas.pop(parts[0], None)
+            self._scripts.pop(parts[0], None)
             self._read_prompt_format(parts[0])
 
     def entry(self, db: Database, record: ChatRecord) -> ChatEntry:

@@ -93,6 +93,7 @@ class MemoryEngine:
             counter=self.counter,
             lore=lore,
             events=events,
+            scripts=library.prompt_scripts,
         )
         self.handlers = handlers(context)
         self.queue = JobQueue(

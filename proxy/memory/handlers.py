@@ -40,6 +40,9 @@ from proxy.store.records import MessageRecord, SceneBreak
 log = logging.getLogger(__name__)
 
 
+_Item = tuple[MessageRecord, int, str]  # a message, its swipe, its text's hash
+
+
 def _uids(value: JSONValue, what: str) -> list[int]:
     return [as_int(item, what) for item in as_list(value, what)]
 
@@ -72,13 +75,15 @@ class MessageRecapHandler(OperationHandler):
         return digest(live) if live else None
 
     async def run(self, job: Job) -> Apply:
-        items, names = await self.context.store.call(
-            lambda db: (self._items(db, job.chat_id, job.payload), self.names(db, job.chat_id))
-        )
+        def read(db: Database) -> tuple[list[_Item], dict[str, str], dict[int, STMessage]]:
+            items, names = self._items(db, job.chat_id, job.payload), self.names(db, job.chat_id)
+            return items, names, self.prompted(db, job.chat_id, (r for r, _, _ in items), names)
+
+        items, names, seen = await self.context.store.call(read)
         if not items:
             return gone
         by_position = {r.position: (r, s, h) for r, s, h in items}
-        values = {"messages": numbered((r.position, r.message) for r, _, _ in items), **names}
+        values = {"messages": numbered((p, seen[p]) for p in by_position), **names}
         answer = await self.ask(job, values)
         try:
             found, reasoning = read_message_recaps(answer.text, by_position.keys())
@@ -87,9 +92,7 @@ class MessageRecapHandler(OperationHandler):
         self.check(answer.text, found.values())
         # Each recap must be of its own message: one about something else is left out
         # (its message is recapped again later), not kept.
-        found = {
-            p: recap for p, recap in found.items() if related(recap, by_position[p][0].message.mes)
-        }
+        found = {p: recap for p, recap in found.items() if related(recap, seen[p].mes)}
         if not found:
             raise JobFailure(f"{self.operation}: no recap shares a word with its message")
 
@@ -143,17 +146,22 @@ class DetectHandler(OperationHandler):
         return digest(found.window.shown, found.window.choosable, texts, opened)
 
     async def run(self, job: Job) -> Apply:
-        got = await self.gather(
-            job, lambda db: (self._window(db, job.payload), self.names(db, job.chat_id))
-        )
+        def read(db: Database) -> tuple[_Detection | None, dict[str, str], dict[int, STMessage]]:
+            found, names = self._window(db, job.payload), self.names(db, job.chat_id)
+            if found is None:
+                return None, names, {}
+            records = db.memory.messages_by_uid(found.uids.values()).values()
+            return found, names, self.prompted(db, job.chat_id, records, names)
+
+        got = await self.gather(job, read)
         if got is None:
             return gone
-        found, names = got
+        found, names, seen = got
         if found is None:
             return gone
         window = found.window
         values = {
-            "messages": detection_messages(window, found.messages),
+            "messages": detection_messages(window, seen),
             "earliest_allowed_break": str(window.first),
             "latest_allowed_break": str(window.last),
             "minimum_scene_length": str(window.minimum),
@@ -205,7 +213,9 @@ class DetectHandler(OperationHandler):
         return apply
 
 
-_SceneInput = tuple[list[MessageRecord], SceneBreak | None, str, dict[str, str]]
+# The scene's messages, its break, the running recap before it, the names, and the
+# messages as the chat's model sees them in a prompt.
+_SceneInput = tuple[list[MessageRecord], SceneBreak | None, str, dict[str, str], list[STMessage]]
 
 
 def _made_of(scene_uid: int, records: list[MessageRecord], uid: Callable[[int], int] = int) -> str:
@@ -263,12 +273,15 @@ class SceneRecapHandler(OperationHandler):
         def read(db: Database) -> _SceneInput:
             records, scene = self._scene(db, job.chat_id, job.payload)
             base = running_before(db, job.chat_id, scene.position) if scene else None
-            return records, scene, base.content if base else "", self.names(db, job.chat_id)
+            names = self.names(db, job.chat_id)
+            seen = self.prompted(db, job.chat_id, records, names)
+            shown = [seen[r.position] for r in records]
+            return records, scene, base.content if base else "", names, shown
 
         got = await self.gather(job, read)
         if got is None:
             return gone
-        records, scene, running, names = got
+        records, scene, running, names, shown = got
         if scene is None or not records:
             return gone
         first, last = records[0].position, scene.position
@@ -276,7 +289,7 @@ class SceneRecapHandler(OperationHandler):
         if self.context.lore is not None:
             lore = await self.context.lore.active_lore(job.chat_id, first, last)
         values = {
-            "scene_messages": scene_text([r.message for r in records]),
+            "scene_messages": scene_text(shown),
             "running_recap": running,
             "active_lore": lore,
             **names,

@@ -15,11 +15,15 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Protocol, TypeVar
 
 from proxy.core.genuine import NotAnAnswer, check_related
+from proxy.core.regex_scripts import NONE as NO_SCRIPTS
+from proxy.core.regex_scripts import PromptScripts
 from proxy.core.tokens import TokenCounter
 from proxy.errors import InputMissed, JobFailure
 from proxy.events import EventBus
@@ -29,8 +33,10 @@ from proxy.memory.jobs import Apply, Handler
 from proxy.memory.operations import Operation
 from proxy.memory.prompts import Prompts
 from proxy.memory.settings import MemorySettings
+from proxy.sillytavern.chatfile import STMessage
 from proxy.store import Database, Store
 from proxy.store.jobs import Job, Payload
+from proxy.store.records import MessageRecord
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +67,10 @@ class LoreSource(Protocol):
     async def active_lore(self, chat_id: str, first: int, last: int) -> str: ...
 
 
+def _no_scripts(user: str) -> PromptScripts:
+    return NO_SCRIPTS
+
+
 @dataclass(frozen=True, slots=True)
 class HandlerContext:
     """Everything the handlers use, and nothing more."""
@@ -74,6 +84,8 @@ class HandlerContext:
     counter: TokenCounter
     lore: LoreSource | None = None
     events: EventBus | None = None  # what a job wrote, for the dashboard
+    # A user's regex scripts that ST runs on a prompt (the library's; store's thread).
+    scripts: Callable[[str], PromptScripts] = _no_scripts
 
     def publish(self, kind: str, **data: object) -> None:
         if self.events is not None:
@@ -86,6 +98,11 @@ class CutOff(JobFailure):
     def __init__(self, message: str, limit: int) -> None:
         super().__init__(message)
         self.limit = limit
+
+
+@lru_cache(maxsize=16)
+def stripping(patterns: tuple[str, ...]) -> tuple[re.Pattern[str], ...]:
+    return tuple(re.compile(p) for p in patterns)
 
 
 def digest(*parts: object) -> str:
@@ -125,6 +142,28 @@ class OperationHandler(Handler):
 
     def names(self, db: Database, chat_id: str) -> dict[str, str]:
         return chat_names(db, chat_id, self.context.persona)
+
+    def prompted(
+        self, db: Database, chat_id: str, records: Iterable[MessageRecord], names: Mapping[str, str]
+    ) -> dict[int, STMessage]:
+        """Each message by position, as the chat's model sees it in a prompt: the user's
+        regex scripts that alter the outgoing prompt run on it (at its depth from the
+        chat's end), then `[memory] strip_patterns` take their matches out. Store's thread."""
+        chat = db.chat(chat_id)
+        scripts = self.context.scripts(chat.user) if chat is not None else NO_SCRIPTS
+        strips = stripping(tuple(self.context.settings.strip_patterns))
+        total = chat.messages if chat is not None else 0
+        out: dict[int, STMessage] = {}
+        for record in records:
+            message = record.message
+            depth = total - 1 - record.position if total > record.position else None
+            text = scripts.apply(message.mes, is_user=message.is_user, depth=depth, names=names)
+            for pattern in strips:
+                text = pattern.sub("", text)
+            out[record.position] = (
+                message if text == message.mes else message.model_copy(update={"mes": text})
+            )
+        return out
 
     def first_limit(self) -> int:
         """The answer limit of this operation's first call."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Literal
 
 from pydantic import Field, SecretStr, field_validator, model_validator
@@ -222,6 +223,25 @@ class MemorySettings(Section):
         "text included): relevant scenes give way first, then the oldest message recaps, "
         "then the running recap's last lines.",
     )
+    strip_patterns: list[str] = Field(
+        default_factory=list,
+        description="Regular expressions (Python's) whose matches are taken out of every "
+        "message before it goes into one of the memory's prompts, after your ST regex "
+        "scripts that alter the outgoing prompt: a status block, an image tag, an HTML "
+        "panel the story does not need.",
+        examples=[["<status>[\\s\\S]*?</status>", "<img[^>]*>"]],
+    )
+
+    @field_validator("strip_patterns")
+    @classmethod
+    def _patterns(cls, value: list[str]) -> list[str]:
+        for pattern in value:
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                raise ValueError(f"{pattern!r} is not a regular expression: {exc}") from None
+        return value
+
     include_hidden_messages: bool = Field(
         True,
         description="Messages hidden in ST (`/hide`, ST-Auto-Recap's auto-hide) take part in "

@@ -168,6 +168,12 @@ def read_persona_name(user_dir: Path) -> str | None:
     return name if isinstance(name, str) and name else None
 
 
+def read_regex_scripts(user_dir: Path) -> object:
+    """The user's global regex scripts (`extension_settings.regex`), as ST keeps them."""
+    extensions = _user_settings(user_dir).get("extension_settings")
+    return extensions.get("regex") if isinstance(extensions, dict) else None
+
+
 def read_prompt_format(user_dir: Path) -> dict[str, Any] | None:
     """How the user's ST writes a prompt: `{"instruct", "context", "reasoning"}`, its
     instruct template (`power_user.instruct`, used when `enabled`), context template

@@ -77,8 +77,7 @@ def resolve_data_dir(settings: Settings) -> Path | None:
             log.info("%s has no chats yet; watching it for the first one", found)
         else:
             log.warning(
-                "%s has no <user>/chats folder yet; is it ST's data/ folder? watching it "
-                "anyway",
+                "%s has no <user>/chats folder yet; is it ST's data/ folder? watching it anyway",
                 found,
             )
     return found

@@ -12,8 +12,9 @@ import pytest
 
 from proxy.memory.handling import gone
 from proxy.memory.operations import Operation
-from tests.memory.story import CHAT_ID
+from tests.memory.story import CHAT_ID, Story
 from tests.memory_env import Memory, MemoryFactory
+from tests.st_data import save_like_st
 
 NO_RECAPS = {"memory.message_recaps": False}
 
@@ -104,3 +105,37 @@ async def test_a_job_that_finds_other_input_than_it_was_made_for_keeps_nothing(
     assert await handler.run(replace(job, input_hash="another input")) is gone
     assert len(limits(memory, operation)) == calls  # nothing asked of the model
     assert await handler.run(job) is not gone
+
+
+async def test_the_memorys_prompts_see_the_story_as_the_chats_model_does(
+    memory_proxy: MemoryFactory,
+) -> None:
+    """A status block cut by the user's ST regex script ("alter outgoing prompt") and an
+    image tag cut by `[memory] strip_patterns` never reach a detection or recap prompt."""
+
+    def build(story: Story) -> None:
+        story.grow(16)
+        for message in story.messages:
+            if not message["is_user"]:
+                message["mes"] += " <status>HP 7, mood grim</status> <img src='x.png'>"
+        settings = {"extension_settings": {"regex": [{
+            "scriptName": "status", "findRegex": "/<status>[\\s\\S]*?<\\/status>/g",
+            "replaceString": "", "trimStrings": [], "placement": [2], "disabled": False,
+            "markdownOnly": False, "promptOnly": True}]}}  # fmt: skip
+        save_like_st(story.path.parents[2] / "settings.json", json.dumps(settings).encode())
+        story.save()
+
+    memory = await memory_proxy(
+        16, {8}, build=build,
+        **{"memory.message_recaps": "always", "memory.strip_patterns": ["<img[^>]*>"]},
+    )  # fmt: skip
+    await memory.client.post("/v1/chat/completions", json=memory.story.request())
+    await memory.until(lambda db: db.memory.running_recaps(CHAT_ID))
+    prompts = {
+        seen.headers["X-Recap-Proxy-Operation"]: json.loads(seen.body)["messages"][0]["content"]
+        for seen in memory.fake.state.seen
+        if seen.headers.get("X-Recap-Proxy-Operation")
+    }
+    for operation in ("detect_scene_break", "scene_recap", "message_recap"):
+        assert "Ava walks" in prompts[operation]
+        assert "<status>" not in prompts[operation] and "<img" not in prompts[operation]
