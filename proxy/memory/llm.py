@@ -26,7 +26,13 @@ from proxy.errors import JobFailure, NoCredentials, Refused, Unauthorized, Upstr
 from proxy.memory.answers import Answer, read_answer, read_anthropic, short
 from proxy.memory.operations import Operation
 from proxy.memory.settings import LLMSettings
-from proxy.memory.shapes import chat_fields, completion_fields, refused
+from proxy.memory.shapes import (
+    StructuredOutput,
+    chat_fields,
+    completion_fields,
+    refused,
+    weaker,
+)
 from proxy.memory.textcalls import NO_ROUTE, completion_body, completion_path, read_completion
 from proxy.upstream import Upstream
 
@@ -90,8 +96,8 @@ class LLMClient:
         self._parents: dict[str, str] = {}
         # Text completion servers (their root URL) found to have no chat route.
         self._no_chat: set[str] = set()
-        # Servers that refused to be asked for a shape (`shapes.refused`).
-        self._unshaped: set[str] = set()
+        # The shape's form each server takes, once one refused the configured form.
+        self._forms: dict[str, StructuredOutput] = {}
 
     @property
     def upstream_name(self) -> str:
@@ -270,7 +276,7 @@ class LLMClient:
         try:
             if end.anthropic:
                 answer = read_anthropic(raw, end.model, operation)
-                if self._shape(end) and not answer.text.lstrip().startswith("{"):
+                if self._form(end) != "off" and not answer.text.lstrip().startswith("{"):
                     # The model went on from the `{` it was given.
                     answer = replace(answer, text="{" + answer.text)
                 return answer
@@ -283,9 +289,9 @@ class LLMClient:
         except JobFailure as exc:
             raise JobFailure(f"{exc} (the answer of {where})") from None
 
-    def _shape(self, end: Endpoint) -> bool:
-        """Whether this call asks the server to keep the answer in shape."""
-        return self.settings.structured_output != "off" and end.server_key not in self._unshaped
+    def _form(self, end: Endpoint) -> StructuredOutput:
+        """How this call asks the server to keep the answer in shape ("off": not at all)."""
+        return self._forms.get(end.server_key, self.settings.structured_output)
 
     async def _shaped(
         self,
@@ -296,20 +302,26 @@ class LLMClient:
         operation: Operation,
     ) -> tuple[int, bytes]:
         """`_send`, in shape where the server takes it: a server that refuses the shape's
-        parameter is asked again without it, and from then on (said once)."""
-        shaped = self._shape(end)
-        status, raw = await self._send(end, messages, limit, temperature, operation, shaped)
-        if shaped and refused(status, raw):
-            self._unshaped.add(end.server_key)
+        parameter is asked again in a weaker form or without it, and from then on (said
+        once a form)."""
+        form = self._form(end)
+        chat = not (end.anthropic or end.completion)
+        while True:
+            status, raw = await self._send(end, messages, limit, temperature, operation, form)
+            if form == "off" or not refused(status, raw):
+                return status, raw
+            fallback = weaker(form, self.settings.structured_output, chat)
+            self._forms[end.server_key] = fallback
             log.warning(
-                "%s refuses structured answers (%s: %s); the memory's calls to it go without "
+                "%s refuses structured answers as %s (%s: %s); the memory's calls to it go %s "
                 "([memory.llm] structured_output)",
                 safe_url(end.server_key),
+                "a JSON schema" if form in ("auto", "json_schema") else form,
                 status,
                 short(raw),
+                "without" if fallback == "off" else f"as {fallback}",
             )
-            status, raw = await self._send(end, messages, limit, temperature, operation, False)
-        return status, raw
+            form = fallback
 
     async def _send(
         self,
@@ -318,7 +330,7 @@ class LLMClient:
         limit: int,
         temperature: float,
         operation: Operation,
-        shaped: bool = False,
+        form: StructuredOutput = "off",
     ) -> tuple[int, bytes]:
         body: dict[str, Any] = {
             "model": end.model,
@@ -329,7 +341,7 @@ class LLMClient:
         }
         if end.anthropic:
             system, turns = anthropic_messages(messages)
-            if shaped:  # Claude takes no schema: its answer is started for it
+            if form != "off":  # Claude takes no schema: its answer is started for it
                 turns.append({"role": "assistant", "content": "{"})
             body["messages"] = turns
             if system:
@@ -337,10 +349,10 @@ class LLMClient:
         elif end.completion and end.writer is not None:
             prompt, stops = end.writer(messages)
             body = completion_body(end.completion, prompt, stops, end.model, limit, temperature)
-            if shaped:
+            if form != "off":
                 body.update(completion_fields(end.completion, operation))
-        elif shaped:
-            body.update(chat_fields(operation, self.settings.structured_output))
+        else:
+            body.update(chat_fields(operation, form))
         try:
             async with asyncio.timeout(self.settings.timeout_seconds):
                 response = await end.upstream.send_to(

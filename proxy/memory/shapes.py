@@ -83,11 +83,22 @@ def completion_fields(path: str, operation: Operation) -> dict[str, Any]:
 
 
 def refused(status: int, raw: bytes) -> bool:
-    """Whether an answer is a server refusing the shape's parameter."""
-    if status not in (400, 422):
-        return False
+    """Whether an answer is a server refusing the shape's parameter: a 400 or 422 that
+    names it, or a 500 that names the parameter itself (llama-cpp-python's server answers
+    an unknown `response_format` type so)."""
     said = raw[:2000].decode("utf-8", "replace").lower()
-    return any(word in said for word in REFUSAL_WORDS)
+    if status in (400, 422):
+        return any(word in said for word in REFUSAL_WORDS)
+    return status == 500 and any(word in said for word in REFUSAL_WORDS[:3])
+
+
+def weaker(form: StructuredOutput, configured: StructuredOutput, chat: bool) -> StructuredOutput:
+    """The form to ask a server for once it refused `form`: with `auto`, a chat
+    completion server that refuses a JSON schema is asked for llama.cpp's `json_object`
+    with the schema (llama-cpp-python's server takes only that); else nothing."""
+    if chat and configured == "auto" and form in ("auto", "json_schema"):
+        return "json_object"
+    return "off"
 
 
 # GBNF (llama.cpp's grammar format, which KoboldCpp reads too) for the schemas above:

@@ -83,6 +83,9 @@ class FakeState:
     rambles_unless_shaped: bool = False
     # As a server without structured output: a 400 naming `response_format`.
     refuses_shape: bool = False
+    # As llama-cpp-python's server: a JSON schema's `response_format` is a 500 naming it;
+    # `json_object` with a schema is taken.
+    json_object_only: bool = False
 
 
 STATE = web.AppKey("state", FakeState)
@@ -281,6 +284,13 @@ async def chat(request: web.Request) -> web.StreamResponse:
         message = "Unrecognized request argument supplied: response_format"
         return web.json_response({"error": {"message": message, "type": "invalid_request_error"}},
                                  status=400)  # fmt: skip
+    form = payload.get("response_format")
+    schema_form = isinstance(form, dict) and form.get("type") != "json_object"
+    if operation is not None and state.json_object_only and schema_form:
+        message = ("1 validation error: {'type': 'literal_error', 'loc': ('body', "
+                   "'response_format', 'type'), 'msg': \"Input should be 'text' or "
+                   "'json_object'\"}")  # fmt: skip
+        return web.json_response({"error": {"message": message}}, status=500)
     model = str(payload.get("model", "fake-model"))
     limit = payload.get("max_tokens")
     if operation is not None:

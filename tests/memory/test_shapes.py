@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+from typing import Any
 
 import pytest
 
@@ -18,7 +19,7 @@ from tests.memory_env import Memory, MemoryFactory
 NO_RECAPS = {"memory.message_recaps": False, "queue.max_attempts": 1}
 
 
-def own_calls(memory: Memory) -> list[dict[str, object]]:
+def own_calls(memory: Memory) -> list[dict[str, Any]]:
     return [
         json.loads(seen.body)
         for seen in memory.fake.state.seen
@@ -77,10 +78,28 @@ async def test_a_server_that_refuses_the_shape_is_asked_without_from_then_on(
     await memory.client.post("/v1/chat/completions", json=memory.story.request())
     await memory.until(lambda db: db.memory.running_recaps(CHAT_ID))
     calls = own_calls(memory)
-    assert "response_format" in calls[0] and "response_format" not in calls[1]
-    assert all("response_format" not in body for body in calls[1:])
-    said = [r for r in caplog.records if "refuses structured answers" in r.getMessage()]
-    assert len(said) == 1 and "Unrecognized request argument" in said[0].getMessage()
+    forms = [dict(body.get("response_format") or {}).get("type") for body in calls]
+    # A JSON schema, then llama.cpp's json_object with the schema, then nothing, for good.
+    assert forms[:3] == ["json_schema", "json_object", None] and set(forms[3:]) == {None}
+    said = [
+        r.getMessage() for r in caplog.records if "refuses structured answers" in r.getMessage()
+    ]
+    assert len(said) == 2 and "Unrecognized request argument" in said[0]
+    assert said[0].endswith("go as json_object ([memory.llm] structured_output)")
+
+
+async def test_llama_cpp_pythons_server_gets_the_form_it_takes(
+    memory_proxy: MemoryFactory,
+) -> None:
+    """llama-cpp-python's server answers a JSON schema's `response_format` with a 500
+    naming it, and takes `json_object` with a schema: the memory builds in that form."""
+    memory = await memory_proxy(16, ends={8}, **NO_RECAPS)
+    memory.fake.state.json_object_only = True
+    memory.fake.state.rambles_unless_shaped = True
+    await memory.client.post("/v1/chat/completions", json=memory.story.request())
+    await memory.until(lambda db: db.memory.running_recaps(CHAT_ID))
+    forms = [dict(body.get("response_format") or {}).get("type") for body in own_calls(memory)]
+    assert forms[0] == "json_schema" and set(forms[1:]) == {"json_object"}
 
 
 def test_each_form_of_the_shape() -> None:
