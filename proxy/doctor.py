@@ -21,6 +21,7 @@ from typing import Any
 
 import aiohttp
 
+from proxy.chat.injection import load_injection_templates, template_problem
 from proxy.core.guard import reachable
 from proxy.core.tokens import TokenCounter
 from proxy.doctor_net import (
@@ -34,7 +35,7 @@ from proxy.doctor_net import (
     running_proxy,
     upstream_check,
 )
-from proxy.errors import ConfigError
+from proxy.errors import ConfigError, RecapProxyError
 from proxy.settings import Settings, default_config_path, load_settings, load_settings_partly
 from proxy.sillytavern.connection import connection, points_at, proxy_urls
 from proxy.sillytavern.layout import before_first_start, inside, same_folder, scan, served_data_dir
@@ -103,6 +104,7 @@ async def run_checks(
                     await probe(upstream, route.base_url, key, f"route {route.prefix}", where)
                 )
             checks.append(await memory_llm_check(upstream, settings))
+        checks.append(_template(settings))
         checks.append(_tokenizer())
         checks.extend(history_checks(running))
     return checks
@@ -249,6 +251,18 @@ def _st_points_here(data_dir: Path, origin: str, settings: Settings) -> list[Che
                 f"in ST: set {found.field} to {wanted[0]}",
             ))  # fmt: skip
     return checks
+
+
+def _template(settings: Settings) -> Check:
+    try:
+        problem = template_problem(load_injection_templates(settings.injection))
+    except RecapProxyError as exc:
+        return Check("injection template", False, str(exc), "set [injection] template_file to "
+                     "a file that can be read, or leave it unset for the bundled one")  # fmt: skip
+    if problem is not None:
+        fix = "put {{running_recap}} in it, or leave it unset for the bundled one"
+        return Check("injection template", False, problem, fix)
+    return Check("injection template", True, "carries the memory")
 
 
 def _tokenizer() -> Check:

@@ -18,7 +18,12 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from proxy.chat.injection import Injector, load_injection_templates, policy_from
+from proxy.chat.injection import (
+    Injector,
+    load_injection_templates,
+    policy_from,
+    template_problem,
+)
 from proxy.core.guard import LivePolicy
 from proxy.core.tokens import TokenCounter
 from proxy.errors import ConfigError
@@ -91,6 +96,9 @@ class Reloader:
             if problem is not None:
                 raise ConfigError(f"the reload would leave the proxy open: {problem}")
         templates = load_injection_templates(new.injection)
+        problem = template_problem(templates)
+        if problem is not None:
+            log.warning("%s ([injection] template, template_file)", problem)
         prompts = Prompts.load(new.memory) if self.engine is not None else None
         changed = sorted(_changed(self.current, new))
         restart = sorted(k for k in _changed(self.started, new) if _needs_restart(k))

@@ -354,3 +354,17 @@ def test_a_store_disk_nearly_full_is_a_failed_check(
     _, checks = doctor(config, data, capsys)
     assert checks["store"]["ok"] is False
     assert checks["store"]["detail"].startswith(f"only 40 MB free on the disk of {tmp_path}")
+
+
+async def test_an_injection_template_that_carries_no_memory_is_pointed_out(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    data, config, _ = setup(tmp_path, f"http://127.0.0.1:{free_port()}/v1")
+    _, checks = await _doctor(config, data, capsys)
+    assert checks["injection template"]["ok"] is True
+    with config.open("a", encoding="utf-8") as extra:
+        extra.write('[injection]\ntemplate = "  "\n')
+    _, checks = await _doctor(config, data, capsys)
+    template = checks["injection template"]
+    assert template["ok"] is False and "blank" in template["detail"]
+    assert "{{running_recap}}" in template["fix"]

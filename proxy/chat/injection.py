@@ -58,6 +58,20 @@ def load_injection_templates(settings: InjectionSettings) -> MemoryTemplates:
     )
 
 
+def template_problem(templates: MemoryTemplates) -> str | None:
+    """Why the memory's main template carries no memory (blank, or no macro in it: the
+    running recap never goes into a request), or None."""
+    stable = templates.stable
+    if not stable.source.strip():
+        return "the injection template is blank: no memory goes into any request"
+    if not stable.macros:
+        return (
+            "the injection template holds no macro ({{running_recap}}, ...): its text goes "
+            "into requests, but never the memory"
+        )
+    return None
+
+
 def policy_from(settings: InjectionSettings) -> InjectionPolicy:
     return InjectionPolicy(
         placement=settings.placement(),

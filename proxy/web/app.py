@@ -14,7 +14,12 @@ from aiohttp import web
 
 from adapters import formats
 from proxy.cassette import Recorder, configured_keys
-from proxy.chat.injection import Injector, load_injection_templates, policy_from
+from proxy.chat.injection import (
+    Injector,
+    load_injection_templates,
+    policy_from,
+    template_problem,
+)
 from proxy.chat.lore import LoreService
 from proxy.chat.providers import ChatMemory, MemoryProvider
 from proxy.core.guard import GuardPolicy, LivePolicy
@@ -121,6 +126,9 @@ def make_app(
     relay = Relay(upstream, recorder, vitals, metrics)
     policy = policy_from(settings.injection)
     templates = load_injection_templates(settings.injection)
+    problem = template_problem(templates)
+    if problem is not None:
+        log.warning("%s ([injection] template, template_file)", problem)
     own_upstream: Upstream | None = None
     engine: MemoryEngine | None = None
     library: ChatLibrary | None = None

@@ -20,6 +20,7 @@ from proxy.chat.injection import (
     load_injection_templates,
     policy_from,
     reused,
+    template_problem,
 )
 from proxy.core.models import ChatMessage, Memory
 from proxy.settings.injection import InjectionSettings
@@ -226,3 +227,13 @@ async def test_consecutive_requests_get_the_body_a_fresh_injector_gives() -> Non
         assert got.body == (await fresh.prepare(adapter, raw, {})).body
         assert got.dropped == (3, 4) and got.tokens > 0
     assert injector._last[adapter.name].carried > 40  # the last one reused the one before
+
+
+@pytest.mark.parametrize(
+    ("template", "said"),
+    [("   \n", "blank"), ("Remember the story.", "holds no macro"), ("{{running_recap}}", None)],
+)
+def test_a_template_that_carries_no_memory_is_said(template: str, said: str | None) -> None:
+    templates = load_injection_templates(InjectionSettings(template=template))
+    problem = template_problem(templates)
+    assert (problem is None) if said is None else (problem is not None and said in problem)

@@ -144,3 +144,11 @@ async def test_a_store_that_cannot_be_used_leaves_the_proxy_proxying_and_says_wh
         assert listed.status == 503 and error["code"] == "store_unusable", path
         assert "file is not a database" in error["message"]
     assert (tmp_path / "store.sqlite3").read_bytes() == damaged  # left for the user to save
+
+
+def test_a_blank_injection_template_is_warned_of_at_start(
+    fake_llm: FakeLLM, caplog: pytest.LogCaptureFixture
+) -> None:
+    settings = make_settings(**{"upstream.base_url": fake_llm.base_url, "injection.template": ""})
+    make_app(settings)
+    assert "the injection template is blank: no memory goes into any request" in caplog.text
