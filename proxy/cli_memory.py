@@ -68,6 +68,11 @@ def add_memory_commands(sub: Any, config_arg: Any) -> None:
     breaks.add_argument("index", type=int, help="the message's index (ST's message id)")
     breaks.add_argument("--remove", action="store_true")
 
+    clear = sub.add_parser("clear-recap", help="clear a message's recap (made again when due)")
+    server_arg(clear)
+    clear.add_argument("chat", help=chat_help)
+    clear.add_argument("index", type=int, help="the message's index (ST's message id)")
+
     regenerate = sub.add_parser("regenerate", help="write a recap again")
     server_arg(regenerate)
     regenerate.add_argument("chat", help=chat_help)
@@ -110,6 +115,10 @@ async def run_memory_command(args: argparse.Namespace) -> int:
             return await _memory(server, base, args)
         if args.command == "export":
             return await _export(server, base, args, settings)
+        if args.command == "clear-recap":
+            cleared = await server.call("DELETE", f"{base}/messages/{args.index}/recap", {})
+            print(json.dumps(cleared))
+            return 0
         if args.command == "scene-break":
             method = "DELETE" if args.remove else "PUT"
             print(

@@ -151,3 +151,21 @@ async def test_memory_shows_a_failed_job_and_how_it_comes_back(
     assert "queue:   0 queued, 0 running, 1 failed" in out
     assert "failed:  scene_recap (job " in out and "401" in out
     assert "failed_retry_minutes" in out
+
+
+async def test_a_message_recap_is_cleared_and_its_reasoning_shown(
+    memory_proxy: MemoryFactory, capsys: pytest.CaptureFixture[str]
+) -> None:
+    memory = await memory_proxy(16, ends=set(), **{"memory.message_recaps": "always"})
+    memory.fake.state.thinking = "Tom only asks; nothing happens yet."
+    await memory.client.post("/v1/chat/completions", json=memory.story.request())
+    await memory.engine.settle()
+    path = f"/recap/api/chats/{quote(CHAT_ID, safe='')}/recaps"
+    listed = await (await memory.client.get(path)).json()
+    assert listed and all(r["reasoning"] == "Tom only asks; nothing happens yet." for r in listed)
+    index = listed[0]["index"]
+    await memory.engine.queue.pause()  # so that the recap is not made again at once
+    assert await cli(memory, "clear-recap", CHAT_ID, str(index)) == 0
+    assert '"cleared": true' in capsys.readouterr().out
+    after = await (await memory.client.get(path)).json()
+    assert index not in [r["index"] for r in after]

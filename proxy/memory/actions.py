@@ -284,6 +284,18 @@ class MemoryActions:
         await self._then_plan(chat_id, work)
         return {"index": index, "recap": recap.strip(), "edited": True}
 
+    async def clear_message_recap(self, chat_id: str, index: int) -> JSONObject:
+        """The message's recap (of its current swipe) is gone; the memory makes it again
+        when it is due (exclude the message to keep it without one)."""
+
+        def work(db: Database) -> bool:
+            uid = self._uid(db, chat_id, index)
+            record = db.memory.messages_by_uid([uid])[uid]
+            return db.memory.delete_message_recap(uid, swipe_of(record))
+
+        cleared = await self._then_plan(chat_id, work)
+        return {"index": index, "cleared": bool(cleared)}
+
     async def exclude_message(self, chat_id: str, index: int, excluded: bool) -> JSONObject:
         def work(db: Database) -> None:
             db.memory.set_excluded(chat_id, self._uid(db, chat_id, index), excluded)

@@ -18,7 +18,8 @@ from proxy.core.jsontypes import as_int
 from proxy.core.replies import ReplyError, read_reply
 from proxy.core.scenes import RunningAnswer
 from proxy.errors import JobFailure
-from proxy.memory.handling import CutOff, OperationHandler, digest, gone
+from proxy.memory.answers import Answer
+from proxy.memory.handling import CutOff, OperationHandler, digest, gone, thinking
 from proxy.memory.jobs import Apply
 from proxy.memory.operations import Operation, job_key
 from proxy.memory.running import newest_at, running_before
@@ -57,14 +58,15 @@ class _BudgetedHandler(OperationHandler):
         budget = self.context.settings.running_recap_max_tokens
         return {"max_tokens": str(budget), "max_words": str(words(budget))}
 
-    def read(self, text: str, source: str) -> tuple[str, str]:
-        """The recap in the answer `text`, checked to be a real one of `source`."""
+    def read(self, reply: Answer, source: str) -> tuple[str, str]:
+        """The recap in the answer, checked to be a real one of `source`, and what the
+        model thought first."""
         try:
-            answer, reasoning = read_reply(text, RunningAnswer)
+            answer, thought = read_reply(reply.text, RunningAnswer)
         except ReplyError as exc:
             raise JobFailure(f"{self.operation}: {exc}") from None
-        self.check(text, [answer.recap], source)
-        return answer.recap, reasoning
+        self.check(reply.text, [answer.recap], source)
+        return answer.recap, thinking(reply.reasoning, thought)
 
 
 _FoldInput = tuple[SceneBreak | None, SceneRecap | None, RunningRecap | None]
@@ -121,7 +123,7 @@ class RunningRecapHandler(_BudgetedHandler):
                 raise
             return self._condense_first(job, base, exc.limit)
         source = "\n".join((values["running_recap"], values["scene_name"], recap.recap))
-        text, reasoning = self.read(answer.text, source)
+        text, reasoning = self.read(answer, source)
         uid = scene.uid
 
         def apply(db: Database) -> None:
@@ -187,7 +189,7 @@ class CondenseHandler(_BudgetedHandler):
         values = {"running_recap": found.content, **self.budget_values(), **names}
         messages = self.context.prompts.messages(self.operation, values)
         answer = await self.complete(job, messages)
-        text, reasoning = self.read(answer.text, found.content)
+        text, reasoning = self.read(answer, found.content)
         if count(text) > budget:
             # One plain re-ask, as a person would: say how long it came out.
             messages = [
@@ -201,7 +203,7 @@ class CondenseHandler(_BudgetedHandler):
                 },
             ]
             again = await self.complete(job, messages)
-            text, reasoning = self.read(again.text, found.content)
+            text, reasoning = self.read(again, found.content)
         after = count(text)
         if after >= before:
             raise JobFailure(

@@ -28,7 +28,7 @@ from proxy.core.scenes import (
 from proxy.errors import JobFailure
 from proxy.memory.chatinfo import swipe_of
 from proxy.memory.folding import CondenseHandler, RunningRecapHandler
-from proxy.memory.handling import HandlerContext, OperationHandler, digest, gone
+from proxy.memory.handling import HandlerContext, OperationHandler, digest, gone, thinking
 from proxy.memory.jobs import Apply
 from proxy.memory.operations import Operation
 from proxy.memory.running import covered_through, drop_running_from, running_before
@@ -86,10 +86,11 @@ class MessageRecapHandler(OperationHandler):
         values = {"messages": numbered((p, seen[p]) for p in by_position), **names}
         answer = await self.ask(job, values)
         try:
-            found, reasoning = read_message_recaps(answer.text, by_position.keys())
+            found, thought = read_message_recaps(answer.text, by_position.keys())
         except ReplyError as exc:
             raise JobFailure(f"{self.operation}: {exc}") from None
         self.check(answer.text, found.values())
+        reasoning = thinking(answer.reasoning, thought)
         # Each recap must be of its own message: one about something else is left out
         # (its message is recapped again later), not kept.
         found = {p: recap for p, recap in found.items() if related(recap, seen[p].mes)}
@@ -296,10 +297,11 @@ class SceneRecapHandler(OperationHandler):
         }
         reply = await self.ask(job, values)
         try:
-            answer, reasoning = read_reply(reply.text, SceneAnswer)
+            answer, thought = read_reply(reply.text, SceneAnswer)
         except ReplyError as exc:
             raise JobFailure(f"{self.operation}: {exc}") from None
         self.check(reply.text, [answer.scene_name, answer.recap], values["scene_messages"])
+        reasoning = thinking(reply.reasoning, thought)
         name = scene_name(
             answer.scene_name,
             first,

@@ -105,6 +105,12 @@ def stripping(patterns: tuple[str, ...]) -> tuple[re.Pattern[str], ...]:
     return tuple(re.compile(p) for p in patterns)
 
 
+def thinking(api: str, text: str) -> str:
+    """What the model thought before its answer: the API's reasoning field (a thinking
+    model's), and any `<think>` block in the text."""
+    return "\n\n".join(part.strip() for part in (api, text) if part.strip())
+
+
 def digest(*parts: object) -> str:
     return hashlib.sha1(repr(parts).encode(), usedforsecurity=False).hexdigest()[:20]
 

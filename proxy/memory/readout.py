@@ -146,6 +146,7 @@ def message_recaps(db: Database, chat_id: str, view: MemoryView | None) -> list[
                 "index": record.position,
                 "swipe": swipe_of(record),
                 "recap": done.recap if done else None,
+                "reasoning": done.reasoning if done else None,
                 "edited": bool(done and done.edited),
                 "source": done.source if done else None,
                 "stale": bool(done and not fresh),

@@ -151,6 +151,13 @@ class MemoryTable(Table):
             for row in rows
         }
 
+    def delete_message_recap(self, uid: int, swipe: int) -> bool:
+        """Clear one message's recap (of one swipe); whether there was one."""
+        cursor = self.db.execute(
+            "DELETE FROM message_recaps WHERE message_uid=? AND swipe=?", (uid, swipe)
+        )
+        return cursor.rowcount > 0
+
     def put_message_recap(
         self,
         chat_id: str,

@@ -185,6 +185,7 @@ class SceneRecap:
             "version": self.version,
             "scene_name": self.scene_name,
             "recap": self.recap,
+            "reasoning": self.reasoning,  # what the model thought first, when it said
             "source": self.source,
             "created": self.created,
             "current": self.version == current,

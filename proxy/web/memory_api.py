@@ -178,6 +178,10 @@ async def edit_message_recap(request: web.Request, a: MemoryActions) -> JSONAnsw
     return await a.edit_message_recap(_chat(request), _index(request), field(data, "recap", str))
 
 
+async def clear_message_recap(request: web.Request, a: MemoryActions) -> JSONAnswer:
+    return await a.clear_message_recap(_chat(request), _index(request))
+
+
 async def exclude_message(request: web.Request, a: MemoryActions) -> JSONAnswer:
     data = await json_body(request)
     excluded = field(data, "excluded", bool)
@@ -350,6 +354,7 @@ def add_memory_routes(app: web.Application) -> None:
     r.add_post(CHAT + "/running/regenerate", _json(regenerate_running))
     r.add_get(CHAT + "/recaps", _json(message_recaps))
     r.add_put(message + "/recap", _json(edit_message_recap))
+    r.add_delete(message + "/recap", _json(clear_message_recap))
     r.add_put(message + "/excluded", _json(exclude_message))
     r.add_post(message + "/recap/regenerate", _json(regenerate_message))
     r.add_post("/recap/api/preview", preview_request)

@@ -86,6 +86,8 @@ class FakeState:
     # As llama-cpp-python's server: a JSON schema's `response_format` is a 500 naming it;
     # `json_object` with a schema is taken.
     json_object_only: bool = False
+    # The reasoning a thinking model gives before its answers to the proxy's own calls.
+    thinking: str | None = None
 
 
 STATE = web.AppKey("state", FakeState)
@@ -315,7 +317,10 @@ async def chat(request: web.Request) -> web.StreamResponse:
         answer, finish = limited(answer, limit)
         contents = [str(m.get("content", "")) for m in payload["messages"]]
         usage = count_call(state, operation, contents, answer)
-        return web.json_response(completion(answer, model=model, finish=finish, usage=usage))
+        done = completion(answer, model=model, finish=finish, usage=usage)
+        if state.thinking:
+            done["choices"][0]["message"]["reasoning_content"] = state.thinking
+        return web.json_response(done)
     reply, finish = limited(REPLY, limit)
     if not payload.get("stream"):
         raw = json.dumps(completion(reply, model=model, finish=finish)).encode()

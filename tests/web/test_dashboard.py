@@ -20,6 +20,7 @@ from urllib.parse import quote
 import aiohttp
 import pytest
 
+from proxy.core.guard import KEY_HEADER
 from tests.conftest import FakeLLM
 from tests.memory.story import CHAT_ID, Story
 from tests.test_serve_e2e import free_port, launch, stop, wait_for_port
@@ -422,4 +423,39 @@ async def test_the_page_says_what_makes_the_proxy_degraded(
     await expect(banner).to_contain_text("recap-proxy doctor says what to do.")
     away.rename(served.data)
     await expect(banner).to_be_hidden(timeout=30_000)
+    assert page.errors == []  # type: ignore[attr-defined]
+
+
+async def test_a_recap_shows_the_models_reasoning_and_can_be_cleared(
+    served: Served, browser: Browser
+) -> None:
+    served.fake.state.thinking = "The scene ends when they part at the door."
+    await chat_request(served)
+    chat = quote(CHAT_ID, safe="")
+    headers = {KEY_HEADER: KEY}
+    async with aiohttp.ClientSession(served.url, headers=headers) as session:
+
+        async def recaps() -> list[dict[str, object]]:
+            async with session.get(f"/recap/api/chats/{chat}/recaps") as answer:
+                found: list[dict[str, object]] = await answer.json()
+                return found
+
+        async with session.put(f"/recap/api/chats/{chat}/messages/4/recap",
+                               json={"recap": "Ava shows Tom the tracks."}) as answer:  # fmt: skip
+            assert answer.status == 200
+        page = await open_dashboard(browser, served)
+        await page.goto(f"{served.url}/recap/#/chat/{chat}")
+        scene = page.locator('details.scene[data-scene="8"]')
+        await expect(scene.locator("summary")).not_to_contain_text("no recap yet")
+        await scene.locator("summary").click()
+        await scene.get_by_role("button", name="Versions").click()
+        reasoning = scene.locator(".versions-list details.reasoning")
+        await reasoning.locator("summary").click()
+        await expect(reasoning).to_contain_text("they part at the door")
+        message = page.locator('.msg[data-index="4"]')
+        await expect(message.locator(".mrecap")).to_contain_text("Ava shows Tom the tracks.")
+        await message.hover()
+        await message.get_by_role("button", name="Clear recap").click()
+        await expect(message.locator(".mrecap")).to_have_count(0)
+        assert not [r for r in await recaps() if r["index"] == 4]
     assert page.errors == []  # type: ignore[attr-defined]

@@ -206,9 +206,16 @@ function messageElement(m) {
         h("button", { onclick: () => act("PUT", base + "/excluded", { excluded: !(recap && recap.excluded) }, "saved") },
           recap && recap.excluded ? "Include" : "Exclude"),
         h("button", { onclick: () => act("POST", base + "/recap/regenerate", {}, "regenerating") }, "Regenerate recap"),
+        recap && recap.recap ? h("button", { onclick: () => act("DELETE", base + "/recap", undefined, "recap cleared") }, "Clear recap") : "",
         m.role === "assistant" ? h("button", { onclick: () => showLore(m, lore) }, "Lore") : "")),
     h("div", { class: "text" }, m.text),
-    recap && recap.recap ? h("div", { class: "mrecap" }, "↳ " + recap.recap) : "", lore);
+    recap && recap.recap ? h("div", { class: "mrecap" }, "↳ " + recap.recap) : "",
+    recap && recap.reasoning ? reasoningElement(recap.reasoning) : "", lore);
+}
+
+// What the model thought before it answered, when its API said: folded, as ST shows it.
+function reasoningElement(text) {
+  return h("details", { class: "reasoning" }, h("summary", {}, "the model's reasoning"), h("div", { class: "muted" }, text));
 }
 
 function breakElement(mark) {
@@ -248,7 +255,7 @@ async function showVersions(scene, row) {
     h("span", { class: "muted" }, when(v.created)),
     v.current ? "" : h("button", { onclick: () => act("PATCH", chatPath(state.chat) + `/scenes/${scene.index}`, { current_version: v.version }, "picked").then(keptNote) }, "Pick"),
     h("button", { onclick: () => editSceneRecap(scene, v.recap) }, "Edit into a new version"),
-    h("div", { class: "recap" }, v.recap))));
+    h("div", { class: "recap" }, v.recap), v.reasoning ? reasoningElement(v.reasoning) : "")));
   const old = row.parentElement.querySelector(".versions-list");
   if (old) old.remove();
   row.after(list);
