@@ -107,6 +107,8 @@ class Health:
     watcher: str  # "running", "off" (no data folder or watching off), "missing", "stopped"
     queue: dict[str, int]
     vitals: Vitals
+    # The newest failed job's operation and error: why some chat's memory is not built.
+    memory_failure: str | None = None
 
     @property
     def problems(self) -> list[str]:
@@ -137,6 +139,7 @@ class Health:
             "store": self.store,
             "watcher": self.watcher,
             "queue": dict(self.queue),
+            "memory": {"last_failure": self.memory_failure},
             "upstream": {
                 "last_status": upstream.last_status,
                 "last_error": upstream.last_error,

@@ -64,6 +64,18 @@ def probe(db: sqlite3.Connection, now: float) -> dict[str, int]:
     return {**queue_counts(db), "waiting_for_model": int(waiting)}
 
 
+def newest_failure(db: sqlite3.Connection) -> str | None:
+    """The newest failed job's operation and error (why the memory of some chat is not
+    being built: a model that copies the prompt back, a refused key), or None."""
+    row = db.execute(
+        "SELECT operation, error FROM jobs WHERE state = 'failed' ORDER BY updated DESC LIMIT 1"
+    ).fetchone()
+    if row is None:
+        return None
+    operation, error = row
+    return f"{operation}: {(error or 'failed')[:300]}"
+
+
 def queue_counts(db: sqlite3.Connection) -> dict[str, int]:
     """Jobs by state: queued, running, failed."""
     counts = dict.fromkeys(STATES, 0)

@@ -12,7 +12,7 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from proxy.errors import ConfigError, RequestError, TemplateError
-from proxy.store.overview import STATES, probe, queue_counts
+from proxy.store.overview import STATES, newest_failure, probe, queue_counts
 from proxy.vitals import Health
 from proxy.web.keys import METRICS, RELOADER, STORE, VITALS, WATCHER
 
@@ -25,11 +25,13 @@ async def health(request: web.Request) -> web.Response:
     app = request.app
     store = app.get(STORE)
     queue = dict.fromkeys(STATES, 0)
+    failure: str | None = None
     state = app[VITALS].store_problem or "none"
     if store is not None:
         try:
-            queue = await asyncio.wait_for(
-                store.call(lambda db: probe(db.db, time.time())), STORE_WAIT
+            queue, failure = await asyncio.wait_for(
+                store.call(lambda db: (probe(db.db, time.time()), newest_failure(db.db))),
+                STORE_WAIT,
             )
             state = store.failure or "ok"  # reads work on a full disk; writes say it
         except TimeoutError:
@@ -37,7 +39,9 @@ async def health(request: web.Request) -> web.Response:
         except Exception as exc:  # the store's own error is what the operator needs
             state = store.failure or f"{type(exc).__name__}: {exc}"
     watcher = app.get(WATCHER)
-    report = Health(state, watcher.state if watcher else "off", queue, app[VITALS]).to_json()
+    report = Health(
+        state, watcher.state if watcher else "off", queue, app[VITALS], failure
+    ).to_json()
     return web.json_response(report, status=200 if report["status"] == "ok" else 503)
 
 

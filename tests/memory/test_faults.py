@@ -286,6 +286,10 @@ async def test_a_model_that_copies_the_prompt_back_finds_no_scene_break(
     [failed] = await memory.run(lambda db: db.jobs.list(CHAT_ID, ("failed",)))
     assert "copies the prompt back" in (failed.error or "")
     assert "instruction-tuned" in (failed.error or "")
+    # /health says why, for whoever looks there first.
+    health = await (await memory.client.get("/health")).json()
+    said = health["memory"]["last_failure"]
+    assert said.startswith("detect_scene_break: ") and "copies the prompt back" in said
 
 
 async def test_recaps_about_something_else_are_not_kept(memory_proxy: MemoryFactory) -> None:
