@@ -27,13 +27,19 @@ from proxy.memory.answers import Answer, read_answer, read_anthropic, short
 from proxy.memory.operations import Operation
 from proxy.memory.settings import LLMSettings
 from proxy.memory.shapes import (
+    Forms,
     StructuredOutput,
     chat_fields,
     completion_fields,
     refused,
-    weaker,
 )
-from proxy.memory.textcalls import NO_ROUTE, completion_body, completion_path, read_completion
+from proxy.memory.textcalls import (
+    NO_ROUTE,
+    anthropic_messages,
+    completion_body,
+    completion_path,
+    read_completion,
+)
 from proxy.upstream import Upstream
 
 log = logging.getLogger(__name__)
@@ -97,7 +103,7 @@ class LLMClient:
         # Text completion servers (their root URL) found to have no chat route.
         self._no_chat: set[str] = set()
         # The shape's form each server takes, once one refused the configured form.
-        self._forms: dict[str, StructuredOutput] = {}
+        self._forms = Forms()
 
     @property
     def upstream_name(self) -> str:
@@ -253,6 +259,9 @@ class LLMClient:
             if override and override.temperature is not None
             else self.settings.temperature
         )
+        prefill = override.prefill if override else None
+        if prefill and not end.completion:
+            messages = [*messages, {"role": "assistant", "content": prefill}]
         status, raw = await self._shaped(end, messages, limit, temperature, operation)
         if status in NO_ROUTE and end.writer is not None and not end.completion:
             # The server completes text only: from now on its chats' calls go there.
@@ -274,24 +283,28 @@ class LLMClient:
                 f"{operation}: the API refused the call ({status}) at {where}: {short(raw)}"
             )
         try:
-            if end.anthropic:
-                answer = read_anthropic(raw, end.model, operation)
-                if self._form(end) != "off" and not answer.text.lstrip().startswith("{"):
-                    # The model went on from the `{` it was given.
-                    answer = replace(answer, text="{" + answer.text)
-                return answer
-            if end.completion:
-                done = read_completion(end.completion, raw)
-                if done is None:
-                    raise JobFailure(f"{operation}: not a completion: {short(raw)}")
-                return Answer(done.text, "", end.model, done.finish_reason)
-            return read_answer(raw, end.model, operation)
+            answer = self._read(end, raw, operation)
         except JobFailure as exc:
             raise JobFailure(f"{exc} (the answer of {where})") from None
+        # The model went on from the start it was given (Claude's `{`, a prefill).
+        start = prefill or ("{" if end.anthropic and self._form(end) != "off" else "")
+        if start and not answer.text.lstrip().startswith(start.strip()):
+            answer = replace(answer, text=start + answer.text)
+        return answer
+
+    def _read(self, end: Endpoint, raw: bytes, operation: Operation) -> Answer:
+        if end.anthropic:
+            return read_anthropic(raw, end.model, operation)
+        if end.completion:
+            done = read_completion(end.completion, raw)
+            if done is None:
+                raise JobFailure(f"{operation}: not a completion: {short(raw)}")
+            return Answer(done.text, "", end.model, done.finish_reason)
+        return read_answer(raw, end.model, operation)
 
     def _form(self, end: Endpoint) -> StructuredOutput:
         """How this call asks the server to keep the answer in shape ("off": not at all)."""
-        return self._forms.get(end.server_key, self.settings.structured_output)
+        return self._forms.form(end.server_key, self.settings.structured_output)
 
     async def _shaped(
         self,
@@ -310,18 +323,8 @@ class LLMClient:
             status, raw = await self._send(end, messages, limit, temperature, operation, form)
             if form == "off" or not refused(status, raw):
                 return status, raw
-            fallback = weaker(form, self.settings.structured_output, chat)
-            self._forms[end.server_key] = fallback
-            log.warning(
-                "%s refuses structured answers as %s (%s: %s); the memory's calls to it go %s "
-                "([memory.llm] structured_output)",
-                safe_url(end.server_key),
-                "a JSON schema" if form in ("auto", "json_schema") else form,
-                status,
-                short(raw),
-                "without" if fallback == "off" else f"as {fallback}",
-            )
-            form = fallback
+            configured = self.settings.structured_output
+            form = self._forms.refused(end.server_key, form, configured, chat, status, raw)
 
     async def _send(
         self,
@@ -339,20 +342,29 @@ class LLMClient:
             "max_tokens": limit,
             "stream": False,
         }
+        override = self.settings.operations.get(operation.value)
+        stops = override.stop if override else []
         if end.anthropic:
             system, turns = anthropic_messages(messages)
-            if form != "off":  # Claude takes no schema: its answer is started for it
+            if form != "off" and turns[-1]["role"] != "assistant":
+                # Claude takes no schema: its answer is started for it.
                 turns.append({"role": "assistant", "content": "{"})
             body["messages"] = turns
             if system:
                 body["system"] = system
+            if stops:
+                body["stop_sequences"] = stops
         elif end.completion and end.writer is not None:
-            prompt, stops = end.writer(messages)
-            body = completion_body(end.completion, prompt, stops, end.model, limit, temperature)
+            prompt, own = end.writer(messages)
+            body = completion_body(
+                end.completion, prompt, [*own, *stops], end.model, limit, temperature
+            )
             if form != "off":
                 body.update(completion_fields(end.completion, operation))
         else:
             body.update(chat_fields(operation, form))
+            if stops:
+                body["stop"] = stops
         try:
             async with asyncio.timeout(self.settings.timeout_seconds):
                 response = await end.upstream.send_to(
@@ -372,26 +384,3 @@ class LLMClient:
             raise JobFailure(f"{operation}: no answer in {seconds:.0f} s") from None
         except UpstreamError as exc:
             raise JobFailure(f"{operation}: {exc}") from None
-
-
-def anthropic_messages(
-    messages: Sequence[Mapping[str, str]],
-) -> tuple[str, list[dict[str, str]]]:
-    """An OpenAI-style prompt as Claude takes it, converted as ST converts: the leading
-    system messages become `system`, later ones the user's, and same-role neighbours
-    are merged with a blank line; the turns start with the user's."""
-    system: list[str] = []
-    turns: list[dict[str, str]] = []
-    for message in messages:
-        role, content = message.get("role", "user"), message.get("content", "")
-        if role == "system" and not turns:
-            system.append(content)
-            continue
-        role = "assistant" if role == "assistant" else "user"
-        if turns and turns[-1]["role"] == role:
-            turns[-1] = {"role": role, "content": turns[-1]["content"] + "\n\n" + content}
-        else:
-            turns.append({"role": role, "content": content})
-    if not turns or turns[0]["role"] != "user":
-        turns.insert(0, {"role": "user", "content": "Continue."})
-    return "\n\n".join(system), turns

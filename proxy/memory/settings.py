@@ -18,6 +18,20 @@ class LLMOverride(Section):
     model: str | None = Field(None, description="Model for this operation.")
     temperature: float | None = Field(None, ge=0, le=2, description="Sampling temperature.")
     max_tokens: int | None = Field(None, ge=1, description="Answer length limit.")
+    prefill: str | None = Field(
+        None,
+        description="Text the answer starts with, sent as the start of the model's turn "
+        '(chat completions and Claude), e.g. `{` or `{"recap": "`; the answer is read '
+        "with it in front.",
+        examples=["{"],
+    )
+    stop: list[str] = Field(
+        default_factory=list,
+        description="Strings that end the answer where the model writes them (`stop`, "
+        "Claude's `stop_sequences`, a text completion server's own stops besides its "
+        "template's).",
+        examples=[["\n\nUser:"]],
+    )
 
 
 class LLMSettings(Section):

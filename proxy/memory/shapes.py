@@ -19,9 +19,13 @@ is help, never trust.
 from __future__ import annotations
 
 import json
+import logging
 from typing import Any, Final, Literal
 
+from proxy.core.headers import safe_url
 from proxy.memory.operations import Operation
+
+log = logging.getLogger("proxy.memory.llm")  # said as the LLM client's
 
 StructuredOutput = Literal["auto", "json_schema", "json_object", "grammar", "off"]
 Schema = dict[str, Any]
@@ -99,6 +103,40 @@ def weaker(form: StructuredOutput, configured: StructuredOutput, chat: bool) -> 
     if chat and configured == "auto" and form in ("auto", "json_schema"):
         return "json_object"
     return "off"
+
+
+class Forms:
+    """The form each server is asked in, once it refused the configured one."""
+
+    def __init__(self) -> None:
+        self._forms: dict[str, StructuredOutput] = {}
+
+    def form(self, server: str, configured: StructuredOutput) -> StructuredOutput:
+        return self._forms.get(server, configured)
+
+    def refused(
+        self,
+        server: str,
+        form: StructuredOutput,
+        configured: StructuredOutput,
+        chat: bool,
+        status: int,
+        raw: bytes,
+    ) -> StructuredOutput:
+        """The server refused `form` (`refused`): the weaker one it is asked in from now
+        on, said once."""
+        fallback = self._forms[server] = weaker(form, configured, chat)
+        said = " ".join(raw[:300].decode("utf-8", "replace").split())
+        log.warning(
+            "%s refuses structured answers as %s (%s: %s); the memory's calls to it go %s "
+            "([memory.llm] structured_output)",
+            safe_url(server),
+            "a JSON schema" if form in ("auto", "json_schema") else form,
+            status,
+            said,
+            "without" if fallback == "off" else f"as {fallback}",
+        )
+        return fallback
 
 
 # GBNF (llama.cpp's grammar format, which KoboldCpp reads too) for the schemas above:

@@ -1,4 +1,6 @@
-"""The proxy's own calls to a text completion server that has no chat route.
+"""The bodies of the proxy's own calls that are not OpenAI chat completions: Claude's
+Messages API (the prompt converted as ST converts it), and a text completion server that
+has no chat route.
 
 KoboldCpp, llama.cpp, Ollama and text-generation-webui all answer OpenAI chat completions,
 and that is tried first; a server that answers it 404 (KoboldAI Classic, an old build) gets
@@ -8,7 +10,7 @@ its chat uses, in that endpoint's own body. Pure: bodies in, answers out.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
 import orjson
@@ -75,3 +77,26 @@ def _answer(text: object, finish: object) -> Completion | None:
     if not isinstance(text, str):
         return None
     return Completion(text, str(finish) if finish is not None else None)
+
+
+def anthropic_messages(
+    messages: Sequence[Mapping[str, str]],
+) -> tuple[str, list[dict[str, str]]]:
+    """An OpenAI-style prompt as Claude takes it, converted as ST converts: the leading
+    system messages become `system`, later ones the user's, and same-role neighbours
+    are merged with a blank line; the turns start with the user's."""
+    system: list[str] = []
+    turns: list[dict[str, str]] = []
+    for message in messages:
+        role, content = message.get("role", "user"), message.get("content", "")
+        if role == "system" and not turns:
+            system.append(content)
+            continue
+        role = "assistant" if role == "assistant" else "user"
+        if turns and turns[-1]["role"] == role:
+            turns[-1] = {"role": role, "content": turns[-1]["content"] + "\n\n" + content}
+        else:
+            turns.append({"role": role, "content": content})
+    if not turns or turns[0]["role"] != "user":
+        turns.insert(0, {"role": "user", "content": "Continue."})
+    return "\n\n".join(system), turns

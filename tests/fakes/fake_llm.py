@@ -314,6 +314,10 @@ async def chat(request: web.Request) -> web.StreamResponse:
             answer = f"{prompt}\n\n" * 20  # far past any limit: cut off
         else:
             answer = memory_answer(operation, prompt)
+        last = payload["messages"][-1]
+        if last.get("role") == "assistant" and answer.startswith(str(last.get("content"))):
+            # A prefilled turn: the answer goes on from it, as a local server's does.
+            answer = answer[len(str(last["content"])) :]
         answer, finish = limited(answer, limit)
         contents = [str(m.get("content", "")) for m in payload["messages"]]
         usage = count_call(state, operation, contents, answer)

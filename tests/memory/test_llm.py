@@ -12,9 +12,10 @@ import pytest
 from proxy.core.models import Caller
 from proxy.errors import JobFailure, NoCredentials, Refused, Unauthorized
 from proxy.memory.answers import read_answer, read_anthropic
-from proxy.memory.llm import OPERATION_HEADER, LLMClient, anthropic_messages
+from proxy.memory.llm import OPERATION_HEADER, LLMClient
 from proxy.memory.operations import Operation
 from proxy.memory.settings import LLMSettings
+from proxy.memory.textcalls import anthropic_messages
 from proxy.settings import UpstreamSettings
 from proxy.upstream import Upstream
 from tests.conftest import FakeLLM

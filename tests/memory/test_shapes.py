@@ -152,3 +152,23 @@ def _as_regex(gbnf: str) -> re.Pattern[str]:
         else:
             out.append({"(": "(?:", ")": ")", ")*": ")*", ")?": ")?", "|": "|"}[token])
     return re.compile("".join(out))
+
+
+async def test_a_prefill_and_stop_strings_per_operation(memory_proxy: MemoryFactory) -> None:
+    """`[memory.llm.operations.scene_recap] prefill` starts the model's turn (the answer is
+    read with it in front), and `stop` goes as the API's own stop strings."""
+    start = '{"scene_name": "'
+    operations = {"scene_recap": {"prefill": start, "stop": ["\n\nUser:"]}}
+    memory = await memory_proxy(16, ends={8}, **NO_RECAPS, **{"memory.llm.operations": operations})
+    await memory.client.post("/v1/chat/completions", json=memory.story.request())
+    await memory.until(lambda db: db.memory.running_recaps(CHAT_ID))
+    [scene] = [
+        json.loads(s.body)
+        for s in memory.fake.state.seen
+        if s.headers.get("X-Recap-Proxy-Operation") == "scene_recap"
+    ]
+    assert scene["messages"][-1] == {"role": "assistant", "content": start}
+    assert scene["stop"] == ["\n\nUser:"]
+    [found] = await memory.run(lambda db: db.memory.breaks(CHAT_ID))
+    [recap] = await memory.run(lambda db: db.memory.scene_recaps(found.uid))
+    assert recap.recap.startswith("9 messages")
