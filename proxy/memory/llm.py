@@ -25,10 +25,9 @@ from proxy.core.models import Caller, PromptWriter
 from proxy.errors import JobFailure, NoCredentials, Refused, Unauthorized, UpstreamError
 from proxy.memory.answers import Answer, read_answer, read_anthropic, short
 from proxy.memory.operations import Operation
-from proxy.memory.settings import LLMSettings
+from proxy.memory.settings import LLMSettings, StructuredOutput
 from proxy.memory.shapes import (
     Forms,
-    StructuredOutput,
     chat_fields,
     completion_fields,
     refused,
@@ -317,8 +316,10 @@ class LLMClient:
         """`_send`, in shape where the server takes it: a server that refuses the shape's
         parameter is asked again in a weaker form or without it, and from then on (said
         once a form)."""
-        form = self._form(end)
         chat = not (end.anthropic or end.completion)
+        if chat and self._forms.unasked(end.server_key, self.settings.structured_output):
+            await self._forms.ask(end.upstream, end.url, end.server_key)
+        form = self._form(end)
         while True:
             status, raw = await self._send(end, messages, limit, temperature, operation, form)
             if form == "off" or not refused(status, raw):

@@ -10,8 +10,10 @@ from pydantic import Field, SecretStr, field_validator, model_validator
 from proxy.core.recaps import RecapRules
 from proxy.core.scenes import DetectionRules
 from proxy.memory.operations import Operation
-from proxy.memory.shapes import StructuredOutput
 from proxy.section import Section, UserPath
+
+# How the memory's calls ask a server to keep to their answer's shape (`proxy.memory.shapes`).
+StructuredOutput = Literal["auto", "json_schema", "json_object", "grammar", "off"]
 
 
 class LLMOverride(Section):

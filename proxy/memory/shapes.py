@@ -18,16 +18,21 @@ is help, never trust.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
-from typing import Any, Final, Literal
+from typing import Any, Final
+
+from yarl import URL
 
 from proxy.core.headers import safe_url
+from proxy.errors import UpstreamError
 from proxy.memory.operations import Operation
+from proxy.memory.settings import StructuredOutput
+from proxy.upstream import Upstream
 
 log = logging.getLogger("proxy.memory.llm")  # said as the LLM client's
 
-StructuredOutput = Literal["auto", "json_schema", "json_object", "grammar", "off"]
 Schema = dict[str, Any]
 
 _TEXT: Final[Schema] = {"type": "string"}
@@ -55,6 +60,7 @@ SCHEMAS: Final[dict[Operation, Schema]] = {
     Operation.CONDENSE_RUNNING_RECAP: _object(recap=_TEXT),
 }
 
+ASK_SECONDS: Final = 5.0  # for a server to say what it is
 # What a server's refusal of the parameter names (a 400 or 422 body).
 REFUSAL_WORDS: Final = ("response_format", "json_schema", "grammar", "format", "schema")
 
@@ -106,13 +112,37 @@ def weaker(form: StructuredOutput, configured: StructuredOutput, chat: bool) -> 
 
 
 class Forms:
-    """The form each server is asked in, once it refused the configured one."""
+    """The form each server is asked in: what it says it is (`ask`), or what it took
+    after it refused the configured one (`refused`)."""
 
     def __init__(self) -> None:
         self._forms: dict[str, StructuredOutput] = {}
+        self._asked: set[str] = set()
 
     def form(self, server: str, configured: StructuredOutput) -> StructuredOutput:
         return self._forms.get(server, configured)
+
+    def unasked(self, server: str, configured: StructuredOutput) -> bool:
+        """Whether, with `auto`, the server is still to be asked what it is."""
+        return configured == "auto" and server not in self._asked
+
+    async def ask(self, upstream: Upstream, url: URL, server: str) -> None:
+        """Ask a chat completion server what it is, once: KoboldCpp (its
+        `/api/extra/version` says so) keeps to a shape by its own `grammar`, not by a JSON
+        schema. Anything else, or no answer, leaves `auto`'s JSON schema."""
+        self._asked.add(server)
+        try:
+            async with asyncio.timeout(ASK_SECONDS):
+                answer = await upstream.send_to("GET", url.origin() / "api/extra/version", (), None)
+                raw = await answer.read()
+            answer.release()
+            said = json.loads(raw) if answer.status == 200 else None
+        except (UpstreamError, TimeoutError, ValueError):
+            return
+        if isinstance(said, dict) and str(said.get("result", "")).lower() == "koboldcpp":
+            self._forms[server] = "grammar"
+            log.info("%s is KoboldCpp: the memory's calls keep to their shape by a grammar",
+                     safe_url(server))  # fmt: skip
 
     def refused(
         self,

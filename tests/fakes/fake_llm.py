@@ -88,6 +88,8 @@ class FakeState:
     json_object_only: bool = False
     # The reasoning a thinking model gives before its answers to the proxy's own calls.
     thinking: str | None = None
+    # Says it is KoboldCpp (`/api/extra/version`); else that path is a 404, as elsewhere.
+    koboldcpp: bool = False
 
 
 STATE = web.AppKey("state", FakeState)
@@ -492,6 +494,13 @@ async def echo(request: web.Request) -> web.Response:
     )
 
 
+async def kobold_version(request: web.Request) -> web.Response:
+    """KoboldCpp's answer, as a real one gave it (1.75.2), when the fake plays one."""
+    if not request.app[STATE].koboldcpp:
+        raise web.HTTPNotFound()
+    return web.json_response({"result": "KoboldCpp", "version": "1.75.2", "protected": False})
+
+
 async def _seen(request: web.Request) -> Seen:
     return Seen(
         method=request.method,
@@ -512,6 +521,7 @@ def make_fake_llm(state: FakeState | None = None) -> web.Application:
 
     add_routes(app)
     app.router.add_get("/_fake/stats", stats)
+    app.router.add_get("/api/extra/version", kobold_version)
     app.router.add_route("*", "/{tail:.*}", echo)
     return app
 

@@ -172,3 +172,15 @@ async def test_a_prefill_and_stop_strings_per_operation(memory_proxy: MemoryFact
     [found] = await memory.run(lambda db: db.memory.breaks(CHAT_ID))
     [recap] = await memory.run(lambda db: db.memory.scene_recaps(found.uid))
     assert recap.recap.startswith("9 messages")
+
+
+async def test_koboldcpp_is_asked_for_its_own_grammar(memory_proxy: MemoryFactory) -> None:
+    """With `auto`, a server that says it is KoboldCpp (`/api/extra/version`) keeps to
+    the shape by a GBNF `grammar`, which it reads, rather than a JSON schema."""
+    memory = await memory_proxy(16, ends={8}, **NO_RECAPS)
+    memory.fake.state.koboldcpp = True
+    await memory.client.post("/v1/chat/completions", json=memory.story.request())
+    await memory.until(lambda db: db.memory.running_recaps(CHAT_ID))
+    calls = own_calls(memory)
+    assert calls and all("grammar" in b and "response_format" not in b for b in calls)
+    assert calls[0]["grammar"] == grammar(SCHEMAS[Operation.DETECT_SCENE_BREAK])
