@@ -113,7 +113,7 @@ async def _evaluate(settings: Settings, story: EvalStory, path: Path) -> dict[st
             store = app[STORE]
             await _until_idle(app[ENGINE], store)
             built = time.monotonic() - began
-            asked = [await _asked(http, story, i, path) for i in range(len(story.facts))]
+            asked = [await _asked(http, store, story, i, path) for i in range(len(story.facts))]
             state = await store.call(_state)
     finally:
         await runner.cleanup()
@@ -136,7 +136,7 @@ async def _until_idle(engine: MemoryEngine, store: Store) -> None:
 
 
 async def _asked(
-    http: aiohttp.ClientSession, story: EvalStory, index: int, path: Path
+    http: aiohttp.ClientSession, store: Store, story: EvalStory, index: int, path: Path
 ) -> tuple[bool, int]:
     """Whether the memory the proxy would insert, asked about a fact as the user's next
     message, holds each of its words; and how many of the chat's messages it left out."""
@@ -145,6 +145,9 @@ async def _asked(
     messages[-1] = {**messages[-1], "mes": fact.question, "swipes": [fact.question]}
     asked = EvalStory(messages, story.facts, story.breaks)
     await asyncio.to_thread(path.write_bytes, chat_file(asked))  # saved first, as ST does
+    # Read by the proxy before the request comes (as ST's save is, long before its
+    # request on a loaded machine): what is measured is the memory, not a race.
+    await _until_read(store, fact.question)
     history = [
         {"role": "user" if m["is_user"] else "assistant", "content": m["mes"]} for m in messages
     ]
@@ -154,6 +157,17 @@ async def _asked(
         preview = await answer.json()
     injected = str((preview.get("injected") or {}).get("text", "")).lower()
     return all(term.lower() in injected for term in fact.terms), len(preview["left_out"])
+
+
+async def _until_read(store: Store, text: str) -> None:
+    def newest(db: Database) -> str:
+        found = db.messages(CHAT_ID)
+        return found[-1].message.mes if found else ""
+
+    async with asyncio.timeout(60):
+        # Polled: what the store holds is the condition, read on the store's thread.
+        while await store.call(newest) != text:  # noqa: ASYNC110
+            await asyncio.sleep(POLL_SECONDS / 5)
 
 
 def _state(db: Database) -> dict[str, Any]:
