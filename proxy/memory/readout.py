@@ -50,6 +50,10 @@ def overview(
     ]
     return {
         "chat": chat_id,
+        # What the page titles it by: the character's or the group's name (a group chat's
+        # file is named by its date only).
+        "name": chat.display_name,
+        "kind": chat.kind,
         "enabled": chat.enabled,
         "on": on,
         "active": bool(state and state.active),

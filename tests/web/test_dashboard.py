@@ -23,6 +23,7 @@ import pytest
 from proxy.core.guard import KEY_HEADER
 from tests.conftest import FakeLLM
 from tests.memory.story import CHAT_ID, Story
+from tests.st_data import GROUP_ID, final_state
 from tests.test_serve_e2e import free_port, launch, stop, wait_for_port
 
 CHROMIUM = Path(os.environ.get("RECAP_CHROMIUM", "/usr/bin/chromium"))
@@ -458,4 +459,25 @@ async def test_a_recap_shows_the_models_reasoning_and_can_be_cleared(
         await message.get_by_role("button", name="Clear recap").click()
         await expect(message.locator(".mrecap")).to_have_count(0)
         assert not [r for r in await recaps() if r["index"] == 4]
+    assert page.errors == []  # type: ignore[attr-defined]
+
+
+async def test_a_group_chats_page_is_titled_by_the_group(served: Served, browser: Browser) -> None:
+    """A group chat's file is named by its date only: the page says the group's name, the
+    file under it, as a character chat's page names the character."""
+    final_state(served.data / "default-user")
+    group = quote(GROUP_ID, safe="")
+    async with aiohttp.ClientSession(served.url, headers={KEY_HEADER: KEY}) as session:
+        for _ in range(200):
+            async with session.get(f"/recap/api/chats/{group}") as answer:
+                if answer.status == 200:
+                    name = (await answer.json())["name"]
+                    break
+            await asyncio.sleep(0.05)
+    page = await open_dashboard(browser, served)
+    await page.goto(f"{served.url}/recap/#/chat/{group}")
+    title = page.locator("#chat-title")
+    await expect(title).to_contain_text(name)
+    await expect(page.locator("#chat-file")).to_have_text(GROUP_ID.rsplit("/", 1)[1])
+    assert name and name != GROUP_ID.rsplit("/", 1)[1]
     assert page.errors == []  # type: ignore[attr-defined]

@@ -25,7 +25,7 @@ async function renderChat(id) {
         showTab();
       } }, label)));
   root.replaceChildren(
-    h("h2", { id: "chat-title" }, id.split("/").pop()),
+    h("h2", { id: "chat-title" }, chatTitle(id, overview)),
     h("div", { id: "overview" }),
     h("div", { class: "bar-row" },
       h("button", { id: "backfill", onclick: () => startBackfill(id) }, "Backfill"),
@@ -35,6 +35,14 @@ async function renderChat(id) {
     tabs, h("section", { id: "tab" }));
   renderOverview(overview);
   await showTab({ scenes, recaps });
+}
+
+// A chat's title: its file name, which names the character; a group chat's file is named
+// by its date only, so the group's name goes first and the file under it.
+function chatTitle(id, o) {
+  const file = id.split("/").pop();
+  if (o.kind !== "group" || !o.name) return file;
+  return [o.name, h("div", { class: "muted", id: "chat-file" }, file)];
 }
 
 // When the open scene's next scene-break check comes ("" when none will come).
