@@ -219,6 +219,13 @@ class DetectHandler(OperationHandler):
 _SceneInput = tuple[list[MessageRecord], SceneBreak | None, str, dict[str, str], list[STMessage]]
 
 
+def scene_start(db: Database, chat_id: str, scene: SceneBreak) -> int:
+    """The first message of the scene that ends at `scene`: after the last visible break
+    before it, else the chat's first."""
+    earlier = [b for b in db.memory.breaks(chat_id) if b.visible and b.position < scene.position]
+    return earlier[-1].position + 1 if earlier else 0
+
+
 def _made_of(scene_uid: int, records: list[MessageRecord], uid: Callable[[int], int] = int) -> str:
     """A scene recap's input hash: the scene's break and its messages' texts, by `uid` of
     each message (the chat's own uids, or another chat's that holds the same messages)."""
@@ -236,8 +243,7 @@ class SceneRecapHandler(OperationHandler):
         scene = memory.scene_break(as_int(payload.get("break"), "break"))
         if scene is None or not scene.visible:
             return [], None
-        earlier = [b for b in memory.breaks(chat_id) if b.visible and b.position < scene.position]
-        first = earlier[-1].position + 1 if earlier else 0
+        first = scene_start(db, chat_id, scene)
         which = self.context.settings.scene_recap_message_types
         hidden = self.context.settings.include_hidden_messages
         records = [
@@ -285,7 +291,12 @@ class SceneRecapHandler(OperationHandler):
         records, scene, running, names, shown = got
         if scene is None or not records:
             return gone
-        first, last = records[0].position, scene.position
+        # The scene's range as the API and the page number it, from the message after the
+        # last break (a group's hidden "chat created" notice too, which no recap reads).
+        first, last = (
+            await self.context.store.call(lambda db: scene_start(db, job.chat_id, scene)),
+            scene.position,
+        )
         lore = ""
         if self.context.lore is not None:
             lore = await self.context.lore.active_lore(job.chat_id, first, last)

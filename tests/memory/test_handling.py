@@ -139,3 +139,22 @@ async def test_the_memorys_prompts_see_the_story_as_the_chats_model_does(
     for operation in ("detect_scene_break", "scene_recap", "message_recap"):
         assert "Ava walks" in prompts[operation]
         assert "<status>" not in prompts[operation] and "<img" not in prompts[operation]
+
+
+async def test_a_scene_name_numbers_its_range_as_the_api_does(memory_proxy: MemoryFactory) -> None:
+    """A group chat starts with ST's hidden "Group chat created" notice, which no recap
+    reads: the scene's name said 1-9 while the API and the page said 0-9."""
+    notice = {"name": "SillyTavern System", "is_user": False, "is_system": True,
+              "send_date": "2026-11-22T09:59:00.000Z", "extra": {"type": "group"},
+              "mes": "Group chat created. Say 'Hi' to lovely people!"}  # fmt: skip
+
+    def build(story: Story) -> None:
+        story.grow(16)
+        story.messages.insert(0, notice)
+        story.save()
+
+    memory = await memory_proxy(16, {8}, build=build, **NO_RECAPS)
+    await memory.client.post("/v1/chat/completions", json=memory.story.request())
+    await memory.until(lambda db: db.memory.running_recaps(CHAT_ID))
+    [scene] = await memory.run(lambda db: db.memory.breaks(CHAT_ID))
+    assert scene.position == 9 and scene.name is not None and scene.name.endswith(" 0-9")
