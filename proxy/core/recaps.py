@@ -149,6 +149,19 @@ class RecapShelf:
                 lines.append(self.lines[i])
         return RecapShelf(tuple(positions), tuple(sums), tuple(lines))
 
+    def left_out_of(self, positions: Iterable[int], before: int | None, budget: int) -> set[int]:
+        """Which of `positions` have a recap here that `newest(before, budget)` leaves out
+        (its budget too small): messages that may not leave a request, nothing standing
+        in for them."""
+        end = len(self.positions) if before is None else bisect_left(self.positions, before)
+        first = bisect_left(self.sums, self.sums[end] - (budget - 1), 0, end)
+        found: set[int] = set()
+        for position in positions:
+            i = bisect_left(self.positions, position)
+            if i < len(self.positions) and self.positions[i] == position and not first <= i < end:
+                found.add(position)
+        return found
+
     def newest(self, before: int | None, budget: int) -> tuple[str, int]:
         """`{{recent_recaps}}` from the recaps of messages before position `before` ("" when
         none fits), and the tokens they take, their separators included.

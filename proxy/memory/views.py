@@ -114,8 +114,6 @@ def request_memory(
         kept = {*ident.history[newer:], *history[-1:]}
         drop = droppable(messages, history, view.covered, kept)
     cut, stepped = start
-    if stepped:
-        drop = sorted({*drop, *stepped})
     sent_from = cut.start if cut is not None else None
     left = view.budget - view.running_tokens
     budget = budget_tokens(
@@ -125,7 +123,17 @@ def request_memory(
     )
     # Conditionals, not `min`: 3.11's parses keywords on every call (per request, here).
     free = left - FRAME_TOKENS
-    recent, spent = view.shelf.newest(sent_from, budget if budget < free else free)
+    recap_room = budget if budget < free else free
+    recent, spent = view.shelf.newest(sent_from, recap_room)
+    if stepped:
+        # A message is stepped away for the recap that stands in for it: one whose recap
+        # the budget leaves out (a long running recap leaves little room) stays.
+        place = dict(zip(ident.history, ident.positions, strict=False))
+        known = (place[i] for i in stepped if i in place)
+        short = view.shelf.left_out_of(known, sent_from, recap_room)
+        if short:
+            stepped = [i for i in stepped if place.get(i) not in short]
+        drop = sorted({*drop, *stepped})
     if recent:
         left -= FRAME_TOKENS + spent
     scenes = ""

@@ -128,3 +128,15 @@ def test_what_is_not_the_story_is_neither_recapped_nor_read_for_breaks(
     assert not shown(message, "both", hidden=True)
     story = STMessage.from_json({"name": "Ava", "mes": "She walks to the mill."})
     assert not story.aside and shown(story, "both")
+
+
+def test_a_recap_the_budget_leaves_out_cannot_stand_in_for_its_message() -> None:
+    """The stepped start leaves a message out for its recap: one whose recap the budget
+    leaves out (a long running recap leaves little room) must stay in the request."""
+    shelf = RecapShelf.of([Candidate(i, 10, f"r{i}") for i in range(10)])
+    # Before position 8, with room for three recaps (10 tokens and a separator each): 5-7.
+    text, _ = shelf.newest(8, 37)
+    assert text.splitlines()[1:] == ["- r5", "- r6", "- r7"]
+    assert shelf.left_out_of([3, 4, 5, 6, 7], 8, 37) == {3, 4}
+    assert shelf.left_out_of([5, 7, 42], 8, 37) == set()  # 42 has no recap: not said here
+    assert shelf.left_out_of([8, 9], 8, 1000) == {8, 9}  # at or after `before`: never in
