@@ -444,8 +444,14 @@ async def test_a_recap_shows_the_models_reasoning_and_can_be_cleared(
         async with session.put(f"/recap/api/chats/{chat}/messages/4/recap",
                                json={"recap": "Ava shows Tom the tracks."}) as answer:  # fmt: skip
             assert answer.status == 200
+        for _ in range(400):  # the scene's recap, written in the background
+            async with session.get(f"/recap/api/chats/{chat}/scenes") as answer:
+                if any(s.get("recap") for s in await answer.json()):
+                    break
+            await asyncio.sleep(0.05)
         page = await open_dashboard(browser, served)
-        await page.goto(f"{served.url}/recap/#/chat/{chat}")
+        await page.fill("#filter", "ava")
+        await page.locator("#chats tbody tr:visible a").click()
         scene = page.locator('details.scene[data-scene="8"]')
         await expect(scene.locator("summary")).not_to_contain_text("no recap yet")
         await scene.locator("summary").click()
