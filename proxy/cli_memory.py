@@ -62,11 +62,14 @@ def add_memory_commands(sub: Any, config_arg: Any) -> None:
         "-o", "--output", type=Path, help="file to write (default: standard output)"
     )
 
-    breaks = sub.add_parser("scene-break", help="set (or --remove) a scene break on a message")
+    breaks = sub.add_parser(
+        "scene-break", help="set (or --remove) a scene break on a message; --check: look now"
+    )
     server_arg(breaks)
     breaks.add_argument("chat", help=chat_help)
-    breaks.add_argument("index", type=int, help="the message's index (ST's message id)")
+    breaks.add_argument("index", type=int, nargs="?", help="the message's index (ST's message id)")
     breaks.add_argument("--remove", action="store_true")
+    breaks.add_argument("--check", action="store_true", help="check the open scene for its end now")
 
     clear = sub.add_parser("clear-recap", help="clear a message's recap (made again when due)")
     server_arg(clear)
@@ -119,7 +122,12 @@ async def run_memory_command(args: argparse.Namespace) -> int:
             cleared = await server.call("DELETE", f"{base}/messages/{args.index}/recap", {})
             print(json.dumps(cleared))
             return 0
+        if args.command == "scene-break" and args.check:
+            print(json.dumps(await server.call("POST", f"{base}/scene-check", {})))
+            return 0
         if args.command == "scene-break":
+            if args.index is None:
+                raise RecapProxyError("scene-break needs a message index, or --check")
             method = "DELETE" if args.remove else "PUT"
             print(
                 json.dumps(

@@ -169,3 +169,27 @@ async def test_a_message_recap_is_cleared_and_its_reasoning_shown(
     assert '"cleared": true' in capsys.readouterr().out
     after = await (await memory.client.get(path)).json()
     assert index not in [r["index"] for r in after]
+
+
+async def test_the_open_scene_is_checked_now_when_asked(
+    memory_proxy: MemoryFactory, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A scene that ended late in a chat is not looked for until `scene_break_every` more
+    messages come; `scene-break CHAT --check` (the page's button) looks now."""
+    memory = await memory_proxy(
+        24,
+        ends={20},
+        **{
+            "memory.message_recaps": False,
+            "memory.scene_break_every": 30,
+            "memory.llm.model": "fake-model",
+        },
+    )
+    await memory.client.post("/v1/chat/completions", json=memory.story.request())
+    await memory.engine.settle()
+    assert await memory.run(lambda db: db.memory.breaks(CHAT_ID)) == []  # not due yet
+    assert await cli(memory, "scene-break", CHAT_ID, "--check") == 0
+    assert '"job": ' in capsys.readouterr().out
+    await memory.engine.settle()
+    [found] = await memory.run(lambda db: db.memory.breaks(CHAT_ID))
+    assert found.position == 20

@@ -54,6 +54,8 @@ class Planner(Protocol):
 
     def messages_until_check(self, db: Database, chat_id: str) -> int | None: ...
 
+    def check_now(self, db: Database, chat_id: str) -> int | None: ...
+
 
 class ChatSwitch(Protocol):
     """The library's per-chat on/off (it owns the index the chat path reads)."""
@@ -151,6 +153,25 @@ class MemoryActions:
 
         await self._then_plan(chat_id, work, since=index)
         return await self.scene(chat_id, index)
+
+    async def check_scenes_now(self, chat_id: str) -> JSONObject:
+        """A scene-break check of the open scene, now rather than after
+        `scene_break_every` more messages."""
+
+        def work(db: Database) -> int:
+            self._chat(db, chat_id)
+            job = self.engine.check_now(db, chat_id)
+            if job is None:
+                raise Conflict(
+                    "no scene-break check can run now: the open scene is shorter than "
+                    "[memory] minimum_scene_length plus its newest context messages, or a "
+                    "check is running already"
+                )
+            return job
+
+        job = await self.store.call(work)
+        self.engine.wake()
+        return {"job": job}
 
     async def remove_break(self, chat_id: str, index: int) -> JSONObject:
         def work(db: Database) -> None:

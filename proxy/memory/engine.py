@@ -394,6 +394,9 @@ class MemoryEngine:
     def messages_until_check(self, db: Database, chat_id: str) -> int | None:
         return self.upkeep.messages_until_check(db, chat_id)
 
+    def check_now(self, db: Database, chat_id: str) -> int | None:
+        return self.upkeep.check_now(db, chat_id)
+
     def stamp(
         self, db: Database, chat_id: str, operation: Operation, key: str, payload: Payload
     ) -> tuple[int | None, bool]:

@@ -7,6 +7,8 @@ after each job costs what planning a short one does.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from proxy.core.jsontypes import JSONValue, as_int, as_list
 from proxy.core.recaps import exclusion
 from proxy.core.scenes import CONTEXT_BEFORE, detection_window, messages_until_window, shown
@@ -32,14 +34,17 @@ class WorkPlanner:
         self.detect = settings.detection_rules()
 
     def detection(
-        self, db: Database, chat_id: str, last_break: int, state: MemoryState
+        self, db: Database, chat_id: str, last_break: int, state: MemoryState, *, now: bool = False
     ) -> Payload | None:
         """The payload of the open scene's next scene-break check, or None when no check
-        can succeed yet (or one is running: its answer decides where the next starts)."""
+        can succeed yet (or one is running: its answer decides where the next starts).
+        `now`: asked for by the user, without waiting for `scene_break_every` more
+        messages (the scene's minimum length and its newest context messages still count)."""
         if self._checking(db, chat_id):
             return None  # its answer decides where the next check starts
         records, checked = self._open_scene(db, chat_id, last_break, state)
-        window = detection_window([r.position for r in records], checked=checked, rules=self.detect)
+        rules = replace(self.detect, every=1) if now else self.detect
+        window = detection_window([r.position for r in records], checked=checked, rules=rules)
         if window is None:
             return None
         uid = {r.position: r.uid for r in records}

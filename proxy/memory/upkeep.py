@@ -169,6 +169,20 @@ class Upkeep:
         on (`memory_on`)."""
         return self.settings.enabled and self.memory_on(chat_id, own_state)
 
+    def check_now(self, db: Database, chat_id: str) -> int | None:
+        """Queue a scene-break check of the open scene at once (the user asked); its job,
+        or None when no check can succeed yet (too few messages, or one running)."""
+        state = db.memory.state(chat_id)
+        if state is None:
+            return None
+        breaks = [b.position for b in db.memory.breaks(chat_id) if b.visible]
+        detect = self.work.detection(db, chat_id, max(breaks, default=-1), state, now=True)
+        if detect is None:
+            return None
+        key = job_key(Operation.DETECT_SCENE_BREAK, chat_id)
+        job_id, _ = self.stamp(db, chat_id, Operation.DETECT_SCENE_BREAK, key, detect)
+        return job_id
+
     def messages_until_check(self, db: Database, chat_id: str) -> int | None:
         """How many more messages the chat's open scene needs before its next scene-break
         check; None when none will come: the chat is not looked after yet, or its memory

@@ -178,6 +178,10 @@ async def edit_message_recap(request: web.Request, a: MemoryActions) -> JSONAnsw
     return await a.edit_message_recap(_chat(request), _index(request), field(data, "recap", str))
 
 
+async def check_scenes_now(request: web.Request, a: MemoryActions) -> JSONAnswer:
+    return await a.check_scenes_now(_chat(request))
+
+
 async def clear_message_recap(request: web.Request, a: MemoryActions) -> JSONAnswer:
     return await a.clear_message_recap(_chat(request), _index(request))
 
@@ -342,6 +346,7 @@ def add_memory_routes(app: web.Application) -> None:
     r.add_post(CHAT + "/backfill", _json(backfill))
     r.add_get(CHAT + "/preview", _json(preview))
     r.add_get(CHAT + "/scenes", _json(scenes))
+    r.add_post(CHAT + "/scene-check", _json(check_scenes_now))
     r.add_get(scene_path, _json(scene))
     r.add_patch(scene_path, _json(update_scene))
     r.add_post(scene_path + "/recaps", _json(edit_scene_recap))

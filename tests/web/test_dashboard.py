@@ -487,3 +487,27 @@ async def test_a_group_chats_page_is_titled_by_the_group(served: Served, browser
     await expect(page.locator("#chat-file")).to_have_text(GROUP_ID.rsplit("/", 1)[1])
     assert name and name != GROUP_ID.rsplit("/", 1)[1]
     assert page.errors == []  # type: ignore[attr-defined]
+
+
+async def test_the_open_scene_can_be_checked_now(served: Served, browser: Browser) -> None:
+    """The page says when the next scene-break check comes, and offers to look now."""
+    await chat_request(served)
+    page = await open_dashboard(browser, served)
+    await page.fill("#filter", "ava")
+    await page.locator("#chats tbody tr:visible a").click()
+    opened = page.locator('details.scene[data-scene="open"]')
+    await expect(opened.locator("summary")).to_contain_text("scene-break check")
+    if await opened.get_attribute("open") is None:  # the open scene shows open already
+        await opened.locator("summary").click()
+    before = len(served.fake.state.operations)
+    await opened.get_by_role("button", name="Check for a scene end now").click()
+    # Either a check is queued (and the model asked), or the page says why none can run.
+    toast = page.locator(".toast").last
+    await expect(toast).to_have_text(re.compile("checking|no scene-break check can run now"))
+    if (await toast.inner_text()) == "checking":
+        for _ in range(200):
+            if "detect_scene_break" in served.fake.state.operations[before:]:
+                break
+            await asyncio.sleep(0.05)
+        assert "detect_scene_break" in served.fake.state.operations[before:]
+    assert page.errors == []  # type: ignore[attr-defined]

@@ -163,6 +163,10 @@ function sceneElement(group, breaks, observer, isOpen) {
         h("button", { onclick: () => editSceneRecap(scene) }, "Edit recap"),
         h("button", { onclick: () => act("POST", chatPath(state.chat) + `/scenes/${scene.index}/regenerate`, {}, "regenerating") }, "Regenerate"),
         h("button", { class: "versions", onclick: (e) => showVersions(scene, e.target.parentElement) }, "Versions")));
+  } else {
+    // The open scene: look for its end now rather than after more messages.
+    body.append(h("div", { class: "bar-row" },
+      h("button", { onclick: () => act("POST", chatPath(state.chat) + "/scene-check", {}, "checking") }, "Check for a scene end now")));
   }
   const messages = state.messages.filter((m) => m.index >= first && m.index <= last);
   for (let i = 0; i < messages.length; i += BLOCK) {
