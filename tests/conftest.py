@@ -5,12 +5,15 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
+import trustme
+from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 from yarl import URL
 
@@ -155,6 +158,28 @@ async def library(tmp_path: Path) -> ChatLibrary:
     lib = ChatLibrary(data, Store(tmp_path / "store.sqlite3"))
     await lib.index_all()
     return lib
+
+
+@pytest.fixture
+def https_server(
+    aiohttp_server: Callable[..., Awaitable[TestServer]], tmp_path: Path
+) -> Callable[[web.Application], Awaitable[tuple[TestServer, Path]]]:
+    """`await https_server(app)`: the app served over TLS with a certificate of a CA made
+    for the test (no system authority signed it), and that CA's PEM file."""
+
+    async def start(app: web.Application) -> tuple[TestServer, Path]:
+        authority = trustme.CA()
+        served = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        authority.issue_cert("127.0.0.1").configure_cert(served)
+        server = await aiohttp_server(app, ssl=served)
+        ca = tmp_path / "ca.pem"
+        authority.cert_pem.write_to_path(str(ca))
+        return server, ca
+
+    return start
+
+
+HttpsServer = Callable[[web.Application], Awaitable[tuple[TestServer, Path]]]
 
 
 @pytest.fixture

@@ -7,13 +7,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-import trustme
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 from yarl import URL
@@ -22,7 +20,7 @@ from proxy.client import Proxies
 from proxy.errors import UpstreamTimeout, UpstreamUnreachable
 from proxy.settings import UpstreamRoute, UpstreamSettings
 from proxy.upstream import Upstream, UpstreamResponse
-from tests.conftest import Handler
+from tests.conftest import Handler, HttpsServer
 from tests.fakes.forward_proxy import ForwardProxy
 
 ServerFactory = Callable[..., Awaitable[TestServer]]
@@ -335,15 +333,10 @@ async def test_upstream_proxy_carries_every_request(
 
 
 async def test_an_https_upstream_through_a_proxy_is_tunnelled(
-    aiohttp_server: ServerFactory, forward_proxy: tuple[ForwardProxy, URL], tmp_path: Path
+    https_server: HttpsServer, forward_proxy: tuple[ForwardProxy, URL]
 ) -> None:
     proxy, proxy_url = forward_proxy
-    authority = trustme.CA()
-    served = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    authority.issue_cert("127.0.0.1").configure_cert(served)
-    server = await aiohttp_server(echo_app(), ssl=served)
-    ca = tmp_path / "ca.pem"
-    authority.cert_pem.write_to_path(str(ca))
+    server, ca = await https_server(echo_app())
     base = server.make_url("/v1").with_scheme("https")
     async with upstream_at(base, proxy=str(proxy_url), ca_file=ca) as upstream:
         got = await upstream.send_to("POST", upstream.url_for("x"), [], b"sealed")
@@ -403,16 +396,9 @@ def test_a_configured_proxy_wins_and_a_route_may_have_its_own(
     assert claude.url == URL("http://claude-only.lan:8080")
 
 
-async def test_a_private_ca_is_trusted_from_ca_file(
-    aiohttp_server: ServerFactory, tmp_path: Path
-) -> None:
-    authority = trustme.CA()
-    served = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    authority.issue_cert("127.0.0.1").configure_cert(served)
-    server = await aiohttp_server(echo_app(), ssl=served)
+async def test_a_private_ca_is_trusted_from_ca_file(https_server: HttpsServer) -> None:
+    server, ca = await https_server(echo_app())
     base = server.make_url("/v1").with_scheme("https")
-    ca = tmp_path / "ca.pem"
-    authority.cert_pem.write_to_path(str(ca))
     async with upstream_at(base, ca_file=ca) as upstream:
         assert await body(await upstream.send_to("POST", upstream.url_for("x"), [], b"ok")) == b"ok"
     async with upstream_at(base) as upstream:  # the system's authorities only
@@ -421,12 +407,9 @@ async def test_a_private_ca_is_trusted_from_ca_file(
 
 
 async def test_verify_false_accepts_any_certificate_and_says_so(
-    aiohttp_server: ServerFactory, caplog: pytest.LogCaptureFixture
+    https_server: HttpsServer, caplog: pytest.LogCaptureFixture
 ) -> None:
-    authority = trustme.CA()
-    served = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    authority.issue_cert("127.0.0.1").configure_cert(served)
-    server = await aiohttp_server(echo_app(), ssl=served)
+    server, _ = await https_server(echo_app())
     base = server.make_url("/v1").with_scheme("https")
     async with upstream_at(base, verify=False) as upstream:
         assert await body(await upstream.send_to("POST", upstream.url_for("x"), [], b"ok")) == b"ok"

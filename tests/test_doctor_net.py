@@ -6,21 +6,17 @@ from __future__ import annotations
 
 import asyncio
 import socket
-import ssl
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 import pytest
-import trustme
 from aiohttp import web
-from aiohttp.test_utils import TestServer
 
 from proxy.cli import main
 from proxy.doctor_net import history_checks, running_proxy, upstream_check
 from proxy.upstream import Upstream
-from tests.conftest import FakeLLM, make_settings
+from tests.conftest import FakeLLM, HttpsServer, make_settings
 from tests.test_doctor import _doctor, setup
 from tests.test_serve_e2e import free_port, launch, stop, wait_for_port
 
@@ -157,23 +153,18 @@ async def test_a_proxy_serving_on_another_port_is_found_through_its_store(
 
 
 async def test_upstreams_are_probed_as_serve_reaches_them(
-    aiohttp_server: Callable[..., Awaitable[TestServer]], tmp_path: Path
+    https_server: HttpsServer,
 ) -> None:
     """An HTTPS API with a private CA's certificate: doctor trusts what `upstream.ca_file`
     trusts (it asked with a client of its own, which said the API does not answer)."""
-    authority = trustme.CA()
-    served = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    authority.issue_cert("127.0.0.1").configure_cert(served)
 
     async def models(request: web.Request) -> web.Response:
         return web.json_response({"data": []})
 
     app = web.Application()
     app.router.add_get("/v1/models", models)
-    server = await aiohttp_server(app, ssl=served)
+    server, ca = await https_server(app)
     base = str(server.make_url("/v1").with_scheme("https"))
-    ca = tmp_path / "ca.pem"
-    authority.cert_pem.write_to_path(str(ca))
     for ca_file, ok in ((None, False), (ca, True)):
         settings = make_settings(**{"upstream.base_url": base, "upstream.ca_file": ca_file})
         async with Upstream(settings.upstream) as upstream:
