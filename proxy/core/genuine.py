@@ -157,8 +157,20 @@ class Genuine:
                 raise NotAnAnswer(f"{PLACEHOLDER_HINT} (it says {(hits or tokens)[0]!r})")
 
 
+# Scripts written without spaces between words (Chinese, Japanese, Korean's Hangul is
+# spaced but its words inflect): their "words" are pairs of characters.
+_UNSPACED = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff]+")
+
+
 def content_words(text: str) -> set[str]:
-    return {w for w in _WORD.findall(text.lower()) if w not in _COMMON}
+    """The words of substance of a text; for a script without spaces between words,
+    each pair of neighbouring characters."""
+    words = {w for w in _WORD.findall(text.lower()) if w not in _COMMON}
+    runs = _UNSPACED.findall(text)
+    if not runs:
+        return words
+    pairs = {run[i : i + 2] for run in runs for i in range(len(run) - 1)}
+    return {w for w in words if not _UNSPACED.search(w)} | pairs
 
 
 def related(recap: str, source: str) -> bool:

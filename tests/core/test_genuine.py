@@ -60,3 +60,13 @@ def test_a_recap_about_something_else_is_refused() -> None:
     assert related("Nothing much.", scene)  # too short to tell: passes
     with pytest.raises(NotAnAnswer, match="shares no word"):
         check_related("Quarterly shipping volumes rose across northern harbours.", scene, "recap")
+
+
+def test_a_story_in_a_script_without_spaces_is_recapped_as_any() -> None:
+    """Chinese and Japanese write words without spaces: a recap is told related by the
+    pairs of characters it shares, not by whole runs that never repeat."""
+    scene = "艾娃把银钥匙藏在磨坊的第三块石头下面。汤姆答应明天回来。"
+    assert related("艾娃藏了银钥匙，汤姆会回来。", scene)
+    assert not related("季度航运量在北方港口大幅上升，贸易繁荣，市场扩大。", scene)
+    japanese = "エヴァは銀の鍵を水車小屋の石の下に隠した。"
+    assert related("エヴァが鍵を隠した。", japanese)
