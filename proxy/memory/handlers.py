@@ -214,9 +214,13 @@ class DetectHandler(OperationHandler):
         return apply
 
 
-# The scene's messages, its break, the running recap before it, the names, and the
-# messages as the chat's model sees them in a prompt.
-_SceneInput = tuple[list[MessageRecord], SceneBreak | None, str, dict[str, str], list[STMessage]]
+@dataclass(frozen=True, slots=True)
+class _SceneInput:
+    scene: SceneBreak
+    first: int  # the scene's first position, as the API numbers it
+    running: str  # the running recap before it
+    names: dict[str, str]
+    shown: list[STMessage]  # the messages as the chat's model sees them in a prompt
 
 
 def scene_start(db: Database, chat_id: str, scene: SceneBreak) -> int:
@@ -277,26 +281,25 @@ class SceneRecapHandler(OperationHandler):
         return _made_of(scene.uid, records, paired.__getitem__)
 
     async def run(self, job: Job) -> Apply:
-        def read(db: Database) -> _SceneInput:
+        def read(db: Database) -> _SceneInput | None:
             records, scene = self._scene(db, job.chat_id, job.payload)
-            base = running_before(db, job.chat_id, scene.position) if scene else None
+            if scene is None or not records:
+                return None
+            base = running_before(db, job.chat_id, scene.position)
             names = self.names(db, job.chat_id)
             seen = self.prompted(db, job.chat_id, records, names)
+            # The scene's range as the API and the page number it, from the message after
+            # the last break (a group's hidden "chat created" notice too, which no recap
+            # reads).
+            first = scene_start(db, job.chat_id, scene)
             shown = [seen[r.position] for r in records]
-            return records, scene, base.content if base else "", names, shown
+            return _SceneInput(scene, first, base.content if base else "", names, shown)
 
         got = await self.gather(job, read)
         if got is None:
             return gone
-        records, scene, running, names, shown = got
-        if scene is None or not records:
-            return gone
-        # The scene's range as the API and the page number it, from the message after the
-        # last break (a group's hidden "chat created" notice too, which no recap reads).
-        first, last = (
-            await self.context.store.call(lambda db: scene_start(db, job.chat_id, scene)),
-            scene.position,
-        )
+        scene, names, shown = got.scene, got.names, got.shown
+        running, first, last = got.running, got.first, scene.position
         lore = ""
         if self.context.lore is not None:
             lore = await self.context.lore.active_lore(job.chat_id, first, last)

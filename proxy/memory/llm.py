@@ -258,16 +258,18 @@ class LLMClient:
             if override and override.temperature is not None
             else self.settings.temperature
         )
-        prefill = override.prefill if override else None
-        if prefill and not end.completion:
-            messages = [*messages, {"role": "assistant", "content": prefill}]
-        status, raw = await self._shaped(end, messages, limit, temperature, operation)
+        # A turn to start is a chat's (a text completion server's prompt has none).
+        prefill = "" if end.completion or override is None else override.prefill or ""
+        asked = [*messages, {"role": "assistant", "content": prefill}] if prefill else messages
+        status, raw = await self._shaped(end, asked, limit, temperature, operation)
         if status in NO_ROUTE and end.writer is not None and not end.completion:
-            # The server completes text only: from now on its chats' calls go there.
+            # The server completes text only: from now on its chats' calls go there, with
+            # the prompt as it was (a text completion has no turn to start; no prefill).
             log.info("%s has no chat completions route: the proxy's own calls for its "
                      "chats go to its completion endpoint", end.server)  # fmt: skip
             self._no_chat.add(end.server)
             end = self.endpoint(operation, chat_id)
+            prefill = ""
             status, raw = await self._shaped(end, messages, limit, temperature, operation)
         if status in (401, 403):
             raise Unauthorized(f"{operation}: the API answered {status}: {short(raw)}")
