@@ -31,7 +31,7 @@ class ParsedRequest:
     carried: int = 0
     # Formats whose client may merge chat messages into one turn (Claude's; a text prompt
     # with instruct off, where a line without a name joins the turn before it): takes
-    # merged ones apart (`proxy.core.merged`), each parsed message in the mapping replaced
+    # merged ones apart (`proxy.identify.merged`), each parsed message in the mapping replaced
     # by its parts; and what the messages in such a turn are joined with.
     unmerge: Callable[[ParsedRequest, Mapping[int, Sequence[ChatMessage]]], None] | None = None
     merged_with: str = "\n\n"

@@ -21,7 +21,7 @@ a regex script changed on its way (`_quoted`). A paragraph before the first mess
 ST's prompt (world info at a depth); ST's prompts after a message the index holds are
 told apart from it, and so are its nudges that end the request after one it does not;
 any other joins the message before it and is taken apart from it as in any merged turn
-(`proxy.core.merged`).
+(`proxy.identify.merged`).
 
 Written back, every message (the memory's parts among them) is joined with a blank line
 into the one user message again, as ST would have sent it with the memory among its
@@ -37,15 +37,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from adapters.base import ParsedRequest, spread
-from proxy.core.chat_index import (
-    TAIL,
-    ChatIndex,
-    IndexedMessage,
-    fingerprint,
-    message_fingerprint,
-    normalize,
-)
-from proxy.core.endings import (
+from proxy.core.fingerprints import IndexedMessage, fingerprint, message_fingerprint, normalize
+from proxy.core.models import ChatMessage, Insertion
+from proxy.core.placement import START_MARKERS
+from proxy.identify.chat_index import TAIL, ChatIndex
+from proxy.identify.endings import (
     CONTINUE_JOINED,
     CONTINUE_NUDGE,
     GROUP_NUDGE,
@@ -53,10 +49,8 @@ from proxy.core.endings import (
     SHARED,
     says,
 )
-from proxy.core.identify import MAX_SKIPPED
-from proxy.core.models import ChatMessage, Insertion
-from proxy.core.placement import START_MARKERS
-from proxy.core.reasoning import without_reasoning
+from proxy.identify.match import MAX_SKIPPED
+from proxy.identify.reasoning import without_reasoning
 
 SEPARATOR = "\n\n"  # what ST joins the messages with
 # ST's `${name}: ` before a speaker's message (a name of a line, at most 40 characters).

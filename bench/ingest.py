@@ -35,10 +35,10 @@ sys.path.insert(0, str(ROOT))
 
 from adapters.openai_chat import OpenAIChatAdapter  # noqa: E402
 from bench.words import CHAT_WORDS as WORDS  # noqa: E402
-from proxy.library import ChatLibrary  # noqa: E402
-from proxy.memory.importing import Imported, import_chat  # noqa: E402
+from proxy.library.chats import ChatLibrary  # noqa: E402
+from proxy.library.watcher import Watcher  # noqa: E402
+from proxy.memory.edits.importing import Imported, import_chat  # noqa: E402
 from proxy.store import Database, Store  # noqa: E402
-from proxy.watcher import Watcher  # noqa: E402
 from tests.memory.extension_chats import four_stage  # noqa: E402
 
 MARKERS = ("[Start a new Chat]",)

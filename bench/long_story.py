@@ -46,9 +46,9 @@ from bench.words import chat_file, st_message  # noqa: E402
 from proxy.core.models import ChatMessage  # noqa: E402
 from proxy.core.recall import SceneCard, Vocabulary, pick_scenes, render_scenes, words_of  # noqa: E402
 from proxy.core.tokens import TokenCounter  # noqa: E402
-from proxy.memory.recall import rank_scenes  # noqa: E402
-from proxy.memory.settings import MemorySettings  # noqa: E402
-from proxy.memory.views import MemoryView  # noqa: E402
+from proxy.memory.views.recall import rank_scenes  # noqa: E402
+from proxy.memory.views.view import MemoryView  # noqa: E402
+from proxy.settings.memory import MemorySettings  # noqa: E402
 from proxy.sillytavern.chatfile import STMessage  # noqa: E402
 from proxy.sillytavern.reconcile import Event  # noqa: E402
 from proxy.store import ChatRecord, Database  # noqa: E402

@@ -21,13 +21,13 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.words import WORDS  # noqa: E402
-from proxy.core.chat_index import normalize  # noqa: E402
 from proxy.core.lore import (  # noqa: E402
     LoreMatcher,
     WorldEntry,
     prepare,
 )
 from proxy.core.tokens import TokenCounter  # noqa: E402
+from proxy.identify.chat_index import normalize  # noqa: E402
 
 
 def main() -> None:

@@ -19,7 +19,7 @@ from yarl import URL
 
 from proxy.chat.providers import MemoryProvider, StaticMemory
 from proxy.core.models import Memory
-from proxy.library import ChatLibrary
+from proxy.library.chats import ChatLibrary
 from proxy.settings import Settings
 from proxy.settings.loading import _set_dotted
 from proxy.store import Store

@@ -135,9 +135,23 @@ def recapped(db: Database) -> set[int]:
 
 async def cli(memory: Memory, *argv: str) -> int:
     """A memory command (`backfill`, `memory`, `queue`, ...) against this proxy."""
-    from proxy.cli import build_parser
-    from proxy.cli_memory import run_memory_command
+    from proxy.cli.main import build_parser
+    from proxy.cli.memory import run_memory_command
 
     server = str(memory.client.server.make_url("/"))
     args = build_parser().parse_args([argv[0], "--server", server, *argv[1:]])
     return await run_memory_command(args)
+
+
+async def start(memory: Memory) -> None:
+    """The story's request, answered: the memory's work on the chat starts."""
+    response = await memory.client.post("/v1/chat/completions", json=memory.story.request())
+    assert response.status == 200
+
+
+async def hold(memory: Memory, operation: str) -> None:
+    """The story's request, and the fake LLM's call for `operation` held in flight (until
+    `memory.fake.state.release` is set)."""
+    memory.fake.state.faults = {operation: ["hold"]}
+    await start(memory)
+    await asyncio.wait_for(memory.fake.state.held.wait(), 5)

@@ -1,10 +1,14 @@
 """The rules that keep the house standing, checked over the source itself:
 
-- `proxy/core` is pure: nothing it imports, directly or through other proxy modules, does
-  I/O (no aiohttp, sqlite3, asyncio, watchfiles, sockets, file access, clocks);
-- no import cycle between modules of `proxy/` and `adapters/`, type-only imports included;
-- every module has a test module at the mirrored path under `tests/`, or is listed in
-  `UNTESTED` with the reason.
+- the layers (`LAYERS`, the module map in `proxy/__init__.py`): no module imports from a
+  layer above its own, function-level, type-only and package `__init__` imports included;
+- `proxy/core` and `proxy/identify` are pure: nothing they import, directly or through
+  other proxy modules, does I/O (no aiohttp, sqlite3, asyncio, watchfiles, sockets, file
+  access, clocks);
+- no import cycle between modules of `proxy/` and `adapters/`;
+- at most six modules loose at `proxy/`'s root;
+- at least 90 % of the modules have a test module at the mirrored path under `tests/`,
+  and each one that has none is listed in `UNTESTED` with the reason.
 """
 
 from __future__ import annotations
@@ -16,6 +20,29 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("proxy", "adapters")
 
+# The layers, bottom to top: a module belongs to the longest prefix listed, and imports only
+# from its own layer and those below. `proxy` is the package's root (`__version__`).
+LAYERS: tuple[tuple[str, ...], ...] = (
+    ("proxy", "proxy.errors", "proxy.tasks", "proxy.waits"),
+    ("proxy.core",),
+    ("proxy.identify",),
+    ("adapters",),
+    ("proxy.sillytavern",),
+    ("proxy.settings",),
+    ("proxy.store",),
+    ("proxy.library",),
+    ("proxy.upstream",),
+    ("proxy.observe",),
+    ("proxy.chat",),
+    ("proxy.memory",),
+    ("proxy.runtime",),
+    ("proxy.web",),
+    ("proxy.doctor",),
+    ("proxy.cli", "proxy.__main__"),
+)
+PURE = ("proxy.core", "proxy.identify")
+ROOT_MODULES_AT_MOST = 6
+
 # Modules that do I/O, or whose import means I/O; none may be reached from `proxy.core`.
 IMPURE = {
     "aiohttp", "asyncio", "sqlite3", "watchfiles", "socket", "os", "pathlib", "time",
@@ -25,28 +52,19 @@ IMPURE = {
 
 # Modules without a test module of their own, and why.
 UNTESTED = {
-    "proxy/__main__.py": "two lines that call `proxy.cli.main` (tested in tests/test_cli.py)",
+    "proxy/__main__.py": "calls `proxy.cli.main.main` (tests/cli/test_main.py)",
     "proxy/settings/__main__.py": "prints `example_toml()` (tests/settings/test_example.py)",
     "proxy/web/keys.py": "typed app keys only; every test through make_app reads them",
-    "proxy/web/routes.py": "the routes tests/web/test_relay.py and test_cassettes.py drive",
     "proxy/memory/engine.py": "planning is driven end to end in tests/memory/test_loop.py",
-    "proxy/memory/handlers.py": "every operation runs in tests/memory/test_loop.py, test_faults",
-    "proxy/memory/views.py": "read through the chat path in tests/memory/test_loop.py",
-    "proxy/memory/actions.py": "every action is called through tests/web/test_memory_api.py",
-    "proxy/memory/settings.py": "validated with the whole model in tests/test_settings.py",
-    "proxy/memory/operations.py": "names and keys, used by every memory test",
+    "proxy/memory/ops/registry.py": "the handlers by operation, run in tests/memory/test_loop.py",
+    "proxy/memory/views/view.py": "read through the chat path in tests/memory/test_loop.py",
+    "proxy/memory/edits/actions.py": "every action is called through tests/web/test_memory_api.py",
     "proxy/memory/running.py": "coverage and pruning run in tests/memory/test_loop.py",
-    "proxy/section.py": "two building blocks, validated in tests/test_settings.py",
-    "proxy/store/database.py": "the synchronous API is tested in tests/test_store.py",
     "proxy/store/records.py": "row mapping, read back in tests/test_store.py",
-    "proxy/store/schema.py": "migrations run in tests/test_store.py",
     "proxy/store/memory.py": "the memory tables are read and written in tests/memory/",
-    "proxy/store/jobs.py": "the job table behind tests/memory/test_jobs.py",
-    "proxy/sillytavern/layout.py": "the folder layout is read in tests/test_library.py",
+    "proxy/store/jobs.py": "the job table behind tests/memory/calls/test_jobs.py",
     "proxy/core/jsontypes.py": "type aliases and two checks, used by the memory tests",
-    "proxy/template_files.py": "bundled and user templates, in tests/memory/test_prompts.py",
-    "proxy/cli_memory.py": "the memory commands, in tests/test_cli_memory.py",
-    "proxy/watcher.py": "tested as tests/test_watcher.py",
+    "proxy/settings/templates.py": "bundled and user templates: tests/memory/calls/test_prompts.py",
     "adapters/base.py": "the parsed request type, used by tests/adapters/test_openai_chat.py",
 }
 
@@ -98,9 +116,35 @@ def graph() -> dict[str, set[str]]:
     return edges
 
 
-def test_core_imports_nothing_that_does_io() -> None:
+def layer(name: str) -> int:
+    """The index in `LAYERS` of the layer module `name` belongs to."""
+    best, found = -1, -1
+    for index, prefixes in enumerate(LAYERS):
+        for prefix in prefixes:
+            if (name == prefix or name.startswith(prefix + ".")) and len(prefix) > best:
+                best, found = len(prefix), index
+    assert found >= 0, f"{name} is in no layer of LAYERS"
+    return found
+
+
+def test_no_module_imports_from_a_layer_above_its_own() -> None:
+    up = [
+        f"{name} ({LAYERS[layer(name)][0]}) imports {target} ({LAYERS[layer(target)][0]})"
+        for name, targets in graph().items()
+        for target in sorted(targets & graph_names)
+        if layer(target) > layer(name)
+    ]
+    assert not up, "imports up the layers:\n" + "\n".join(up)
+
+
+def test_at_most_six_modules_sit_loose_at_the_root() -> None:
+    loose = sorted(p.name for p in (ROOT / "proxy").glob("*.py") if p.stem != "__init__")
+    assert len(loose) <= ROOT_MODULES_AT_MOST, loose
+
+
+def test_the_pure_layers_import_nothing_that_does_io() -> None:
     edges = graph()
-    for start in [name for name in edges if name.startswith("proxy.core")]:
+    for start in [name for name in edges if name.startswith(PURE)]:
         seen: dict[str, str] = {start: start}
         todo = [start]
         while todo:
@@ -150,8 +194,10 @@ def _declarations_only(path: Path) -> bool:
     )
 
 
-def test_every_module_has_a_mirrored_test_module() -> None:
+def test_nine_modules_in_ten_have_a_mirrored_test_module() -> None:
     missing = []
+    mirrored: set[str] = set()
+    counted = 0
     for path in modules().values():
         rel = path.relative_to(ROOT)
         if path.name == "__init__.py":
@@ -162,8 +208,15 @@ def test_every_module_has_a_mirrored_test_module() -> None:
             mirror = Path("tests", *rel.parts[1:-1], f"test_{path.stem}.py")
             if rel.parts[0] == "adapters":
                 mirror = Path("tests", "adapters", f"test_{path.stem}.py")
-        if not (ROOT / mirror).is_file() and rel.as_posix() not in UNTESTED:
+        counted += 1
+        if (ROOT / mirror).is_file():
+            mirrored.add(rel.as_posix())
+        elif rel.as_posix() not in UNTESTED:
             missing.append(f"{rel} (expected {mirror})")
     assert not missing, "modules without a test module: " + ", ".join(missing)
+    untested = [rel for rel in UNTESTED if (ROOT / rel).name != "__main__.py"]
+    assert len(untested) <= counted // 10, f"{len(untested)} of {counted} untested: {untested}"
     stale = [rel for rel in UNTESTED if not (ROOT / rel).is_file()]
     assert not stale, f"UNTESTED names modules that are gone: {stale}"
+    tested = [rel for rel in UNTESTED if rel in mirrored]
+    assert not tested, f"UNTESTED names modules that have a test module: {tested}"

@@ -10,8 +10,6 @@ from pathlib import Path
 import pytest
 
 from proxy.errors import StoreUnusable
-from proxy.sillytavern.chatfile import STMessage
-from proxy.sillytavern.reconcile import Event
 from proxy.store import (
     MIGRATIONS,
     ChatRecord,
@@ -51,20 +49,6 @@ def clock() -> float:
     return 1000.0
 
 
-def test_migrations_run_once_and_a_newer_store_is_refused(tmp_path: Path) -> None:
-    path = tmp_path / "s.sqlite3"
-    store = Database(path, clock)
-    assert store.schema_version == len(MIGRATIONS)
-    assert store.db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
-    store.close()
-    Database(path, clock).close()  # opening again applies nothing twice
-    db = sqlite3.connect(path)
-    db.execute(f"PRAGMA user_version={len(MIGRATIONS) + 1}")
-    db.close()
-    with pytest.raises(StoreUnusable, match="newer than this recap-proxy"):
-        Database(path, clock)
-
-
 async def test_the_store_runs_every_call_on_its_one_thread_and_closes(tmp_path: Path) -> None:
     path = tmp_path / "s.sqlite3"
     async with Store(path, clock=clock) as store:
@@ -80,78 +64,6 @@ async def test_the_store_runs_every_call_on_its_one_thread_and_closes(tmp_path: 
     with pytest.raises(StoreUnusable, match="newer than this recap-proxy"):
         await newer.open()
     await newer.close()
-
-
-def test_events_are_logged_with_uids_and_enabled_is_kept() -> None:
-    store = Database(":memory:", clock)
-    message = STMessage(name="Alex", is_user=True, mes="hi")
-    events = store.save_chat(record(), [None], [b"d1"], lambda i: message, [Event("added", 0)])
-    uid = store.messages("u/chats/S/c")[0].uid
-    assert events == [Event("added", 0, uid)]
-    assert store.events("u/chats/S/c") == [(1, "added", uid, 0)]
-    store.set_enabled("u/chats/S/c", False)
-    store.save_chat(record(), [uid], [b"d1"], lambda i: message, [])
-    chat = store.chat("u/chats/S/c")
-    assert chat is not None and chat.enabled is False  # re-indexing keeps the user's choice
-
-
-def test_deleted_chats_are_forgotten_after_a_week() -> None:
-    now = [1000.0]
-    store = Database(":memory:", lambda: now[0])
-    message = STMessage(name="Seraphina", mes="hi")
-    store.save_chat(record(), [None], [b"d1"], lambda i: message, [Event("added", 0)])
-    uid = store.messages("u/chats/S/c")[0].uid
-    store.lore.add_snapshot("u/chats/S/c", 0, 0, "normal", {"active": [], "inactive": []}, now[0])
-    assert store.lore.snapshot_for(uid, 0) is not None
-    store.mark_deleted("u/chats/S/c")
-    assert store.purge_deleted() == []  # a rename may still claim it
-    now[0] = 1e12
-    assert store.purge_deleted() == ["u/chats/S/c"]
-    assert store.chat("u/chats/S/c") is None
-    assert store.messages("u/chats/S/c") == []
-    assert store.lore.snapshot_for(uid, 0) is None
-    assert store.events("u/chats/S/c") == []
-
-
-def test_upgrades_have_chats_read_again(tmp_path: Path) -> None:
-    """v5: character chats, for their names; v7: every chat, for its extension data."""
-    path = tmp_path / "s.sqlite3"
-    db = sqlite3.connect(path)
-    for number, script in enumerate(MIGRATIONS[:4], start=1):
-        db.executescript(f"BEGIN;\n{script}\nPRAGMA user_version={number};\nCOMMIT;")
-    columns = "id, user, kind, name, file, size, mtime_ns, file_hash, messages, bad_lines, deleted"
-    db.executemany(
-        f"INSERT INTO chats ({columns}) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
-        [
-            ("u/chats/default_S/c", "u", "character", "c", "f1", 10, 1, b"h", 1, 0, 0),
-            ("u/group chats/g", "u", "group", "g", "f2", 10, 1, b"h", 1, 0, 0),
-        ],
-    )
-    db.commit()
-    db.close()
-    store = Database(path, clock)
-    solo, group = store.chat("u/chats/default_S/c"), store.chat("u/group chats/g")
-    assert solo is not None and (solo.size, solo.file_hash, solo.character_name) == (-1, None, None)
-    assert group is not None and (group.size, group.file_hash) == (-1, None)
-    store.close()
-
-
-def test_a_failed_write_raises_its_own_error_and_leaves_no_transaction_open() -> None:
-    store = Database(":memory:", clock)
-    # SQLite rolls a transaction back by itself on some errors (a full disk): the error
-    # raised is that one, not a failed ROLLBACK's "no transaction is active".
-    with pytest.raises(sqlite3.OperationalError, match="disk is full"), store.transaction():
-        store.db.execute("ROLLBACK")
-        raise sqlite3.OperationalError("database or disk is full")
-    # A COMMIT that fails (a deferred constraint here; a full disk alike) is rolled back:
-    # the next transaction can begin, and nothing of the failed one went in.
-    with pytest.raises(sqlite3.IntegrityError), store.transaction():
-        store.db.execute("PRAGMA defer_foreign_keys=ON")
-        store.db.execute("INSERT INTO memory_state (chat_id) VALUES ('no such chat')")
-    assert not store.db.in_transaction
-    with store.transaction():
-        store.db.execute("INSERT INTO settings_kv (key, value) VALUES ('k', 'v')")
-    assert store.db.execute("SELECT COUNT(*) FROM memory_state").fetchone()[0] == 0
 
 
 async def test_a_store_that_cannot_write_says_so_until_a_write_goes_in_again(

@@ -21,8 +21,8 @@ from proxy.core.render import Template
 from proxy.core.tokens import TokenCounter
 from proxy.errors import TemplateError, UnknownPromptFormat
 from proxy.settings.injection import InjectionSettings
+from proxy.settings.templates import bundled_template
 from proxy.store import file_error
-from proxy.template_files import bundled_template
 
 log = logging.getLogger(__name__)
 

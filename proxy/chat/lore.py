@@ -14,10 +14,10 @@ from collections import deque
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from proxy.core.chat_index import normalize
+from proxy.core.fingerprints import normalize
 from proxy.core.lore import LoreEntry, LoreMatcher, StickyTracker, prepare, snapshot, st_sticky_keys
 from proxy.core.models import ChatMessage, Identification
-from proxy.library import ChatLibrary
+from proxy.library.chats import ChatLibrary
 from proxy.sillytavern.layout import inside
 from proxy.sillytavern.worlds import (
     Card,

@@ -13,9 +13,9 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Protocol
 
 from adapters.base import ParsedRequest
-from proxy.core.merged import unmerged
 from proxy.core.models import Caller, ChatMessage, HistorySpan, Identification, Memory
-from proxy.library import ChatLibrary, RequestIdentity
+from proxy.identify.merged import unmerged
+from proxy.library.chats import ChatLibrary, RequestIdentity
 from proxy.waits import SERVING
 
 CHAT_ID_HEADER = "X-ST-Chat-Id"
@@ -77,7 +77,7 @@ async def identify_parsed(
 ) -> RequestIdentity:
     """`ChatLibrary.identify_request` for a parsed request. One whose client may merge
     chat messages (`ParsedRequest.unmerge`) and that matched no chat in full as it came is
-    tried again with them taken apart (`proxy.core.merged`): its messages change to the
+    tried again with them taken apart (`proxy.identify.merged`): its messages change to the
     parts when that matches more of the chat.
 
     Not only a request that matched nothing: a merged turn inside the history (two of the
@@ -86,7 +86,7 @@ async def identify_parsed(
     The request would then be matched by its newest few messages only: with too little
     confidence to start a new branch's upkeep, and its older covered messages not known
     as covered. So does a message matched only as one ST changed on the way
-    (`proxy.core.identify`): it may be a chat message with ST's prompts joined to it."""
+    (`proxy.identify.match`): it may be a chat message with ST's prompts joined to it."""
     if parsed.split is not None:
         found = await _split_and_identified(library, parsed, markers, header)
     else:

@@ -27,11 +27,11 @@ from collections.abc import Callable, Mapping
 
 from adapters.openai_chat import OpenAIChatAdapter
 from proxy.chat.providers import CHAT_ID_HEADER, ChatMemory
-from proxy.core.identify import identify, prints
 from proxy.core.models import Caller, Outcome
 from proxy.core.placement import find_history
 from proxy.core.plan import InjectionPolicy, MemoryTemplates, left_out, plan_insertions
 from proxy.core.st_metadata import find_st_metadata
+from proxy.identify.match import identify, prints
 
 
 def steady_step(

@@ -17,7 +17,7 @@ from typing import Any
 import ahocorasick
 from pydantic import BaseModel, ConfigDict, ValidationInfo, field_validator
 
-from proxy.core.chat_index import normalize
+from proxy.core.fingerprints import normalize
 
 ANCHOR = 48  # characters of an entry's normalised content used to find it
 

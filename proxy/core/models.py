@@ -105,7 +105,7 @@ class ChatMessage(NamedTuple):
     name: str | None = None
 
 
-# How a request's end meets its chat file's end (see `proxy.core.identify`).
+# How a request's end meets its chat file's end (see `proxy.identify.match`).
 Generation = Literal["normal", "swipe", "continue", "quiet"]
 
 
@@ -121,7 +121,7 @@ class Identification:
     history: tuple[int, ...]  # request indices that are this chat's messages
     matched: int  # of those, the ones as the file has them
     positions: tuple[int, ...] = ()  # the chat position of each of `history` (ascending)
-    changed: int = 0  # of `history`, the ones ST changed on the way (`proxy.core.identify`)
+    changed: int = 0  # of `history`, the ones ST changed on the way (`proxy.identify.match`)
 
 
 @dataclass(slots=True)

@@ -12,13 +12,36 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from pydantic import BaseModel, Field
 
 from proxy.core.replies import ReplyError, read_reply
-from proxy.sillytavern.chatfile import STMessage
 
 THOUGHT_TYPES = frozenset({"thoughts", "thought", "reasoning"})
+
+
+class Said(Protocol):
+    """A chat message as recaps and scene detection read it. ST's file format
+    (`proxy.sillytavern.chatfile.Said`) is one: the pure core names what it reads,
+    not the layer above that parses it."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def mes(self) -> str: ...
+    @property
+    def is_user(self) -> bool: ...
+    @property
+    def hidden(self) -> bool: ...
+    @property
+    def notice(self) -> bool: ...
+    @property
+    def aside(self) -> bool: ...
+    @property
+    def narrator(self) -> bool: ...
+    @property
+    def extra_type(self) -> str | None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,7 +55,7 @@ class RecapRules:
 
 
 def exclusion(
-    message: STMessage, tokens: int, rules: RecapRules, *, user_excluded: bool = False
+    message: Said, tokens: int, rules: RecapRules, *, user_excluded: bool = False
 ) -> str | None:
     """Why a message gets no recap, or None when it gets one."""
     if user_excluded:
@@ -58,11 +81,11 @@ def exclusion(
     return None
 
 
-def speaker(message: STMessage) -> str:
+def speaker(message: Said) -> str:
     return f"{'USER' if message.is_user else 'CHARACTER'}: {message.name or '?'}"
 
 
-def numbered(items: Iterable[tuple[int, STMessage]]) -> str:
+def numbered(items: Iterable[tuple[int, Said]]) -> str:
     """`Message #<index> [CHARACTER: name]:` blocks, as the message-recap prompt shows them."""
     return "\n\n".join(f"Message #{index} [{speaker(m)}]:\n{m.mes.strip()}" for index, m in items)
 

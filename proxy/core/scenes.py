@@ -11,14 +11,13 @@ an invalid answer is re-asked a bounded number of times by the caller.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from pydantic import BaseModel, field_validator
 
-from proxy.core.recaps import speaker
+from proxy.core.recaps import Said, speaker
 from proxy.core.replies import ReplyError, read_reply
-from proxy.sillytavern.chatfile import STMessage
 
 CONTEXT_BEFORE = 4  # messages before the first choosable one, shown as context
 # Lines that only decorate: `---`, `***`, `* * *`, `===`, "Scene break", "Chapter 3".
@@ -37,7 +36,7 @@ def strip_decoration(text: str) -> str:
     return _BLANKS.sub("\n\n", _DECORATION.sub("", text)).strip()
 
 
-def shown(message: STMessage, which: str, *, hidden: bool = False) -> bool:
+def shown(message: Said, which: str, *, hidden: bool = False) -> bool:
     """Whether detection (or a scene recap) reads this message at all. `hidden`: messages
     hidden in ST are part of the story too (its `/hide`, ST-Auto-Recap's auto-hide); ST's
     own notices never are."""
@@ -139,7 +138,7 @@ def messages_until_window(
     return bound
 
 
-def detection_messages(window: Window, messages: dict[int, STMessage]) -> str:
+def detection_messages(window: Window, messages: Mapping[int, Said]) -> str:
     """`{{messages}}`: the window, where only choosable messages carry their number."""
     blocks = []
     choosable = set(window.choosable)
@@ -183,7 +182,7 @@ def read_break(text: str, window: Window) -> tuple[int | None, str, str]:
     return position, answer.rationale, reasoning
 
 
-def scene_text(messages: Sequence[STMessage]) -> str:
+def scene_text(messages: Sequence[Said]) -> str:
     """`{{scene_messages}}`: `[USER: name]` / `[CHARACTER: name]` blocks."""
     return "\n\n".join(f"[{speaker(m)}]\n{strip_decoration(m.mes)}" for m in messages)
 

@@ -17,7 +17,7 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from proxy.core.chat_index import (
+from proxy.core.fingerprints import (
     NAME_LONGEST,
     Fingerprints,
     fingerprint,

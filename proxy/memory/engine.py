@@ -21,30 +21,30 @@ from collections.abc import Callable, Mapping, Sequence
 from functools import partial
 
 from proxy.core.models import Caller, ChatMessage, Identification
+from proxy.core.operations import Operation
 from proxy.core.plan import InjectionPolicy
 from proxy.core.tokens import TokenCounter
 from proxy.core.trim import Cut
-from proxy.events import EventBus
-from proxy.library import ChatLibrary, Refreshed
-from proxy.memory.handlers import handlers
-from proxy.memory.handling import HandlerContext, LoreSource
-from proxy.memory.jobs import JobQueue
-from proxy.memory.llm import LLMClient
-from proxy.memory.operations import Operation
-from proxy.memory.prompts import Prompts
-from proxy.memory.recall import rank_ahead
-from proxy.memory.reread import carried
-from proxy.memory.retries import Retries
-from proxy.memory.settings import MemorySettings
+from proxy.library.chats import ChatLibrary, Refreshed
+from proxy.memory.calls.jobs import JobQueue
+from proxy.memory.calls.llm import LLMClient
+from proxy.memory.calls.prompts import Prompts
+from proxy.memory.calls.retries import Retries
+from proxy.memory.ops.handler import HandlerContext, LoreSource
+from proxy.memory.ops.registry import handlers
 from proxy.memory.upkeep import Upkeep
-from proxy.memory.views import (
+from proxy.memory.views.recall import rank_ahead
+from proxy.memory.views.reread import carried
+from proxy.memory.views.view import (
     Frame,
     RequestMemory,
     ViewInputs,
     history_start,
     request_memory,
 )
+from proxy.observe.events import EventBus
 from proxy.settings import QueueSettings
+from proxy.settings.memory import MemorySettings
 from proxy.store import Database, Store, file_error
 from proxy.store.jobs import Payload
 from proxy.tasks import TaskSet

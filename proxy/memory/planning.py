@@ -10,14 +10,14 @@ from __future__ import annotations
 from dataclasses import replace
 
 from proxy.core.jsontypes import JSONValue, as_int, as_list
+from proxy.core.operations import Operation, job_key
 from proxy.core.recaps import exclusion
 from proxy.core.scenes import CONTEXT_BEFORE, detection_window, messages_until_window, shown
 from proxy.core.tokens import TokenCounter
 from proxy.core.trim import Cut
 from proxy.memory.chatinfo import swipe_of
-from proxy.memory.operations import Operation, job_key
 from proxy.memory.running import covered_through
-from proxy.memory.settings import MemorySettings
+from proxy.settings.memory import MemorySettings
 from proxy.sillytavern.chatfile import text_hash
 from proxy.store import Database
 from proxy.store.jobs import Payload

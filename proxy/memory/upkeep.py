@@ -16,20 +16,20 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import NamedTuple
 
+from proxy.core.operations import Operation, job_key
 from proxy.core.plan import InjectionPolicy, chat_enabled
 from proxy.core.trim import Cut
-from proxy.memory.branches import inherit, made_from, parent_of
-from proxy.memory.folding import RunningPlanner
-from proxy.memory.handlers import SceneRecapHandler
-from proxy.memory.handling import OperationHandler
-from proxy.memory.importing import import_chat
-from proxy.memory.jobs import JobSpec, write_job
-from proxy.memory.llm import LLMClient
-from proxy.memory.operations import Operation, job_key
+from proxy.memory.calls.jobs import JobSpec, write_job
+from proxy.memory.calls.llm import LLMClient
+from proxy.memory.edits.branches import inherit, made_from, parent_of
+from proxy.memory.edits.importing import import_chat
+from proxy.memory.ops.handler import OperationHandler
+from proxy.memory.ops.running_recap import RunningPlanner
+from proxy.memory.ops.scene_recap import SceneRecapHandler
 from proxy.memory.planning import WorkPlanner
 from proxy.memory.running import prune
-from proxy.memory.settings import MemorySettings
-from proxy.memory.views import Frame, MemoryView, ViewInputs, build_view
+from proxy.memory.views.view import Frame, MemoryView, ViewInputs, build_view
+from proxy.settings.memory import MemorySettings
 from proxy.store import Database
 from proxy.store.jobs import Payload
 

@@ -7,7 +7,7 @@ from pydantic import Field, field_validator
 
 from proxy.core.models import Placement, Position, Role
 from proxy.core.placement import START_MARKERS
-from proxy.section import Section, UserPath
+from proxy.settings.section import Section, UserPath
 
 
 class _Placed(Section):

@@ -22,8 +22,8 @@ import platformdirs
 from pydantic import BaseModel, ValidationError
 
 from proxy.errors import ConfigError
-from proxy.section import APP_NAME
 from proxy.settings.model import Settings
+from proxy.settings.section import APP_NAME
 
 ENV_PREFIX = "RECAP_PROXY_"
 ENV_NESTING = "__"

@@ -15,9 +15,9 @@ from pydantic import (
 )
 
 from proxy.core.guard import is_loopback
-from proxy.memory.settings import MemorySettings
-from proxy.section import APP_NAME, Section, UserPath
 from proxy.settings.injection import InjectionSettings
+from proxy.settings.memory import MemorySettings
+from proxy.settings.section import APP_NAME, Section, UserPath
 
 
 class ServerSettings(Section):

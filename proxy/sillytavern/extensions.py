@@ -12,7 +12,7 @@ Three extensions keep their work inside ST's chat files:
 
 `message_extension` runs at indexing, for changed lines only, and keeps just what the
 proxy imports (a few hundred bytes where a four-stage version is tens of kilobytes), as
-compact JSON in the message's row; `proxy.memory.importing` applies it. Everything here
+compact JSON in the message's row; `proxy.memory.edits.importing` applies it. Everything here
 is pure, and a malformed field is skipped, never raised: an extension's data must not
 cost the user their chat's mirror.
 """

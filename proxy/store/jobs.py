@@ -1,4 +1,4 @@
-"""The job table: the persistent half of the operation queue (see `proxy.memory.jobs`).
+"""The job table: the persistent half of the operation queue (see `proxy.memory.calls.jobs`).
 
 Every method runs on the store's one worker thread. State changes that must not be split
 (apply a result and mark its job done) happen in one transaction.

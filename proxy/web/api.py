@@ -13,7 +13,7 @@ from proxy.chat.providers import CHAT_ID_HEADER, identify_parsed
 from proxy.core.jsontypes import JSONObject
 from proxy.core.models import Identification
 from proxy.errors import NotFound, Unavailable
-from proxy.library import ChatLibrary
+from proxy.library.chats import ChatLibrary
 from proxy.store import Database
 from proxy.store.overview import chat_summaries, idle
 from proxy.store.records import ChatRecord, MessageRecord

@@ -13,7 +13,6 @@ from pathlib import Path
 from aiohttp import web
 
 from adapters import formats
-from proxy.cassette import Recorder, configured_keys
 from proxy.chat.injection import (
     Injector,
     load_injection_templates,
@@ -24,22 +23,23 @@ from proxy.chat.lore import LoreService
 from proxy.chat.providers import ChatMemory, MemoryProvider
 from proxy.core.guard import GuardPolicy, LivePolicy
 from proxy.core.tokens import TokenCounter
-from proxy.events import EventBus
-from proxy.library import ChatLibrary, Refreshed
-from proxy.logs import access_middleware
-from proxy.memory.actions import MemoryActions
+from proxy.library.chats import ChatLibrary, Refreshed
+from proxy.library.watcher import Watcher
+from proxy.memory.calls.llm import LLMClient
+from proxy.memory.edits.actions import MemoryActions
 from proxy.memory.engine import MemoryEngine
-from proxy.memory.llm import LLMClient
-from proxy.memory.views import Frame
-from proxy.metrics import Metrics
-from proxy.reload import Reloader
+from proxy.memory.views.view import Frame
+from proxy.observe.events import EventBus
+from proxy.observe.logs import access_middleware
+from proxy.observe.metrics import Metrics
+from proxy.observe.vitals import Vitals
+from proxy.runtime.reload import Reloader
 from proxy.settings import Settings
 from proxy.store import Store, file_error, unusable
 from proxy.store.lock import StoreLock
-from proxy.upstream import Upstream
-from proxy.vitals import Vitals
+from proxy.upstream.cassette import Recorder, configured_keys
+from proxy.upstream.upstreams import Upstream
 from proxy.waits import SERVING, Waits
-from proxy.watcher import Watcher
 from proxy.web.api import add_api_routes
 from proxy.web.data_folder import resolve_data_dir, writes_outside
 from proxy.web.errors import error_middleware

@@ -16,7 +16,7 @@ import orjson
 from aiohttp import web
 
 from proxy.errors import RequestError
-from proxy.events import Event, EventBus
+from proxy.observe.events import Event, EventBus
 from proxy.web.keys import EVENTS
 
 HEARTBEAT = 15.0

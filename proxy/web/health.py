@@ -12,8 +12,8 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from proxy.errors import ConfigError, RequestError, TemplateError
+from proxy.observe.vitals import Health
 from proxy.store.overview import STATES, newest_failure, probe, queue_counts
-from proxy.vitals import Health
 from proxy.web.keys import METRICS, RELOADER, STORE, VITALS, WATCHER
 
 # A store busy with a long piece of work still answers within this, or counts as failing.

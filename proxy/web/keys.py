@@ -7,17 +7,17 @@ from aiohttp import web
 from adapters import Formats
 from proxy.chat.injection import Injector
 from proxy.chat.lore import LoreService
-from proxy.events import EventBus
-from proxy.library import ChatLibrary
-from proxy.memory.actions import MemoryActions
+from proxy.library.chats import ChatLibrary
+from proxy.library.watcher import Watcher
+from proxy.memory.calls.jobs import JobQueue
+from proxy.memory.edits.actions import MemoryActions
 from proxy.memory.engine import MemoryEngine
-from proxy.memory.jobs import JobQueue
-from proxy.metrics import Metrics
-from proxy.reload import Reloader
+from proxy.observe.events import EventBus
+from proxy.observe.metrics import Metrics
+from proxy.observe.vitals import Vitals
+from proxy.runtime.reload import Reloader
 from proxy.settings import Settings
 from proxy.store import Store
-from proxy.vitals import Vitals
-from proxy.watcher import Watcher
 from proxy.web.relay import Relay
 
 SETTINGS = web.AppKey("settings", Settings)

@@ -20,8 +20,8 @@ from proxy.core.jsontypes import JSONAnswer, JSONObject, JSONValue
 from proxy.core.models import Insertion, Placement
 from proxy.core.plan import CHANGING, STABLE, InjectionPolicy
 from proxy.errors import Conflict, NotFound, RequestError
-from proxy.memory.actions import MemoryActions
-from proxy.memory.jobs import JobQueue
+from proxy.memory.calls.jobs import JobQueue
+from proxy.memory.edits.actions import MemoryActions
 from proxy.web.api import unavailable
 from proxy.web.keys import ACTIONS, EVENTS, INJECTOR, QUEUE
 from proxy.web.keys import FORMATS as WIRE_FORMATS

@@ -19,13 +19,13 @@ from dataclasses import dataclass
 from aiohttp import web
 from yarl import URL
 
-from proxy.cassette import Exchange, Recorder
 from proxy.core.headers import Headers, request_headers, response_headers
 from proxy.errors import UpstreamError
-from proxy.metrics import Metrics
+from proxy.observe.metrics import Metrics
+from proxy.observe.vitals import Vitals
 from proxy.tasks import TaskSet
-from proxy.upstream import Target, Upstream
-from proxy.vitals import Vitals
+from proxy.upstream.cassette import Exchange, Recorder
+from proxy.upstream.upstreams import Target, Upstream
 from proxy.web.errors import error_json
 
 log = logging.getLogger(__name__)

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from proxy.core.models import ChatMessage, Generation
-from proxy.library import ChatLibrary
+from proxy.library.chats import ChatLibrary
 from proxy.store import Store
 
 SOURCES = Path(__file__).parents[1] / "data" / "sources"

@@ -9,9 +9,9 @@ from hypothesis import strategies as st
 
 from adapters.openai_chat import OpenAIChatAdapter, _read, _read_each
 from adapters.spans import MAP_FROM
-from proxy.cassette import load_cassette
 from proxy.core.models import Insertion, Role
 from proxy.errors import AdapterError
+from proxy.upstream.cassette import load_cassette
 from tests.adapters.edits import memory_edits
 from tests.core.st_requests import ST_CASSETTES, st_body
 

@@ -18,7 +18,7 @@ from adapters.post_processed import merged, post_processing
 from proxy.chat.providers import identify_parsed
 from proxy.core.models import ChatMessage, Insertion, Role
 from proxy.core.placement import find_history
-from proxy.library import ChatLibrary
+from proxy.library.chats import ChatLibrary
 from proxy.store import Store
 from tests.adapters.captures import MARKERS, SOURCES, STEPS, chats_before, generations
 from tests.memory.st_wire import PLACEHOLDER, post_processed

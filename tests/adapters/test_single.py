@@ -16,10 +16,11 @@ from adapters.base import ParsedRequest
 from adapters.openai_chat import OpenAIChatAdapter
 from adapters.single import SingleLayout, single_message
 from proxy.chat.providers import identify_parsed
-from proxy.core.chat_index import TEXT_KEPT, ChatEntry, ChatIndex, IndexedMessage, index_message
+from proxy.core.fingerprints import IndexedMessage, index_message
 from proxy.core.models import ChatMessage, Insertion, Role
 from proxy.core.placement import find_history
-from proxy.library import ChatLibrary
+from proxy.identify.chat_index import TEXT_KEPT, ChatEntry, ChatIndex
+from proxy.library.chats import ChatLibrary
 from proxy.store import Store
 from tests.adapters.captures import MARKERS, SOURCES, STEPS, chats_before, generations
 from tests.memory.st_wire import post_processed

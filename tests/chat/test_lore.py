@@ -12,8 +12,8 @@ import pytest
 from adapters import formats
 from adapters.openai_chat import OpenAIChatAdapter
 from proxy.chat.lore import LoreService
-from proxy.core.chat_index import normalize
-from proxy.library import ChatLibrary
+from proxy.core.fingerprints import normalize
+from proxy.library.chats import ChatLibrary
 from proxy.store import Store
 from tests.adapters.captures import SOURCES, chats_before, generations, records
 from tests.lore_data import entry, glade_content, write_card, write_settings, write_world

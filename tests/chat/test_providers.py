@@ -11,7 +11,7 @@ from pathlib import Path
 from adapters import ADAPTERS
 from proxy.chat.providers import ChatMemory, NoMemory, StaticMemory, identify_parsed
 from proxy.core.models import Caller, ChatMessage, Identification, Memory
-from proxy.library import ChatLibrary
+from proxy.library.chats import ChatLibrary
 from proxy.store import Store
 from tests.st_data import MARKERS, SOLO_ID, final_state, save_like_st
 

@@ -15,7 +15,7 @@ from adapters.openai_chat import OpenAIChatAdapter
 from proxy.chat.injection import Injector
 from proxy.core.models import Outcome
 from proxy.errors import UnknownPromptFormat
-from proxy.library import ChatLibrary
+from proxy.library.chats import ChatLibrary
 from proxy.memory.engine import MemoryEngine
 from proxy.web.keys import INJECTOR, LIBRARY
 from tests.memory.story import CHAT_ID, Story

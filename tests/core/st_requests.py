@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from adapters.openai_chat import OpenAIChatAdapter
-from proxy.cassette import decode_body, load_cassette
 from proxy.core.models import ChatMessage
+from proxy.upstream.cassette import decode_body, load_cassette
 from tests.fakes.cassette_upstream import CASSETTES
 
 ST_CASSETTES = CASSETTES / "st-1.12.6"

@@ -7,7 +7,7 @@ import pytest
 
 from proxy.core.genuine import Genuine, NotAnAnswer, check_related, related
 from proxy.core.render import Template
-from proxy.template_files import bundled_template
+from proxy.settings.templates import bundled_template
 
 
 def genuine(name: str) -> Genuine:

@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from proxy.core.chat_index import normalize
+from proxy.core.fingerprints import normalize
 from proxy.core.lore import (
     LoreMatcher,
     StickyTracker,

@@ -8,7 +8,7 @@ from unittest.mock import patch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from proxy.core.chat_index import index_message
+from proxy.core.fingerprints import index_message
 from proxy.core.models import ChatMessage
 from proxy.core.trim import (
     GLUED,

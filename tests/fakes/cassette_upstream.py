@@ -9,8 +9,8 @@ from typing import Any
 
 from aiohttp import web
 
-from proxy.cassette import decode_body, decode_chunk, load_cassette
 from proxy.core.headers import response_headers
+from proxy.upstream.cassette import decode_body, decode_chunk, load_cassette
 
 CASSETTES = Path(__file__).resolve().parent.parent / "cassettes"
 

@@ -340,7 +340,7 @@ async def chat(request: web.Request) -> web.StreamResponse:
     return await stream(request, chunks, drop_at=2 if mode == "break" else None)
 
 
-# The request fields that ask a server for an answer in shape (`proxy.memory.shapes`).
+# The request fields that ask a server for an answer in shape (`proxy.memory.calls.shapes`).
 SHAPE_FIELDS = frozenset({"response_format", "grammar", "json_schema", "format"})
 
 # A well-formed answer about something else than its prompt (a model that lost the thread).

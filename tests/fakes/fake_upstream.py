@@ -12,7 +12,7 @@ from yarl import URL
 from proxy.core.headers import Headers
 from proxy.errors import UpstreamError
 from proxy.settings import UpstreamSettings
-from proxy.upstream import Upstream, UpstreamResponse
+from proxy.upstream.upstreams import Upstream, UpstreamResponse
 
 
 @dataclass

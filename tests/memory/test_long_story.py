@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from proxy.memory import recall
+from proxy.memory.views import recall
 from proxy.store import Database
 from proxy.web.keys import INJECTOR, STORE
 from proxy.web.routes import INJECTED_HEADER
@@ -169,7 +169,7 @@ async def test_a_failed_scene_recap_stops_nothing_for_good(
         },
     )
     memory.fake.state.faults = {"scene_recap": ["", "status=500", "status=500"]}
-    with caplog.at_level(logging.WARNING, logger="proxy.memory.jobs"):
+    with caplog.at_level(logging.WARNING, logger="proxy.memory.calls.jobs"):
         await memory.client.post("/v1/chat/completions", json=memory.story.request())
         await memory.until(lambda db: db.jobs.list(CHAT_ID, ("failed",)), settle=False)
     # Visible: in the queue, in the overview, once in the log.

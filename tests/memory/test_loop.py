@@ -136,26 +136,6 @@ async def test_sts_prompt_as_the_users_at_depth_0_does_not_hide_the_chat(
     assert sent[-2:] == [{"role": "user", "content": memory.story.messages[-1]["mes"]}, prompt]
 
 
-async def test_editing_a_recapped_scene_recaps_and_folds_it_again(
-    memory_proxy: MemoryFactory,
-) -> None:
-    memory = await memory_proxy(16, ends={8}, **{"memory.message_recaps": False})
-    await memory.client.post("/v1/chat/completions", json=memory.story.request())
-    await memory.until(lambda db: db.memory.running_recaps(CHAT_ID))
-    memory.story.messages[0]["mes"] = (
-        "Ava meets Tom at the burned bridge and they argue about the map."
-    )
-    memory.story.save()
-    await memory.until(
-        lambda db: len(db.memory.scene_recaps(db.memory.breaks(CHAT_ID)[0].uid)) == 2
-    )
-    [scene] = await memory.run(lambda db: db.memory.breaks(CHAT_ID))
-    versions = await memory.run(lambda db: db.memory.scene_recaps(scene.uid))
-    assert "at the burned" in versions[-1].recap and scene.current == 2
-    [running] = await memory.run(lambda db: db.memory.running_recaps(CHAT_ID))
-    assert "at the burned" in running.content  # the old version went; the new one is folded in
-
-
 async def test_the_character_is_named_as_the_chat_names_it_not_by_its_folder(
     memory_proxy: MemoryFactory,
 ) -> None:

@@ -12,7 +12,7 @@ from proxy.core.jsontypes import as_int, as_list
 from proxy.core.scenes import Window, detection_window
 from proxy.core.tokens import TokenCounter
 from proxy.memory.planning import WorkPlanner
-from proxy.memory.settings import MemorySettings
+from proxy.settings.memory import MemorySettings
 from proxy.sillytavern.chatfile import STMessage
 from proxy.sillytavern.reconcile import Event
 from proxy.store import Database
@@ -188,7 +188,7 @@ async def test_messages_deleted_just_before_a_request_move_the_memory_with_them(
     """The user deletes two older messages in ST and sends the next one at once. The chat
     is re-read for the request, but its memory's view is planned again only once the
     request is answered: the view it finds is carried over the re-read, its recaps at the
-    positions their messages have now (`proxy.memory.reread`). Held by their old ones, the
+    positions their messages have now (`proxy.memory.views.reread`). Held by their old ones, the
     deleted 12's recap would go in, the recap of the character's 20 (22 before), which ST
     no longer sends, would not, and the stepped start would leave out the character's 24
     (26 before) with its recap taken for one of a message the request still carries."""

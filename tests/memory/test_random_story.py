@@ -34,10 +34,10 @@ from urllib.parse import quote, unquote
 import pytest
 
 from bench.words import CHAT_WORDS
+from proxy.core.operations import Operation
 from proxy.memory.chatinfo import swipe_of
-from proxy.memory.handlers import SceneRecapHandler
-from proxy.memory.operations import Operation
-from proxy.memory.views import history_start
+from proxy.memory.ops.scene_recap import SceneRecapHandler
+from proxy.memory.views.view import history_start
 from proxy.sillytavern.chatfile import text_hash
 from proxy.store import Database
 from proxy.web.keys import LIBRARY
@@ -737,7 +737,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 # A known race, traced but not fixed yet: under a loaded machine (the suite on both cores),
 # about one seed in fifty finds a message the stepped start left out with no recap
 # standing in for it (one cause, a recap the budget left out, is fixed in
-# `proxy.memory.views.request_memory`; another remains). Rerun once, so that CI fails on
+# `proxy.memory.views.view.request_memory`; another remains). Rerun once, so that CI fails on
 # what is deterministic; the closing note of 2026-12-06 has the trace. Remove the rerun
 # once the race is fixed.
 @pytest.mark.flaky(reruns=1)

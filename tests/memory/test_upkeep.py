@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from proxy.memory.operations import Operation
+from proxy.core.operations import Operation
 from proxy.memory.upkeep import Planned
 from proxy.store import Database
 from proxy.store.jobs import Payload

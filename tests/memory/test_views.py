@@ -1,5 +1,5 @@
 """Where a request's history starts: ST's cut, stepped, and held before a message that
-has nothing to stand in for it yet (`proxy.memory.views.history_start`)."""
+has nothing to stand in for it yet (`proxy.memory.views.view.history_start`)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import pytest
 
 from proxy.core.models import Identification
 from proxy.core.trim import Cut
-from proxy.memory.settings import MemorySettings
-from proxy.memory.views import MemoryView, history_start
+from proxy.memory.views.view import MemoryView, history_start
+from proxy.settings.memory import MemorySettings
 
 SETTINGS = MemorySettings(history_cut_step=4)
 # Trimming keeps 9 on (the running recap covers 0-8): the steps are 9, 13, 17, 21, 25, ...

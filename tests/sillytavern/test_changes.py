@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 
 from proxy.core.models import ChatMessage
-from proxy.library import ChatLibrary
+from proxy.library.chats import ChatLibrary
+from proxy.library.watcher import Watcher
 from proxy.sillytavern.changes import RECHECK, ChangeFeed, Freshness
 from proxy.store import Store
-from proxy.watcher import Watcher
 from tests.memory.story import Story
 from tests.spies import spy
 from tests.st_data import MARKERS, save_like_st

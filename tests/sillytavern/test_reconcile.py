@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from proxy.library import ChatLibrary
+from proxy.library.chats import ChatLibrary
 from proxy.sillytavern.reconcile import Event, Moves, moved_older
 from proxy.store import Store
 from tests.st_data import save_like_st

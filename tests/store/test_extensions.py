@@ -6,7 +6,7 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
-from proxy.library import ChatLibrary
+from proxy.library.chats import ChatLibrary
 from proxy.sillytavern.chatfile import STMessage
 from proxy.sillytavern.reconcile import Event
 from proxy.store import Database, Store

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from proxy.memory.jobs import JobSpec, write_job
-from proxy.memory.operations import Operation
+from proxy.core.operations import Operation
+from proxy.memory.calls.jobs import JobSpec, write_job
 from proxy.store.overview import chat_summaries
 from tests.store.test_search import CHAT, story
 

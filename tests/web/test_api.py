@@ -13,7 +13,7 @@ from urllib.parse import quote
 import pytest
 from aiohttp.test_utils import TestClient
 
-from proxy.library import ChatLibrary
+from proxy.library.chats import ChatLibrary
 from proxy.store import Store
 from proxy.web import make_app
 from proxy.web.keys import LIBRARY

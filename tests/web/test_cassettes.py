@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from proxy.cassette import decode_body, decode_chunk, load_cassette
 from proxy.chat.providers import StaticMemory
 from proxy.core.models import Memory
+from proxy.upstream.cassette import decode_body, decode_chunk, load_cassette
 from proxy.web import make_app
 from proxy.web.keys import RELAY
 from tests.conftest import FakeLLM, ProxyFactory, make_settings

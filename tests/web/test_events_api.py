@@ -10,7 +10,7 @@ from typing import Any
 from aiohttp import ClientResponse
 
 from proxy.chat.providers import NoMemory
-from proxy.events import EventBus
+from proxy.observe.events import EventBus
 from proxy.web import make_app
 from tests.conftest import make_settings
 from tests.memory.story import CHAT_ID

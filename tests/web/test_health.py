@@ -9,7 +9,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from proxy import __version__
-from proxy.vitals import FAILING_AFTER
+from proxy.observe.vitals import FAILING_AFTER
 from proxy.web.keys import STORE, WATCHER
 from tests.memory.story import CHAT_ID
 from tests.memory_env import Memory, MemoryFactory

@@ -1,6 +1,6 @@
 """A reasoning model's chat: ST sends replies with their thinking before them ("Add to
 Prompts", and any Continue), in the template its settings.json names, and the proxy still
-tells the chat and the kind of each request (`proxy.core.reasoning`)."""
+tells the chat and the kind of each request (`proxy.identify.reasoning`)."""
 
 from __future__ import annotations
 

@@ -1,0 +1,2 @@
+"""The watch path: ST's data folder followed (`watcher`), mirrored in the store
+(`mirror`), indexed (`chats`)."""

@@ -1,0 +1,1 @@
+"""The memory's LLM work: the persistent queue, the calls, their prompts and answers."""

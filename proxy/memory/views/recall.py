@@ -1,0 +1,153 @@
+"""Recalling older scenes on the chat path: what a request asks the scene search
+(`proxy.store.search`), memoised, and the `{{relevant_scenes}}` text it makes of the answer
+(`proxy.core.recall` decides the terms and the choice)."""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Mapping, Sequence
+from functools import lru_cache
+from typing import Any, Protocol
+
+from proxy.core.fingerprints import IndexedMessage, message_fingerprint, normalize
+from proxy.core.models import ChatMessage
+from proxy.core.recall import (
+    SceneCard,
+    Vocabulary,
+    match_query,
+    pick_scenes,
+    render_scenes,
+    search_terms,
+)
+from proxy.settings.memory import MemorySettings
+
+
+class SceneRanker(Hashable, Protocol):
+    """The scene search, as a request uses it."""
+
+    def ranked(self, chat_id: str, query: str, limit: int, min_score: float) -> list[int]: ...
+
+
+class ChatScenes(Protocol):
+    """What recall reads of a chat's memory view (`proxy.memory.views.view.MemoryView`)."""
+
+    @property
+    def scenes(self) -> Mapping[int, SceneCard]: ...  # break uid -> scene
+
+    @property
+    def vocabulary(self) -> Vocabulary: ...  # replaced whenever a scene changes
+
+    @property
+    def names(self) -> tuple[str, ...]: ...  # the chat's character and user names
+
+
+# Scenes asked of the search per request, and the least bm25 score that counts as a match
+# (about one term that a tenth of the scenes share: see `proxy.core.recall`).
+SEARCH_LIMIT = 24
+CONTEXT_CHARS = 1200
+MIN_SCORE = 1.0
+
+# `relevant_scenes` answers by what it was asked: the chat's scenes (their vocabulary, which
+# is replaced whenever one changes, stands for them in the key: the scenes themselves are
+# a dict, so no lru_cache), the recent messages, the room. Swipes and regenerations, which
+# a role-play has many of, ask the same again.
+_RELEVANT: dict[Hashable, str] = {}
+RELEVANT_KEPT = 256
+# `ranking`'s answers, by the recent messages' fingerprints (see there).
+_RANKS: dict[Hashable, list[int]] = {}
+
+
+def relevant_scenes(
+    search: SceneRanker,
+    view: ChatScenes,
+    chat_id: str,
+    messages: Sequence[ChatMessage],
+    history: Sequence[int],
+    settings: MemorySettings,
+    before: int | None,
+    room: int,
+) -> str:
+    """`{{relevant_scenes}}`: the older scenes that bear on the recent messages, ending
+    before chat position `before`, within `room` tokens."""
+    recent = tuple([messages[i] for i in history[-settings.relevant_scenes_context :]])
+    key = (search, view.vocabulary, chat_id, view.names, recent, before, room)
+    found = _RELEVANT.get(key)
+    if found is None:
+        ranked = ranking(search, view, chat_id, recent)
+        found = render_scenes(pick_scenes(ranked, view.scenes, before, room))
+        _keep(_RELEVANT, key, found)
+    return found
+
+
+def ranking(
+    search: SceneRanker, view: ChatScenes, chat_id: str, recent: Sequence[ChatMessage]
+) -> list[int]:
+    """`rank_scenes`, memoised by the roles and fingerprints of `recent` (their text with
+    the whitespace folded, all that the ranking reads), not by their text as written: the
+    ranking `rank_ahead` makes from the chat file's copy when ST saves is then
+    the one the request that follows finds, with no search terms worked out on its way.
+    The request's fingerprints were worked out to identify it: looking them up is cheap."""
+    prints = tuple([(m.role, message_fingerprint(m.text)) for m in recent])
+    key = (search, view.vocabulary, chat_id, view.names, prints)
+    found = _RANKS.get(key)
+    if found is None:
+        found = rank_scenes(search, view, chat_id, recent)
+        _keep(_RANKS, key, found)
+    return found
+
+
+def rank_ahead(
+    search: SceneRanker,
+    view: ChatScenes | None,
+    chat_id: str,
+    tail: Sequence[IndexedMessage],
+    settings: MemorySettings,
+) -> None:
+    """ST saved new messages of the chat, and the request that carries them follows (once
+    ST has built its prompt): rank the older scenes against its newest messages (`tail`,
+    the chat index's) now. `ranking` keeps it by their fingerprints, so that request finds
+    it instead of working out search terms and asking the store's full-text index on its
+    way (two queries, most of what its memory step cost)."""
+    if view is None or not view.scenes or not settings.relevant_scenes_max_tokens:
+        return
+    newest = tail[-settings.relevant_scenes_context :]
+    ranking(search, view, chat_id, [ChatMessage("user" if m.is_user else "assistant", m.text)
+                                     for m in newest])  # fmt: skip
+
+
+def _keep(memo: dict[Hashable, Any], key: Hashable, value: object) -> None:
+    if len(memo) >= RELEVANT_KEPT:
+        del memo[next(iter(memo))]  # the oldest
+    memo[key] = value
+
+
+def rank_scenes(
+    search: SceneRanker, view: ChatScenes, chat_id: str, recent: Sequence[ChatMessage]
+) -> list[int]:
+    """The scenes that match the user's last message of `recent` (the newest chat
+    messages), best first, then those that match all of them."""
+    users = [m for m in recent if m.role == "user"]
+    words = view.vocabulary
+    asked = search_terms([users[-1].text], words, view.names) if users else []
+    # The end of each message is what is happening now (and bounds the work per request);
+    # cut from its text with the whitespace folded, so that the chat file's copy of it
+    # (which the index keeps folded) asks the same question (`rank_ahead`).
+    tails = [normalize(m.text)[-CONTEXT_CHARS:] for m in recent]
+    context = [
+        term
+        for term in search_terms(tails, words, view.names, rarest=True, limit=6 + len(asked))
+        if term not in asked
+    ][:6]
+    ranked: list[int] = []
+    for terms in (asked, context):
+        if terms:
+            found = _ranked(search, words, chat_id, match_query(terms))
+            ranked.extend(uid for uid in found if uid not in ranked)
+    return ranked
+
+
+@lru_cache(maxsize=256)
+def _ranked(search: SceneRanker, words: Vocabulary, chat_id: str, query: str) -> tuple[int, ...]:
+    """The search's answer, memoised for as long as the chat's scenes stay the same (its
+    vocabulary is replaced whenever one changes): a regenerated reply, a swipe or a
+    continue asks the same question again."""
+    return tuple(search.ranked(chat_id, query, SEARCH_LIMIT, MIN_SCORE))

@@ -1,0 +1,1 @@
+"""What the running proxy tells about itself: events, metrics, health, logs."""

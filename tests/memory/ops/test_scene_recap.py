@@ -1,0 +1,71 @@
+"""The scene recap as a job runs it: written for the scene as it stands, never kept when
+its scene changed meanwhile or the answer holds the prompt's placeholders."""
+
+from __future__ import annotations
+
+from tests.memory.story import CHAT_ID
+from tests.memory_env import MemoryFactory, hold, start
+
+
+async def test_scene_end_deleted_while_its_recap_is_in_flight(memory_proxy: MemoryFactory) -> None:
+    memory = await memory_proxy(16, ends={8}, **{"memory.message_recaps": False})
+    await hold(memory, "scene_recap")
+    del memory.story.messages[8]
+    memory.story.save()
+    await memory.until(lambda db: len(db.messages(CHAT_ID)) == 15, settle=False)
+    memory.fake.state.release.set()
+    await memory.engine.settle()
+    # The break went with its message; the held recap was not applied anywhere.
+    assert await memory.run(lambda db: db.memory.breaks(CHAT_ID)) == []
+    assert await memory.run(lambda db: db.memory.running_recaps(CHAT_ID)) == []
+    jobs = await memory.engine.queue.jobs()
+    assert {j.operation: j.state for j in jobs}["scene_recap"] == "dropped"
+
+
+async def test_a_model_that_fills_in_the_placeholders_never_becomes_memory(
+    memory_proxy: MemoryFactory,
+) -> None:
+    """Forced into JSON, a small model answered `{"scene_name": "<short title>", "recap":
+    "<recap>"}` and `{"recap": "<the whole new running recap>"}`: stored, the running
+    recap "covered" the chat's past and trimming left it out for a placeholder. Now no
+    such answer is kept, the chat keeps its whole history, and the queue says why."""
+    memory = await memory_proxy(
+        30, ends={8, 17}, **{"memory.message_recaps": False, "queue.max_attempts": 1}
+    )
+    memory.fake.state.faults = {"scene_recap": ["placeholders"] * 20}
+    await start(memory)
+    await memory.engine.settle()
+    breaks = await memory.run(lambda db: db.memory.breaks(CHAT_ID))
+    assert [b.position for b in breaks] == [8, 17]  # detection answered well
+    uids = [b.uid for b in breaks]
+    recaps = await memory.run(lambda db: [db.memory.scene_recaps(uid) for uid in uids])
+    assert recaps == [[], []]
+    assert await memory.run(lambda db: db.memory.running_recaps(CHAT_ID)) == []
+    failed = await memory.run(lambda db: db.jobs.list(CHAT_ID, ("failed",)))
+    assert failed and all("placeholders in as they stand" in (j.error or "") for j in failed)
+    sent = memory.story.request()
+    response = await memory.client.post("/v1/chat/completions", json=sent)
+    assert response.headers.get("X-Recap-Trimmed", "0") == "0"
+    went = memory.forwarded()[-1]["messages"]
+    for message in sent["messages"]:
+        assert message in went  # every message of the chat went upstream
+
+
+async def test_editing_a_recapped_scene_recaps_and_folds_it_again(
+    memory_proxy: MemoryFactory,
+) -> None:
+    memory = await memory_proxy(16, ends={8}, **{"memory.message_recaps": False})
+    await memory.client.post("/v1/chat/completions", json=memory.story.request())
+    await memory.until(lambda db: db.memory.running_recaps(CHAT_ID))
+    memory.story.messages[0]["mes"] = (
+        "Ava meets Tom at the burned bridge and they argue about the map."
+    )
+    memory.story.save()
+    await memory.until(
+        lambda db: len(db.memory.scene_recaps(db.memory.breaks(CHAT_ID)[0].uid)) == 2
+    )
+    [scene] = await memory.run(lambda db: db.memory.breaks(CHAT_ID))
+    versions = await memory.run(lambda db: db.memory.scene_recaps(scene.uid))
+    assert "at the burned" in versions[-1].recap and scene.current == 2
+    [running] = await memory.run(lambda db: db.memory.running_recaps(CHAT_ID))
+    assert "at the burned" in running.content  # the old version went; the new one is folded in
