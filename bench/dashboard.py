@@ -27,8 +27,9 @@ sys.path.insert(0, str(ROOT))
 from aiohttp import web  # noqa: E402
 from playwright.async_api import async_playwright  # noqa: E402
 
+from proxy.runtime.runtime import build_runtime  # noqa: E402
 from proxy.web import make_app  # noqa: E402
-from proxy.web.keys import ACTIONS, LIBRARY  # noqa: E402
+from proxy.web.keys import RUNTIME  # noqa: E402
 from proxy.web.page import STATIC  # noqa: E402
 from tests.conftest import make_settings  # noqa: E402
 from tests.memory.story import CHAT_ID, Story  # noqa: E402
@@ -45,14 +46,14 @@ async def main() -> None:
             "sillytavern.data_dir": str(data), "store.path": str(Path(tmp) / "s.sqlite3"),
             "upstream.base_url": "http://127.0.0.1:9/v1",
         })  # fmt: skip
-        app = make_app(settings)
+        app = make_app(build_runtime(settings))
         runner = web.AppRunner(app)
         await runner.setup()
         site = web.TCPSite(runner, "127.0.0.1", 0)
         await site.start()
         port = runner.addresses[0][1]
-        await app[LIBRARY].indexed.wait()
-        actions = app[ACTIONS]
+        await app[RUNTIME].memory_parts().library.indexed.wait()
+        actions = app[RUNTIME].memory_parts().actions
         for end in range(49, MESSAGES - 100, 50):
             await actions.set_break(CHAT_ID, end)
             await actions.edit_scene_recap(CHAT_ID, end, f"Scene ending at {end}.", None)

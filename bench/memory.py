@@ -46,9 +46,10 @@ from bench.words import CHAT_WORDS, chat_file, st_message  # noqa: E402
 from proxy.core.tokens import TokenCounter  # noqa: E402
 from proxy.memory.engine import MemoryEngine  # noqa: E402
 from proxy.memory.views.view import history_start  # noqa: E402
+from proxy.runtime.runtime import build_runtime  # noqa: E402
 from proxy.settings import Settings  # noqa: E402
 from proxy.web import make_app  # noqa: E402
-from proxy.web.keys import ENGINE, INJECTOR, LIBRARY, RELAY  # noqa: E402
+from proxy.web.keys import RELAY, RUNTIME  # noqa: E402
 from tests.fakes.fake_llm import END_SCENE  # noqa: E402
 from tests.st_data import save_like_st  # noqa: E402
 
@@ -151,13 +152,13 @@ async def replay(
                 "memory": {"message_recaps": message_recaps, "templates_dir": tmp, **memory},
             }
         )
-        app = make_app(settings, counter=counter)
+        app = make_app(build_runtime(settings, counter=counter))
         runner = web.AppRunner(app, access_log=None)
         await runner.setup()
         port = free_port()
         await web.TCPSite(runner, "127.0.0.1", port).start()
         url = f"http://127.0.0.1:{port}"
-        library = app[LIBRARY]
+        library = app[RUNTIME].memory_parts().library
         # What each chat request carried upstream (the proxy's own calls do not pass here).
         sent: list[list[dict[str, Any]]] = []
         relay = app[RELAY]
@@ -173,7 +174,7 @@ async def replay(
         try:
             while CHAT_ID not in library.index.entries:
                 await asyncio.sleep(0.01)
-            engine = app[ENGINE]
+            engine = app[RUNTIME].memory_parts().engine
             meter = Meter(engine, counter)
             gaps = watch_gaps(engine, messages)
             async with aiohttp.ClientSession() as session:
@@ -194,7 +195,7 @@ async def replay(
             # The chat path's memory step for that request, in-process (identify, view,
             # trimming, splice): what the engine adds to every request.
             raw = json.dumps(final).encode()
-            adapter, injector = ADAPTERS["chat/completions"], app[INJECTOR]
+            adapter, injector = ADAPTERS["chat/completions"], app[RUNTIME].injector
             step = []
             for _ in range(50):
                 began = time.perf_counter()

@@ -10,6 +10,7 @@ from aiohttp import web
 
 from proxy.chat.providers import StaticMemory
 from proxy.core.models import Memory
+from proxy.runtime.runtime import build_runtime
 from proxy.settings import load_settings
 from proxy.web import make_app
 from proxy.web.listener import listen
@@ -35,7 +36,9 @@ async def main() -> None:
             "injection.depth": 4,
         },
     )
-    app = make_app(settings, provider=StaticMemory(Memory(values={"running_recap": RECAP})))
+    app = make_app(
+        build_runtime(settings, provider=StaticMemory(Memory(values={"running_recap": RECAP})))
+    )
     runner = web.AppRunner(app, handler_cancellation=True, access_log=None)
     await runner.setup()
     await listen(runner, "127.0.0.1", args.port, settings.server.header_timeout)

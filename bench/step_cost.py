@@ -35,9 +35,10 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.overhead import body, build_memory, config, free_port, start, story, write_data  # noqa: E402
+from proxy.runtime.runtime import build_runtime  # noqa: E402
 from proxy.settings import load_settings  # noqa: E402
 from proxy.web.app import make_app  # noqa: E402
-from proxy.web.keys import FORMATS, INJECTOR  # noqa: E402
+from proxy.web.keys import RUNTIME  # noqa: E402
 
 # The simulated caches: a common core's first level, and a last level of 2 MiB, this
 # process's share of a shared one. The buffer written between requests is twice that.
@@ -62,7 +63,7 @@ async def build(folder: Path) -> None:
         settings = load_settings(
             config(folder, "memory", f"http://127.0.0.1:{port}/v1", folder / "data", True)
         )
-        server = TestServer(make_app(settings), host="127.0.0.1", port=free_port())
+        server = TestServer(make_app(build_runtime(settings)), host="127.0.0.1", port=free_port())
         await server.start_server()
         async with aiohttp.ClientSession() as session:
             await build_memory(session, str(server.make_url("")).rstrip("/"), bodies()["large"])
@@ -75,10 +76,10 @@ async def build(folder: Path) -> None:
 async def measure(folder: Path, which: str, requests: int) -> None:
     """Under callgrind: the built memory, then `requests` steps, each after the caches
     were emptied and between the two marker calls."""
-    app = make_app(load_settings(folder / "memory.toml"))
+    app = make_app(build_runtime(load_settings(folder / "memory.toml")))
     server = TestServer(app, host="127.0.0.1", port=0)
     await server.start_server()
-    injector, adapter = app[INJECTOR], app[FORMATS].for_path("/v1/chat/completions")
+    injector, adapter = app[RUNTIME].injector, app[RUNTIME].formats.for_path("/v1/chat/completions")
     raw, large = bodies()[which], bodies()["large"]
     for _ in range(600):  # the chat folder is indexed in the background
         outcome = await injector.prepare(adapter, large, {}, where="bench")

@@ -1,5 +1,5 @@
 """The proxy's own pauses and time limits, in one place: what serving uses by default, and
-what a test sets small (`make_app(waits=...)`) instead of sleeping through them.
+what a test sets small (`build_runtime(waits=...)`) instead of sleeping through them.
 
 Each is an upper bound the proxy waits for an event that usually comes sooner (a request,
 a file read, a folder appearing), or a pause before it looks again after a failure.
@@ -25,6 +25,8 @@ class Waits:
     gone_poll: float = 2.0
     # How long the job runner and the planner wait before trying a failing store again.
     store_retry: float = 5.0
+    # How long indexing waits before reading again the chats a failing store did not take.
+    index_retry: float = 10.0
 
 
 SERVING = Waits()

@@ -20,6 +20,7 @@ from yarl import URL
 from proxy.chat.providers import MemoryProvider, StaticMemory
 from proxy.core.models import Memory
 from proxy.library.chats import ChatLibrary
+from proxy.runtime.runtime import build_runtime
 from proxy.settings import Settings
 from proxy.settings.loading import _set_dotted
 from proxy.store import Store
@@ -140,7 +141,7 @@ def proxy(aiohttp_client: Any, fake_llm: FakeLLM) -> ProxyFactory:
         if provider is None and memory is not None:
             provider = StaticMemory(memory)
         client: TestClient[Any, Any] = await aiohttp_client(
-            make_app(settings, provider=provider), auto_decompress=False
+            make_app(build_runtime(settings, provider=provider)), auto_decompress=False
         )
         return client
 

@@ -15,10 +15,11 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient
 
 from proxy.memory.engine import MemoryEngine
+from proxy.runtime.runtime import build_runtime
 from proxy.store import Database
 from proxy.waits import SERVING, Waits
 from proxy.web import make_app
-from proxy.web.keys import ENGINE, LIBRARY, STORE
+from proxy.web.keys import RUNTIME
 from tests.conftest import FakeLLM, make_settings
 from tests.memory.story import CHAT_ID, Story
 
@@ -42,6 +43,7 @@ QUICK = Waits(
     freshness=SERVING.freshness,
     gone_poll=0.05,
     store_retry=0.05,
+    index_retry=0.05,
 )
 
 
@@ -54,7 +56,7 @@ class Memory:
 
     @property
     def engine(self) -> MemoryEngine:
-        return self.app[ENGINE]
+        return self.app[RUNTIME].memory_parts().engine
 
     def forwarded(self) -> list[dict[str, Any]]:
         """The bodies of the requests the proxy forwarded for ST, oldest first: not its
@@ -68,7 +70,7 @@ class Memory:
 
     async def run(self, fn: Callable[[Database], T]) -> T:
         """`fn(database)` on the store's thread."""
-        return await self.app[STORE].call(fn)
+        return await self.app[RUNTIME].memory_parts().store.call(fn)
 
     async def until(
         self, check: Callable[[Database], object], timeout: float = 10.0, *, settle: bool = True
@@ -118,10 +120,10 @@ def memory_proxy(
                 **dotted,
             }
         )
-        app = make_app(settings, waits=QUICK)
+        app = make_app(build_runtime(settings, waits=QUICK))
         client: TestClient[Any, Any] = await aiohttp_client(app)
-        await asyncio.wait_for(app[LIBRARY].indexed.wait(), 10)
-        assert app[LIBRARY].index.entries, "the story's chat was not indexed"
+        await asyncio.wait_for(app[RUNTIME].memory_parts().library.indexed.wait(), 10)
+        assert app[RUNTIME].memory_parts().library.index.entries, "the story's chat was not indexed"
         return Memory(client, app, story, fake_llm)
 
     return make

@@ -6,9 +6,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from proxy.chat.providers import ChatMemory
+from proxy.runtime.runtime import build_runtime
 from proxy.waits import Waits
 from proxy.web import make_app
-from proxy.web.keys import ENGINE, INJECTOR, LIBRARY, WATCHER
+from proxy.web.keys import RUNTIME
 from tests.conftest import FakeLLM, make_settings
 from tests.memory.story import Story
 
@@ -25,11 +26,11 @@ def test_every_wait_reaches_its_owner(tmp_path: Path, fake_llm: FakeLLM) -> None
             "store.path": str(tmp_path / "store.sqlite3"),
         }
     )
-    app = make_app(settings, waits=waits)
-    engine = app[ENGINE]
+    app = make_app(build_runtime(settings, waits=waits))
+    engine = app[RUNTIME].memory_parts().engine
     assert engine.waits is waits
     assert engine.queue.store_retry == 5.5 and engine._retries.store_retry == 5.5
-    assert app[LIBRARY].freshness_wait == 3.5
-    assert app[WATCHER].gone_poll == 4.5
-    provider = app[INJECTOR].provider
+    assert app[RUNTIME].memory_parts().library.freshness_wait == 3.5
+    assert app[RUNTIME].memory_parts().watcher.gone_poll == 4.5
+    provider = app[RUNTIME].injector.provider
     assert isinstance(provider, ChatMemory) and provider.first_request == 2.5

@@ -30,10 +30,10 @@ from proxy.cli.eval_story import CHAR, EvalStory, chat_file, eval_story
 from proxy.core.guard import KEY_HEADER
 from proxy.errors import ConfigError
 from proxy.memory.engine import MemoryEngine
+from proxy.runtime.runtime import build_runtime
 from proxy.settings import Settings, load_settings
 from proxy.store import Database, Store
 from proxy.web import make_app
-from proxy.web.keys import ENGINE, LIBRARY, STORE
 
 CHAT_ID = f"default-user/chats/{CHAR}/{CHAR} - eval"
 POLL_SECONDS = 0.25
@@ -96,8 +96,9 @@ async def run_eval(args: argparse.Namespace) -> int:
 
 async def _evaluate(settings: Settings, story: EvalStory, path: Path) -> dict[str, Any]:
     began = time.monotonic()
-    app = make_app(settings)
-    runner = web.AppRunner(app, access_log=None)
+    runtime = build_runtime(settings)
+    memory = runtime.memory_parts()
+    runner = web.AppRunner(make_app(runtime), access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()
@@ -106,12 +107,12 @@ async def _evaluate(settings: Settings, story: EvalStory, path: Path) -> dict[st
     headers = {KEY_HEADER: key.get_secret_value()} if key else {}
     try:
         async with aiohttp.ClientSession(f"http://127.0.0.1:{port}", headers=headers) as http:
-            await asyncio.wait_for(app[LIBRARY].indexed.wait(), 60)
+            await asyncio.wait_for(memory.library.indexed.wait(), 60)
             chat = quote(CHAT_ID, safe="")
             async with http.post(f"/recap/api/chats/{chat}/backfill", json={}) as answer:
                 answer.raise_for_status()
-            store = app[STORE]
-            await _until_idle(app[ENGINE], store)
+            store = memory.store
+            await _until_idle(memory.engine, store)
             built = time.monotonic() - began
             asked = [await _asked(http, store, story, i, path) for i in range(len(story.facts))]
             state = await store.call(_state)

@@ -240,12 +240,13 @@ async def serve(
     reload_from: Callable[[], Settings] | None = None,
 ) -> None:
     """Run the server until SIGINT/SIGTERM; SIGHUP reloads the config and the templates."""
+    from proxy.runtime.runtime import build_runtime
     from proxy.web import make_app
-    from proxy.web.keys import RELOADER
     from proxy.web.listener import listen
 
     _refuse_if_exposed(settings)
-    app = make_app(settings, reload_from=reload_from, owns_logging=True)
+    runtime = build_runtime(settings, reload_from=reload_from, owns_logging=True)
+    app = make_app(runtime)
     # handler_cancellation: when ST disconnects (Stop), the handler is cancelled and the
     # upstream request with it.
     runner = web.AppRunner(app, handler_cancellation=True, access_log=None)
@@ -260,7 +261,7 @@ async def serve(
             loop.add_signal_handler(sig, stop.set)
     if hasattr(signal, "SIGHUP"):  # not on Windows: POST /recap/api/reload there
         with contextlib.suppress(NotImplementedError):
-            loop.add_signal_handler(signal.SIGHUP, _reload_now, app[RELOADER])
+            loop.add_signal_handler(signal.SIGHUP, _reload_now, runtime.reloader)
     listening: asyncio.Server | None = None
     try:
         listening = await listen(runner, host, port, settings.server.header_timeout)

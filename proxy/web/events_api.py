@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from functools import partial
 
 import orjson
 from aiohttp import web
 
 from proxy.errors import RequestError
 from proxy.observe.events import Event, EventBus
-from proxy.web.keys import EVENTS
 
 HEARTBEAT = 15.0
 RETRY_MS = 2000  # how long a client waits before it reconnects
@@ -39,8 +39,8 @@ def _last_id(request: web.Request, bus: EventBus) -> int | None:
     return min(max(value, 0), bus.last_id)
 
 
-async def events(request: web.Request) -> web.StreamResponse:
-    bus = request.app[EVENTS]
+async def events(bus: EventBus, request: web.Request) -> web.StreamResponse:
+    """The live stream of `bus`'s events, from `Last-Event-ID` on when it is given."""
     last = _last_id(request, bus)
     response = web.StreamResponse(
         headers={
@@ -78,10 +78,9 @@ async def events(request: web.Request) -> web.StreamResponse:
     return response
 
 
-async def _close_streams(app: web.Application) -> None:
-    app[EVENTS].close()
+def add_event_routes(app: web.Application, bus: EventBus) -> None:
+    async def close_streams(app: web.Application) -> None:
+        bus.close()
 
-
-def add_event_routes(app: web.Application) -> None:
-    app.router.add_get("/recap/api/events", events)
-    app.on_shutdown.append(_close_streams)
+    app.router.add_get("/recap/api/events", partial(events, bus))
+    app.on_shutdown.append(close_streams)

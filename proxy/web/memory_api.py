@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Awaitable, Callable, Sequence
+from functools import partial
 
 from aiohttp import web
 
@@ -20,45 +21,25 @@ from proxy.core.jsontypes import JSONAnswer, JSONObject, JSONValue
 from proxy.core.models import Insertion, Placement
 from proxy.core.plan import CHANGING, STABLE, InjectionPolicy
 from proxy.errors import Conflict, NotFound, RequestError
-from proxy.memory.calls.jobs import JobQueue
 from proxy.memory.edits.actions import MemoryActions
-from proxy.web.api import unavailable
-from proxy.web.keys import ACTIONS, EVENTS, INJECTOR, QUEUE
-from proxy.web.keys import FORMATS as WIRE_FORMATS
+from proxy.web.api import Parts
 from proxy.web.params import field, json_body, optional, path_number, query_number
 
 CHAT = "/recap/api/chats/{chat_id:.+}"
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 Action = Callable[[web.Request, MemoryActions], Awaitable[JSONAnswer]]
 
-NO_ENGINE = (
-    "the memory engine is not running (no SillyTavern data folder, or the server runs "
-    "with a fixed memory)"
-)
 
+def _json(parts: Parts, fn: Action) -> Handler:
+    """`fn` as a route's handler: its answer as JSON, and a change announced."""
 
-def _actions(request: web.Request) -> MemoryActions:
-    actions = request.app.get(ACTIONS)
-    if actions is None:
-        raise unavailable(request, NO_ENGINE, "no_memory_engine")
-    return actions
-
-
-def _queue(request: web.Request) -> JobQueue:
-    queue = request.app.get(QUEUE)
-    if queue is None:
-        raise unavailable(request, NO_ENGINE, "no_memory_engine")
-    return queue
-
-
-def _json(fn: Action) -> Handler:
     async def handler(request: web.Request) -> web.StreamResponse:
-        answer = await fn(request, _actions(request))
+        answer = await fn(request, parts.memory())
         if request.method != "GET":  # a change: every open dashboard shows it
             route = request.match_info.route.resource
             tail = route.canonical.partition("}")[2] if route is not None else ""
             index = request.match_info.get("index")
-            request.app[EVENTS].publish(
+            parts.events.publish(
                 "memory",
                 chat=_chat(request),
                 action=f"{request.method} {tail or '/'}",
@@ -152,12 +133,12 @@ async def copy_from(request: web.Request, a: MemoryActions) -> JSONAnswer:
     return await a.copy_from(_chat(request), field(data, "chat", str))
 
 
-async def export(request: web.Request) -> web.Response:
+async def export(parts: Parts, request: web.Request) -> web.Response:
     """`GET .../export?format=markdown|json|st-world`: the memory as a file."""
     chosen = request.query.get("format", "json")
     if chosen not in FORMATS:
         raise RequestError(f"format must be one of {', '.join(FORMATS)}, not {chosen!r}")
-    memory = await _actions(request).export(_chat(request))
+    memory = await parts.memory().export(_chat(request))
     name = re.sub(r"[^\w.-]+", "_", memory.chat_id.rsplit("/", 1)[-1]).strip("_") or "memory"
     suffix = {"markdown": "md", "json": "json", "st-world": "world.json"}[chosen]
     headers = {"Content-Disposition": f'attachment; filename="{name}.{suffix}"'}
@@ -196,7 +177,7 @@ async def regenerate_message(request: web.Request, a: MemoryActions) -> JSONAnsw
     return await a.regenerate_message(_chat(request), _index(request))
 
 
-async def preview(request: web.Request, a: MemoryActions) -> JSONAnswer:
+async def preview(parts: Parts, request: web.Request, a: MemoryActions) -> JSONAnswer:
     """What a request carrying the whole visible chat would get: the inserted memory and
     the messages left out, through the chat path's own code."""
     chat_id = _chat(request)
@@ -207,11 +188,9 @@ async def preview(request: web.Request, a: MemoryActions) -> JSONAnswer:
     ]
     raw = json.dumps({"model": request.query.get("model", ""), "messages": messages}).encode()
     headers = {CHAT_ID_HEADER: chat_id}
-    outcome = await request.app[INJECTOR].prepare(
-        ADAPTERS["chat/completions"], raw, headers, preview=True
-    )
+    injector = parts.injector
+    outcome = await injector.prepare(ADAPTERS["chat/completions"], raw, headers, preview=True)
     dropped = outcome.dropped
-    injector = request.app[INJECTOR]
     count = injector.counter.count
     gone = set(dropped)
     sizes = [count(m["content"]) for m in messages[1:]]
@@ -233,14 +212,14 @@ async def preview(request: web.Request, a: MemoryActions) -> JSONAnswer:
     }  # fmt: skip
 
 
-async def preview_request(request: web.Request) -> web.Response:
+async def preview_request(parts: Parts, request: web.Request) -> web.Response:
     """`POST /recap/api/preview`: the body as it would go upstream, for a client body (a
     chat completion, Claude's or a text completion's, told apart as `identify` does)."""
-    _actions(request)
+    parts.memory()
     raw = await request.read()
-    adapter = request.app[WIRE_FORMATS].for_body(raw)
+    adapter = parts.formats.for_body(raw)
     adapter.parse(raw)  # AdapterError: a 400, before the fail-open step hides it
-    outcome = await request.app[INJECTOR].prepare(adapter, raw, request.headers, preview=True)
+    outcome = await parts.injector.prepare(adapter, raw, request.headers, preview=True)
     first = outcome.insertions[0] if outcome.insertions else None
     return web.json_response(
         {
@@ -250,7 +229,7 @@ async def preview_request(request: web.Request) -> web.Response:
             "injected": None
             if first is None
             else {**(_whole(outcome.insertions) or {}), "index": first.index},
-            "parts": _parts(outcome.insertions, request.app[INJECTOR].policy),
+            "parts": _parts(outcome.insertions, parts.injector.policy),
             "left_out": list(outcome.dropped),
             "body": json.loads(outcome.body),
         }
@@ -292,12 +271,12 @@ def _whole(insertions: Sequence[Insertion]) -> JSONObject | None:
     }
 
 
-async def queue(request: web.Request) -> web.Response:
+async def queue(parts: Parts, request: web.Request) -> web.Response:
     """Every job kept; with `done=N`, the work not done and the newest N done jobs, and
     `older_done`, how many were left out (a backfilled story leaves hundreds); with
     `after=ID`, the jobs queued or running and every job newer than job ID (a backfill's
     progress: the work it queued, and what still holds the chat up)."""
-    queue = _queue(request)
+    queue = parts.queue()
     chat = request.query.get("chat")
     shown, after = query_number(request, "done"), query_number(request, "after")
     if shown is not None and after is not None:
@@ -312,8 +291,8 @@ async def queue(request: web.Request) -> web.Response:
     return web.json_response({**answer, "jobs": [j.public() for j in jobs]})
 
 
-async def queue_action(request: web.Request) -> web.Response:
-    queue = _queue(request)
+async def queue_action(parts: Parts, request: web.Request) -> web.Response:
+    queue = parts.queue()
     action = request.match_info["action"]
     if action == "pause":
         await queue.pause()
@@ -327,42 +306,42 @@ async def queue_action(request: web.Request) -> web.Response:
     return web.json_response({"paused": action == "pause"})
 
 
-async def retry_job(request: web.Request) -> web.Response:
+async def retry_job(parts: Parts, request: web.Request) -> web.Response:
     job_id = path_number(request, "job")
-    if not await _queue(request).retry(job_id):
+    if not await parts.queue().retry(job_id):
         raise Conflict(f"job {job_id} is not failed or dropped (or gone)")
     return web.json_response({"retried": job_id})
 
 
-def add_memory_routes(app: web.Application) -> None:
+def add_memory_routes(app: web.Application, parts: Parts) -> None:
     """Registered before the catch-all chat route (chat ids contain slashes)."""
     r = app.router
     message = CHAT + r"/messages/{index:\d+}"
     scene_path = CHAT + r"/scenes/{index:\d+}"
-    r.add_get(CHAT + "/memory", _json(overview))
-    r.add_put(CHAT + "/memory", _json(set_enabled))
-    r.add_post(CHAT + "/memory/copy-from", _json(copy_from))
-    r.add_get(CHAT + "/export", export)
-    r.add_post(CHAT + "/backfill", _json(backfill))
-    r.add_get(CHAT + "/preview", _json(preview))
-    r.add_get(CHAT + "/scenes", _json(scenes))
-    r.add_post(CHAT + "/scene-check", _json(check_scenes_now))
-    r.add_get(scene_path, _json(scene))
-    r.add_patch(scene_path, _json(update_scene))
-    r.add_post(scene_path + "/recaps", _json(edit_scene_recap))
-    r.add_post(scene_path + "/regenerate", _json(regenerate_scene))
-    r.add_put(message + "/scene_break", _json(set_break))
-    r.add_delete(message + "/scene_break", _json(remove_break))
-    r.add_get(CHAT + "/running", _json(running))
-    r.add_post(CHAT + "/running", _json(edit_running))
-    r.add_put(CHAT + "/running/current", _json(select_running))
-    r.add_post(CHAT + "/running/regenerate", _json(regenerate_running))
-    r.add_get(CHAT + "/recaps", _json(message_recaps))
-    r.add_put(message + "/recap", _json(edit_message_recap))
-    r.add_delete(message + "/recap", _json(clear_message_recap))
-    r.add_put(message + "/excluded", _json(exclude_message))
-    r.add_post(message + "/recap/regenerate", _json(regenerate_message))
-    r.add_post("/recap/api/preview", preview_request)
-    r.add_get("/recap/api/queue", queue)
-    r.add_post(r"/recap/api/queue/jobs/{job:\d+}/retry", retry_job)
-    r.add_post("/recap/api/queue/{action}", queue_action)
+    r.add_get(CHAT + "/memory", _json(parts, overview))
+    r.add_put(CHAT + "/memory", _json(parts, set_enabled))
+    r.add_post(CHAT + "/memory/copy-from", _json(parts, copy_from))
+    r.add_get(CHAT + "/export", partial(export, parts))
+    r.add_post(CHAT + "/backfill", _json(parts, backfill))
+    r.add_get(CHAT + "/preview", _json(parts, partial(preview, parts)))
+    r.add_get(CHAT + "/scenes", _json(parts, scenes))
+    r.add_post(CHAT + "/scene-check", _json(parts, check_scenes_now))
+    r.add_get(scene_path, _json(parts, scene))
+    r.add_patch(scene_path, _json(parts, update_scene))
+    r.add_post(scene_path + "/recaps", _json(parts, edit_scene_recap))
+    r.add_post(scene_path + "/regenerate", _json(parts, regenerate_scene))
+    r.add_put(message + "/scene_break", _json(parts, set_break))
+    r.add_delete(message + "/scene_break", _json(parts, remove_break))
+    r.add_get(CHAT + "/running", _json(parts, running))
+    r.add_post(CHAT + "/running", _json(parts, edit_running))
+    r.add_put(CHAT + "/running/current", _json(parts, select_running))
+    r.add_post(CHAT + "/running/regenerate", _json(parts, regenerate_running))
+    r.add_get(CHAT + "/recaps", _json(parts, message_recaps))
+    r.add_put(message + "/recap", _json(parts, edit_message_recap))
+    r.add_delete(message + "/recap", _json(parts, clear_message_recap))
+    r.add_put(message + "/excluded", _json(parts, exclude_message))
+    r.add_post(message + "/recap/regenerate", _json(parts, regenerate_message))
+    r.add_post("/recap/api/preview", partial(preview_request, parts))
+    r.add_get("/recap/api/queue", partial(queue, parts))
+    r.add_post(r"/recap/api/queue/jobs/{job:\d+}/retry", partial(retry_job, parts))
+    r.add_post("/recap/api/queue/{action}", partial(queue_action, parts))

@@ -7,17 +7,24 @@ import logging
 import re
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from functools import lru_cache
 from urllib.parse import quote, unquote
 
 from aiohttp import web
 
+from adapters import Formats
 from proxy.chat.injection import Injector
+from proxy.chat.lore import LoreService
 from proxy.core.headers import safe_url
 from proxy.core.models import ChatMessage, Identification
 from proxy.errors import NotFound, RequestError
+from proxy.library.chats import ChatLibrary
+from proxy.memory.engine import MemoryEngine
+from proxy.observe.events import EventBus
+from proxy.runtime.runtime import Runtime
 from proxy.web.guard import api_headers
-from proxy.web.keys import ENGINE, EVENTS, FORMATS, INJECTOR, LIBRARY, LORE, RELAY
+from proxy.web.relay import Relay
 
 log = logging.getLogger(__name__)
 
@@ -51,69 +58,6 @@ def proxied_path(raw_path: str) -> str:
     return path
 
 
-async def handle_api(request: web.Request) -> web.StreamResponse:
-    arrived = time.perf_counter()
-    app = request.app
-    relay = app[RELAY]
-    raw_path = request.rel_url.raw_path
-    target, path = relay.upstream.resolve(proxied_path(raw_path))
-    adapter = app[FORMATS].for_path(path) if request.method == "POST" else None
-    headers = api_headers(request)
-    if adapter is None:
-        body = await request.read() if request.body_exists else None
-        exchange = relay.start_exchange(request, body or b"")
-        return await relay.forward(
-            request, target, path, body, headers, exchange=exchange, arrived=arrived
-        )
-
-    raw = await read_body(request)
-    exchange = relay.start_exchange(request, raw)
-    injector: Injector = app[INJECTOR]
-    # `where`: for a log line, if any (a chat format's requests are all POSTs).
-    outcome = await injector.prepare(
-        adapter, raw, headers, where="POST " + raw_path, route=target.prefix, path=path
-    )
-    tokens = outcome.tokens  # summed over the parts: once
-    extra = [
-        (CHAT_HEADER, _header_value(outcome.chat_id or "")),
-        (INJECTED_HEADER, str(tokens)),
-        (TRIMMED_HEADER, str(len(outcome.dropped))),
-    ]
-    identity = outcome.memory.identity if outcome.memory is not None else None
-    # Counted once the request is on its way: the model takes far longer to answer than
-    # this takes, and the time to the answer's first byte is what ST waits on.
-    asyncio.get_running_loop().call_soon(
-        _account, app, identity, outcome.messages, tokens, len(outcome.dropped)
-    )
-    if exchange is not None and outcome.insertions:
-        exchange.meta["insertions"] = [
-            {"part": i.part, "index": i.index, "role": i.role.value, "tokens": i.tokens}
-            for i in outcome.insertions
-        ]
-    body = outcome.body
-    # The parsed request (its messages: most of a megabyte for a 100k-token chat) and the
-    # body as ST sent it go now, not when the answer has streamed: only the bytes sent
-    # upstream are kept (and the injector keeps the newest parsed request of each format,
-    # for the next one to build on; a cassette being recorded keeps the body ST sent).
-    del outcome, raw
-    try:
-        return await relay.forward(
-            request,
-            target,
-            path,
-            body,
-            headers,
-            extra=extra,
-            exchange=exchange,
-            wire=adapter.name,
-            arrived=arrived,
-        )
-    finally:
-        engine = app.get(ENGINE)
-        if identity is not None and engine is not None:
-            engine.answered(identity.chat_id)  # the chat's upkeep may go on
-
-
 async def read_body(request: web.Request) -> bytes:
     """A chat request's body, read as `request.read()` reads it (a body over the app's
     `client_max_size` is its 413) but not kept on the request. `read` keeps it there until
@@ -132,71 +76,153 @@ async def read_body(request: web.Request) -> bytes:
     return b"".join(parts)
 
 
-def _account(
-    app: web.Application,
-    identity: Identification | None,
-    messages: Sequence[ChatMessage],
-    tokens: int,
-    left_out: int,
-) -> None:
-    """A chat request's metrics, health, lorebook snapshot and `request` event."""
-    try:
-        relay = app[RELAY]
-        if identity is not None:
-            seen = "identified"
-        else:
-            seen = "unidentified" if LIBRARY in app else "no_memory"
-        relay.metrics.chat_request(seen, tokens, left_out)
-        if seen != "no_memory":
-            relay.vitals.saw(seen)
-        if identity is None:
-            return
-        lore = app.get(LORE)
-        if lore is not None:
-            lore.record_later(identity, messages)
-        app[EVENTS].publish(
-            "request",
-            chat=identity.chat_id,
-            generation=identity.generation,
-            target=identity.target_message,
-            injected=tokens,
-            left_out=left_out,
-        )
-    except Exception:
-        # Bookkeeping: the request it counts is under way, and must stay so.
-        log.exception("accounting for a chat request failed")
-
-
 @lru_cache(maxsize=256)
 def _header_value(chat_id: str) -> str:
     """`X-Recap-Chat`: the chat id percent-encoded (a header is Latin-1, ids are not)."""
     return quote(chat_id, safe="")
 
 
-async def handle_root(request: web.Request) -> web.Response:
-    library = request.app.get(LIBRARY)
-    data_dir = library.data_dir if library is not None else None
-    return web.json_response(
-        {
-            "service": "recap-proxy",
-            "upstream": safe_url(str(request.app[RELAY].upstream.base_url)),
-            # ST's data folder it reads (null: none), which the CLI never writes into.
-            "st_data": str(data_dir) if data_dir is not None else None,
-            "hint": "in SillyTavern, set the Custom (OpenAI-compatible) endpoint or the "
-            f"Claude/OpenAI reverse proxy to {request.url.origin()}{API_PREFIX}, or a Text "
-            f"Completion server URL to {request.url.origin()}",
-            "dashboard": f"{request.url.origin()}/recap/",
-        }
-    )
+@dataclass(frozen=True, slots=True)
+class ChatRoutes:
+    """`/` and every path that goes upstream, with the parts they use."""
+
+    relay: Relay
+    formats: Formats
+    injector: Injector
+    events: EventBus
+    library: ChatLibrary | None = None
+    engine: MemoryEngine | None = None
+    lore: LoreService | None = None
+
+    async def forward(self, request: web.Request) -> web.StreamResponse:
+        arrived = time.perf_counter()
+        relay = self.relay
+        raw_path = request.rel_url.raw_path
+        target, path = relay.upstream.resolve(proxied_path(raw_path))
+        adapter = self.formats.for_path(path) if request.method == "POST" else None
+        headers = api_headers(request)
+        if adapter is None:
+            body = await request.read() if request.body_exists else None
+            exchange = relay.start_exchange(request, body or b"")
+            return await relay.forward(
+                request, target, path, body, headers, exchange=exchange, arrived=arrived
+            )
+
+        raw = await read_body(request)
+        exchange = relay.start_exchange(request, raw)
+        injector = self.injector
+        # `where`: for a log line, if any (a chat format's requests are all POSTs).
+        outcome = await injector.prepare(
+            adapter, raw, headers, where="POST " + raw_path, route=target.prefix, path=path
+        )
+        tokens = outcome.tokens  # summed over the parts: once
+        extra = [
+            (CHAT_HEADER, _header_value(outcome.chat_id or "")),
+            (INJECTED_HEADER, str(tokens)),
+            (TRIMMED_HEADER, str(len(outcome.dropped))),
+        ]
+        identity = outcome.memory.identity if outcome.memory is not None else None
+        # Counted once the request is on its way: the model takes far longer to answer than
+        # this takes, and the time to the answer's first byte is what ST waits on.
+        asyncio.get_running_loop().call_soon(
+            self._account, identity, outcome.messages, tokens, len(outcome.dropped)
+        )
+        if exchange is not None and outcome.insertions:
+            exchange.meta["insertions"] = [
+                {"part": i.part, "index": i.index, "role": i.role.value, "tokens": i.tokens}
+                for i in outcome.insertions
+            ]
+        body = outcome.body
+        # The parsed request (its messages: most of a megabyte for a 100k-token chat) and the
+        # body as ST sent it go now, not when the answer has streamed: only the bytes sent
+        # upstream are kept (and the injector keeps the newest parsed request of each format,
+        # for the next one to build on; a cassette being recorded keeps the body ST sent).
+        del outcome, raw
+        try:
+            return await relay.forward(
+                request,
+                target,
+                path,
+                body,
+                headers,
+                extra=extra,
+                exchange=exchange,
+                wire=adapter.name,
+                arrived=arrived,
+            )
+        finally:
+            engine = self.engine
+            if identity is not None and engine is not None:
+                engine.answered(identity.chat_id)  # the chat's upkeep may go on
+
+    def _account(
+        self,
+        identity: Identification | None,
+        messages: Sequence[ChatMessage],
+        tokens: int,
+        left_out: int,
+    ) -> None:
+        """A chat request's metrics, health, lorebook snapshot and `request` event."""
+        try:
+            relay = self.relay
+            if identity is not None:
+                seen = "identified"
+            else:
+                seen = "unidentified" if self.library is not None else "no_memory"
+            relay.metrics.chat_request(seen, tokens, left_out)
+            if seen != "no_memory":
+                relay.vitals.saw(seen)
+            if identity is None:
+                return
+            lore = self.lore
+            if lore is not None:
+                lore.record_later(identity, messages)
+            self.events.publish(
+                "request",
+                chat=identity.chat_id,
+                generation=identity.generation,
+                target=identity.target_message,
+                injected=tokens,
+                left_out=left_out,
+            )
+        except Exception:
+            # Bookkeeping: the request it counts is under way, and must stay so.
+            log.exception("accounting for a chat request failed")
+
+    async def root(self, request: web.Request) -> web.Response:
+        library = self.library
+        data_dir = library.data_dir if library is not None else None
+        return web.json_response(
+            {
+                "service": "recap-proxy",
+                "upstream": safe_url(str(self.relay.upstream.base_url)),
+                # ST's data folder it reads (null: none), which the CLI never writes into.
+                "st_data": str(data_dir) if data_dir is not None else None,
+                "hint": "in SillyTavern, set the Custom (OpenAI-compatible) endpoint or the "
+                f"Claude/OpenAI reverse proxy to {request.url.origin()}{API_PREFIX}, or a Text "
+                f"Completion server URL to {request.url.origin()}",
+                "dashboard": f"{request.url.origin()}/recap/",
+            }
+        )
 
 
 async def handle_unknown(request: web.Request) -> web.Response:
     raise NotFound(f"no such page of recap-proxy: {request.rel_url.raw_path}")
 
 
-def add_routes(app: web.Application) -> None:
+def add_routes(app: web.Application, runtime: Runtime, relay: Relay) -> None:
     """`/` and `/recap/...` are the proxy's own; every other path goes upstream."""
-    app.router.add_get("/", handle_root)
+    memory = runtime.memory
+    routes = ChatRoutes(
+        relay,
+        runtime.formats,
+        runtime.injector,
+        runtime.events,
+        memory.library if memory is not None else None,
+        memory.engine if memory is not None else None,
+        memory.lore if memory is not None else None,
+    )
+    app.router.add_get("/", routes.root)
     app.router.add_route("*", "/recap", handle_unknown)
     app.router.add_route("*", "/recap/{tail:.*}", handle_unknown)
-    app.router.add_route("*", "/{tail:.*}", handle_api)
+    app.router.add_route("*", "/{tail:.*}", routes.forward)

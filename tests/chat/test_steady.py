@@ -17,7 +17,7 @@ from proxy.core.models import Outcome
 from proxy.errors import UnknownPromptFormat
 from proxy.library.chats import ChatLibrary
 from proxy.memory.engine import MemoryEngine
-from proxy.web.keys import INJECTOR, LIBRARY
+from proxy.web.keys import RUNTIME
 from tests.memory.story import CHAT_ID, Story
 from tests.memory.test_long_story import ENDS, NO_RECAPS, recapped
 from tests.memory_env import Memory, MemoryFactory
@@ -144,7 +144,7 @@ async def compare(
 ) -> tuple[int, set[str]]:
     """Each request through both steps: how many the steady one took, and the kinds of
     generation they were."""
-    injector = memory.app[INJECTOR]
+    injector = memory.app[RUNTIME].injector
     touched = spy(monkeypatch, MemoryEngine, "touch")
     route, path = "/local", "/v1/chat/completions"  # as the server passes them on
     taken, kinds = 0, set[str]()
@@ -173,7 +173,7 @@ async def test_the_steady_step_answers_as_the_general_one(
     memory = await memory_proxy(50, ENDS, **NO_RECAPS)
     await memory.client.post("/v1/chat/completions", json=memory.story.request())
     await memory.until(recapped(5))
-    injector = memory.app[INJECTOR]
+    injector = memory.app[RUNTIME].injector
     general = Injector(
         injector.policy, injector.templates, injector.provider, injector.counter, steady=False
     )
@@ -191,7 +191,7 @@ async def test_the_steady_step_answers_as_the_general_one(
     # step's (the named chat is the one it looks at, whatever the messages say).
     other = Story(memory.story.path.parents[3], set(), char="Mira")
     other.grow(4)
-    library = memory.app[LIBRARY]
+    library = memory.app[RUNTIME].memory_parts().library
     await memory.until(lambda db: other.chat_id in library.index.entries, settle=False)
     for named in (CHAT_ID, other.chat_id):
         raws.append((compact(memory.story.request()), {"X-ST-Chat-Id": named}))
@@ -219,7 +219,7 @@ async def test_a_chat_saved_since_it_was_read_goes_the_general_way(
     memory = await memory_proxy(20, set(), **NO_RECAPS)
     await memory.client.post("/v1/chat/completions", json=memory.story.request())
     await memory.engine.settle()
-    library = memory.app[LIBRARY]
+    library = memory.app[RUNTIME].memory_parts().library
     assert library.freshness is not None
     library.freshness.stop()  # no word from the OS: each request's stat finds the save
     # An older message edited: the index as it was would still know the request, one
@@ -227,7 +227,9 @@ async def test_a_chat_saved_since_it_was_read_goes_the_general_way(
     memory.story.messages[10]["mes"] += " (She means the old lantern.)"
     memory.story.save()
     asked = spy(monkeypatch, ChatLibrary, "identify_request")
-    outcome = await memory.app[INJECTOR].prepare(ADAPTER, compact(memory.story.request()), {})
+    outcome = await memory.app[RUNTIME].injector.prepare(
+        ADAPTER, compact(memory.story.request()), {}
+    )
     assert len(asked) == 1
     assert outcome.memory is not None and outcome.memory.identity is not None
     assert outcome.memory.identity.generation == "normal"
@@ -242,7 +244,7 @@ async def test_a_failing_steady_step_leaves_the_request_to_the_general_one(
     memory = await memory_proxy(50, ENDS, **NO_RECAPS)
     await memory.client.post("/v1/chat/completions", json=memory.story.request())
     await memory.until(recapped(5))
-    injector = memory.app[INJECTOR]
+    injector = memory.app[RUNTIME].injector
     raw = compact(memory.story.request())
     general = Injector(
         injector.policy, injector.templates, injector.provider, injector.counter, steady=False
@@ -281,7 +283,9 @@ async def test_both_steps_failing_on_one_bug_is_one_warning(
     monkeypatch.setattr("proxy.chat.steady.plan_insertions", broken)
     monkeypatch.setattr("proxy.chat.injection.plan_insertions", broken)
     caplog.set_level(logging.DEBUG, logger="proxy.chat.injection")
-    got = await memory.app[INJECTOR].prepare(ADAPTER, raw, {}, where="POST /v1/chat/completions")
+    got = await memory.app[RUNTIME].injector.prepare(
+        ADAPTER, raw, {}, where="POST /v1/chat/completions"
+    )
     assert got.body == raw and not got.insertions
     assert got.chat_id == CHAT_ID  # still named for X-Recap-Chat
     records = [r for r in caplog.records if r.name == "proxy.chat.injection"]
@@ -313,7 +317,9 @@ async def test_a_steady_failure_is_logged_when_the_general_step_finds_no_prompt(
     monkeypatch.setattr("proxy.chat.injection.steady_step", broken)
     adapter = OpenAIChatAdapter()
     monkeypatch.setattr(adapter, "parse", unknown)
-    got = await memory.app[INJECTOR].prepare(adapter, raw, {}, where="POST /v1/chat/completions")
+    got = await memory.app[RUNTIME].injector.prepare(
+        adapter, raw, {}, where="POST /v1/chat/completions"
+    )
     assert got.body == raw
     warned = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
     assert warned == [

@@ -7,7 +7,7 @@ import asyncio
 import sqlite3
 from typing import Any
 
-from proxy.web.keys import LIBRARY
+from proxy.web.keys import RUNTIME
 from tests.memory.story import CHAT_ID, Story
 from tests.memory_env import MemoryFactory, hold, start
 from tests.waiting import until
@@ -94,7 +94,7 @@ async def test_two_chats_keep_their_own_memory(memory_proxy: MemoryFactory) -> N
     memory = await memory_proxy(16, ends={8}, **{"memory.message_recaps": False})
     other = Story(memory.story.path.parents[3], ends={6}, char="Bea")
     other.grow(14)
-    library = memory.app[LIBRARY]
+    library = memory.app[RUNTIME].memory_parts().library
     await until(lambda: other.chat_id in library.index.entries, "the second chat is indexed")
     await asyncio.gather(
         memory.client.post("/v1/chat/completions", json=memory.story.request()),

@@ -12,7 +12,7 @@ import pytest
 
 from proxy.memory.views import recall
 from proxy.store import Database
-from proxy.web.keys import INJECTOR, STORE
+from proxy.web.keys import RUNTIME
 from proxy.web.routes import INJECTED_HEADER
 from tests.core.test_tokens import recorded
 from tests.memory.story import CHAT_ID
@@ -55,7 +55,7 @@ async def bury_the_key(memory: Memory) -> None:
 
 def searches_from_now(memory: Memory, monkeypatch: pytest.MonkeyPatch) -> list[tuple[Any, ...]]:
     """The scene search's calls from now on: (chat, question, limit, minimum score)."""
-    return spy(monkeypatch, memory.app[STORE].search, "ranked")
+    return spy(monkeypatch, memory.app[RUNTIME].memory_parts().store.search, "ranked")
 
 
 async def sent_memory(memory: Memory) -> str:
@@ -257,7 +257,7 @@ async def test_a_new_turn_encodes_none_of_its_memory_on_its_way(
     # The first request counts the templates' own text, which no view holds.
     await memory.client.post("/v1/chat/completions", json=newest(memory, 16))
     await memory.engine.settle()
-    calls, _ = recorded(monkeypatch, memory.app[INJECTOR].counter)
+    calls, _ = recorded(monkeypatch, memory.app[RUNTIME].injector.counter)
     # ST's context now holds the newest 8: the recaps of 34-41 (Ava's, at even positions)
     # go in for the first time.
     response = await memory.client.post("/v1/chat/completions", json=newest(memory, 8))

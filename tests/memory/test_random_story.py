@@ -40,7 +40,7 @@ from proxy.memory.ops.scene_recap import SceneRecapHandler
 from proxy.memory.views.view import history_start
 from proxy.sillytavern.chatfile import text_hash
 from proxy.store import Database
-from proxy.web.keys import LIBRARY
+from proxy.web.keys import RUNTIME
 from tests.fakes.fake_llm import END_SCENE
 from tests.memory.st_wire import (
     PRESETS,
@@ -756,7 +756,7 @@ async def test_a_story_played_at_random_keeps_a_true_memory(
     if scenario.st_settings:
         settings_file = memory.story.path.parents[2] / "settings.json"
         save_like_st(settings_file, json.dumps(st_settings(player.wire)).encode())
-        library = memory.app[LIBRARY]
+        library = memory.app[RUNTIME].memory_parts().library
         await memory.until(lambda db: bool(library.prompt_formats()))
     player.add(False)
     player.save()

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from proxy.observe.logs import JSONFormatter, as_text
+from proxy.runtime.runtime import build_runtime
 from proxy.web import make_app
 from tests.conftest import FakeLLM, make_settings
 from tests.test_serve_e2e import free_port, launch, stop, wait_for_port
@@ -37,7 +38,7 @@ async def test_the_access_log_is_one_line_per_request_when_on(
     aiohttp_client: Any, fake_llm: FakeLLM, caplog: pytest.LogCaptureFixture, on: bool
 ) -> None:
     settings = make_settings(**{"upstream.base_url": fake_llm.base_url, "server.access_log": on})
-    client = await aiohttp_client(make_app(settings))
+    client = await aiohttp_client(make_app(build_runtime(settings)))
     body = {"model": "m", "messages": [{"role": "user", "content": "my private words"}]}
     with caplog.at_level(logging.INFO, logger="proxy.access"):
         response = await client.post(

@@ -14,7 +14,7 @@ import pytest
 from proxy.cli.main import _reload_now
 from proxy.errors import ConfigError
 from proxy.settings import Settings
-from proxy.web.keys import RELOADER
+from proxy.web.keys import RUNTIME
 from tests.conftest import ProxyFactory
 from tests.memory.story import CHAT_ID
 from tests.memory_env import MemoryFactory
@@ -73,7 +73,7 @@ async def test_what_changed_live_what_waits_for_a_restart_and_a_bad_config(
     memory_proxy: MemoryFactory, caplog: pytest.LogCaptureFixture
 ) -> None:
     memory = await memory_proxy(4, set())
-    reloader = memory.app[RELOADER]
+    reloader = memory.app[RUNTIME].reloader
     started = reloader.current
     changed = started.model_copy(
         update={
@@ -84,7 +84,7 @@ async def test_what_changed_live_what_waits_for_a_restart_and_a_bad_config(
     reloader.load = lambda: changed
     answer = await memory.client.post("/recap/api/reload", json={})
     assert await answer.json() == {"changed": ["injection.depth"], "restart": ["server.port"]}
-    assert memory.app[RELOADER].injector.policy.placement.depth == 7
+    assert memory.app[RUNTIME].reloader.injector.policy.placement.depth == 7
     assert "take effect after a restart: server.port" in caplog.text
 
     def broken() -> Settings:
@@ -94,7 +94,7 @@ async def test_what_changed_live_what_waits_for_a_restart_and_a_bad_config(
     answer = await memory.client.post("/recap/api/reload", json={})
     assert answer.status == 400
     assert "nothing was reloaded" in (await answer.json())["error"]["message"]
-    assert memory.app[RELOADER].injector.policy.placement.depth == 7  # as it was
+    assert memory.app[RUNTIME].reloader.injector.policy.placement.depth == 7  # as it was
     # A change must come as JSON, as every write.
     assert (await memory.client.post("/recap/api/reload", data="x")).status == 415
 
@@ -110,7 +110,7 @@ async def test_a_model_set_by_a_reload_runs_the_jobs_that_waited_for_one_at_once
     await memory.until(
         lambda db: any(j.waiting_for == "model" for j in db.jobs.list(CHAT_ID)), settle=False
     )
-    reloader = memory.app[RELOADER]
+    reloader = memory.app[RUNTIME].reloader
     started = reloader.current
     with_model = started.model_copy(
         update={
@@ -230,7 +230,7 @@ async def test_a_reload_never_drops_the_key_of_a_proxy_others_can_reach(
     """A config without the key, reloaded into a proxy bound to all interfaces, changes
     nothing: keyless requests stay refused (it let them in, with the user's API key)."""
     client = await proxy(**{"server.host": "0.0.0.0", "server.access_key": "door-key-12345"})
-    reloader = client.app[RELOADER]
+    reloader = client.app[RUNTIME].reloader
     keyless = reloader.current.model_copy(
         update={"server": reloader.current.server.model_copy(update={"access_key": None})}
     )

@@ -12,6 +12,7 @@ import pytest
 from aiohttp import web
 
 from proxy.errors import StoreBusy
+from proxy.runtime.runtime import build_runtime
 from proxy.store.lock import StoreLock, _describe, serving
 from proxy.web import make_app
 from tests.conftest import FakeLLM, make_settings
@@ -71,15 +72,15 @@ async def test_a_second_proxy_on_the_same_store_does_not_start(
             "store.path": str(tmp_path / "store.sqlite3"),
         }
     )
-    first = web.AppRunner(make_app(settings))
+    first = web.AppRunner(make_app(build_runtime(settings)))
     await first.setup()
-    second = web.AppRunner(make_app(settings))
+    second = web.AppRunner(make_app(build_runtime(settings)))
     try:
         with pytest.raises(StoreBusy, match="another recap-proxy"):
             await second.setup()
     finally:
         await second.cleanup()
         await first.cleanup()
-    again = web.AppRunner(make_app(settings))  # the first has stopped: free again
+    again = web.AppRunner(make_app(build_runtime(settings)))  # the first has stopped: free again
     await again.setup()
     await again.cleanup()

@@ -14,9 +14,10 @@ import pytest
 from aiohttp.test_utils import TestClient
 
 from proxy.library.chats import ChatLibrary
+from proxy.runtime.runtime import build_runtime
 from proxy.store import Store
 from proxy.web import make_app
-from proxy.web.keys import LIBRARY
+from proxy.web.keys import RUNTIME
 from tests.adapters.captures import SOURCES, chats_before, generations
 from tests.conftest import FakeLLM, make_settings
 from tests.st_data import GROUP_ID, SOLO_ID, final_state
@@ -52,11 +53,11 @@ async def client(
             "injection.depth": 1,
         }
     )
-    app = make_app(settings)
+    app = make_app(build_runtime(settings))
     test_client: TestClient[Any, Any] = await aiohttp_client(app)
     # The initial index runs in the background: wait for it, and fail if it found less.
-    await asyncio.wait_for(app[LIBRARY].indexed.wait(), 10)
-    assert len(app[LIBRARY].index.entries) == 2
+    await asyncio.wait_for(app[RUNTIME].memory_parts().library.indexed.wait(), 10)
+    assert len(app[RUNTIME].memory_parts().library.index.entries) == 2
     return test_client
 
 
@@ -169,7 +170,7 @@ async def test_depth_counts_the_chat_file_not_st_injections(
             "injection.template": "{{running_recap}}",
         }
     )
-    client = await aiohttp_client(make_app(settings, provider=provider))
+    client = await aiohttp_client(make_app(build_runtime(settings, provider=provider)))
     body = request_body()
     # ST's Author's Note sits at depth 1, before the last chat message.
     note = {"role": "system", "content": "[Author's note: it is raining.]"}
@@ -197,7 +198,7 @@ async def test_without_a_data_folder_the_api_says_so(
     aiohttp_client: Callable[..., Any], fake_llm: FakeLLM
 ) -> None:
     settings = make_settings(**{"upstream.base_url": fake_llm.base_url})
-    client = await aiohttp_client(make_app(settings))
+    client = await aiohttp_client(make_app(build_runtime(settings)))
     response = await client.get("/recap/api/chats")
     assert response.status == 503
     assert (await response.json())["error"]["type"] == "no_data_folder"
@@ -208,7 +209,7 @@ async def test_without_a_data_folder_the_api_says_so(
 async def test_lore_of_a_generated_message(
     aiohttp_client: Callable[..., Any], fake_llm: FakeLLM, st_data: Path, tmp_path: Path
 ) -> None:
-    from proxy.web.keys import LORE
+    from proxy.web.keys import RUNTIME
     from tests.lore_data import entry, write_card, write_world
 
     user = st_data / "default-user"
@@ -225,15 +226,15 @@ async def test_lore_of_a_generated_message(
             "store.path": str(tmp_path / "store.sqlite3"),
         }
     )
-    app = make_app(settings)
+    app = make_app(build_runtime(settings))
     client = await aiohttp_client(app)
-    await asyncio.wait_for(app[LIBRARY].indexed.wait(), 10)
-    assert len(app[LIBRARY].index.entries) == 2
+    await asyncio.wait_for(app[RUNTIME].memory_parts().library.indexed.wait(), 10)
+    assert len(app[RUNTIME].memory_parts().library.index.entries) == 2
     body = request_body(stream=True)
     body["messages"].insert(1, {"role": "system", "content": "Seraphina's glade is warded."})
     response = await client.post("/v1/chat/completions", json=body)
     await response.read()  # the answer streams while the snapshot is made beside it
-    await app[LORE].drain()
+    await app[RUNTIME].memory_parts().lore.drain()
     # The final file's last reply (index 15) is being swiped: the snapshot is for swipe 1.
     url = f"/recap/api/chats/{quote(SOLO_ID)}/messages/15/lore"
     lore = await (await client.get(url + "?swipe=1")).json()
@@ -253,9 +254,9 @@ async def test_identify_endpoint_takes_claude_and_text_bodies(
     settings = make_settings(
         **{"sillytavern.data_dir": str(data), "store.path": str(tmp_path / "store.sqlite3")}
     )
-    app = make_app(settings)
+    app = make_app(build_runtime(settings))
     client = await aiohttp_client(app)
-    await asyncio.wait_for(app[LIBRARY].indexed.wait(), 10)
+    await asyncio.wait_for(app[RUNTIME].memory_parts().library.indexed.wait(), 10)
     body = generations(run)["06_swipe"]
     answer = await (await client.post("/recap/api/identify", data=body)).json()
     chat_id = str(chat.relative_to(data).with_suffix(""))

@@ -11,6 +11,7 @@ import pytest
 
 from proxy.chat.providers import StaticMemory
 from proxy.core.models import Memory
+from proxy.runtime.runtime import build_runtime
 from proxy.upstream.cassette import decode_body, decode_chunk, load_cassette
 from proxy.web import make_app
 from proxy.web.keys import RELAY
@@ -31,7 +32,9 @@ async def replay_through_proxy(
     upstream = await aiohttp_server(app)
     settings = make_settings(**{"upstream.base_url": str(upstream.make_url("/v1"))})
     provider = StaticMemory(memory) if memory is not None else None
-    client = await aiohttp_client(make_app(settings, provider=provider), auto_decompress=False)
+    client = await aiohttp_client(
+        make_app(build_runtime(settings, provider=provider)), auto_decompress=False
+    )
     for path in paths:
         cassette = load_cassette(path)
         request = cassette["request"]

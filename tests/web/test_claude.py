@@ -13,6 +13,7 @@ import pytest
 
 from proxy.chat.providers import StaticMemory
 from proxy.core.models import Memory
+from proxy.runtime.runtime import build_runtime
 from proxy.web import make_app
 from tests.adapters.test_anthropic_messages import generations
 from tests.conftest import FakeLLM, ProxyFactory, make_settings
@@ -50,7 +51,7 @@ async def test_what_the_upstream_gets_with_memory(aiohttp_client: Any) -> None:
         upstream = FakeUpstream(Script(chunks=[b"event: message_stop\ndata: {}\n\n"]))
         settings = make_settings(**{"injection.position": position, "injection.depth": depth})
         memory = Memory(values={"running_recap": "Arden fought wolves."})
-        app = make_app(settings, upstream=upstream, provider=StaticMemory(memory))
+        app = make_app(build_runtime(settings, upstream=upstream, provider=StaticMemory(memory)))
         client = await aiohttp_client(app)
         await (await client.post("/v1/messages", data=raw, headers=HEADERS)).read()
         sent = json.loads(upstream.sent[0].body or b"{}")

@@ -11,6 +11,7 @@ from aiohttp import ClientResponse
 
 from proxy.chat.providers import NoMemory
 from proxy.observe.events import EventBus
+from proxy.runtime.runtime import build_runtime
 from proxy.web import make_app
 from tests.conftest import make_settings
 from tests.memory.story import CHAT_ID
@@ -36,7 +37,9 @@ async def read_events(response: ClientResponse, count: int) -> list[dict[str, An
 
 
 async def events_app(aiohttp_client: Any, bus: EventBus) -> Any:
-    return await aiohttp_client(make_app(make_settings(), provider=NoMemory(), events=bus))
+    return await aiohttp_client(
+        make_app(build_runtime(make_settings(), provider=NoMemory(), events=bus))
+    )
 
 
 async def test_events_arrive_in_order_with_their_numbers(aiohttp_client: Any) -> None:

@@ -12,6 +12,7 @@ import pytest
 from yarl import URL
 
 from proxy.chat.providers import NoMemory
+from proxy.runtime.runtime import build_runtime
 from proxy.web import make_app
 from proxy.web.guard import API_MAX_BODY
 from tests.conftest import FakeLLM, ProxyFactory, make_settings
@@ -61,7 +62,7 @@ async def test_the_upstreams_cors_headers_never_reach_a_page(aiohttp_client: Any
     upstream = FakeUpstream(
         Script(headers=allow_all, chunks=[b"{}"]), Script(headers=allow_all, chunks=[b"{}"])
     )
-    app = make_app(make_settings(), upstream=upstream, provider=NoMemory())
+    app = make_app(build_runtime(make_settings(), upstream=upstream, provider=NoMemory()))
     client = await aiohttp_client(app)
     plain = await client.get("/v1/models")
     assert "Access-Control-Allow-Origin" not in plain.headers

@@ -10,7 +10,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from proxy import __version__
 from proxy.observe.vitals import FAILING_AFTER
-from proxy.web.keys import STORE, WATCHER
+from proxy.web.keys import RUNTIME
 from tests.memory.story import CHAT_ID
 from tests.memory_env import Memory, MemoryFactory
 
@@ -36,7 +36,7 @@ async def test_ok_then_degraded_by_the_store_then_by_the_watcher(
     assert report["requests"] == {"identified": 1, "unidentified": 0, "window_s": 3600}
 
     # The store can no longer be written (a full disk, a read-only file system).
-    store = memory.app[STORE]
+    store = memory.app[RUNTIME].memory_parts().store
     await store.call(lambda db: db.db.execute("PRAGMA query_only=1"))
     status, report = await health_of(memory)
     assert status == 503 and report["status"] == "degraded"
@@ -53,7 +53,7 @@ async def test_ok_then_degraded_by_the_store_then_by_the_watcher(
     assert "\nrecap_proxy_store_failing 0.0\n" in await (await memory.client.get("/metrics")).text()
 
     # The watch on ST's folder ended.
-    watcher = memory.app[WATCHER]
+    watcher = memory.app[RUNTIME].memory_parts().watcher
     await watcher.__aexit__(None, None, None)
     status, report = await health_of(memory)
     assert status == 503 and report["watcher"] == "stopped"

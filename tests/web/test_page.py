@@ -7,6 +7,7 @@ from typing import Any
 from urllib.parse import quote
 
 from proxy.chat.providers import NoMemory
+from proxy.runtime.runtime import build_runtime
 from proxy.web import make_app
 from proxy.web.page import STATIC
 from tests.conftest import make_settings
@@ -18,7 +19,7 @@ CHAT = f"/recap/api/chats/{quote(CHAT_ID, safe='')}"
 
 async def test_the_page_loads_without_the_key_and_its_data_needs_it(aiohttp_client: Any) -> None:
     settings = make_settings(**{"server.access_key": "s3cret"})
-    client = await aiohttp_client(make_app(settings, provider=NoMemory()))
+    client = await aiohttp_client(make_app(build_runtime(settings, provider=NoMemory())))
     page = await client.get("/recap/")
     assert page.status == 200 and "text/html" in page.headers["Content-Type"]
     html = await page.text()
@@ -45,7 +46,7 @@ def test_the_first_load_is_small_and_fetches_nothing_from_outside() -> None:
 
 
 async def test_the_root_names_the_dashboard(aiohttp_client: Any) -> None:
-    client = await aiohttp_client(make_app(make_settings(), provider=NoMemory()))
+    client = await aiohttp_client(make_app(build_runtime(make_settings(), provider=NoMemory())))
     root = await (await client.get("/")).json()
     assert root["dashboard"].endswith("/recap/")
 

@@ -8,7 +8,7 @@ import json
 from typing import Any
 from urllib.parse import unquote
 
-from proxy.web.keys import LIBRARY
+from proxy.web.keys import RUNTIME
 from tests.memory.st_wire import text_prompt
 from tests.memory.story import CHAR, CHAT_ID, USER, Story
 from tests.memory_env import Memory, MemoryFactory
@@ -51,7 +51,9 @@ async def test_replies_sent_with_the_reasoning_of_the_users_template(
     memory = await memory_proxy(0, set(), build=with_thoughts)
     settings = memory.story.path.parents[2] / "settings.json"
     save_like_st(settings, json.dumps({"power_user": {"reasoning": THINKING}}).encode())
-    await memory.until(lambda db: len(memory.app[LIBRARY].index.reasoning) == 2)
+    await memory.until(
+        lambda db: len(memory.app[RUNTIME].memory_parts().library.index.reasoning) == 2
+    )
     story = memory.story.messages
     # "Add to Prompts" on, every reply: a swipe of the last one leaves it out.
     history = [{"role": "user" if m["is_user"] else "assistant", "content": sent(m, THINKING)}

@@ -13,6 +13,7 @@ import pytest
 from proxy.chat.providers import NoMemory
 from proxy.core.models import Memory
 from proxy.errors import UpstreamTimeout, UpstreamUnreachable
+from proxy.runtime.runtime import build_runtime
 from proxy.web import make_app
 from tests.conftest import FakeLLM, ProxyFactory, make_settings
 from tests.fakes.fake_llm import REPLY, sse_chunks
@@ -272,7 +273,9 @@ async def test_the_root_and_recap_pages_are_the_proxys_own(proxy: ProxyFactory) 
 async def test_chunks_from_the_seam_reach_the_client_as_they_were(aiohttp_client: Any) -> None:
     chunks = [b'data: {"a":1}\n\n', b"data: [DO", b"NE]\n\n"]
     upstream = FakeUpstream(Script(chunks=chunks))
-    client = await aiohttp_client(make_app(make_settings(), upstream=upstream, provider=NoMemory()))
+    client = await aiohttp_client(
+        make_app(build_runtime(make_settings(), upstream=upstream, provider=NoMemory()))
+    )
     response = await client.post("/v1/chat/completions", data=body(stream=True))
     assert response.status == 200
     assert await response.read() == b"".join(chunks)
@@ -287,7 +290,9 @@ async def test_a_failure_at_the_seam_cuts_the_stream_and_drops_the_connection(
     upstream = FakeUpstream(
         Script(chunks=[b"data: one\n\n", b"never"], failure=broken, fail_after=1)
     )
-    client = await aiohttp_client(make_app(make_settings(), upstream=upstream, provider=NoMemory()))
+    client = await aiohttp_client(
+        make_app(build_runtime(make_settings(), upstream=upstream, provider=NoMemory()))
+    )
     response = await client.post("/v1/chat/completions", data=body(stream=True))
     assert response.status == 200  # the status line had gone out already
     with pytest.raises(aiohttp.ClientPayloadError):
@@ -297,7 +302,9 @@ async def test_a_failure_at_the_seam_cuts_the_stream_and_drops_the_connection(
 
 async def test_no_answer_at_the_seam_is_our_json_error(aiohttp_client: Any) -> None:
     upstream = FakeUpstream(Script(failure=UpstreamTimeout("too slow", code="upstream_timeout")))
-    client = await aiohttp_client(make_app(make_settings(), upstream=upstream, provider=NoMemory()))
+    client = await aiohttp_client(
+        make_app(build_runtime(make_settings(), upstream=upstream, provider=NoMemory()))
+    )
     response = await client.post("/v1/chat/completions", data=body())
     assert response.status == 504
     assert (await response.json())["error"]["type"] == "upstream_timeout"

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from proxy.chat.providers import NoMemory
+from proxy.runtime.runtime import build_runtime
 from proxy.web import make_app
 from tests.adapters.captures import SOURCES, exchanges
 from tests.conftest import make_settings
@@ -29,7 +30,7 @@ async def test_captured_exchanges_pass_unchanged(aiohttp_client: Any, run: str) 
         chunks = [c.encode() for c in answer.get("chunks") or [answer.get("body_text") or ""]]
         kept = [(k, v) for k, v in answer["headers"].items() if k.lower() == "content-type"]
         upstream = FakeUpstream(Script(status=answer["status"], headers=kept, chunks=chunks))
-        app = make_app(make_settings(), upstream=upstream, provider=NoMemory())
+        app = make_app(build_runtime(make_settings(), upstream=upstream, provider=NoMemory()))
         client = await aiohttp_client(app)
         body = request["body_text"].encode() if request.get("body_text") else None
         query = f"?{request['query']}" if request.get("query") else ""

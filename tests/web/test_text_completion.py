@@ -13,6 +13,7 @@ import pytest
 
 from proxy.chat.providers import NoMemory, StaticMemory
 from proxy.core.models import Memory
+from proxy.runtime.runtime import build_runtime
 from proxy.web import make_app
 from tests.adapters.captures import generations
 from tests.adapters.test_text_completions import CUSTOM
@@ -31,7 +32,7 @@ async def test_ollama_lines_arrive_one_per_chunk(aiohttp_client: Any) -> None:
     upstream = FakeUpstream(
         Script(headers=[("Content-Type", "application/x-ndjson")], chunks=lines)
     )
-    app = make_app(make_settings(), upstream=upstream, provider=NoMemory())
+    app = make_app(build_runtime(make_settings(), upstream=upstream, provider=NoMemory()))
     client = await aiohttp_client(app)
     raw = generations("textgen-ollama/chatml_stream")["05_send_03"]
     response = await client.post("/api/generate", data=raw)
@@ -46,7 +47,7 @@ async def test_ollama_lines_arrive_one_per_chunk(aiohttp_client: Any) -> None:
 async def test_memory_goes_into_the_prompt_on_every_route(aiohttp_client: Any, path: str) -> None:
     upstream = FakeUpstream(Script(chunks=[b"{}"]))
     memory = Memory(values={"running_recap": "Arden fought wolves."})
-    app = make_app(make_settings(), upstream=upstream, provider=StaticMemory(memory))
+    app = make_app(build_runtime(make_settings(), upstream=upstream, provider=StaticMemory(memory)))
     client = await aiohttp_client(app)
     raw = generations("textgen-generic/chatml_stream")["05_send_03"]
     response = await client.post(path, data=raw)

@@ -12,7 +12,7 @@ import pytest
 
 from proxy.errors import RecapProxyError
 from proxy.sillytavern.worlds import read_world
-from proxy.web.keys import LIBRARY
+from proxy.web.keys import RUNTIME
 from tests.memory.story import CHAT_ID, Story
 from tests.memory_env import Memory, MemoryFactory, cli
 
@@ -120,7 +120,7 @@ async def test_a_new_chat_starts_from_another_chats_memory(
     assert running is not None
     new = Story(memory.story.path.parents[3], set(), char="Mira")
     new.grow(4)
-    library = memory.app[LIBRARY]
+    library = memory.app[RUNTIME].memory_parts().library
     await memory.until(lambda db: db.chat(new.chat_id) is not None, settle=False)
     while new.chat_id not in library.index.entries:
         await memory.engine.settle()

@@ -12,7 +12,7 @@ from proxy.library.mirror import Refreshed
 from proxy.memory.views.reread import carried
 from proxy.memory.views.view import MemoryView
 from proxy.sillytavern.reconcile import Event
-from proxy.web.keys import LIBRARY
+from proxy.web.keys import RUNTIME
 from tests.memory.story import CHAT_ID
 from tests.memory_env import MemoryFactory
 
@@ -106,7 +106,7 @@ async def test_a_save_without_message_changes_keeps_the_engines_view_current(
     await memory.until(lambda db: db.memory.current_running(CHAT_ID) is not None)
     engine = memory.engine
     built = engine.views[CHAT_ID]
-    entry = memory.app[LIBRARY].index.entries[CHAT_ID]
+    entry = memory.app[RUNTIME].memory_parts().library.index.entries[CHAT_ID]
     assert built.file_hash is not None
     saved = Refreshed(CHAT_ID, (), entry, saved=True, replaced=built.file_hash, file_hash=b"new")
     engine.on_refresh(saved)

@@ -12,15 +12,16 @@ from typing import Any
 import pytest
 
 from proxy.errors import ConfigError
+from proxy.runtime.data_folder import resolve_data_dir
+from proxy.runtime.runtime import build_runtime
 from proxy.store import Store
 from proxy.web import make_app
-from proxy.web.data_folder import resolve_data_dir
-from proxy.web.keys import LIBRARY, WATCHER
+from proxy.web.keys import RUNTIME
 from tests.conftest import FakeLLM, make_settings
 from tests.memory.story import Story
 from tests.memory_env import QUICK
+from tests.runtime.test_runtime import settings_for
 from tests.waiting import until
-from tests.web.test_app import settings_for
 
 
 @pytest.mark.parametrize(
@@ -37,9 +38,11 @@ def test_nothing_the_proxy_writes_may_be_set_inside_st_data(
     data = tmp_path / "data"
     before = sorted(data.rglob("*"))
     with pytest.raises(ConfigError, match=f"{re.escape(named)} = .* is inside SillyTavern's"):
-        make_app(make_settings(**{**settings, key: str(data / where)}))
+        make_app(build_runtime(make_settings(**{**settings, key: str(data / where)})))
     assert sorted(data.rglob("*")) == before  # nothing was made there
-    make_app(make_settings(**{**settings, key: str(tmp_path / where)}))  # beside it: fine
+    make_app(
+        build_runtime(make_settings(**{**settings, key: str(tmp_path / where)}))
+    )  # beside it: fine
 
 
 def test_an_in_memory_store_is_no_file_in_st_data(
@@ -47,7 +50,7 @@ def test_an_in_memory_store_is_no_file_in_st_data(
 ) -> None:
     settings = settings_for(tmp_path, fake_llm)
     monkeypatch.chdir(tmp_path / "data")  # where ":memory:" would resolve, were it a path
-    make_app(make_settings(**{**settings, "store.path": ":memory:"}))
+    make_app(build_runtime(make_settings(**{**settings, "store.path": ":memory:"})))
 
 
 async def test_with_no_folder_given_the_one_the_store_mirrors_is_served(
@@ -59,9 +62,9 @@ async def test_with_no_folder_given_the_one_the_store_mirrors_is_served(
     async with Store(settings["store.path"]) as store:
         await store.call(lambda db: db.set_mirrored_folder(settings["sillytavern.data_dir"]))
     alone = {k: v for k, v in settings.items() if k != "sillytavern.data_dir"}
-    with caplog.at_level(logging.INFO, logger="proxy.web.data_folder"):
-        app = make_app(make_settings(**alone))
-    assert app[LIBRARY].data_dir == tmp_path / "data"
+    with caplog.at_level(logging.INFO, logger="proxy.runtime.data_folder"):
+        app = make_app(build_runtime(make_settings(**alone)))
+    assert app[RUNTIME].memory_parts().library.data_dir == tmp_path / "data"
     assert f"using SillyTavern data folder {tmp_path / 'data'}, the one the store mirrors" in (
         caplog.text
     )
@@ -87,8 +90,8 @@ async def test_a_data_folder_not_there_yet_is_read_once_it_is(
     # before the drive it is on was mounted: the memory comes once it is there.
     data = tmp_path / "st" / "data"
     caplog.set_level(logging.INFO, logger="proxy")
-    app = make_app(make_settings(**absent(tmp_path, fake_llm, data)), waits=QUICK)
-    assert app[LIBRARY].data_dir == data
+    app = make_app(build_runtime(make_settings(**absent(tmp_path, fake_llm, data)), waits=QUICK))
+    assert app[RUNTIME].memory_parts().library.data_dir == data
     assert (
         f"SillyTavern data folder {data} (sillytavern.data_dir, or --st-data) does not exist yet"
         in (caplog.text)
@@ -103,9 +106,11 @@ async def test_a_data_folder_not_there_yet_is_read_once_it_is(
     ]
     story = Story(data, set())
     story.grow(4)
-    library = app[LIBRARY]
+    library = app[RUNTIME].memory_parts().library
     await until(lambda: story.chat_id in library.index.entries, "the chat read")
-    await until(lambda: app[WATCHER].state == "running", "the folder watched")
+    await until(
+        lambda: app[RUNTIME].memory_parts().watcher.state == "running", "the folder watched"
+    )
     assert (await client.get("/health")).status == 200
     story.grow(2)  # followed from then on
     await until(lambda: library.index.entries[story.chat_id].total == 6, "a save read")
@@ -118,9 +123,11 @@ async def test_with_watching_off_a_data_folder_not_there_is_not_waited_for(
 ) -> None:
     data = tmp_path / "data"
     app = make_app(
-        make_settings(**absent(tmp_path, fake_llm, data, **{"sillytavern.watch": "false"}))
+        build_runtime(
+            make_settings(**absent(tmp_path, fake_llm, data, **{"sillytavern.watch": "false"}))
+        )
     )
-    assert LIBRARY not in app
+    assert app[RUNTIME].memory is None
     assert "with sillytavern.watch off it is not looked for; proxying without memory" in (
         caplog.text
     )
@@ -134,12 +141,14 @@ async def test_st_own_folder_given_its_data_folder_is_read_once_st_makes_it(
     install = tmp_path / "SillyTavern"
     (install / "public").mkdir(parents=True)
     (install / "server.js").write_text("// ST's server\n")
-    app = make_app(make_settings(**absent(tmp_path, fake_llm, install)), waits=QUICK)
-    assert app[LIBRARY].data_dir == install / "data"
+    app = make_app(build_runtime(make_settings(**absent(tmp_path, fake_llm, install)), waits=QUICK))
+    assert app[RUNTIME].memory_parts().library.data_dir == install / "data"
     await aiohttp_client(app)
     story = Story(install / "data", set())
     story.grow(4)
-    await until(lambda: story.chat_id in app[LIBRARY].index.entries, "the chat read")
+    await until(
+        lambda: story.chat_id in app[RUNTIME].memory_parts().library.index.entries, "the chat read"
+    )
 
 
 async def test_with_no_folder_given_the_one_the_store_mirrors_is_waited_for(
@@ -156,8 +165,8 @@ async def test_with_no_folder_given_the_one_the_store_mirrors_is_waited_for(
         await store.call(lambda db: db.set_mirrored_folder(str(gone)))
     settings = absent(tmp_path, fake_llm, gone)
     del settings["sillytavern.data_dir"]
-    app = make_app(make_settings(**settings))
-    assert app[LIBRARY].data_dir == gone
+    app = make_app(build_runtime(make_settings(**settings)))
+    assert app[RUNTIME].memory_parts().library.data_dir == gone
     assert f"{gone} (the one this store mirrors) does not exist yet" in caplog.text
 
 
@@ -166,8 +175,8 @@ async def test_a_file_given_as_the_data_folder_is_said_and_not_waited_for(
 ) -> None:
     given = tmp_path / "data.jsonl"
     given.write_text("{}\n", encoding="utf-8")
-    app = make_app(make_settings(**absent(tmp_path, fake_llm, given)))
-    assert LIBRARY not in app
+    app = make_app(build_runtime(make_settings(**absent(tmp_path, fake_llm, given))))
+    assert app[RUNTIME].memory is None
     assert f"{given} (sillytavern.data_dir, or --st-data) is a file, not SillyTavern's" in (
         caplog.text
     )
