@@ -45,7 +45,7 @@ from bench.overhead import free_port, start  # noqa: E402
 from bench.words import CHAT_WORDS, chat_file, st_message  # noqa: E402
 from proxy.core.tokens import TokenCounter  # noqa: E402
 from proxy.memory.engine import MemoryEngine  # noqa: E402
-from proxy.memory.views.view import history_start  # noqa: E402
+from proxy.memory.views.request import history_start  # noqa: E402
 from proxy.runtime.runtime import build_runtime  # noqa: E402
 from proxy.settings import Settings  # noqa: E402
 from proxy.web import make_app  # noqa: E402

@@ -7,6 +7,7 @@
   access, clocks);
 - no import cycle between modules of `proxy/` and `adapters/`;
 - at most six modules loose at `proxy/`'s root;
+- no function of `proxy/` or `adapters/` above cyclomatic complexity 25 (radon's count);
 - at least 90 % of the modules have a test module at the mirrored path under `tests/`,
   and each one that has none is listed in `UNTESTED` with the reason.
 """
@@ -16,6 +17,8 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator
 from pathlib import Path
+
+from radon.complexity import cc_visit
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("proxy", "adapters")
@@ -42,6 +45,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
 )
 PURE = ("proxy.core", "proxy.identify")
 ROOT_MODULES_AT_MOST = 6
+COMPLEXITY_AT_MOST = 25
 
 # Modules that do I/O, or whose import means I/O; none may be reached from `proxy.core`.
 IMPURE = {
@@ -57,7 +61,6 @@ UNTESTED = {
     "proxy/web/keys.py": "typed app keys only; every test through make_app reads them",
     "proxy/memory/engine.py": "planning is driven end to end in tests/memory/test_loop.py",
     "proxy/memory/ops/registry.py": "the handlers by operation, run in tests/memory/test_loop.py",
-    "proxy/memory/views/view.py": "read through the chat path in tests/memory/test_loop.py",
     "proxy/memory/edits/actions.py": "every action is called through tests/web/test_memory_api.py",
     "proxy/memory/running.py": "coverage and pruning run in tests/memory/test_loop.py",
     "proxy/store/records.py": "row mapping, read back in tests/test_store.py",
@@ -140,6 +143,16 @@ def test_no_module_imports_from_a_layer_above_its_own() -> None:
 def test_at_most_six_modules_sit_loose_at_the_root() -> None:
     loose = sorted(p.name for p in (ROOT / "proxy").glob("*.py") if p.stem != "__init__")
     assert len(loose) <= ROOT_MODULES_AT_MOST, loose
+
+
+def test_no_function_is_more_complex_than_twenty_five() -> None:
+    over = [
+        f"{path.relative_to(ROOT)}:{block.lineno} {block.fullname} ({block.complexity})"
+        for path in modules().values()
+        for block in cc_visit(path.read_text(encoding="utf-8"))
+        if block.complexity > COMPLEXITY_AT_MOST
+    ]
+    assert not over, "split these: " + ", ".join(over)
 
 
 def test_the_pure_layers_import_nothing_that_does_io() -> None:

@@ -187,6 +187,24 @@ def _first_kept(history: Sequence[int], keep: Collection[int]) -> int:
     return next((k for k, index in enumerate(history) if index in keep), len(history))
 
 
+def _anchor(request: _Request, covered: Covered, k: int) -> int | None:
+    """The covered message a run of covered messages starts at with request message `k`
+    (of its history): one `k` matches whose next one the next request message matches
+    too, or the next but one (the one between as ST changed it); the last covered
+    message alone. None: `k` starts no run."""
+    last = len(covered.fps) - 1
+    size = len(request.history)
+    for start in request.starts(k, covered):
+        following = k + 1 < size and start < last
+        if start == last or (following and request.matches(k + 1, covered, start + 1)):
+            return start
+        # Or the next but one, the one between changed (see `droppable`).
+        two = start + 2 <= last and k + 2 < size and request.may_be_changed(k + 1)
+        if two and request.matches(k + 2, covered, start + 2):
+            return start
+    return None
+
+
 def droppable(
     messages: Sequence[ChatMessage],
     history: Sequence[int],
@@ -211,16 +229,7 @@ def droppable(
     k = 0
     while k < stop:
         if j is None:
-            for start in request.starts(k, covered):
-                following = k + 1 < len(history) and start < last
-                if start == last or (following and request.matches(k + 1, covered, start + 1)):
-                    j = start
-                    break
-                # Or the next but one, the one between changed (see below).
-                two = start + 2 <= last and k + 2 < len(history) and request.may_be_changed(k + 1)
-                if two and request.matches(k + 2, covered, start + 2):
-                    j = start
-                    break
+            j = _anchor(request, covered, k)
             if j is None:
                 n, start = request.glued(k, covered, None, stop)
                 if n:

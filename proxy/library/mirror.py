@@ -156,14 +156,8 @@ class Mirror:
         if startup and unchanged and record is not None and not record.deleted:
             read[location.chat_id] = stat_key
             return Refreshed(location.chat_id, (), self.entry(db, record))
-        try:
-            data = path.read_bytes()
-        except FileNotFoundError:
-            # Renamed or deleted since the stat: the event for that comes next.
-            log.debug("chat %s went before it was read", path)
-            return None
-        except OSError as exc:
-            log.warning("cannot read chat %s: %s", path, exc.strerror)
+        data = read_chat_file(path)
+        if data is None:
             return None
         read[location.chat_id] = stat_key
         renamed_from = None
@@ -193,30 +187,10 @@ class Mirror:
             parsed.message,
         )
         replaced = record.file_hash if record is not None and not record.deleted else None
-        header = parsed.header
+        # The user's own on/off for the chat is kept.
+        enabled = record.enabled if record is not None else None
         group = self._group_of(location)
-        record = ChatRecord(
-            id=location.chat_id,
-            user=location.user,
-            kind=location.kind,
-            character=location.character,
-            group_id=group.group_id if group else None,
-            group_name=group.name if group else None,
-            name=location.name,
-            file=location.rel,
-            integrity=header.integrity if header else None,
-            main_chat=header.main_chat if header else _main_chat(group, location.name),
-            enabled=record.enabled if record is not None else None,
-            size=stat.st_size,
-            mtime_ns=stat.st_mtime_ns,
-            file_hash=file_hash,
-            messages=len(parsed.messages),
-            bad_lines=len(parsed.bad),
-            updated=stat.st_mtime_ns / 1e9,
-            deleted=False,
-            metadata=orjson.dumps(header.chat_metadata).decode() if header else None,
-            character_name=parsed.character_name() if location.kind == "character" else None,
-        )
+        record = chat_record(location, group, parsed, stat_key, file_hash, enabled)
         events = db.save_chat(record, plan.uids, digests, parsed.message, plan.events, layout)
         entry = self.entry(db, record)
         return Refreshed(
@@ -328,3 +302,53 @@ class Mirror:
 def _main_chat(group: GroupInfo | None, name: str) -> str | None:
     """A headerless group chat's parent (ST before 1.15 kept it in the group's file)."""
     return group.main_chats.get(name) if group is not None else None
+
+
+def read_chat_file(path: Path) -> bytes | None:
+    """A chat file's bytes, or None when it cannot be read now (said in the log): gone
+    since it was seen (its rename's or deletion's event comes next), or unreadable."""
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        log.debug("chat %s went before it was read", path)
+        return None
+    except OSError as exc:
+        log.warning("cannot read chat %s: %s", path, exc.strerror)
+        return None
+
+
+def chat_record(
+    location: ChatLocation,
+    group: GroupInfo | None,
+    parsed: ChatFile,
+    stat: tuple[int, int],
+    file_hash: bytes,
+    enabled: bool | None = None,
+) -> ChatRecord:
+    """The store's record of a chat file as read: where it is, whose it is, what its
+    header says (its integrity slug, the chat it branched from), its size and time, and
+    `enabled`, the user's own on/off for it (None: the default)."""
+    header = parsed.header
+    size, mtime_ns = stat
+    return ChatRecord(
+        id=location.chat_id,
+        user=location.user,
+        kind=location.kind,
+        character=location.character,
+        group_id=group.group_id if group else None,
+        group_name=group.name if group else None,
+        name=location.name,
+        file=location.rel,
+        integrity=header.integrity if header else None,
+        main_chat=header.main_chat if header else _main_chat(group, location.name),
+        enabled=enabled,
+        size=size,
+        mtime_ns=mtime_ns,
+        file_hash=file_hash,
+        messages=len(parsed.messages),
+        bad_lines=len(parsed.bad),
+        updated=mtime_ns / 1e9,
+        deleted=False,
+        metadata=orjson.dumps(header.chat_metadata).decode() if header else None,
+        character_name=parsed.character_name() if location.kind == "character" else None,
+    )

@@ -34,14 +34,9 @@ from proxy.memory.ops.handler import HandlerContext, LoreSource
 from proxy.memory.ops.registry import handlers
 from proxy.memory.upkeep import Upkeep
 from proxy.memory.views.recall import rank_ahead
+from proxy.memory.views.request import RequestMemory, history_start, request_memory
 from proxy.memory.views.reread import carried
-from proxy.memory.views.view import (
-    Frame,
-    RequestMemory,
-    ViewInputs,
-    history_start,
-    request_memory,
-)
+from proxy.memory.views.view import Frame, ViewInputs
 from proxy.observe.events import EventBus
 from proxy.settings import QueueSettings
 from proxy.settings.memory import MemorySettings

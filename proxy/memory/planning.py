@@ -106,26 +106,10 @@ class WorkPlanner:
             page = rows[-1].position + 1
         return records, checked if checked is not None and checked > last_break else None
 
-    def message_batches(
-        self,
-        db: Database,
-        chat_id: str,
-        backfill: bool,
-        last_break: int,
-        detection_due: bool,
-        cut: Cut | None = None,
-    ) -> list[tuple[Operation, str, Payload]]:
-        """Message recap jobs: the queued batches stamped again, and full batches of the
-        open scene's messages that lack a current recap (a partial one too in a backfill).
-        `detection_due`: planning is about to queue a scene-break check. `cut` (policy
-        `needed`; None for `always`): where the chat's latest request began; only messages
-        before where it aims to start, or within `message_recap_ahead` of it, are recapped
-        (they are due), without waiting for a full batch."""
-        memory = db.memory
-        jobs = db.jobs.list(chat_id, ("queued", "running"))
-        covered = covered_through(db, chat_id)
-        chat = db.chat(chat_id)
-        total = chat.messages if chat is not None else 0
+    def recap_start(self, covered: int, last_break: int, total: int, backfill: bool) -> int:
+        """The first position whose message may get a recap: past what the running recap
+        covers, in the open scene (with a running recap), and (but in a backfill) within
+        the newest `message_recap_lookback` messages."""
         start = covered + 1
         if self.settings.running_recap:
             # A finished scene is about to be folded into the running recap, which makes
@@ -134,30 +118,21 @@ class WorkPlanner:
             start = max(start, last_break + 1)
         if not backfill:
             start = max(start, total - self.settings.message_recap_lookback)
-        live = [job for job in jobs if job.operation == Operation.MESSAGE_RECAP]
-        in_flight = {
-            as_int(as_list(item, "item")[0], "uid")
-            for job in live
-            for item in as_list(job.payload.get("items"), "items")
-        }
-        # Queued batches are stamped again: messages the running recap now covers leave
-        # them (and an emptied batch is dropped without a call).
-        specs = [
-            (Operation.MESSAGE_RECAP, j.dedup_key, j.payload) for j in live if j.state == "queued"
-        ]
-        detecting = detection_due or any(j.operation == Operation.DETECT_SCENE_BREAK for j in jobs)
-        if detecting and self.settings.running_recap:
-            return specs
+        return start
+
+    def lacking(
+        self, db: Database, chat_id: str, start: int, until: int | None, in_flight: set[int]
+    ) -> tuple[list[Pending], list[Pending]]:
+        """The messages from `start` on that are to get a recap and lack a current one (none
+        in flight): those before `until` (due), and past it as many as fill up a batch."""
+        memory = db.memory
         recaps = memory.message_recaps(chat_id)
         excluded = memory.excluded(chat_id)
-        until = None  # messages from here on are not due yet
-        if cut is not None:
-            until = cut.aim + self.settings.message_recap_ahead if cut.st else 0
         size = self.settings.message_recap_batch_size
-        pending: list[tuple[int, int, str, int]] = []  # uid, swipe, source hash, position
+        pending: list[Pending] = []
         # Past `until`: only to fill up a batch that goes anyway. A call costs far more than
         # a message's few tokens, and the next one is then that much further off.
-        extra: list[tuple[int, int, str, int]] = []
+        extra: list[Pending] = []
         for record in memory.messages_from(chat_id, start):
             beyond = until is not None and record.position >= until
             if beyond and (not pending or len(extra) >= size):
@@ -173,16 +148,70 @@ class WorkPlanner:
             if exclusion(record.message, tokens, self.rules, user_excluded=record.uid in excluded):
                 continue
             (extra if beyond else pending).append((record.uid, swipe, source, record.position))
-        batches = [pending[i : i + size] for i in range(0, len(pending), size)]
-        if batches and len(batches[-1]) < size and not backfill:
-            if cut is not None:
-                # Due: left out within `message_recap_ahead` messages, and its recap is to
-                # be there by then. Filled up with the next messages (`extra`).
-                batches[-1].extend(extra[: size - len(batches[-1])])
-            else:
-                batches.pop()  # a partial batch waits for more messages
+        return pending, extra
+
+    def message_batches(
+        self,
+        db: Database,
+        chat_id: str,
+        backfill: bool,
+        last_break: int,
+        detection_due: bool,
+        cut: Cut | None = None,
+    ) -> list[tuple[Operation, str, Payload]]:
+        """Message recap jobs: the queued batches stamped again, and full batches of the
+        open scene's messages that lack a current recap (a partial one too in a backfill).
+        `detection_due`: planning is about to queue a scene-break check. `cut` (policy
+        `needed`; None for `always`): where the chat's latest request began; only messages
+        before where it aims to start, or within `message_recap_ahead` of it, are recapped
+        (they are due), without waiting for a full batch."""
+        jobs = db.jobs.list(chat_id, ("queued", "running"))
+        chat = db.chat(chat_id)
+        total = chat.messages if chat is not None else 0
+        start = self.recap_start(covered_through(db, chat_id), last_break, total, backfill)
+        live = [job for job in jobs if job.operation == Operation.MESSAGE_RECAP]
+        in_flight = {
+            as_int(as_list(item, "item")[0], "uid")
+            for job in live
+            for item in as_list(job.payload.get("items"), "items")
+        }
+        # Queued batches are stamped again: messages the running recap now covers leave
+        # them (and an emptied batch is dropped without a call).
+        specs = [
+            (Operation.MESSAGE_RECAP, j.dedup_key, j.payload) for j in live if j.state == "queued"
+        ]
+        detecting = detection_due or any(j.operation == Operation.DETECT_SCENE_BREAK for j in jobs)
+        if detecting and self.settings.running_recap:
+            return specs
+        until = None  # messages from here on are not due yet
+        if cut is not None:
+            until = cut.aim + self.settings.message_recap_ahead if cut.st else 0
+        size = self.settings.message_recap_batch_size
+        pending, extra = self.lacking(db, chat_id, start, until, in_flight)
+        batches = batched(pending, extra, size, backfill=backfill, due=cut is not None)
         for batch in batches:
             items: list[JSONValue] = [[uid, swipe, source] for uid, swipe, source, _ in batch]
             key = job_key(Operation.MESSAGE_RECAP, chat_id, batch[0][0])
             specs.append((Operation.MESSAGE_RECAP, key, {"items": items}))
         return specs
+
+
+# A message lacking its recap: uid, swipe, its text's hash, position.
+Pending = tuple[int, int, str, int]
+
+
+def batched(
+    pending: list[Pending], extra: list[Pending], size: int, *, backfill: bool, due: bool
+) -> list[list[Pending]]:
+    """`pending` in batches of `size`. A partial last batch goes in a backfill; when it is
+    `due` (policy `needed`) it is filled up with `extra`, the messages after it; else it
+    waits for more messages."""
+    batches = [pending[i : i + size] for i in range(0, len(pending), size)]
+    if batches and len(batches[-1]) < size and not backfill:
+        if due:
+            # Due: left out within `message_recap_ahead` messages, and its recap is to
+            # be there by then. Filled up with the next messages (`extra`).
+            batches[-1].extend(extra[: size - len(batches[-1])])
+        else:
+            batches.pop()  # a partial batch waits for more messages
+    return batches

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import NamedTuple
 
 from proxy.core.operations import Operation, job_key
@@ -32,8 +32,12 @@ from proxy.memory.views.view import Frame, MemoryView, ViewInputs, build_view
 from proxy.settings.memory import MemorySettings
 from proxy.store import Database
 from proxy.store.jobs import Payload
+from proxy.store.records import ChatRecord, MemoryState, SceneBreak
 
 log = logging.getLogger(__name__)
+
+# A job planning wants queued: its operation, its key, its payload.
+Wanted = tuple[Operation, str, Payload]
 
 
 class Planned(NamedTuple):
@@ -92,14 +96,32 @@ class Upkeep:
         rescan: bool = False,
     ) -> Planned:
         """Queue what this chat's memory lacks; rebuild its view."""
-        memory = db.memory
         chat = db.chat(chat_id)
-        state = memory.state(chat_id)
+        state = db.memory.state(chat_id)
         parent = parent_of(db, chat) if chat is not None and chat.main_chat else None
         kin = parent.id if parent is not None else None
         if chat is None or chat.deleted or state is None or not state.active:
             self.views.pop(chat_id, None)
             return Planned(0, parent=kin)
+        state, since = self.take_over(db, chat, state, since, rescan)
+        if not self.upkeep_on(chat_id, chat.enabled):
+            self.views[chat_id] = self.view(db, chat_id)
+            return Planned(0, parent=kin)
+        failed_since = self.clock() - self.cool_down
+        jobs = self.jobs(db, chat_id, state, since, backfill, failed_since)
+        queued = sum(self.stamp(db, chat_id, *job)[1] for job in jobs)
+        before = self.views.get(chat_id)
+        view = self.views[chat_id] = self.view(db, chat_id, since)
+        if before is None or view.vocabulary is not before.vocabulary:
+            db.memory.optimize_search()  # its scenes changed: keep recall's queries fast
+        return Planned(queued, db.jobs.first_failure(chat_id, failed_since), kin)
+
+    def take_over(
+        self, db: Database, chat: ChatRecord, state: MemoryState, since: int | None, rescan: bool
+    ) -> tuple[MemoryState, int | None]:
+        """What the chat brings with it before its own memory is planned: its parent's
+        memory (a branch, once), what memory extensions stored in it, and (`rescan`) the
+        open scene checked from its start again. The state and `since` to plan with."""
         if chat.main_chat and not state.inherited:
             inherit(db, chat, self.clock(), self._scenes)
             since = 0  # all of it is new here: an inherited recap out of date is seen now
@@ -107,28 +129,31 @@ class Upkeep:
             try:
                 import_chat(db, chat, self.clock())
             except Exception:  # the chat's own memory goes on without the import
-                if chat_id not in self._import_failed:
-                    self._import_failed.add(chat_id)
-                    log.exception("importing the memory extension data of %s failed", chat_id)
+                if chat.id not in self._import_failed:
+                    self._import_failed.add(chat.id)
+                    log.exception("importing the memory extension data of %s failed", chat.id)
         if rescan and state.checked_uid is not None:
-            memory.set_state(chat_id, checked_uid=None)
-            state = memory.state(chat_id)
-            assert state is not None
-        if not self.upkeep_on(chat_id, chat.enabled):
-            self.views[chat_id] = self.view(db, chat_id)
-            return Planned(0, parent=kin)
-        jobs: list[tuple[Operation, str, Payload]] = []
-        breaks = [b for b in memory.breaks(chat_id) if b.visible]
+            db.memory.set_state(chat.id, checked_uid=None)
+            again = db.memory.state(chat.id)
+            assert again is not None
+            state = again
+        return state, since
+
+    def jobs(
+        self,
+        db: Database,
+        chat_id: str,
+        state: MemoryState,
+        since: int | None,
+        backfill: bool,
+        failed_since: float,
+    ) -> list[Wanted]:
+        """The jobs the chat's memory lacks, most needed first: scene recaps, the running
+        recap, a scene-break check, message recaps. A job that failed after `failed_since`
+        is not made again yet."""
+        breaks = [b for b in db.memory.breaks(chat_id) if b.visible]
         prune(db, chat_id)
-        # Scene recaps: every closed scene without one, or whose messages changed.
-        for scene in breaks:
-            if scene.current is None or (since is not None and scene.position >= since):
-                payload: Payload = {"break": scene.uid}
-                if scene.current is None or self._scene_changed(db, chat_id, scene.uid):
-                    key = job_key(Operation.SCENE_RECAP, chat_id, scene.uid)
-                    jobs.append((Operation.SCENE_RECAP, key, payload))
-        # The running recap: condense it when over budget, else fold in the next scene.
-        failed_since = self.clock() - self.cool_down
+        jobs = self.scene_recap_jobs(db, chat_id, breaks, since)
         if self.settings.running_recap:
             refused = lambda key: db.jobs.failed_since(key, failed_since)  # noqa: E731
             # A scene with nothing to recap (its messages all hidden, with hidden ones
@@ -152,12 +177,21 @@ class Upkeep:
             cut = None if policy == "always" else self.cuts.get(chat_id, Cut(0, 0, 0))
             due = detect is not None
             jobs.extend(self.work.message_batches(db, chat_id, backfill, last_break, due, cut))
-        queued = sum(self.stamp(db, chat_id, *job)[1] for job in jobs)
-        before = self.views.get(chat_id)
-        view = self.views[chat_id] = self.view(db, chat_id, since)
-        if before is None or view.vocabulary is not before.vocabulary:
-            db.memory.optimize_search()  # its scenes changed: keep recall's queries fast
-        return Planned(queued, db.jobs.first_failure(chat_id, failed_since), kin)
+        return jobs
+
+    def scene_recap_jobs(
+        self, db: Database, chat_id: str, breaks: Sequence[SceneBreak], since: int | None
+    ) -> list[Wanted]:
+        """A recap job for every closed scene without one, and for each at or after
+        `since` whose messages changed since its recap was written."""
+        jobs: list[Wanted] = []
+        for scene in breaks:
+            if scene.current is None or (since is not None and scene.position >= since):
+                payload: Payload = {"break": scene.uid}
+                if scene.current is None or self._scene_changed(db, chat_id, scene.uid):
+                    key = job_key(Operation.SCENE_RECAP, chat_id, scene.uid)
+                    jobs.append((Operation.SCENE_RECAP, key, payload))
+        return jobs
 
     def memory_on(self, chat_id: str, own_state: bool | None) -> bool:
         """Whether this chat's requests get memory: its own on/off (`own_state`, None for

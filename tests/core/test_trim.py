@@ -14,6 +14,7 @@ from proxy.core.trim import (
     GLUED,
     MAX_SKIPPED,
     Covered,
+    _anchor,
     _Request,
     droppable,
     stepped_drop,
@@ -266,3 +267,21 @@ def test_a_request_that_matches_nothing_is_not_joined_up_pair_by_pair() -> None:
     with patch("proxy.core.trim.fingerprint", counted):
         assert droppable(request, list(range(100)), covered(chat[:90])) == []
     assert 0 < len(joined) <= MAX_SKIPPED * (GLUED - 1)
+
+
+def test_a_run_of_covered_messages_is_anchored_by_two_in_a_row_or_by_the_last_alone() -> None:
+    chat = ["The gate creaks.", "Who goes there?", "A friend.", "Then enter."]
+    history = [ChatMessage("system", "Write the next reply."), *(
+        ChatMessage("user" if i % 2 else "assistant", t) for i, t in enumerate(chat)
+    )]  # fmt: skip
+    request = _Request(history, list(range(len(history))))
+    known = covered(chat)
+    assert _anchor(request, known, 0) is None  # ST's prompt: no chat message
+    assert _anchor(request, known, 1) == 0  # and the next one follows it
+    assert _anchor(request, known, 4) == 3  # the last covered message alone
+    # A message ST changed on its way between two covered ones: the next but one anchors.
+    changed = [*history[:2], ChatMessage("user", "Who goes there? [image]"), *history[3:]]
+    assert _anchor(_Request(changed, list(range(len(changed)))), known, 1) == 0
+    # Out of order: a match whose next message is not the next covered one anchors nothing.
+    shuffled = [history[0], history[1], history[3], history[2]]
+    assert _anchor(_Request(shuffled, [0, 1, 2, 3]), known, 1) is None

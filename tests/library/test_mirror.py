@@ -16,7 +16,9 @@ from proxy.core.models import ChatMessage
 from proxy.identify.chat_index import TEXT_KEPT
 from proxy.identify.reasoning import DEFAULT_REASONING, ReasoningFormat
 from proxy.library.chats import ChatLibrary
+from proxy.library.mirror import chat_record, read_chat_file
 from proxy.sillytavern.chatfile import parse_chat
+from proxy.sillytavern.layout import GroupInfo, locate
 from proxy.store import Store
 from tests.memory.story import Story
 from tests.spies import spy
@@ -320,3 +322,39 @@ async def test_a_chat_renamed_between_its_stat_and_its_read_is_no_warning(
     [read] = await library.refresh([story.path])
     assert read.entry is not None and read.entry.total == 6
     await library.store.close()
+
+
+def test_a_chat_record_says_whose_chat_it_is_from_its_header_or_its_group() -> None:
+    solo = locate("default-user/chats/Ava/one.jsonl")
+    assert solo is not None
+    header = {"user_name": "Tom", "character_name": "Ava",
+              "chat_metadata": {"integrity": "slug-1", "main_chat": "zero"}}  # fmt: skip
+    lines = [json.dumps(header), json.dumps({"name": "Ava", "mes": "Hi."}), "{broken"]
+    parsed = parse_chat("\n".join(lines).encode())
+    record = chat_record(solo, None, parsed, (123, 4_000_000_000), b"h", enabled=False)
+    assert (record.id, record.kind, record.character) == (solo.chat_id, "character", "Ava")
+    assert (record.integrity, record.main_chat, record.enabled) == ("slug-1", "zero", False)
+    assert (record.size, record.updated, record.messages, record.bad_lines) == (123, 4.0, 1, 1)
+    # A group chat from before ST 1.15: no header; the group's file says where it branched.
+    group = locate("default-user/group chats/g1.jsonl")
+    assert group is not None
+    info = GroupInfo("g1", "Tavern", ("ava.png",), (), {"g1": "the first"})
+    bare = chat_record(group, info, parse_chat(b'{"name": "Ava", "mes": "Hi."}\n'), (1, 1), b"h")
+    assert (bare.group_name, bare.main_chat, bare.integrity, bare.enabled) == (
+        "Tavern",
+        "the first",
+        None,
+        None,
+    )
+
+
+def test_a_chat_file_gone_or_unreadable_is_none_and_said(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    assert read_chat_file(tmp_path / "gone.jsonl") is None
+    (tmp_path / "a folder.jsonl").mkdir()
+    with caplog.at_level(logging.WARNING):
+        assert read_chat_file(tmp_path / "a folder.jsonl") is None
+    assert "cannot read chat" in caplog.text
+    (tmp_path / "ok.jsonl").write_bytes(b"{}\n")
+    assert read_chat_file(tmp_path / "ok.jsonl") == b"{}\n"

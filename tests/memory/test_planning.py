@@ -11,7 +11,7 @@ import pytest
 from proxy.core.jsontypes import as_int, as_list
 from proxy.core.scenes import Window, detection_window
 from proxy.core.tokens import TokenCounter
-from proxy.memory.planning import WorkPlanner
+from proxy.memory.planning import WorkPlanner, batched
 from proxy.settings.memory import MemorySettings
 from proxy.sillytavern.chatfile import STMessage
 from proxy.sillytavern.reconcile import Event
@@ -253,3 +253,26 @@ async def test_a_step_of_one_or_trimming_off_starts_where_st_cuts(
     response = await memory.client.post("/v1/chat/completions", json=cut_at(whole, 22))
     assert response.headers["X-Recap-Trimmed"] == "0"
     assert sent_history(memory)[0] == memory.story.messages[22]["mes"]
+
+
+# -- the parts of message recap planning -----------------------------------------------------
+
+
+def test_message_recaps_start_past_the_covered_in_the_open_scene_and_the_lookback() -> None:
+    planner = WorkPlanner(MemorySettings(message_recap_lookback=50), TokenCounter())
+    assert planner.recap_start(covered=9, last_break=20, total=40, backfill=False) == 21
+    assert planner.recap_start(covered=30, last_break=20, total=40, backfill=False) == 31
+    assert planner.recap_start(covered=-1, last_break=-1, total=500, backfill=False) == 450
+    assert planner.recap_start(covered=-1, last_break=-1, total=500, backfill=True) == 0
+    folding_off = WorkPlanner(MemorySettings(running_recap=False), TokenCounter())
+    assert folding_off.recap_start(covered=-1, last_break=20, total=40, backfill=False) == 0
+
+
+def test_batches_are_full_unless_a_backfill_or_due_fills_the_last() -> None:
+    pending = [(uid, 0, "h", uid) for uid in range(7)]
+    extra = [(uid, 0, "h", uid) for uid in range(7, 12)]
+    assert [len(b) for b in batched(pending, extra, 3, backfill=False, due=False)] == [3, 3]
+    assert [len(b) for b in batched(pending, extra, 3, backfill=True, due=False)] == [3, 3, 1]
+    due = batched(pending, extra, 3, backfill=False, due=True)
+    assert [[p[0] for p in b] for b in due] == [[0, 1, 2], [3, 4, 5], [6, 7, 8]]
+    assert batched([], extra, 3, backfill=False, due=True) == []

@@ -37,7 +37,7 @@ from bench.words import CHAT_WORDS
 from proxy.core.operations import Operation
 from proxy.memory.chatinfo import swipe_of
 from proxy.memory.ops.scene_recap import SceneRecapHandler
-from proxy.memory.views.view import history_start
+from proxy.memory.views.request import history_start
 from proxy.sillytavern.chatfile import text_hash
 from proxy.store import Database
 from proxy.web.keys import RUNTIME

@@ -114,3 +114,35 @@ async def test_reconfigured_settings_reach_the_next_plan(memory_proxy: MemoryFac
     operations = {op for op, _ in await memory.run(queued)}
     assert Operation.DETECT_SCENE_BREAK not in operations
     assert upkeep.view_inputs.settings is settings and upkeep.work.settings is settings
+
+
+async def test_a_scene_without_a_recap_gets_its_job_and_a_recapped_one_only_once_changed(
+    memory_proxy: MemoryFactory,
+) -> None:
+    memory = await paused(memory_proxy, **{"memory.auto_scene_break": False})
+    upkeep = memory.engine.upkeep
+
+    def wanted(since: int | None) -> Callable[[Database], list[object]]:
+        def work(db: Database) -> list[object]:
+            breaks = [b for b in db.memory.breaks(CHAT_ID) if b.visible]
+            jobs = upkeep.scene_recap_jobs(db, CHAT_ID, breaks, since)
+            return [(op, payload["break"]) for op, _, payload in jobs]
+
+        return work
+
+    def scene(db: Database) -> int:
+        db.memory.activate(CHAT_ID)
+        uid = db.memory.uid_at(CHAT_ID, 8)
+        assert uid is not None
+        db.memory.set_break(CHAT_ID, uid, "manual", 0.0)
+        return uid
+
+    uid = await memory.run(scene)
+    assert await memory.run(wanted(None)) == [(Operation.SCENE_RECAP, uid)]
+    await memory.run(lambda db: db.memory.add_scene_recap(
+        CHAT_ID, uid, "Ava and Tom.", 0.0, scene_name=None, source="llm",
+        input_hash="made from other messages",
+    ))  # fmt: skip
+    assert await memory.run(wanted(None)) == []  # no change since: not looked at
+    assert await memory.run(wanted(9)) == []  # a change after the scene
+    assert await memory.run(wanted(3)) == [(Operation.SCENE_RECAP, uid)]  # its input differs

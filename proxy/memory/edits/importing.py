@@ -30,7 +30,7 @@ from proxy.sillytavern.extensions import (
 )
 from proxy.store import Database
 from proxy.store.extensions import PendingExtension
-from proxy.store.records import ChatRecord, MessageRecap, RunningRecap
+from proxy.store.records import ChatRecord, MessageRecap, RunningRecap, SceneBreak
 
 log = logging.getLogger(__name__)
 
@@ -140,6 +140,12 @@ class _Importer:
                 return
             self.memory.set_break(self.chat_id, uid, IMPORTED, self.now)
             self.done.breaks += 1
+        self.scene_versions(uid, scene, existing)
+
+    def scene_versions(self, uid: int, scene: ImportedScene, existing: SceneBreak | None) -> None:
+        """The extension's recap versions of the scene on message `uid`, each taken once;
+        its name unless you named the scene; and its selected version, unless one of the
+        proxy's own is selected."""
         versions = self.memory.scene_recaps(uid)
         fields: dict[str, object] = {"visible": int(scene.visible)}
         if existing is None or not existing.name_edited:

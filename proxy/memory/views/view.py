@@ -11,12 +11,11 @@ what is happening now get what is left (at most `relevant_scenes_max_tokens`).
 
 from __future__ import annotations
 
-from bisect import bisect_left, bisect_right
-from collections.abc import Callable, Sequence
+from bisect import bisect_left
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from proxy.core.fingerprints import index_message
-from proxy.core.models import ChatMessage, Identification
 from proxy.core.recall import (
     SceneCard,
     Vocabulary,
@@ -28,17 +27,18 @@ from proxy.core.recaps import (
     Candidate,
     RecapRules,
     RecapShelf,
-    budget_tokens,
     exclusion,
 )
 from proxy.core.tokens import TokenCounter
-from proxy.core.trim import Covered, Cut, droppable, stepped_drop, stepped_start, trim_cutoff
+from proxy.core.trim import Covered, trim_cutoff
 from proxy.memory.chatinfo import PersonaLookup, chat_names, swipe_of
-from proxy.memory.views.recall import SceneRanker, relevant_scenes
 from proxy.settings.memory import MemorySettings
 from proxy.sillytavern.chatfile import text_hash
 from proxy.store import Database
+from proxy.store.records import SceneBreak, SceneRecap
 
+# Part headings and blank lines between the parts, reserved from the budget.
+FRAME_TOKENS = 16
 NO_WORDS = Vocabulary()  # one value: planning tells a change of a chat's scenes by identity
 
 
@@ -77,83 +77,6 @@ class MemoryView:
             return max(cut, self.unscanned.start)
         found = bisect_left(self.lacking, cut)
         return self.lacking[found] if found < len(self.lacking) else None
-
-
-# Not frozen: built for every chat request (see proxy.core.models).
-@dataclass(slots=True)
-class RequestMemory:
-    values: dict[str, str]
-    drop: tuple[int, ...]
-
-
-# Part headings and blank lines between the parts, reserved from the budget.
-FRAME_TOKENS = 16
-
-
-def request_memory(
-    view: MemoryView | None,
-    settings: MemorySettings,
-    ident: Identification,
-    messages: Sequence[ChatMessage],
-    history: Sequence[int],
-    start: tuple[Cut | None, list[int]],
-    model: str | None,
-    search: SceneRanker | None = None,
-) -> RequestMemory:
-    """The macro values and the request indices to leave out, for one request. `start`:
-    where ST cut it and the history's start, with the indices to leave out for that
-    (`history_start`)."""
-    if view is None:
-        return RequestMemory({}, ())
-    drop: list[int] = []
-    if view.cutoff is not None and view.running:
-        # Matched positions rise with the request's order: those past the cutoff are a tail.
-        # The request's newest message stays too, covered or not: it is what the model
-        # answers (a swipe of the reply a scene break closed on, that scene folded in).
-        newer = bisect_right(ident.positions, view.cutoff)
-        kept = {*ident.history[newer:], *history[-1:]}
-        drop = droppable(messages, history, view.covered, kept)
-    cut, stepped = start
-    sent_from = cut.start if cut is not None else None
-    left = view.budget - view.running_tokens
-    budget = budget_tokens(
-        settings.message_recap_context_limit,
-        settings.message_recap_context_type,
-        settings.context_for(model),
-    )
-    # Conditionals, not `min`: 3.11's parses keywords on every call (per request, here).
-    free = left - FRAME_TOKENS
-    recap_room = budget if budget < free else free
-    recent, spent = view.shelf.newest(sent_from, recap_room)
-    if stepped:
-        # A message is stepped away for the recap that stands in for it: one whose recap
-        # the budget leaves out (a long running recap leaves little room) stays.
-        place = dict(zip(ident.history, ident.positions, strict=False))
-        known = (place[i] for i in stepped if i in place)
-        short = view.shelf.left_out_of(known, sent_from, recap_room)
-        if short:
-            stepped = [i for i in stepped if place.get(i) not in short]
-        drop = sorted({*drop, *stepped})
-    if recent:
-        left -= FRAME_TOKENS + spent
-    scenes = ""
-    room = settings.relevant_scenes_max_tokens
-    if room > left - FRAME_TOKENS:
-        room = left - FRAME_TOKENS
-    if search is not None and view.scenes and room > 0:
-        # The oldest chat position still in the prompt once covered history is left out.
-        before = sent_from
-        if drop and view.cutoff is not None:
-            before = max(before or 0, view.cutoff + 1)
-        scenes = relevant_scenes(
-            search, view, ident.chat_id, messages, history, settings, before, room
-        )
-    values = {
-        "running_recap": view.running,
-        "recent_recaps": recent,
-        "relevant_scenes": scenes,
-    }
-    return RequestMemory(values, tuple(drop))
 
 
 @dataclass(frozen=True, slots=True)
@@ -198,13 +121,11 @@ def build_view(
     cutoff = trim_cutoff(breaks, through, inputs.settings.auto_hide_scene_count)
     # What the old view covered still holds when nothing up to its cutoff changed: kept
     # as it is, or grown by the messages up to the new cutoff.
-    before = old.cutoff if old is not None else None
-    if old is None or (since is not None and since <= (before or -1)):
-        covered = _covered(db, inputs, chat_id, cutoff)
-    elif before == cutoff:
+    reuse = covered_reuse(old.cutoff, cutoff, since) if old is not None else None
+    if old is not None and reuse == KEEP:
         covered = old.covered
-    elif before is not None and cutoff is not None and cutoff > before:
-        covered = _covered(db, inputs, chat_id, cutoff, before + 1, old.covered)
+    elif old is not None and reuse is not None:
+        covered = _covered(db, inputs, chat_id, cutoff, reuse, old.covered)
     else:
         covered = _covered(db, inputs, chat_id, cutoff)
     chat = db.chat(chat_id)
@@ -223,37 +144,12 @@ def build_view(
     vocabulary = NO_WORDS
     if settings.relevant_scenes_max_tokens and "relevant_scenes" in inputs.frame.macros:
         known = old.scenes if old is not None else {}
-        for scene, recap in memory.scene_cards(chat_id):
-            name = scene.name or recap.scene_name or ""
-            card = known.get(scene.uid)
-            if card is None or (card.last, card.name, card.recap) != (
-                scene.position,
-                name,
-                recap.recap,
-            ):
-                entry = scene_entry(name, recap.recap)
-                tokens = count(entry) + SEPARATOR_TOKENS
-                prime(entry + "\n\n")  # as `{{relevant_scenes}}` holds it: a blank line after
-                words = words_of(f"{name} {recap.recap}")
-                card = SceneCard(scene.uid, scene.position, name, recap.recap, tokens, words)
-            scenes[scene.uid] = card
-        same = (
-            old is not None
-            and old.scenes.keys() == scenes.keys()
-            and all(old.scenes[uid] is card for uid, card in scenes.items())
-        )
-        if same and old is not None:
-            vocabulary = old.vocabulary
-        else:
-            vocabulary = Vocabulary.of(card.words for card in scenes.values())
+        scenes = scene_cards(memory.scene_cards(chat_id), known, count, prime)
+        vocabulary = vocabulary_of(scenes, old)
     names = chat_names(db, chat_id, inputs.persona)
-    if running and (old is None or old.running != running):
-        prime(running + "\n")
     shelf = RecapShelf.of(recaps)
-    counted = set(old.shelf.lines) if old is not None else set()
-    fresh = [line for line in shelf.lines if line not in counted]
-    if fresh:
-        prime("\n".join(fresh) + "\n")  # `{{recent_recaps}}`: one recap a line
+    for text in new_texts(running, shelf, old):
+        prime(text)
     return MemoryView(
         running=running,
         running_version=current.version if current else None,
@@ -270,6 +166,76 @@ def build_view(
         budget=budget,
         file_hash=chat.file_hash if chat is not None else None,
     )
+
+
+# `covered_reuse`: the old view's covered messages hold as they are.
+KEEP = -1
+
+
+def covered_reuse(before: int | None, cutoff: int | None, since: int | None) -> int | None:
+    """What a view rebuilt after a change from position `since` on (None: no message
+    changed) keeps of its old view's covered messages (through `before`), the new one
+    covering through `cutoff`: `KEEP` (all, as they are), the position to read on from
+    (they hold, and more are covered), or None (read them again whole)."""
+    if since is not None and since <= (before if before is not None else -1):
+        return None  # a covered message changed
+    if before == cutoff:
+        return KEEP
+    if before is not None and cutoff is not None and cutoff > before:
+        return before + 1
+    return None
+
+
+def scene_cards(
+    rows: Iterable[tuple[SceneBreak, SceneRecap]],
+    known: Mapping[int, SceneCard],
+    count: Callable[[str], int],
+    prime: Callable[[str], object],
+) -> dict[int, SceneCard]:
+    """The finished scenes as recall offers them, by break uid: a card of `known` (the
+    old view's) is kept as it is while its scene is unchanged; a new or changed one is
+    counted, and its text primed as `{{relevant_scenes}}` holds it."""
+    scenes: dict[int, SceneCard] = {}
+    for scene, recap in rows:
+        name = scene.name or recap.scene_name or ""
+        card = known.get(scene.uid)
+        if card is None or (card.last, card.name, card.recap) != (
+            scene.position,
+            name,
+            recap.recap,
+        ):
+            entry = scene_entry(name, recap.recap)
+            tokens = count(entry) + SEPARATOR_TOKENS
+            prime(entry + "\n\n")  # as `{{relevant_scenes}}` holds it: a blank line after
+            words = words_of(f"{name} {recap.recap}")
+            card = SceneCard(scene.uid, scene.position, name, recap.recap, tokens, words)
+        scenes[scene.uid] = card
+    return scenes
+
+
+def vocabulary_of(scenes: Mapping[int, SceneCard], old: MemoryView | None) -> Vocabulary:
+    """The words of the scenes' recaps: the old view's when its cards are all kept (by
+    identity: planning tells a change of a chat's scenes that way)."""
+    if (
+        old is not None
+        and old.scenes.keys() == scenes.keys()
+        and all(old.scenes[uid] is card for uid, card in scenes.items())
+    ):
+        return old.vocabulary
+    return Vocabulary.of(card.words for card in scenes.values())
+
+
+def new_texts(running: str, shelf: RecapShelf, old: MemoryView | None) -> list[str]:
+    """The texts a request will count that the old view did not hold, as the macros hold
+    them: the running recap, and the recap lines new on the shelf."""
+    texts = []
+    if running and (old is None or old.running != running):
+        texts.append(running + "\n")
+    counted = set(old.shelf.lines) if old is not None else set()
+    fresh = [line for line in shelf.lines if line not in counted]
+    if fresh:
+        texts.append("\n".join(fresh) + "\n")  # `{{recent_recaps}}`: one recap a line
+    return texts
 
 
 def fit_lines(text: str, budget: int, count: Callable[[str], int]) -> str:
@@ -336,48 +302,3 @@ def _covered(
     ]
     texts = [text for *_, text in visible]
     return before.extended(fps, texts) if before is not None else Covered.of(fps, texts)
-
-
-def history_start(
-    view: MemoryView | None,
-    settings: MemorySettings,
-    ident: Identification,
-    history: Sequence[int],
-) -> tuple[Cut | None, list[int]]:
-    """Where ST cut a request and where its history is to start (None: no history
-    identified), and the request indices to leave out for that: ST's cut moved on in steps
-    of `history_cut_step` (`proxy.core.trim.stepped_start`) unless trimming's own cut holds
-    the history's start still already. As with trimming, only once the chat has a running
-    recap: the memory's part that goes with left-out history, and never with trimming off
-    (`auto_hide_scene_count = -1`: nothing is left out). ST's cut stays the start when its
-    messages cannot be left out (`stepped_drop`).
-
-    A message ST sent is never stepped away while it lacks the recap that stands in for it
-    (`MemoryView.held`): the start stops before it, and the cut's `aim` (the step's
-    start) tells planning to write that recap now. Nor while the view is `outdated`: its
-    positions may be off by the messages deleted or added since, and a message stepped
-    away by them could lose the recap standing in for it."""
-    cut = present_from(ident, history)
-    if cut is None:
-        return None, []
-    unmoved: tuple[Cut, list[int]] = (Cut(cut, cut, cut), [])
-    if view is None or not view.running or not settings.stepped_history or view.outdated:
-        return unmoved
-    step = settings.history_cut_step
-    aim = stepped_start(cut, step, view.cutoff)
-    if aim is None or aim <= cut:
-        return unmoved
-    held = view.held(cut)
-    start = aim if held is None or aim <= held else held
-    stepped = stepped_drop(history, ident.history, ident.positions, start, step)
-    return (Cut(cut, start, aim), stepped) if stepped else (Cut(cut, cut, aim), [])
-
-
-def present_from(ident: Identification, history: Sequence[int]) -> int | None:
-    """The oldest chat position the request (probably) carries: its oldest matched message,
-    less the unmatched history messages before it."""
-    if not ident.positions:
-        return None
-    # `history` is in request order: those before the first matched one, by bisection.
-    before = bisect_left(history, ident.history[0])
-    return ident.positions[0] - before

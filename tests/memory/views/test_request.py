@@ -7,7 +7,8 @@ import pytest
 
 from proxy.core.models import Identification
 from proxy.core.trim import Cut
-from proxy.memory.views.view import MemoryView, history_start
+from proxy.memory.views.request import history_start
+from proxy.memory.views.view import MemoryView
 from proxy.settings.memory import MemorySettings
 
 SETTINGS = MemorySettings(history_cut_step=4)
