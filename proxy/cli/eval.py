@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import sys
 import tempfile
 import time
@@ -88,7 +89,7 @@ async def run_eval(args: argparse.Namespace) -> int:
         settings = eval_settings(args, folder)
         path = folder / "data" / f"{CHAT_ID}.jsonl"
         path.parent.mkdir(parents=True)
-        path.write_bytes(chat_file(story))
+        save_as_st_does(path, chat_file(story))
         report = await _evaluate(settings, story, path)
     print(json.dumps(report, indent=2) if args.json else _summary(report))
     return 0 if report["failed"] == 0 else 1
@@ -121,6 +122,15 @@ async def _evaluate(settings: Settings, story: EvalStory, path: Path) -> dict[st
     return _report(story, state, asked, built, time.monotonic() - began)
 
 
+def save_as_st_does(path: Path, data: bytes) -> None:
+    """Write the chat file as ST does (write-file-atomic): a temp file beside it, renamed
+    over it. Written in place, the watcher may read it half-written, and a file cut short
+    reads as its newest messages deleted (their scene breaks and recaps with them)."""
+    tmp = path.with_name(f"{path.name}.{time.time_ns()}")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
+
+
 async def _until_idle(engine: MemoryEngine, store: Store) -> None:
     """Until planning and the queue have nothing left to do, drawing progress meanwhile."""
     settled = asyncio.create_task(engine.settle())
@@ -145,7 +155,7 @@ async def _asked(
     messages = [dict(m) for m in story.messages]
     messages[-1] = {**messages[-1], "mes": fact.question, "swipes": [fact.question]}
     asked = EvalStory(messages, story.facts, story.breaks)
-    await asyncio.to_thread(path.write_bytes, chat_file(asked))  # saved first, as ST does
+    await asyncio.to_thread(save_as_st_does, path, chat_file(asked))  # saved first, as ST
     # Read by the proxy before the request comes (as ST's save is, long before its
     # request on a loaded machine): what is measured is the memory, not a race.
     await _until_read(store, fact.question)
