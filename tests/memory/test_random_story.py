@@ -231,6 +231,7 @@ class Player:
         # the messages the stepped start left out with their recaps in; and the messages
         # left out of a request that were none of those (`left_out`).
         self.covered: dict[str, tuple[int, frozenset[int], set[str]]] = {}
+        self.traced: dict[str, str] = {}  # per chat, the last request's memory, in words
         self.lost: list[str] = []
 
     # The chats' folder, as chat ids start.
@@ -343,6 +344,7 @@ class Player:
         body["stream"] = stream
         self.used.add(self.name)
         self.covered.pop(self.chat_id, None)
+        self.traced.pop(self.chat_id, None)
         response = await self.memory.client.post(path, json=body)
         await response.read()
         assert response.status == 200, self.done
@@ -370,7 +372,11 @@ class Player:
                 continue  # edited since the running recap covered it: covered by its place
             if mark in stood_in or message["is_user"]:
                 continue
-            self.lost.append(f"{self.done[-1:]}: {mark} left out, not covered")
+            index = next(i for i, m in enumerate(history) if m is message)
+            self.lost.append(
+                f"{self.done[-12:]}: {mark} (position {index} of {len(history)}) left out, "
+                f"not covered; {self.traced.get(self.chat_id, 'no view')}"
+            )
 
     def as_processed(self, sent: list[dict[str, Any]]) -> None:
         """What went upstream with the memory in is as ST's post-processing leaves a
@@ -703,6 +709,14 @@ def covering(memory: Memory, player: Player) -> None:
             re.search(r"\bu\d+x\b", messages[i].text) for i in stepped if place.get(i) in recapped
         ]
         cutoff = view.cutoff if view.cutoff is not None else -1
+        # What a failing check needs to be traced (the race it looks for is rare).
+        player.traced[ident.chat_id] = (
+            f"view: cutoff {view.cutoff}, through {view.covered_through}, running "
+            f"v{view.running_version}, outdated {view.outdated}, lacking {list(view.lacking)}; "
+            f"request: history {list(ident.history)} at {list(ident.positions)}, "
+            f"drop {list(got.drop)}, stepped {stepped}, turns "
+            f"{[(i, m.role, m.text[:24]) for i, m in enumerate(messages)]}"
+        )
         player.covered[ident.chat_id] = (
             cutoff,
             frozenset(view.covered.raws),
@@ -783,8 +797,10 @@ async def test_a_story_played_at_random_keeps_a_true_memory(
         other.name, (other.messages, other.metadata) = name, player.others[name]
         left = await memory.run(partial(problems, other, hidden_read=hidden_read))
         found += [f"{name}: {problem}" for problem in left]
-    assert not found, (found, player.done)
-    assert not player.kinds, player.kinds
-    assert not player.lost, player.lost
+    assert not found, "\n".join([*found, f"steps: {player.done}"])
+    assert not player.kinds, "\n".join(player.kinds)
+    # Strings: pytest shortens any other message to a line, and these are what a hunt
+    # that found a rare failure has to go on.
+    assert not player.lost, "\n".join(player.lost)
     noted = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
     assert not noted, noted
