@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
-from adapters.base import ParsedRequest, gone_turns, spread
+from adapters.base import ParsedRequest, Places, gone_turns
 from adapters.openai_chat import content_text, decode_object, encode_json, reencode
 from proxy.core.models import ChatMessage, Insertion, Role
 from proxy.errors import AdapterError
@@ -66,12 +66,6 @@ def _merge_neighbours(wire: list[dict[str, Any]]) -> list[dict[str, Any]]:
             continue
         out.append(message)
     return out
-
-
-def unmerge(parsed: ParsedRequest, parts: Mapping[int, Sequence[ChatMessage]]) -> None:
-    """Take apart the turns ST merged (`ParsedRequest.unmerge`): each part keeps its
-    turn's place in the body."""
-    parsed.messages, parsed.layout = spread(parsed.messages, parsed.layout, parts)
 
 
 def _gap(where: tuple[int, ...], insertion: Insertion, turns: int) -> int | None:
@@ -121,14 +115,13 @@ class AnthropicMessagesAdapter:
             messages=messages,
             stream=body.get("stream") is True,
             model=model if isinstance(model, str) else None,
-            layout=tuple(where),
+            layout=Places(tuple(where)),
             api=self.name,
-            unmerge=unmerge,
             prompts_in_replies=False,
         )
 
     def leaves_out(self, parsed: ParsedRequest, drop: Collection[int]) -> tuple[int, ...]:
-        where = parsed.layout
+        where = _where(parsed)
         gone = gone_turns(parsed.body["messages"], where, drop)
         return tuple(i for i in drop if 0 <= i < len(where) and where[i] in gone)
 
@@ -142,7 +135,7 @@ class AnthropicMessagesAdapter:
         source, fast = reencode(parsed.raw, parsed.body)
         body = dict(source)
         turns: list[dict[str, Any]] = list(source["messages"])
-        where: tuple[int, ...] = parsed.layout
+        where = _where(parsed)
         for index, text in (replacements or {}).items():
             at = where[index]
             if at >= 0 and isinstance(turns[at].get("content"), str):
@@ -185,3 +178,10 @@ class AnthropicMessagesAdapter:
             return [block, *system] if first else [*system, block]
         text = str(system)
         return insertion.text + SEPARATOR + text if first else text + SEPARATOR + insertion.text
+
+
+def _where(parsed: ParsedRequest) -> tuple[int, ...]:
+    """Each canonical message's turn in the body (negative: the system prompt's)."""
+    layout = parsed.layout
+    assert isinstance(layout, Places), "parsed by another adapter"
+    return layout.where

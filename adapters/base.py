@@ -2,11 +2,63 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Mapping, Sequence
+import dataclasses
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from proxy.core.models import ChatMessage, PromptWriter
+
+
+class Layout:
+    """Where an adapter's canonical messages are in its body: each adapter's own kind, read
+    by its `apply`. Identification asks two things of it (`proxy.chat.providers`):
+
+    - `merges`: whether the client may have merged chat messages into one turn (Claude's
+      API, a text prompt with instruct off, ST's prompt post-processing); `take_apart`
+      then gives each part of such a turn a place of its own;
+    - `unsplit`: the chat paragraphs of ST's single user message, which the chat index
+      takes apart into messages (`proxy.identify.single`); `split` is the layout once
+      they are.
+    """
+
+    __slots__ = ()
+
+    @property
+    def merges(self) -> bool:
+        return False
+
+    @property
+    def unsplit(self) -> tuple[str, ...]:
+        return ()
+
+    def split(self) -> Layout:
+        return self
+
+    def take_apart(
+        self, parsed: ParsedRequest, parts: Mapping[int, Sequence[ChatMessage]]
+    ) -> tuple[list[ChatMessage], Layout]:
+        """`parsed`'s messages with each one `parts` names replaced by its parts, and the
+        layout that places them."""
+        raise NotImplementedError(f"{type(self).__name__}: a format whose turns never merge")
+
+
+@dataclass(frozen=True, slots=True)
+class Places(Layout):
+    """Each canonical message's wire message (negative: none, ST's prompts the format
+    keeps apart); a merged turn's parts share their turn's place."""
+
+    where: tuple[int, ...]
+
+    @property
+    def merges(self) -> bool:
+        return True
+
+    def take_apart(
+        self, parsed: ParsedRequest, parts: Mapping[int, Sequence[ChatMessage]]
+    ) -> tuple[list[ChatMessage], Layout]:
+        messages, where = spread(parsed.messages, self.where, parts)
+        return messages, dataclasses.replace(self, where=where)
 
 
 @dataclass(slots=True)
@@ -21,7 +73,7 @@ class ParsedRequest:
     api: str = "openai_chat"  # the adapter's name: the wire format
     # What else the adapter read that its `apply` needs, e.g. where each canonical
     # message is in the body when they are not one per wire message (its own business).
-    layout: Any = None
+    layout: Layout | None = None
     route: str = ""  # the `[[upstream.routes]]` prefix it came under (set by the shell)
     path: str = ""  # the path it came to, under that prefix (set by the shell)
     # Text formats: how the proxy's own prompts are written in this request's template.
@@ -29,16 +81,8 @@ class ParsedRequest:
     # How many of the first messages were taken from the previous request as they were
     # (the same objects), not decoded again.
     carried: int = 0
-    # Formats whose client may merge chat messages into one turn (Claude's; a text prompt
-    # with instruct off, where a line without a name joins the turn before it): takes
-    # merged ones apart (`proxy.identify.merged`), each parsed message in the mapping replaced
-    # by its parts; and what the messages in such a turn are joined with.
-    unmerge: Callable[[ParsedRequest, Mapping[int, Sequence[ChatMessage]]], None] | None = None
+    # What the messages in a turn the client merged are joined with (`Layout.merges`).
     merged_with: str = "\n\n"
-    # A format whose request alone does not tell its chat messages apart (ST's single
-    # user message): takes them apart with the chat index's help before identification
-    # (`adapters.single`; typed `Any`: the index is the chat path's).
-    split: Callable[[ParsedRequest, Any], None] | None = None
     # Whether ST's own prompts may be joined to a reply in such a turn: with instruct off
     # a line without a name joins any turn, but ST turns its prompts into the user's for
     # Claude and a post-processed prompt (or keeps them the system's), never a reply.
@@ -54,8 +98,8 @@ def spread(
     parts: Mapping[int, Sequence[ChatMessage]],
 ) -> tuple[list[ChatMessage], tuple[Place, ...]]:
     """`messages` with each one that `parts` names replaced by its parts (a turn ST merged,
-    taken apart: `ParsedRequest.unmerge`), and their `places` in the body, each part at
-    its message's."""
+    taken apart: `Layout.take_apart`), and their `places` in the body, each part at its
+    message's."""
     out: list[ChatMessage] = []
     where: list[Place] = []
     for i, (message, place) in enumerate(zip(messages, places, strict=True)):

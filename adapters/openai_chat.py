@@ -18,14 +18,13 @@ from typing import Any
 import orjson
 
 from adapters import single
-from adapters.base import ParsedRequest
+from adapters.base import Layout, ParsedRequest
 from adapters.post_processed import (
     MergedLayout,
     canonical,
     leaves_out,
     post_processing,
     rewritten,
-    unmerge,
 )
 from adapters.single import SingleLayout, single_message
 from adapters.spans import HEAD, MAP_FROM, Spans, decode, measure, splice
@@ -150,7 +149,7 @@ def _run_edges(indices: Collection[int]) -> set[int]:
 
 # Not frozen: built for every chat request (see proxy.core.models).
 @dataclass(slots=True)
-class _Layout:
+class _Layout(Layout):
     """What `parse` saw that `apply` needs: the messages holding more than strings (see
     `reencode`), and where each message is in the bytes (`adapters.spans`), if mapped."""
 
@@ -243,10 +242,10 @@ class OpenAIChatAdapter:
         mode = post_processing(messages)
         if mode is not None:  # its messages are read again as ST had them: none carried
             parsed.messages, parsed.layout = canonical(messages, mode)
-            parsed.carried, parsed.unmerge, parsed.prompts_in_replies = 0, unmerge, False
+            parsed.carried, parsed.prompts_in_replies = 0, False
         elif single_message(messages):
             parsed.messages, parsed.layout = single.canonical(messages[0].text)
-            parsed.carried, parsed.unmerge, parsed.split = 0, single.unmerge, single.split
+            parsed.carried = 0
         return parsed
 
     def read_plain(self, raw: bytes) -> tuple[dict[str, Any], list[ChatMessage], str | None] | None:

@@ -17,7 +17,7 @@ request goes unchanged.
 The canonical list splits the first message at its blank lines into system messages, as
 ST had them (so the history starts after the start-of-chat prompt, as in any request),
 takes "strict"'s placeholder for ST's prompt, and takes merged chat turns apart when
-identification asks (`unmerge`, as for Claude). The memory is written as its own
+identification asks (`Layout.take_apart`, as for Claude). The memory is written as its own
 messages among the request's, then ST's merge run over the whole list again: in a "semi"
 or "strict" request a system part is the user's and joins its neighbour, in a "merge" one
 it joins system neighbours only. A request that has no system message after the first
@@ -32,7 +32,7 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from adapters.base import ParsedRequest, gone_turns, spread
+from adapters.base import ParsedRequest, Places, gone_turns
 from proxy.core.models import ChatMessage, Insertion
 from proxy.core.placement import START_MARKERS
 
@@ -44,12 +44,11 @@ Mode = Literal["merge", "semi"]
 
 
 @dataclass(frozen=True, slots=True)
-class MergedLayout:
+class MergedLayout(Places):
     """Where each canonical message is in the body: the index of its wire message (several
     parts may share one), and how ST post-processed the request."""
 
-    where: tuple[int, ...]
-    mode: Mode
+    mode: Mode = "merge"
 
 
 def post_processing(messages: Sequence[ChatMessage]) -> Mode | None:
@@ -86,20 +85,13 @@ def canonical(messages: list[ChatMessage], mode: Mode) -> tuple[list[ChatMessage
     return [*head, *rest], MergedLayout(where, mode)
 
 
-def unmerge(parsed: ParsedRequest, parts: Mapping[int, Sequence[ChatMessage]]) -> None:
-    """Take apart the turns ST merged (`ParsedRequest.unmerge`): each part keeps its wire
-    message's place in the body."""
-    layout = parsed.layout
-    assert type(layout) is MergedLayout, "not a post-processed request"
-    parsed.messages, where = spread(parsed.messages, layout.where, parts)
-    parsed.layout = MergedLayout(where, layout.mode)
-
-
 def leaves_out(parsed: ParsedRequest, drop: Collection[int]) -> tuple[int, ...]:
     """The messages of `drop` that leave: a merged turn only with all of its parts, and
     never the user's message that a chat which came with the user's first needs first
     (`gone_turns`; the first message is ST's prompts)."""
-    where = parsed.layout.where
+    layout = parsed.layout
+    assert type(layout) is MergedLayout, "not a post-processed request"
+    where = layout.where
     gone = gone_turns(parsed.body["messages"], where, drop, start=1)
     return tuple(i for i in drop if 0 <= i < len(where) and where[i] in gone)
 

@@ -18,10 +18,11 @@ template is left as it is.
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
-from adapters.base import ParsedRequest
+from adapters.base import Layout, ParsedRequest
 from adapters.instruct import (
     MISTRAL_CLOSE,
     MISTRAL_END,
@@ -83,13 +84,8 @@ class TextCompletionAdapter:
             stream=body.get("stream") is True,
             model=model if isinstance(model, str) else None,
             api=self.name,
-            layout=(template, tuple(turns)),
+            layout=PromptLayout(template, tuple(turns)),
             writer=partial(write_prompt, template),
-            # With instruct off, a line without a name (ST's Author's Note, world info at
-            # a depth, a narrator message) reads as one more line of the turn before it.
-            # (A template whose system turn is the user's writes those as a user turn of
-            # their own: identification takes the last one for ST's prompt by itself.)
-            unmerge=_unmerge if template == "plain" else None,
             merged_with="\n",
         )
 
@@ -104,7 +100,9 @@ class TextCompletionAdapter:
         drop: Collection[int] = (),
     ) -> bytes:
         source, fast = reencode(parsed.raw, parsed.body)
-        template, turns = parsed.layout
+        layout = parsed.layout
+        assert isinstance(layout, PromptLayout), "parsed by another adapter"
+        template, turns = layout.template, layout.turns
         prompt: str = source["prompt"]
         # Every change as (start, end, new text) in the prompt; they never overlap, and a
         # memory block (zero width) sorts before a turn left out at the same place.
@@ -129,27 +127,44 @@ class TextCompletionAdapter:
         return encode_json(body, fast=fast)
 
 
-def _unmerge(parsed: ParsedRequest, parts: Mapping[int, Sequence[ChatMessage]]) -> None:
-    """Take apart turns that hold several messages (`ParsedRequest.unmerge`): each part
-    gets its own stretch of the turn's place in the prompt, so that it can be left out or
-    have memory put before it alone. A turn whose parts are not found there stays whole."""
-    template, turns = parsed.layout
-    prompt: str = parsed.body["prompt"]
-    users = {t.name for t in turns if t.role == "user" and t.name}
-    messages: list[ChatMessage] = []
-    placed: list[Turn] = []
-    for i, (message, turn) in enumerate(zip(parsed.messages, turns, strict=True)):
-        spans = _spans(prompt, turn, parts[i]) if i in parts else None
-        if spans is None:
-            messages.append(message)
-            placed.append(turn)
-            continue
-        for j, (part, (start, end)) in enumerate(zip(parts[i], spans, strict=True)):
-            if j and part.role != "system":
-                part = _spoken(part, users)
-            messages.append(part)
-            placed.append(Turn(part.role, start, end, part.text, part.name))
-    parsed.messages, parsed.layout = messages, (template, tuple(placed))
+@dataclass(frozen=True, slots=True)
+class PromptLayout(Layout):
+    """The template the prompt is written in, and each canonical message's turn: where it
+    is in the prompt."""
+
+    template: Template | str  # "plain": instruct off
+    turns: tuple[Turn, ...]
+
+    @property
+    def merges(self) -> bool:
+        # With instruct off, a line without a name (ST's Author's Note, world info at a
+        # depth, a narrator message) reads as one more line of the turn before it. (A
+        # template whose system turn is the user's writes those as a user turn of their
+        # own: identification takes the last one for ST's prompt by itself.)
+        return self.template == "plain"
+
+    def take_apart(
+        self, parsed: ParsedRequest, parts: Mapping[int, Sequence[ChatMessage]]
+    ) -> tuple[list[ChatMessage], Layout]:
+        """Each part of a turn that holds several messages gets its own stretch of the
+        turn's place in the prompt, so that it can be left out or have memory put before
+        it alone. A turn whose parts are not found there stays whole."""
+        prompt: str = parsed.body["prompt"]
+        users = {t.name for t in self.turns if t.role == "user" and t.name}
+        messages: list[ChatMessage] = []
+        placed: list[Turn] = []
+        for i, (message, turn) in enumerate(zip(parsed.messages, self.turns, strict=True)):
+            spans = _spans(prompt, turn, parts[i]) if i in parts else None
+            if spans is None:
+                messages.append(message)
+                placed.append(turn)
+                continue
+            for j, (part, (start, end)) in enumerate(zip(parts[i], spans, strict=True)):
+                if j and part.role != "system":
+                    part = _spoken(part, users)
+                messages.append(part)
+                placed.append(Turn(part.role, start, end, part.text, part.name))
+        return messages, PromptLayout(self.template, tuple(placed))
 
 
 def _spoken(part: ChatMessage, users: Collection[str]) -> ChatMessage:

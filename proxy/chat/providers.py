@@ -15,6 +15,7 @@ from typing import Protocol
 from adapters.base import ParsedRequest
 from proxy.core.models import Caller, ChatMessage, HistorySpan, Identification, Memory
 from proxy.identify.merged import unmerged
+from proxy.identify.single import read_single
 from proxy.library.chats import ChatLibrary, RequestIdentity
 from proxy.waits import SERVING
 
@@ -75,10 +76,12 @@ class MemoryProvider(Protocol):
 async def identify_parsed(
     library: ChatLibrary, parsed: ParsedRequest, markers: Sequence[str], header: str | None
 ) -> RequestIdentity:
-    """`ChatLibrary.identify_request` for a parsed request. One whose client may merge
-    chat messages (`ParsedRequest.unmerge`) and that matched no chat in full as it came is
-    tried again with them taken apart (`proxy.identify.merged`): its messages change to the
-    parts when that matches more of the chat.
+    """`ChatLibrary.identify_request` for a parsed request, read each way ST may have
+    carried its chat, in order: a single user message's paragraphs taken apart into the
+    chat's messages first (`Layout.unsplit`: nothing is identified without); then, for a
+    format whose client may merge chat messages into one turn (`Layout.merges`) and that
+    matched no chat in full as it came, with them taken apart (`proxy.identify.merged`):
+    its messages change to the parts when that matches more of the chat.
 
     Not only a request that matched nothing: a merged turn inside the history (two of the
     user's messages in a row, an Author's Note at a depth) stands for two of the file's
@@ -87,13 +90,19 @@ async def identify_parsed(
     confidence to start a new branch's upkeep, and its older covered messages not known
     as covered. So does a message matched only as one ST changed on the way
     (`proxy.identify.match`): it may be a chat message with ST's prompts joined to it."""
-    if parsed.split is not None:
+    layout = parsed.layout
+    if layout is not None and layout.unsplit:
         found = await _split_and_identified(library, parsed, markers, header)
     else:
         found = await library.identify_request(parsed.messages, markers, header)
     ident = found.identification
-    if parsed.unmerge is None or (
-        ident is not None and ident.confidence == 1.0 and not ident.changed and _whole(found)[1]
+    layout = parsed.layout
+    if (
+        layout is None
+        or not layout.merges
+        or (
+            ident is not None and ident.confidence == 1.0 and not ident.changed and _whole(found)[1]
+        )
     ):
         return found
     parts = unmerged(
@@ -105,8 +114,8 @@ async def identify_parsed(
     )
     if not parts:
         return found
-    messages, layout = parsed.messages, parsed.layout
-    parsed.unmerge(parsed, parts)
+    messages = parsed.messages
+    parsed.messages, parsed.layout = layout.take_apart(parsed, parts)
     again = await library.identify_request(parsed.messages, markers, header)
     if _whole(again) <= _whole(found):
         parsed.messages, parsed.layout = messages, layout  # as it came: no better
@@ -117,22 +126,23 @@ async def identify_parsed(
 async def _split_and_identified(
     library: ChatLibrary, parsed: ParsedRequest, markers: Sequence[str], header: str | None
 ) -> RequestIdentity:
-    """A request whose messages the chat index takes apart (`ParsedRequest.split`),
-    identified. The split reads the index as it is when the request comes; identifying it
-    may read in the chat that ST saved just before (`identify_request` waits for that
-    re-read, or does it). Split on the index without ST's newest message, the request may
-    hold none of the user's lines the index knows (the older ones in the reply's quotes
-    and ST's notes), and all of it after the reply is taken for the reply: when the index
-    changed meanwhile, it is split again and identified as the chat now is."""
-    split = parsed.split
-    assert split is not None
-    messages, layout, version = parsed.messages, parsed.layout, library.index.version
-    split(parsed, library.index)
+    """A single user message's request, its paragraphs taken apart with the chat index
+    (`proxy.identify.single`), identified. The split reads the index as it is when the
+    request comes; identifying it may read in the chat that ST saved just before
+    (`identify_request` waits for that re-read, or does it). Split on the index without
+    ST's newest message, the request may hold none of the user's lines the index knows
+    (the older ones in the reply's quotes and ST's notes), and all of it after the reply
+    is taken for the reply: when the index changed meanwhile, it is split again and
+    identified as the chat now is."""
+    layout = parsed.layout
+    assert layout is not None
+    head, paragraphs = parsed.messages[:-1], layout.unsplit
+    version = library.index.version
+    parsed.messages, parsed.layout = read_single(head, paragraphs, library.index), layout.split()
     found = await library.identify_request(parsed.messages, markers, header)
     if library.index.version == version:
         return found
-    parsed.messages, parsed.layout = messages, layout
-    split(parsed, library.index)
+    parsed.messages = read_single(head, paragraphs, library.index)
     return await library.identify_request(parsed.messages, markers, header)
 
 

@@ -12,10 +12,12 @@ from typing import Any
 import pytest
 
 from adapters.anthropic_messages import AnthropicMessagesAdapter
+from adapters.base import Places
 from proxy.core.models import ChatMessage, Insertion, Role
 from proxy.core.placement import find_history
 from tests.adapters.captures import MARKERS, SOURCES, identify_at
 from tests.adapters.captures import generations as captured
+from tests.adapters.edits import layout_of, taken_apart
 
 CLAUDE = SOURCES / "claude"
 ADAPTER = AnthropicMessagesAdapter()
@@ -148,7 +150,7 @@ def test_left_out_turns_never_leave_the_assistant_first(variant: str) -> None:
 def test_the_head_and_the_replacements_stay_whole() -> None:
     raw = generations("stream")["05_send_03"]
     parsed = ADAPTER.parse(raw)
-    head = [i for i, m in enumerate(parsed.messages) if parsed.layout[i] < 0]
+    head = [i for i, m in enumerate(parsed.messages) if layout_of(parsed, Places).where[i] < 0]
     out = body_of(ADAPTER.apply(parsed, (), {head[0]: "changed"}, head))
     assert out["messages"] == body_of(raw)["messages"]
 
@@ -193,14 +195,14 @@ def test_a_turn_taken_apart_goes_only_with_all_of_its_parts() -> None:
     raw = generations("stream_sysprompt")["05_send_03"]
     parsed = ADAPTER.parse(raw)
     original = body_of(raw)["messages"]
-    assert parsed.unmerge is not None
+    assert parsed.layout is not None and parsed.layout.merges
     # The user's first turn after the greeting (the body's third) was two messages ST
     # merged: its parts share its place.
-    turn = parsed.layout.index(2)
+    turn = layout_of(parsed, Places).where.index(2)
     text = parsed.messages[turn].text
-    parsed.unmerge(parsed, {turn: [ChatMessage("user", text), ChatMessage("system", "[Nudge]")]})
-    assert parsed.layout[turn - 1 : turn + 3] == (1, 2, 2, 3)
-    assert len(parsed.messages) == len(parsed.layout)
+    taken_apart(parsed, {turn: [ChatMessage("user", text), ChatMessage("system", "[Nudge]")]})
+    assert layout_of(parsed, Places).where[turn - 1 : turn + 3] == (1, 2, 2, 3)
+    assert len(parsed.messages) == len(layout_of(parsed, Places).where)
     # One part out: the turn stays; both out: it goes, and the greeting before it too.
     assert ADAPTER.leaves_out(parsed, [turn]) == ()
     assert body_of(ADAPTER.apply(parsed, (), None, [turn]))["messages"] == original

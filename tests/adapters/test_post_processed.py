@@ -14,13 +14,14 @@ from typing import Any
 import pytest
 
 from adapters.openai_chat import OpenAIChatAdapter
-from adapters.post_processed import merged, post_processing
+from adapters.post_processed import MergedLayout, merged, post_processing
 from proxy.chat.providers import identify_parsed
 from proxy.core.models import ChatMessage, Insertion, Role
 from proxy.core.placement import find_history
 from proxy.library.chats import ChatLibrary
 from proxy.store import Store
 from tests.adapters.captures import MARKERS, SOURCES, STEPS, chats_before, generations
+from tests.adapters.edits import layout_of, taken_apart
 from tests.memory.st_wire import PLACEHOLDER, post_processed
 
 RUN = "openai-reverse-proxy/stream"
@@ -58,11 +59,11 @@ def test_a_processed_request_is_told_by_its_shape(step: str) -> None:
     raw = generations(RUN)[step]
     assert post_processing(ADAPTER.parse(raw).messages) is None  # as ST sent it
     # The continue nudge stays a system message when only merged: "merge" keeps roles.
-    assert ADAPTER.parse(processed(step, "merge")).layout.mode == (
+    assert layout_of(ADAPTER.parse(processed(step, "merge")), MergedLayout).mode == (
         "merge" if step == "07_continue" else "semi"
     )
     for mode in ("semi", "strict"):
-        assert ADAPTER.parse(processed(step, mode)).layout.mode == "semi"
+        assert layout_of(ADAPTER.parse(processed(step, mode)), MergedLayout).mode == "semi"
 
 
 def test_what_st_sends_unprocessed_is_not_taken_for_processed() -> None:
@@ -188,10 +189,10 @@ def test_a_turn_taken_apart_is_written_back_whole_around_the_memory() -> None:
         {"role": "user", "content": "Question?"},
     ]
     parsed = ADAPTER.parse(json.dumps({"messages": wire}).encode())
-    assert parsed.unmerge is not None
+    assert parsed.layout is not None and parsed.layout.merges
     at = [m.text for m in parsed.messages].index("Hello.\n\n[Author's note: rain.]")
     note = ChatMessage("system", "[Author's note: rain.]")
-    parsed.unmerge(parsed, {at: [ChatMessage("user", "Hello."), note]})
+    taken_apart(parsed, {at: [ChatMessage("user", "Hello."), note]})
     assert [m.text for m in parsed.messages][at : at + 2] == ["Hello.", note.text]
     sent = messages_of(ADAPTER.apply(parsed, (Insertion(at + 1, Role.SYSTEM, "MEM", 1),)))
     assert sent[2] == {"role": "user", "content": "Hello.\n\nMEM\n\n[Author's note: rain.]"}

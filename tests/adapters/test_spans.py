@@ -15,9 +15,9 @@ from hypothesis import strategies as st
 
 from adapters import spans
 from adapters.base import ParsedRequest
-from adapters.openai_chat import OpenAIChatAdapter
+from adapters.openai_chat import OpenAIChatAdapter, _Layout
 from proxy.errors import AdapterError
-from tests.adapters.edits import memory_edits
+from tests.adapters.edits import layout_of, memory_edits
 from tests.core.st_requests import ST_CASSETTES, st_body
 
 ADAPTER = OpenAIChatAdapter()
@@ -51,7 +51,7 @@ def same_as_whole(raw: bytes, previous: ParsedRequest) -> ParsedRequest:
 def test_spans_point_at_each_message() -> None:
     raw = request([turn(i, 'é "q" \\ \n\u2028 😀') for i in range(5)])
     parsed = ADAPTER.parse(raw)
-    found = parsed.layout.spans
+    found = layout_of(parsed, _Layout).spans
     assert found is not None
     wire = parsed.body["messages"]
     assert [orjson.loads(raw[s:e]) for s, e in zip(found.starts, found.ends, strict=True)] == wire
@@ -65,7 +65,7 @@ def test_only_st_s_compact_layout_is_mapped() -> None:
     twice = request(history)[:-1] + b',"messages":[]}'
     small = compact({"messages": history})
     for raw in (loose, later, twice, small):
-        assert ADAPTER.parse(raw).layout.spans is None
+        assert layout_of(ADAPTER.parse(raw), _Layout).spans is None
     assert ADAPTER.parse(twice).body["messages"] == []  # what a decoder keeps
 
 
@@ -175,8 +175,10 @@ def test_any_next_request_decodes_as_if_whole(
 def test_spliced_bytes_are_the_re_encoded_body(size: int, data: st.DataObject) -> None:
     raw = request([turn(i, "x") for i in range(size)], max_tokens=300)
     parsed = ADAPTER.parse(raw)
-    assert parsed.layout.spans is not None
-    whole = dataclasses.replace(parsed, layout=dataclasses.replace(parsed.layout, spans=None))
+    assert layout_of(parsed, _Layout).spans is not None
+    whole = dataclasses.replace(
+        parsed, layout=dataclasses.replace(layout_of(parsed, _Layout), spans=None)
+    )
     parts, replaced, gone = data.draw(memory_edits(len(parsed.messages)))
     assert ADAPTER.apply(parsed, parts, replaced, gone) == ADAPTER.apply(
         whole, parts, replaced, gone
@@ -189,7 +191,7 @@ def test_a_message_orjson_would_change_is_not_mapped() -> None:
     big = {"role": "system", "content": PAD, "seed": 2**70}
     raw = compact({"messages": [big, turn(1)]})
     parsed = ADAPTER.parse(raw)
-    assert parsed.layout.spans is None
+    assert layout_of(parsed, _Layout).spans is None
     out = ADAPTER.apply(parsed, (), {0: "short"})
     assert json.loads(out)["messages"][0] == {"role": "system", "content": "short", "seed": 2**70}
 

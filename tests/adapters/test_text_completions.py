@@ -11,11 +11,12 @@ import pytest
 
 import adapters.text_completions as text_module
 from adapters.instruct import Template, split_prompt
-from adapters.text_completions import TextCompletionAdapter
+from adapters.text_completions import PromptLayout, TextCompletionAdapter
 from proxy.core.models import ChatMessage, Insertion, Role
 from proxy.core.placement import find_history
 from proxy.errors import UnknownPromptFormat
 from tests.adapters.captures import SOURCES, generations, identify_at
+from tests.adapters.edits import layout_of, taken_apart
 
 ADAPTER = TextCompletionAdapter()
 RUNS = {
@@ -47,7 +48,7 @@ def insert(raw: bytes, index: int, role: Role = Role.SYSTEM) -> str:
 def test_every_captured_prompt_splits_into_its_turns(run: str, template: str) -> None:
     for step, raw in generations(run).items():
         parsed = ADAPTER.parse(raw)
-        kind = parsed.layout[0]
+        kind = layout_of(parsed, PromptLayout).template
         assert (kind if isinstance(kind, str) else kind.name) == template, step
         messages = parsed.messages
         assert messages[0].role == "system" and "Write Seraphina's next reply" in messages[0].text
@@ -337,10 +338,10 @@ def test_a_turn_taken_apart_with_instruct_off_keeps_each_part_in_its_place() -> 
     note = "[Author's note: it rains.]"
     prompt = f"Story of Ava.\n***\nTom: Hi there\nAva: Hello\nTom: How are you?\n{note}\nAva:"
     parsed = ADAPTER.parse(json.dumps({"prompt": prompt, "stop": ["\nTom:"]}).encode())
-    assert parsed.unmerge is not None and parsed.merged_with == "\n"
+    assert parsed.layout is not None and parsed.layout.merges and parsed.merged_with == "\n"
     assert parsed.messages[3] == ChatMessage("user", f"How are you?\n{note}", "Tom")
     parts = [ChatMessage("user", "How are you?", "Tom"), ChatMessage("system", note)]
-    parsed.unmerge(parsed, {3: parts})
+    taken_apart(parsed, {3: parts})
     assert parsed.messages[3:5] == parts
     # Each part can go alone, or have memory before it alone.
     out = prompt_of(ADAPTER.apply(parsed, (), None, [3]))
@@ -349,8 +350,8 @@ def test_a_turn_taken_apart_with_instruct_off_keeps_each_part_in_its_place() -> 
     assert memory == prompt.replace(note, f"MEMORY\n{note}")
     # A part not found in its turn leaves the turn whole.
     again = ADAPTER.parse(json.dumps({"prompt": prompt, "stop": ["\nTom:"]}).encode())
-    assert again.unmerge is not None
-    again.unmerge(again, {3: [parts[0], ChatMessage("system", "[Not there.]")]})
+    assert again.layout is not None and again.layout.merges
+    taken_apart(again, {3: [parts[0], ChatMessage("system", "[Not there.]")]})
     assert len(again.messages) == 5
     assert again.messages[3] == ChatMessage("user", f"How are you?\n{note}", "Tom")
 
@@ -361,13 +362,13 @@ def test_a_later_part_that_names_its_speaker_is_that_speakers_message() -> None:
     it is a continue, not one of ST's prompts or the user's line)."""
     prompt = "Story.\n***\nTom: Hi all\nAva: Hello\nTom: Orin?\nAva: Near.\nOrin: Here, and"
     parsed = ADAPTER.parse(json.dumps({"prompt": prompt, "stop": ["\nTom:"]}).encode())
-    assert parsed.unmerge is not None
+    assert parsed.layout is not None and parsed.layout.merges
     assert parsed.messages[-1] == ChatMessage("assistant", "Near.\nOrin: Here, and", "Ava")
     parts = [
         ChatMessage("assistant", "Near.", "Ava"),
         ChatMessage("assistant", "Orin: Here, and", "Ava"),
     ]
-    parsed.unmerge(parsed, {4: parts})
+    taken_apart(parsed, {4: parts})
     assert parsed.messages[4:] == [
         ChatMessage("assistant", "Near.", "Ava"),
         ChatMessage("assistant", "Here, and", "Orin"),
