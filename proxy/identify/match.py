@@ -23,7 +23,7 @@ Generation kinds, from how the request's end meets the file's end:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from proxy.core.fingerprints import IndexedMessage, message_fingerprint
@@ -234,55 +234,106 @@ def _best_fit(
     entry: ChatEntry,
     reasoning: Sequence[ReasoningFormat],
 ) -> _Fit | None:
-    tail = entry.tail
-    if not tail:
+    """The best of the ways the request's end may meet the chat file's end (`ENDINGS`):
+    the one that matches most messages, the first of equals."""
+    if not entry.tail:
         return None
+    best: _Fit | None = None
+    for ending in ENDINGS:
+        fit = ending(messages, history, fps, trailing, entry, reasoning)
+        if fit is not None and (best is None or fit.matched > best.matched):
+            best = fit
+    return best
+
+
+# What a request whose history ends where its file ends asks for, told by what follows
+# its history: the first rule that holds gives the generation kind, and whether its
+# target is the file's next message (True), its last (False), or none (None).
+_AtEnd = Callable[[IndexedMessage, Sequence[ChatMessage], Sequence[ReasoningFormat]], bool]
+AT_THE_END: tuple[tuple[str, _AtEnd, Generation, bool | None], ...] = (
+    ("the user's message, answered",
+     lambda last, trailing, r: last.is_user and not impersonating(trailing), "normal", True),
+    ("the last reply, continued", lambda last, trailing, r: continues(trailing, last, r),
+     "continue", False),
+    # Before the group nudge: ST sends that with a group's continue too (above).
+    ("the next group member answering after another one (or the character again)",
+     lambda last, trailing, r: nudged(trailing) or opened(trailing), "normal", True),
+    ("a quiet prompt (an impersonation, a summary)", lambda last, trailing, r: True,
+     "quiet", None),
+)  # fmt: skip
+
+
+def _at_the_end(
+    messages: Sequence[ChatMessage],
+    history: list[int],
+    fps: dict[int, int],
+    trailing: Sequence[ChatMessage],
+    entry: ChatEntry,
+    reasoning: Sequence[ReasoningFormat],
+) -> _Fit | None:
+    """The request's history ends where the file ends: its last message is the file's
+    last, as it is or as ST changed it (`proxy.identify.changed`)."""
+    tail = entry.tail
+    last, last_request = tail[-1], messages[history[-1]]
+    if fps[history[-1]] not in last.fps:
+        if _partial(last, last_request, reasoning):
+            return None  # `_partial_reply`'s
+        # The newest message changed: only one that holds the file text's start or end
+        # (ST's own prompt there may have a reply's side, and follow the message before).
+        if not (sided(last_request.role, last) and alike(last_request.text, last, reasoning)):
+            return None
+    matched, changed, used, at = _align(messages, history, fps, tail, len(tail) - 1)
+    for _, holds, kind, following in AT_THE_END:
+        if holds(last, trailing, reasoning):
+            target = None if following is None else entry.total if following else last.position
+            return _Fit(kind, matched, used, target, at, changed)
+    return None
+
+
+def _partial(
+    last: IndexedMessage, last_request: ChatMessage, reasoning: Sequence[ReasoningFormat]
+) -> bool:
+    return last_request.role == "assistant" and starts(last, last_request.text, reasoning)
+
+
+def _partial_reply(
+    messages: Sequence[ChatMessage],
+    history: list[int],
+    fps: dict[int, int],
+    trailing: Sequence[ChatMessage],
+    entry: ChatEntry,
+    reasoning: Sequence[ReasoningFormat],
+) -> _Fit | None:
+    """A continue of a partial reply the file already holds in full (or one that a regex
+    script of the user's cut short: an impersonation may follow it)."""
+    tail = entry.tail
+    last, last_request = tail[-1], messages[history[-1]]
+    if fps[history[-1]] in last.fps or not _partial(last, last_request, reasoning):
+        return None
+    matched, changed, used, at = _align(messages, history[:-1], fps, tail, len(tail) - 2)
+    used, at = (*used, history[-1]), (*at, last.position)
+    went: Generation = "quiet" if impersonating(trailing) else "continue"
+    return _Fit(went, matched + 1, used, last.position, at, changed)
+
+
+def _regenerated(
+    messages: Sequence[ChatMessage],
+    history: list[int],
+    fps: dict[int, int],
+    trailing: Sequence[ChatMessage],
+    entry: ChatEntry,
+    reasoning: Sequence[ReasoningFormat],
+) -> _Fit | None:
+    """The file has one more assistant message: the request regenerates it (a swipe),
+    unless the request carries that message as a continue-prefill at its very end."""
+    tail = entry.tail
     last = tail[-1]
-    last_request = messages[history[-1]]
-    fits: list[_Fit] = []
-    ends = fps[history[-1]] in last.fps
-    partial = not ends and last_request.role == "assistant"
-    partial = partial and starts(last, last_request.text, reasoning)
-    if not ends and not partial:
-        # The newest message changed (`proxy.identify.changed`): only one that holds the file
-        # text's start or end (ST's own prompt there may have a reply's side, and follow
-        # the message before it).
-        ends = sided(last_request.role, last) and alike(last_request.text, last, reasoning)
-    if ends:
-        # The request ends where the file ends.
-        matched, changed, used, at = _align(messages, history, fps, tail, len(tail) - 1)
-        if last.is_user and not impersonating(trailing):
-            fits.append(_Fit("normal", matched, used, entry.total, at, changed))
-        elif continues(trailing, last, reasoning):
-            # Before the group nudge: ST sends that with a group's continue too.
-            fits.append(_Fit("continue", matched, used, last.position, at, changed))
-        elif nudged(trailing) or opened(trailing):
-            # The next group member answering after another one (or the character again).
-            fits.append(_Fit("normal", matched, used, entry.total, at, changed))
-        else:
-            fits.append(_Fit("quiet", matched, used, None, at, changed))
-    elif partial:
-        # Continue of a partial reply the file already holds in full (or one that a regex
-        # script of the user's cut short: an impersonation may follow it).
-        matched, changed, used, at = _align(messages, history[:-1], fps, tail, len(tail) - 2)
-        used, at = (*used, history[-1]), (*at, last.position)
-        went: Generation = "quiet" if impersonating(trailing) else "continue"
-        fits.append(_Fit(went, matched + 1, used, last.position, at, changed))
-    earlier = len(tail) >= 2 and not last.is_user  # the file's last a reply: a swipe?
-    if earlier and before_last(last_request, tail, reasoning):
-        # The file has one more assistant message: the request regenerates it, unless the
-        # request carries that message as a continue-prefill at its very end.
-        matched, changed, used, at = _align(messages, history, fps, tail, len(tail) - 2)
-        continued = prefilled(trailing, last, reasoning)
-        kind: Generation = "continue" if continued else "swipe"
-        fits.append(_Fit(kind, matched, used, last.position, at, changed, continued))
-    if len(tail) >= 3 and not last.is_user and not tail[-2].is_user:
-        fit = _swipe_after_reply(messages, history, fps, trailing, tail, reasoning)
-        if fit is not None:
-            fits.append(fit)
-    if len(fits) < 2:
-        return fits[0] if fits else None
-    return max(fits, key=lambda fit: fit.matched)
+    if len(tail) < 2 or last.is_user or not before_last(messages[history[-1]], tail, reasoning):
+        return None
+    matched, changed, used, at = _align(messages, history, fps, tail, len(tail) - 2)
+    continued = prefilled(trailing, last, reasoning)
+    kind: Generation = "continue" if continued else "swipe"
+    return _Fit(kind, matched, used, last.position, at, changed, continued)
 
 
 def _swipe_after_reply(
@@ -290,11 +341,14 @@ def _swipe_after_reply(
     history: list[int],
     fps: dict[int, int],
     trailing: Sequence[ChatMessage],
-    tail: Sequence[IndexedMessage],
+    entry: ChatEntry,
     reasoning: Sequence[ReasoningFormat],
 ) -> _Fit | None:
     """A swipe of the file's last reply when the message before it is a reply too: the
     request ends with that one (or as ST changed it), where a prefill would be."""
+    tail = entry.tail
+    if len(tail) < 3 or tail[-1].is_user or tail[-2].is_user:
+        return None
     if not trailing or trailing[-1].role != "assistant":
         return None
     if not before_last(trailing[-1], tail, reasoning):
@@ -303,6 +357,11 @@ def _swipe_after_reply(
     final = len(messages) - 1  # the trailing message is the request's last
     at = (*at, tail[-2].position)
     return _Fit("swipe", matched + 1, (*used, final), tail[-1].position, at, changed)
+
+
+# The ways a request's end may meet its chat file's end, each read from its own place in
+# the file; `_best_fit` keeps the one that matches most (the first of equals).
+ENDINGS = (_at_the_end, _partial_reply, _regenerated, _swipe_after_reply)
 
 
 def _align(
