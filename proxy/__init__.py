@@ -14,8 +14,9 @@ core/         PURE decisions, no I/O: models, placement (ST's rules), render, to
               plan, fingerprints, trim (covered history), recaps, scenes, recall, lore,
               genuine (is an answer a real one), guard, headers, export, operations
 identify/     PURE: which chat, message and generation a request is: the chat index,
-              matching, endings (continue, swipe, impersonate), merged turns, changed
-              replies, reasoning
+              matching (`match`: the ways a request's end meets its file's, a table),
+              endings (continue, swipe, impersonate), merged turns, changed replies,
+              reasoning, ST's single user message taken apart (`single`)
 adapters/     one module per wire format (OpenAI chat, Anthropic messages, text
               completions; instruct templates, post-processed and single-message
               prompts; spans: where messages sit in a body's bytes)
