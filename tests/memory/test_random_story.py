@@ -697,6 +697,12 @@ def covering(memory: Memory, player: Player) -> None:
             player.lost.append(f"{player.done[-1:]}: recaps of {sorted(made - shown)} went in")
         view = engine.views.get(ident.chat_id)
         if view is None or not view.running:
+            player.traced[ident.chat_id] = (
+                f"no running recap (view {'none' if view is None else 'without one'}); "
+                f"request: {ident.generation}, history {list(ident.history)} at "
+                f"{list(ident.positions)}, drop {list(got.drop)}, turns "
+                f"{[(i, m.role, m.text[:24]) for i, m in enumerate(messages)]}"
+            )
             player.covered[ident.chat_id] = (-1, frozenset(), set())
             return got
         _, stepped = history_start(view, engine.upkeep.settings, ident, history)
