@@ -766,11 +766,11 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 # invariants of the memory under a load no user's proxy sees.
 @pytest.mark.xdist_group("random_story")
 # A known race, traced but not fixed yet: under a loaded machine (the suite on both cores),
-# about one seed in fifty finds a message the stepped start left out with no recap
-# standing in for it (one cause, a recap the budget left out, is fixed in
-# `proxy.memory.views.view.request_memory`; another remains). Rerun once, so that CI fails on
-# what is deterministic; the closing note of 2026-12-06 has the trace. Remove the rerun
-# once the race is fixed.
+# a seed now and then finds a message left out with nothing standing in for it (one cause,
+# a recap the budget left out, is fixed in `proxy.memory.views.request.request_memory`;
+# the rest, seen with text prompts and an Author's Note, do not replay). Rerun once, so
+# that CI fails on what is deterministic; the closing notes of 2026-12-06 and 2026-12-07
+# have the traces. Remove the rerun once the race is fixed.
 @pytest.mark.flaky(reruns=1)
 async def test_a_story_played_at_random_keeps_a_true_memory(
     memory_proxy: MemoryFactory, seed: int, scenario: Scenario, caplog: pytest.LogCaptureFixture
