@@ -385,11 +385,14 @@ class ChatLibrary:
 
     async def _to_check(self, newest: Prints) -> list[str]:
         """The chats a request with these newest messages checks for a save since read."""
-        chats = likely_chats(newest, self.index)
-        running = self._early.all_under_way() if not chats else None
-        if running:  # none holds them yet, but a chat just saved (all else hidden) is read
+        # A chat ST just saved is being read: it is the likeliest, whether or not the index
+        # holds these messages yet (a branch whose hidden messages were shown again and the
+        # user's new one added: only its parent held any of them, and was all that was
+        # checked). After a save that read is this request's own, waited for anyway.
+        running = self._early.all_under_way()
+        if running:
             await asyncio.wait(running, timeout=self.freshness_wait)
-            chats = likely_chats(newest, self.index)
+        chats = likely_chats(newest, self.index)
         # A chat just saved is the likeliest, though others sharing these messages were
         # saved after it before (a checkpoint opened again); unnotified, each is checked.
         unnotified = self.freshness is not None and self.freshness.feed is None

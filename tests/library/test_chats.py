@@ -27,6 +27,7 @@ from tests.st_data import (
     save_like_st,
     timeline,
 )
+from tests.waiting import until
 
 ADAPTER = OpenAIChatAdapter()
 
@@ -266,3 +267,46 @@ async def test_a_data_folder_that_cannot_be_read_leaves_its_chats_as_they_were(
     await library.index_all()
     assert story.chat_id in library.index.entries
     await library.store.close()
+
+
+async def test_a_chat_just_saved_is_waited_for_though_only_another_holds_its_messages(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A branch whose newest messages were hidden, shown again and followed by the user's
+    new one: the index's entry of the branch holds none of the request's newest messages,
+    its parent holds three of them. The branch ST just saved is read first (hunted seed
+    2937: the parent alone was checked, and the request was no chat's)."""
+    data = tmp_path / "data"
+    parent = Story(data, ends=set())
+    parent.grow(11)  # the user speaks at odd positions: the last is a reply
+    branch = Story(data, ends=set())
+    branch.chat_id = parent.chat_id + " - Branch #1"
+    branch.path = data / f"{branch.chat_id}.jsonl"
+    branch.messages = json.loads(json.dumps(parent.messages))
+    for message in branch.messages[8:]:
+        message["is_system"] = True  # hidden when the branch was made
+    branch.save()
+    library = ChatLibrary(data, Store(tmp_path / "store.sqlite3"))
+    assert library.follow_changes()
+    await library.index_all()
+    # The branch's read after ST's save is under way when the request comes.
+    gate = asyncio.Event()
+    read = library.refresh
+
+    async def held(paths: list[Path]) -> list[Refreshed]:
+        await gate.wait()
+        return await read(paths)
+
+    monkeypatch.setattr(library, "refresh", held)
+    for message in branch.messages[8:]:
+        message["is_system"] = False
+    branch.grow(1)  # the user's next message (11); ST saves, then sends the request
+    await until(lambda: library._early.under_way(branch.chat_id) is not None, "a read")
+    messages = [ChatMessage(m["role"], m["content"]) for m in branch.request()["messages"]]
+    asking = asyncio.create_task(library.identify_request(messages, MARKERS))
+    gate.set()
+    found = (await asking).identification
+    library.stop_following()
+    await library.store.close()
+    assert found is not None and found.chat_id == branch.chat_id
+    assert found.generation == "normal" and found.target_message == 12
