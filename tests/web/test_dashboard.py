@@ -108,6 +108,8 @@ async def open_dashboard(browser: Browser, served: Served) -> Page:
     page = await open_page(browser, served.url + "/recap/")
     await page.fill("#key-input", KEY)
     await page.click("#key-form button")
+    # The key is kept once the dialog closes: a page opened after that sends it.
+    await page.locator("#key-dialog").wait_for(state="hidden")
     return page
 
 
@@ -511,3 +513,27 @@ async def test_the_open_scene_can_be_checked_now(served: Served, browser: Browse
             await asyncio.sleep(0.05)
         assert "detect_scene_break" in served.fake.state.operations[before:]
     assert page.errors == []  # type: ignore[attr-defined]
+
+
+async def test_the_key_is_asked_once_though_a_request_is_answered_after_it(
+    served: Served, browser: Browser
+) -> None:
+    """The page's first requests all go without the key. One answered 401 after the key
+    was given (the live stream, held here until then) is sent again with it: the key is
+    not asked for a second time, and the stream connects."""
+    release = asyncio.Event()
+
+    async def late(route: Route) -> None:
+        await release.wait()
+        await route.continue_()
+
+    page = await browser.new_page(viewport={"width": 1200, "height": 900})
+    page.set_default_timeout(15000)
+    await page.route("**/recap/api/events", late)
+    await page.goto(served.url + "/recap/")
+    await page.fill("#key-input", KEY)
+    await page.click("#key-form button")
+    await page.locator("#key-dialog").wait_for(state="hidden")
+    release.set()
+    await expect(page.locator("#live")).to_have_class(re.compile(r"\bon\b"))
+    assert not await page.locator("#key-dialog").is_visible()

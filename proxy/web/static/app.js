@@ -46,15 +46,28 @@ function debounce(fn, ms) {
 
 // -- the API, with the access key asked once per browser session -------------------------
 
+// One question at a time: the page's first requests (the list, the live stream) all come
+// back 401 together, and each waits for the same answer rather than asking again.
+let asking = null;
+
 function askKey() {
+  if (asking) return asking;
   const dialog = document.getElementById("key-dialog");
-  return new Promise((resolve) => {
+  asking = new Promise((resolve) => {
     dialog.addEventListener("close", () => {
       sessionStorage.setItem(KEY, document.getElementById("key-input").value.trim());
+      asking = null;
       resolve();
     }, { once: true });
     dialog.showModal();
   });
+  return asking;
+}
+
+// After a 401: ask for the key, unless one was given since the request went (its answer
+// came back after the question was answered): then the request is only sent again.
+async function keyAfter401(sent) {
+  if ((sessionStorage.getItem(KEY) || "") === (sent || "")) await askKey();
 }
 
 function keyHeaders() {
@@ -65,12 +78,13 @@ function keyHeaders() {
 async function api(method, path, body) {
   for (let attempt = 0; ; attempt++) {
     const headers = keyHeaders();
+    const sent = headers["X-Recap-Key"];
     if (body !== undefined) headers["Content-Type"] = "application/json";
     const response = await fetch(path, {
       method, headers, body: body === undefined ? undefined : JSON.stringify(body),
     });
     if (response.status === 401 && attempt < 3) {
-      await askKey();
+      await keyAfter401(sent);
       continue;
     }
     const json = (response.headers.get("Content-Type") || "").includes("json");
@@ -111,10 +125,11 @@ async function listen() {
   for (;;) {
     try {
       const headers = keyHeaders();
+      const sent = headers["X-Recap-Key"];
       if (last != null) headers["Last-Event-ID"] = String(last);
       const response = await fetch("/recap/api/events", { headers });
       if (response.status === 401) {
-        await askKey();
+        await keyAfter401(sent);
         continue;
       }
       if (!response.ok || !response.body) throw new Error(String(response.status));
