@@ -95,6 +95,18 @@ class Runtime:
     def queue(self) -> JobQueue | None:
         return self.memory.engine.queue if self.memory is not None else None
 
+    @property
+    def lore(self) -> LoreService | None:
+        return self.memory.lore if self.memory is not None else None
+
+    @property
+    def watcher(self) -> Watcher | None:
+        return self.memory.watcher if self.memory is not None else None
+
+    @property
+    def actions(self) -> MemoryActions | None:
+        return self.memory.actions if self.memory is not None else None
+
     def memory_parts(self) -> Memory:
         """The memory's parts, for a caller that needs them (the CLI's `eval`, tests): an
         error that says why there are none."""

@@ -68,16 +68,15 @@ class Parts:
 
     @classmethod
     def of(cls, runtime: Runtime) -> Parts:
-        memory = runtime.memory
         return cls(
             runtime.vitals,
             runtime.formats,
             runtime.injector,
             runtime.events,
             tuple(runtime.settings.injection.history_start_markers),
-            memory.library if memory is not None else None,
-            memory.engine if memory is not None else None,
-            memory.actions if memory is not None else None,
+            runtime.library,
+            runtime.engine,
+            runtime.actions,
         )
 
     def chats(self) -> ChatLibrary:

@@ -84,10 +84,9 @@ class Service:
 
 def add_health_routes(app: web.Application, runtime: Runtime) -> None:
     """Before the catch-alls that send every other path upstream or answer 404."""
-    memory = runtime.memory
     service = Service(
         runtime.store,
-        memory.watcher if memory is not None else None,
+        runtime.watcher,
         runtime.vitals,
         runtime.metrics,
         runtime.reloader,

@@ -212,15 +212,14 @@ async def handle_unknown(request: web.Request) -> web.Response:
 
 def add_routes(app: web.Application, runtime: Runtime, relay: Relay) -> None:
     """`/` and `/recap/...` are the proxy's own; every other path goes upstream."""
-    memory = runtime.memory
     routes = ChatRoutes(
         relay,
         runtime.formats,
         runtime.injector,
         runtime.events,
-        memory.library if memory is not None else None,
-        memory.engine if memory is not None else None,
-        memory.lore if memory is not None else None,
+        runtime.library,
+        runtime.engine,
+        runtime.lore,
     )
     app.router.add_get("/", routes.root)
     app.router.add_route("*", "/recap", handle_unknown)
