@@ -12,14 +12,13 @@ from proxy.core.models import ChatMessage, PromptWriter
 
 class Layout:
     """Where an adapter's canonical messages are in its body: each adapter's own kind, read
-    by its `apply`. Identification asks two things of it (`proxy.chat.providers`):
+    by its `apply`. Identification asks two things of it (`proxy.identify.readings.REQUEST`):
 
     - `merges`: whether the client may have merged chat messages into one turn (Claude's
       API, a text prompt with instruct off, ST's prompt post-processing); `take_apart`
       then gives each part of such a turn a place of its own;
     - `unsplit`: the chat paragraphs of ST's single user message, which the chat index
-      takes apart into messages (`proxy.identify.single`); `split` is the layout once
-      they are.
+      takes apart into messages (`proxy.identify.single`), `take_apart` placing them.
     """
 
     __slots__ = ()
@@ -31,9 +30,6 @@ class Layout:
     @property
     def unsplit(self) -> tuple[str, ...]:
         return ()
-
-    def split(self) -> Layout:
-        return self
 
     def take_apart(
         self, parsed: ParsedRequest, parts: Mapping[int, Sequence[ChatMessage]]

@@ -58,14 +58,13 @@ class SingleLayout(Layout):
     def unsplit(self) -> tuple[str, ...]:
         return self.history
 
-    def split(self) -> Layout:
-        return SingleLayout(())
-
     def take_apart(
         self, parsed: ParsedRequest, parts: Mapping[int, Sequence[ChatMessage]]
     ) -> tuple[list[ChatMessage], Layout]:
+        # Once taken apart (the one message into the chat's, or a merged turn), nothing
+        # is left unsplit.
         messages, _ = spread(parsed.messages, [0] * len(parsed.messages), parts)
-        return messages, self
+        return messages, SingleLayout(())
 
 
 def single_message(messages: Sequence[ChatMessage]) -> bool:

@@ -12,10 +12,9 @@ import asyncio
 from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Protocol
 
-from adapters.base import ParsedRequest
+from adapters.base import Layout, ParsedRequest
 from proxy.core.models import Caller, ChatMessage, HistorySpan, Identification, Memory
-from proxy.identify.merged import unmerged
-from proxy.identify.single import read_single
+from proxy.identify.readings import REQUEST, Asked, Parts, extent, whole
 from proxy.library.chats import ChatLibrary, RequestIdentity
 from proxy.waits import SERVING
 
@@ -76,84 +75,73 @@ class MemoryProvider(Protocol):
 async def identify_parsed(
     library: ChatLibrary, parsed: ParsedRequest, markers: Sequence[str], header: str | None
 ) -> RequestIdentity:
-    """`ChatLibrary.identify_request` for a parsed request, read each way ST may have
-    carried its chat, in order: a single user message's paragraphs taken apart into the
-    chat's messages first (`Layout.unsplit`: nothing is identified without); then, for a
-    format whose client may merge chat messages into one turn (`Layout.merges`) and that
-    matched no chat in full as it came, with them taken apart (`proxy.identify.merged`):
-    its messages change to the parts when that matches more of the chat.
+    """`ChatLibrary.identify_request` for a parsed request, read each way ST may have cut
+    its chat into messages (`proxy.identify.readings.REQUEST`), in order, until one is
+    identified whole: a single user message's paragraphs taken apart (then the request is
+    never tried as it came: nothing is identified without), the request as it came, and,
+    for a format whose client may merge chat messages into one turn (`Layout.merges`),
+    those turns taken apart (`proxy.identify.merged`). A later reading is kept only when
+    it matches more of the chat; `parsed` ends as the kept one has it.
 
-    Not only a request that matched nothing: a merged turn inside the history (two of the
-    user's messages in a row, an Author's Note at a depth) stands for two of the file's
-    messages, and matching walks back from the newest one at a time, so it stops there.
-    The request would then be matched by its newest few messages only: with too little
-    confidence to start a new branch's upkeep, and its older covered messages not known
-    as covered. So does a message matched only as one ST changed on the way
-    (`proxy.identify.match`): it may be a chat message with ST's prompts joined to it."""
-    layout = parsed.layout
-    if layout is not None and layout.unsplit:
-        found = await _split_and_identified(library, parsed, markers, header)
-    else:
-        found = await library.identify_request(parsed.messages, markers, header)
-    ident = found.identification
-    layout = parsed.layout
-    if (
-        layout is None
-        or not layout.merges
-        or (
-            ident is not None and ident.confidence == 1.0 and not ident.changed and _whole(found)[1]
-        )
-    ):
-        return found
-    parts = unmerged(
-        parsed.messages,
-        found.span,
-        library.index.by_fp,
-        parsed.merged_with,
-        prompts_in_replies=parsed.prompts_in_replies,
-    )
-    if not parts:
-        return found
-    messages = parsed.messages
-    parsed.messages, parsed.layout = layout.take_apart(parsed, parts)
-    again = await library.identify_request(parsed.messages, markers, header)
-    if _whole(again) <= _whole(found):
-        parsed.messages, parsed.layout = messages, layout  # as it came: no better
-        return found
-    return again
+    Not only a request that matched nothing is read again: a merged turn inside the
+    history (two of the user's messages in a row, an Author's Note at a depth) stands for
+    two of the file's messages, and matching walks back from the newest one at a time, so
+    it stops there. The request would then be matched by its newest few messages only:
+    with too little confidence to start a new branch's upkeep, and its older covered
+    messages not known as covered. So does a message matched only as one ST changed on
+    the way (`proxy.identify.match`): it may be a chat message with ST's prompts joined.
 
-
-async def _split_and_identified(
-    library: ChatLibrary, parsed: ParsedRequest, markers: Sequence[str], header: str | None
-) -> RequestIdentity:
-    """A single user message's request, its paragraphs taken apart with the chat index
-    (`proxy.identify.single`), identified. The split reads the index as it is when the
-    request comes; identifying it may read in the chat that ST saved just before
-    (`identify_request` waits for that re-read, or does it). Split on the index without
-    ST's newest message, the request may hold none of the user's lines the index knows
-    (the older ones in the reply's quotes and ST's notes), and all of it after the reply
-    is taken for the reply: when the index changed meanwhile, it is split again and
+    A reading reads the index as it is when the request comes; identifying may read in
+    the chat that ST saved just before (`identify_request` waits for that re-read, or
+    does it). Read on the index without ST's newest message, a single message's split
+    may hold none of the user's lines the index knows, and a merged turn may not be
+    taken apart: when the index changed meanwhile, the request is read again and
     identified as the chat now is."""
+    found: RequestIdentity | None = None
+    asked = _asked(parsed, markers, None)
+    for reading in REQUEST:
+        if found is not None and whole(found.identification, found.span):
+            break
+        version = library.index.version
+        parts = reading.read(asked, library.index)
+        if parts is None:
+            continue
+        messages, layout = _taken_apart(parsed, parts)
+        again = await library.identify_request(messages, markers, header)
+        if parts and library.index.version != version:
+            parts = reading.read(asked, library.index) or {}
+            messages, layout = _taken_apart(parsed, parts)
+            again = await library.identify_request(messages, markers, header)
+        if found is None or _extent(again) > _extent(found):
+            # The best reading so far: the next ones read the request as it has it.
+            found, parsed.messages, parsed.layout = again, messages, layout
+            asked = _asked(parsed, markers, found)
+    assert found is not None  # "as it came" or the single message's split always reads
+    return found
+
+
+def _asked(parsed: ParsedRequest, markers: Sequence[str], found: RequestIdentity | None) -> Asked:
     layout = parsed.layout
-    assert layout is not None
-    head, paragraphs = parsed.messages[:-1], layout.unsplit
-    version = library.index.version
-    parsed.messages, parsed.layout = read_single(head, paragraphs, library.index), layout.split()
-    found = await library.identify_request(parsed.messages, markers, header)
-    if library.index.version == version:
-        return found
-    parsed.messages = read_single(head, paragraphs, library.index)
-    return await library.identify_request(parsed.messages, markers, header)
+    return Asked(
+        parsed.messages,
+        markers,
+        found.span if found is not None else None,
+        layout.unsplit if layout is not None else (),
+        layout is not None and layout.merges,
+        parsed.merged_with,
+        parsed.prompts_in_replies,
+    )
 
 
-def _whole(found: RequestIdentity) -> tuple[int, bool]:
-    """How much of the request its chat matched: the messages, then whether its history's
-    last one is among them (not when a merged turn of ST's prompts ends it, which matching
-    took for one of ST's prompts whole: its continue nudge would then be missed)."""
-    ident = found.identification
-    if ident is None:
-        return (-1, False)
-    return (ident.matched, found.span.indices[-1:] == ident.history[-1:])
+def _taken_apart(parsed: ParsedRequest, parts: Parts) -> tuple[list[ChatMessage], Layout | None]:
+    """`parsed`'s messages and layout with `parts` taken apart (as they are: none)."""
+    if not parts or parsed.layout is None:
+        return parsed.messages, parsed.layout
+    return parsed.layout.take_apart(parsed, parts)
+
+
+def _extent(found: RequestIdentity) -> tuple[int, bool]:
+    return extent(found.identification, found.span)
 
 
 class NoMemory:

@@ -16,6 +16,7 @@ from proxy.core.fingerprints import IndexedMessage
 from proxy.identify.reasoning import DEFAULT_REASONING, ReasoningFormat
 
 TAIL = 64  # newest visible messages per chat kept for matching
+MAX_SKIPPED = 12  # request messages that match nothing before an alignment gives up
 # Of those, the newest this many keep their text: identification reads the last one's (a
 # continue), the engine the newest `relevant_scenes_context` (at most 20) to rank scenes
 # ahead of a request. The rest are held for their fingerprints alone: the text was half of

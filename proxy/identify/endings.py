@@ -27,7 +27,7 @@ SHARED = 64  # characters a continued reply's start shares with the file's, at l
 def says(trailing: Sequence[ChatMessage], prompt: str, line: str = "") -> bool:
     """Whether one of ST's prompts after the history starts as `prompt` (lower case): a
     system message, or the user's (Claude's turns are, and a prompt in chat at depth 0
-    may be: `proxy.identify.match`'s `_before_prompt`). Only each one's head is
+    may be: `proxy.identify.readings.HISTORY`). Only each one's head is
     normalised: a request's post-history instructions can run to kilobytes, and a new
     reply after the user's message looks for the impersonation prompt. `line`: or a line
     of one starts so (ST's "squash system messages" joins its prompts after the history

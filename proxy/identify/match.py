@@ -28,12 +28,11 @@ from dataclasses import dataclass
 
 from proxy.core.fingerprints import IndexedMessage, message_fingerprint
 from proxy.core.models import ChatMessage, Generation, HistorySpan, Identification
-from proxy.identify.changed import alike, bare_print, before_last, is_changed, merged_run, sided
-from proxy.identify.chat_index import TAIL, ChatEntry, ChatIndex
+from proxy.identify.changed import alike, before_last, sided
+from proxy.identify.chat_index import MAX_SKIPPED, TAIL, ChatEntry, ChatIndex
 from proxy.identify.endings import continues, impersonating, nudged, opened, prefilled, starts
+from proxy.identify.readings import HISTORY, MESSAGE, TEXT
 from proxy.identify.reasoning import ReasoningFormat
-
-MAX_SKIPPED = 12  # request messages that match nothing before an alignment gives up
 
 
 # Not frozen: built for every chat request (see proxy.core.models).
@@ -78,16 +77,20 @@ class Prints:
 
 def prints(messages: Sequence[ChatMessage], span: HistorySpan, index: ChatIndex) -> Prints:
     """The `Prints` of a request whose history is `span`. A message that no chat of
-    `index` holds as it came, but does without the reasoning ST wrote before it
-    (`proxy.identify.reasoning`), is printed without."""
+    `index` holds as it came, but does read another way (`proxy.identify.readings.TEXT`:
+    without the reasoning ST wrote before it), is printed that way."""
     history = list(span.indices[-TAIL - MAX_SKIPPED :])
     fps = {i: message_fingerprint(messages[i].text) for i in history}
     known = index.by_fp
     # Only the newest TAIL can be a chat's: the index holds no older ones.
     for i in [i for i in history[-TAIL:] if fps[i] not in known]:
-        bare = bare_print(messages[i].text, index.reasoning, known)
-        if bare is not None and messages[i].role != "system":
-            fps[i] = bare
+        if messages[i].role == "system":
+            continue
+        for reading in TEXT:
+            other = reading.read(messages[i].text, index.reasoning, known)
+            if other is not None:
+                fps[i] = other
+                break
     return Prints(history, fps)
 
 
@@ -114,34 +117,22 @@ def identify(
     request's `prints`, when they were worked out already.
     """
     printed = printed or prints(messages, span, index)
-    found = _identify(messages, span, index, only, printed)
-    if found is None or found.matched == 0:
-        # ST's own prompt as a message after the history: a Prompt Manager prompt, an
-        # Author's Note or world info "in chat" at depth 0 as the user's (or, in a text
-        # prompt, whose open turn ends it, the character's). No chat holds it, so no chat
-        # ended as the request did; it is one of the trailing prompts.
-        shorter = _before_prompt(messages, span, printed, index)
-        if shorter is not None:
-            again = _identify(messages, shorter, index, only, prints(messages, shorter, index))
-            if again is not None and again.matched > 0:
-                return again
+    found: Identification | None = None
+    # The readings of where the history ends (`proxy.identify.readings.HISTORY`), until
+    # one matches anything: the first that does is taken.
+    for n, reading in enumerate(HISTORY):
+        read = reading.read(messages, span, printed.fps, index.by_fp)
+        if read is None:
+            continue
+        again = printed if read is span else prints(messages, read, index)
+        tried = _identify(messages, read, index, only, again)
+        if n == 0 or (tried is not None and tried.matched > 0):
+            found = tried
+        if found is not None and found.matched > 0:
+            break
     if found is None and only is not None and only in index.entries:
         return Identification(only, 1.0, "quiet", None, (), 0, ())
     return found
-
-
-def _before_prompt(
-    messages: Sequence[ChatMessage], span: HistorySpan, printed: Prints, index: ChatIndex
-) -> HistorySpan | None:
-    """The history without its last message, when no chat holds that one (and there is
-    history before it); else None."""
-    history = span.indices
-    if len(history) < 2:
-        return None
-    last = history[-1]
-    if messages[last].role == "system" or printed.fps.get(last) in index.by_fp:
-        return None
-    return HistorySpan(span.start, last, history[:-1])
 
 
 def _identify(
@@ -372,8 +363,9 @@ def _align(
     start: int,
 ) -> tuple[int, int, tuple[int, ...], tuple[int, ...]]:
     """Walk back from request `history[-1]` and file `tail[start]`; skip unmatched requests
-    (ST's own prompts), but take one for the file's message it stands for when ST changed
-    it, or for the run of them it merged (`proxy.identify.changed`). Returns the count of the
+    (ST's own prompts), but take one for the file's messages it stands for when it reads
+    as them another way (`proxy.identify.readings.MESSAGE`: ST changed it, or merged a run
+    of them). Returns the count of the
     matched, of the changed, the request indices of both and their chat positions."""
     matched: list[int] = []
     positions: list[int] = []
@@ -385,14 +377,12 @@ def _align(
             positions.append(tail[f].position)
             f -= 1
             skipped = 0
-        elif (run := merged_run(messages, history, fps, tail, r, f)) or is_changed(
-            messages, history, fps, tail, r, f
-        ):
+        elif stands := _read_otherwise(messages, history, fps, tail, r, f):
             matched.append(history[r])
             # A merged run stands at its newest position: left out only once all of it is
             # covered (`proxy.core.trim`).
             positions.append(tail[f].position)
-            f -= 1 + run
+            f -= stands
             skipped = 0
             changed += 1
         else:
@@ -402,3 +392,20 @@ def _align(
         r -= 1
     used, at = tuple(reversed(matched)), tuple(reversed(positions))
     return len(matched) - changed, changed, used, at
+
+
+def _read_otherwise(
+    messages: Sequence[ChatMessage],
+    history: Sequence[int],
+    fps: dict[int, int],
+    tail: Sequence[IndexedMessage],
+    r: int,
+    f: int,
+) -> int:
+    """How many file messages from `tail[f]` back request `history[r]` stands for by the
+    first of the `MESSAGE` readings that holds; 0 for none."""
+    for reading in MESSAGE:
+        stands = reading.read(messages, history, fps, tail, r, f)
+        if stands:
+            return stands
+    return 0

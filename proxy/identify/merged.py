@@ -25,8 +25,7 @@ from collections.abc import Container, Sequence
 
 from proxy.core.fingerprints import fingerprint, message_fingerprint
 from proxy.core.models import ChatMessage, HistorySpan
-from proxy.identify.chat_index import TAIL
-from proxy.identify.match import MAX_SKIPPED
+from proxy.identify.chat_index import MAX_SKIPPED, TAIL
 
 SEPARATOR = "\n\n"  # what ST joins merged messages with
 MAX_PARAGRAPHS = 48  # a turn of more is left as it is (the split is quadratic in them)

@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 
 from proxy.core.fingerprints import IndexedMessage, fingerprint, message_fingerprint, normalize
 from proxy.core.models import ChatMessage
-from proxy.identify.chat_index import TAIL, ChatIndex
+from proxy.identify.chat_index import MAX_SKIPPED, TAIL, ChatIndex
 from proxy.identify.endings import (
     CONTINUE_JOINED,
     CONTINUE_NUDGE,
@@ -36,7 +36,6 @@ from proxy.identify.endings import (
     SHARED,
     says,
 )
-from proxy.identify.match import MAX_SKIPPED
 from proxy.identify.reasoning import without_reasoning
 
 SEPARATOR = "\n\n"  # what ST joins the messages with

@@ -38,7 +38,7 @@ def split_with(chat: list[str], index: ChatIndex) -> ParsedRequest:
     layout = layout_of(parsed, SingleLayout)
     assert layout.unsplit
     parsed.messages = read_single(parsed.messages[:-1], layout.unsplit, index)
-    parsed.layout = layout.split()
+    parsed.layout = SingleLayout(())  # taken apart: nothing left unsplit
     return parsed
 
 
