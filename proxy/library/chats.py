@@ -232,12 +232,6 @@ class ChatLibrary:
         name = self._saved_since(chat_id)
         return name is not None and await self._reread(name)
 
-    def settled(self, chat_id: str) -> bool:
-        """Whether the index has the chat as its file is now: no re-read under way, none
-        due (the steady step's test; `identify_request` waits for or does the re-read).
-        A stat that finds the file saved leaves it due for `identify_request` to find."""
-        return self._early.under_way(chat_id) is None and self._saved_since(chat_id) is None
-
     def _saved_since(self, chat_id: str) -> str | None:
         """The chat's file if ST saved it since it was indexed (one stat, unless the OS
         says nothing was written to it since the last), else None. Not a coroutine: this
@@ -279,9 +273,10 @@ class ChatLibrary:
         self._early.stop()
 
     def _written(self, chat_id: str) -> None:
-        # New chats are the watcher's to index (their folder, their first read).
-        if chat_id in self.index.entries:
-            self._early.written(chat_id)
+        # A new chat too (a branch, a chat started or imported in a folder that holds
+        # indexed ones): read now, not when the watcher's debounced batch names it, so
+        # that the request ST sends right after saving it waits for it (`_to_check`).
+        self._early.written(chat_id)
 
     async def _read_saved(self, chat_id: str) -> None:
         if self.freshness is not None:

@@ -310,3 +310,41 @@ async def test_a_chat_just_saved_is_waited_for_though_only_another_holds_its_mes
     await library.store.close()
     assert found is not None and found.chat_id == branch.chat_id
     assert found.generation == "normal" and found.target_message == 12
+
+
+async def test_a_new_chat_saved_just_before_its_request_is_read_for_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A branch ST has just written (its first save, in a folder that holds indexed
+    chats), its request sent right after, before the watcher's debounced batch names the
+    new file: the OS's notification starts its read, and the request waits for it (hunted
+    seed 4036 under load: a swipe right after a branch was made was no chat's)."""
+    data = tmp_path / "data"
+    parent = Story(data, ends=set())
+    parent.grow(11)
+    library = ChatLibrary(data, Store(tmp_path / "store.sqlite3"))
+    assert library.follow_changes()
+    await library.index_all()
+    gate = asyncio.Event()  # the read is still under way when the request comes
+    read = library.refresh
+
+    async def held(paths: list[Path]) -> list[Refreshed]:
+        await gate.wait()
+        return await read(paths)
+
+    monkeypatch.setattr(library, "refresh", held)
+    branch = Story(data, ends=set())
+    branch.chat_id = parent.chat_id + " - Branch #1"
+    branch.path = data / f"{branch.chat_id}.jsonl"
+    branch.messages = json.loads(json.dumps(parent.messages[:9]))  # branched at 8
+    branch.messages[8]["mes"] = "A line only the branch has, moved here from below."
+    branch.save()  # no watcher runs: only the notification can tell of it
+    await until(lambda: library._early.under_way(branch.chat_id) is not None, "a read")
+    messages = [ChatMessage(m["role"], m["content"]) for m in branch.request()["messages"]]
+    asking = asyncio.create_task(library.identify_request(messages, MARKERS))
+    gate.set()
+    found = (await asking).identification
+    library.stop_following()
+    await library.store.close()
+    assert found is not None and found.chat_id == branch.chat_id
+    assert found.confidence == 1.0
