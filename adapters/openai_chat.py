@@ -94,7 +94,7 @@ def reencode(
 
 
 def _model_of(body: dict[str, Any]) -> str | None:
-    # Read by `parse` and by `read_plain` alike: the model the chat's upkeep calls.
+    # The model the chat's upkeep calls.
     model = body.get("model")
     return model if type(model) is str else None
 
@@ -247,39 +247,6 @@ class OpenAIChatAdapter:
             parsed.messages, parsed.layout = single.canonical(messages[0].text)
             parsed.carried = 0
         return parsed
-
-    def read_plain(self, raw: bytes) -> tuple[dict[str, Any], list[ChatMessage], str | None] | None:
-        """The body, its messages and its model when it is the everyday request that the
-        steady step (`proxy.chat.steady`) takes, else None: smaller than `MAP_FROM`
-        (re-encoded whole when memory goes in), read by orjson with every number as it
-        came, and each message a string `role` and a string `content`, and a string `name`
-        or nothing else (tool calls, content arrays: `parse` and `apply` take those). The
-        messages and the model are those `parse` reads from it."""
-        if len(raw) >= MAP_FROM:
-            return None
-        try:
-            body = orjson.loads(raw)
-        except orjson.JSONDecodeError:
-            return None
-        if type(body) is not dict or type(body.get("messages")) is not list:
-            return None
-        try:
-            # `parse`'s reading: a message with anything but strings is a `numeric` one.
-            messages, numeric = _read(body["messages"], 0)
-        except AdapterError:
-            return None
-        if numeric or _too_big_for_orjson(body, numeric) or post_processing(messages):
-            return None
-        if single_message(messages):
-            return None
-        return body, messages, _model_of(body)
-
-    def put_plain(
-        self, body: dict[str, Any], insertions: Sequence[Insertion], drop: Collection[int]
-    ) -> bytes:
-        """`read_plain`'s body with the memory's parts in and the `drop`ped messages out:
-        what `apply` writes for it."""
-        return _rewritten(body, insertions, {}, drop)
 
     def leaves_out(self, parsed: ParsedRequest, drop: Collection[int]) -> tuple[int, ...]:
         if type(parsed.layout) is MergedLayout:

@@ -35,8 +35,8 @@ upstream/     the one owner of the connections to LLM APIs (`upstreams`, its sea
 observe/      what the proxy tells of itself: events (the dashboard's stream), metrics
               (Prometheus), vitals (`/health`), logs
 chat/         THE CHAT PATH: injection (parse -> memory -> decide -> splice, fail-open),
-              steady (the same step in one pass for a chat's everyday request),
-              providers (which memory a request gets), lore (world info per generation)
+              providers (which memory a request gets, each reading of it tried),
+              lore (world info per generation)
 memory/       THE MEMORY PATH: engine (when a chat is planned), upkeep and planning
               (what it lacks), running (the running recap's coverage), chatinfo;
               ops/    one module per operation (message recap, scene break, scene recap,

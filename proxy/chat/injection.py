@@ -12,9 +12,7 @@ from pathlib import Path
 
 from adapters import Adapter
 from adapters.base import ParsedRequest
-from adapters.openai_chat import OpenAIChatAdapter
-from proxy.chat.providers import ChatMemory, MemoryProvider
-from proxy.chat.steady import steady_step
+from proxy.chat.providers import MemoryProvider
 from proxy.core.models import ChatMessage, Memory, Outcome
 from proxy.core.plan import InjectionPolicy, MemoryTemplates, left_out, plan_insertions
 from proxy.core.render import Template
@@ -25,17 +23,6 @@ from proxy.settings.templates import bundled_template
 from proxy.store import file_error
 
 log = logging.getLogger(__name__)
-
-
-def _slipped(where: str, exc: Exception, then: str) -> None:
-    log.warning(
-        "steady memory step failed for %s (%s: %s); %s",
-        where,
-        type(exc).__name__,
-        exc,
-        then,
-        exc_info=exc,
-    )
 
 
 def _template(inline: str | None, path: Path | None, bundled: str) -> Template:
@@ -128,16 +115,11 @@ class Injector:
         templates: MemoryTemplates,
         provider: MemoryProvider | None,
         counter: TokenCounter | None = None,
-        *,
-        steady: bool = True,
     ) -> None:
-        """`steady`: False sends every request through the general step, never the steady
-        one (`proxy.chat.steady`; tests compare the two)."""
         self.policy = policy
         self.templates = templates
         self.provider = provider
         self.counter = counter or TokenCounter()
-        self._steady = provider if steady and isinstance(provider, ChatMemory) else None
         self._unknown_logged: set[str] = set()  # once per format: it repeats every request
         self._last: dict[str, ParsedRequest] = {}  # per format: the previous request
 
@@ -162,27 +144,6 @@ class Injector:
             # No memory to give (no data folder): not even decoding the body is worth it.
             return Outcome(body=raw)
         where = where or adapter.name
-        steady = self._steady
-        # What failed in the steady step: logged once the general step, which does the same
-        # work, has run, in one line with its own failure if it fails too.
-        slipped: Exception | None = None
-        if steady is not None and not preview and type(adapter) is OpenAIChatAdapter:
-            try:
-                done = steady_step(
-                    steady,
-                    adapter,
-                    raw,
-                    headers,
-                    self.policy,
-                    self.templates,
-                    self.counter.count_paragraphs,
-                    route,
-                    path,
-                )
-            except Exception as exc:
-                slipped, done = exc, None
-            if done is not None:
-                return done
         try:
             last = self._last.get(adapter.name)
             parsed = adapter.parse(raw, last)
@@ -208,30 +169,19 @@ class Injector:
             body = raw
             if insertions or replacements:
                 body = adapter.apply(parsed, insertions, replacements, drop)
-            if slipped is not None:
-                _slipped(where, slipped, "the general step gave it its memory")
             return Outcome(body, insertions, memory, parsed.messages, drop)
         except UnknownPromptFormat as exc:
-            if slipped is not None:
-                _slipped(where, slipped, "the general step forwarded it unchanged")
             if adapter.name not in self._unknown_logged:
                 self._unknown_logged.add(adapter.name)
                 log.warning("%s: %s; forwarding such requests unchanged", where, exc)
             return Outcome(body=raw)
         except Exception as exc:
             # Fail open: the user's chat goes on without memory, the cause is in the log.
-            # Both steps failing (most likely on one shared bug) is one warning: the
-            # traceback is the general step's, the steady step's is at debug level.
-            also = ""
-            if slipped is not None:
-                also = f" (the steady step failed first: {type(slipped).__name__}: {slipped})"
-                log.debug("the steady memory step's failure", exc_info=slipped)
             log.warning(
-                "memory step failed for %s (%s: %s)%s; forwarding the request unchanged",
+                "memory step failed for %s (%s: %s); forwarding the request unchanged",
                 where,
                 type(exc).__name__,
                 exc,
-                also,
                 exc_info=not file_error(exc),  # the store has said why, once
             )
             # The chat stays known (for X-Recap-Chat) when only a later step failed.

@@ -226,8 +226,7 @@ class ChatMemory:
         model: str | None,
         replacements: dict[int, str],
     ) -> Memory:
-        """The memory of a request identified as `ident` (the engine touched already):
-        `memory_for`'s, and the steady step's (`proxy.chat.steady`)."""
+        """The memory of a request identified as `ident` (the engine touched already)."""
         entry = self.library.index.entries.get(ident.chat_id)
         values: Mapping[str, str] = self.values(ident.chat_id) if self.values else {}
         drop: tuple[int, ...] = ()

@@ -8,12 +8,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from adapters.openai_chat import OpenAIChatAdapter, _read, _read_each
-from adapters.spans import MAP_FROM
 from proxy.core.models import Insertion, Role
 from proxy.errors import AdapterError
-from proxy.upstream.cassette import load_cassette
 from tests.adapters.edits import memory_edits
-from tests.core.st_requests import ST_CASSETTES, st_body
+from tests.core.st_requests import st_body
 
 ADAPTER = OpenAIChatAdapter()
 
@@ -157,76 +155,6 @@ def test_apply_by_slices_is_apply_message_by_message(size: int, data: st.DataObj
     assert out["n"] == 1 and all(
         m.get("name") == "x" for m in out["messages"] if m["role"] == "user"
     )
-
-
-@settings(max_examples=300, deadline=None)
-@given(size=st.integers(0, 12), data=st.data())
-def test_the_steady_writer_writes_what_apply_writes(size: int, data: st.DataObject) -> None:
-    """`read_plain` reads the messages `parse` reads, and `put_plain` writes `apply`'s
-    bytes, whatever the parts and the left-out messages."""
-    wire: list[dict[str, str]] = [
-        {"role": "user" if i % 2 else "assistant", "content": f"m{i} \u00e9"} for i in range(size)
-    ]
-    for i in data.draw(st.sets(st.integers(0, max(0, size - 1)), max_size=size)):
-        if i < size:
-            wire[i]["name"] = "example_user" if i % 2 else "Ava"
-    raw = json.dumps(
-        {"messages": wire, "model": "m", "stop": ["\n"], "logit_bias": {}, "top_p": 0.9},
-        ensure_ascii=False,
-        separators=(",", ":"),
-    ).encode()
-    parts, _, gone = data.draw(memory_edits(size))
-    read = ADAPTER.read_plain(raw)
-    assert read is not None
-    body, messages, model = read
-    parsed = ADAPTER.parse(raw)
-    assert messages == parsed.messages and model == parsed.model == "m"
-    assert ADAPTER.put_plain(body, parts, gone) == ADAPTER.apply(parsed, parts, {}, gone)
-
-
-def test_the_steady_reader_takes_what_st_sends() -> None:
-    """Every chat request captured from a real ST, group chats and example dialogues
-    (named messages) among them: the messages `parse` reads."""
-    names = sorted(
-        path.stem
-        for path in ST_CASSETTES.glob("*.json")
-        if load_cassette(path)["request"]["path"].endswith("/chat/completions")
-    )
-    named = 0
-    for name in names:
-        raw = st_body(name)
-        read = ADAPTER.read_plain(raw)
-        assert read is not None, name
-        parsed = ADAPTER.parse(raw)
-        assert (read[1], read[2]) == (parsed.messages, parsed.model), name
-        named += any(m.name for m in read[1])
-    assert len(names) >= 20 and named >= 4
-
-
-PLAIN = {"role": "user", "content": "hi"}
-
-
-@pytest.mark.parametrize(
-    ("raw", "why"),
-    [
-        (json.dumps({"messages": [PLAIN, {**PLAIN, "name": 7}]}), "a name not a string"),
-        (json.dumps({"messages": [PLAIN, {**PLAIN, "name": "Tom", "x": 1}]}), "a name and more"),
-        (json.dumps({"messages": [{"role": "user", "content": [{"type": "text"}]}]}), "array"),
-        (
-            json.dumps({"messages": [{"role": "tool", "content": "x", "tool_call_id": "1"}]}),
-            "a third key",
-        ),
-        (json.dumps({"messages": [{"role": "user"}, PLAIN]}), "no content"),
-        (json.dumps({"messages": [PLAIN], "seed": 2**64}), "a number past 64 bits"),
-        (json.dumps({"messages": [PLAIN], "x": [{"y": -(2**70)}]}), "one deep inside"),
-        (json.dumps({"messages": [PLAIN], "t": float("nan")}), "NaN: not JSON for orjson"),
-        (json.dumps({"messages": {"0": PLAIN}}), "not a list"),
-        (json.dumps([PLAIN]), "not an object"),
-        (json.dumps({"messages": [PLAIN, {"role": "system", "content": "x" * MAP_FROM}]}), "big"),
-    ],
-)
-def test_the_steady_reader_leaves_the_rest_to_parse(raw: str, why: str) -> None:
-    assert ADAPTER.read_plain(raw.encode()) is None, why
 
 
 _VALUES = st.one_of(

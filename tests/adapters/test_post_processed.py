@@ -201,11 +201,6 @@ def test_a_turn_taken_apart_is_written_back_whole_around_the_memory() -> None:
     assert sent[2] == {"role": "user", "content": "[Author's note: rain.]"}
 
 
-def test_the_steady_step_leaves_a_processed_request_to_the_general_one() -> None:
-    assert ADAPTER.read_plain(processed("05_send_03", "semi")) is None
-    assert ADAPTER.read_plain(generations(RUN)["05_send_03"]) is not None
-
-
 def test_st_merge_joins_only_text_and_keeps_empty_messages_apart() -> None:
     image = [{"type": "image_url", "image_url": {"url": "data:,"}}]
     listed: list[dict[str, Any]] = [

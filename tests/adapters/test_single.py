@@ -107,8 +107,3 @@ async def test_memory_goes_in_as_a_paragraph_of_the_one_message(library: ChatLib
     assert gone not in left and left == before.replace(gone + "\n\n", "")
     # Nothing in, nothing out: read back, the message it was, paragraph for paragraph.
     assert json.loads(ADAPTER.apply(parsed, ())) == json.loads(raw)
-
-
-def test_the_steady_step_leaves_a_single_user_message_to_the_general_one() -> None:
-    assert ADAPTER.read_plain(single("05_send_03")) is None
-    assert ADAPTER.read_plain(generations(RUN)["05_send_03"]) is not None
