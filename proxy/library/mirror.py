@@ -233,12 +233,17 @@ class Mirror:
         return self.group(location.user, location.name) if location.kind == "group" else None
 
     def group(self, user: str, chat_name: str) -> GroupInfo | None:
-        """The group a group chat belongs to (`groups/*.json`, cached). Worker thread."""
+        """The group a group chat belongs to (`groups/*.json`, cached). Worker thread.
+
+        A chat the cached groups do not name has them read again: ST writes a new group
+        chat's group file (its chat list, a branch's parent before ST 1.15) before the
+        chat, and the chat's first save may be read before the watcher names that file."""
         if self.data_dir is None:
             return None
-        if user not in self._groups:
-            self._groups[user] = read_groups(self.data_dir / user)
-        return self._groups[user].get(chat_name)
+        groups = self._groups.get(user)
+        if groups is None or chat_name not in groups:
+            groups = self._groups[user] = read_groups(self.data_dir / user)
+        return groups.get(chat_name)
 
     def persona(self, user: str) -> str:
         """The user's persona name from ST's settings (cached). Worker thread."""
