@@ -15,6 +15,7 @@ core/         PURE decisions, no I/O: models, placement (ST's rules), render, to
               genuine (is an answer a real one), guard, headers, export, operations
 identify/     PURE: which chat, message and generation a request is: the chat index,
               matching (`match`: the ways a request's end meets its file's, a table),
+              `readings` (each of ST's quirks named, in the order they are tried),
               endings (continue, swipe, impersonate), merged turns, changed replies,
               reasoning, ST's single user message taken apart (`single`)
 adapters/     one module per wire format (OpenAI chat, Anthropic messages, text

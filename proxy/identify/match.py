@@ -9,7 +9,9 @@ holds the start or the end of the file message's text: then it is that message a
 changed it (`proxy.identify.changed`: a prompt-only regex script, ST's prompts joined). One
 that ends the history is taken for ST's prompt after it when nothing fits otherwise. The
 best alignment wins (the most messages matched as they are); a tie goes to the most
-recently saved chat, with low confidence.
+recently saved chat, with low confidence. Each way a request may differ from its file
+(a changed or merged message, reasoning, ST's prompt after the history) is a reading in
+`proxy.identify.readings`, which the matcher tries in the order listed there.
 
 Generation kinds, from how the request's end meets the file's end:
 - normal: the file's last visible message is the request's last history message, a user one
