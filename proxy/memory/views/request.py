@@ -39,7 +39,10 @@ def request_memory(
     if view is None:
         return RequestMemory({}, ())
     drop: list[int] = []
-    if view.cutoff is not None and view.running:
+    # An outdated view may hold its cutoff by positions from before messages moved or
+    # changed: nothing is left out for it until planning builds the next (a request as
+    # ST sent it is never worse than one missing a message the recap does not hold).
+    if view.cutoff is not None and view.running and not view.outdated:
         # Matched positions rise with the request's order: those past the cutoff are a tail.
         # The request's newest message stays too, covered or not: it is what the model
         # answers (a swipe of the reply a scene break closed on, that scene folded in).

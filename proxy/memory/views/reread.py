@@ -43,6 +43,13 @@ def carried(view: MemoryView, result: Refreshed) -> MemoryView:
 
     lacking = {new for new in map(moves.new, view.lacking) if new is not None}
     lacking.update(changed, moves.added)
+    cutoff = _last(moves, view.cutoff)
+    first = min((*changed, *moves.added), default=None)
+    # A covered message edited (or one added, shown or hidden among them): the covered
+    # texts are of what was there, not of what ST sends now, and leaving history out by
+    # them could take the new text for the old one as ST changed it on its way
+    # (`proxy.core.trim.droppable`). Nothing is left out until planning reads them again.
+    stale = cutoff is not None and first is not None and first <= cutoff
     scenes = {
         uid: dataclasses.replace(card, last=moves.last(card.last))
         for uid, card in view.scenes.items()
@@ -50,12 +57,13 @@ def carried(view: MemoryView, result: Refreshed) -> MemoryView:
     return dataclasses.replace(
         view,
         covered_through=_last(moves, view.covered_through),
-        cutoff=_last(moves, view.cutoff),
+        cutoff=cutoff,
         shelf=view.shelf.moved(kept),
         lacking=tuple(sorted(lacking)),
         unscanned=range(moves.bound(view.unscanned.start), moves.bound(view.unscanned.stop)),
         scenes=scenes,
         file_hash=result.file_hash,
+        outdated=stale,
     )
 
 

@@ -3,11 +3,14 @@ has nothing to stand in for it yet (`proxy.memory.views.view.history_start`)."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
-from proxy.core.models import Identification
-from proxy.core.trim import Cut
-from proxy.memory.views.request import history_start
+from proxy.core.fingerprints import index_message
+from proxy.core.models import ChatMessage, Identification
+from proxy.core.trim import Covered, Cut
+from proxy.memory.views.request import history_start, request_memory
 from proxy.memory.views.view import MemoryView
 from proxy.settings.memory import MemorySettings
 
@@ -72,3 +75,23 @@ def test_uncovered_messages_not_looked_at_hold_the_start_too() -> None:
     )
     assert [view.held(cut) for cut in (5, 12, 20, 25)] == [9, 12, 24, None]
     assert started(view, 12) == (Cut(12, 12, 13), [])
+
+
+def test_an_outdated_view_leaves_nothing_out() -> None:
+    """Built from another version of the file than the one a re-read found, a view's
+    cutoff is by positions from before messages moved: the history stays as ST sent it
+    until planning builds the next view."""
+    texts = [f"Message {p} of the walk to the mill." for p in range(12)]
+    covered = Covered.of(
+        [index_message(p, p % 2 == 1, "Ava", t).fps for p, t in enumerate(texts[:9])], texts[:9]
+    )
+    view = dataclasses.replace(FOLDED, covered=covered, budget=4000)
+    messages = [ChatMessage("system", "Main."), ChatMessage("system", "[Start a new Chat]")]
+    messages += [ChatMessage("user" if p % 2 else "assistant", t) for p, t in enumerate(texts)]
+    history = list(range(2, 14))
+    ident = Identification("c", 1.0, "normal", 12, tuple(history), 12, tuple(range(12)))
+    unmoved = (Cut(0, 0, 0), list[int]())
+    got = request_memory(view, SETTINGS, ident, messages, history, unmoved, None)
+    assert got.drop == tuple(range(2, 11))  # 0-8, covered
+    stale = dataclasses.replace(view, outdated=True)
+    assert request_memory(stale, SETTINGS, ident, messages, history, unmoved, None).drop == ()
