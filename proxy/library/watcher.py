@@ -127,6 +127,8 @@ class Watcher:
         self.debounce_ms = debounce_ms
         self.force_polling = force_polling
         self.on_files: list[Callable[[list[Path]], None]] = []  # told of every changed path
+        # Told `state` when the data folder goes or comes back (`/health` changes with it).
+        self.on_state: list[Callable[[str], None]] = []
         self._stop = threading.Event()  # set from the loop, read by the watch thread
         self._task: asyncio.Task[None] | None = None
         self._thread: threading.Thread | None = None
@@ -135,7 +137,22 @@ class Watcher:
         self.excluded: set[Path] = set()
         # The data folder went away: looked for until it is back, then read again whole
         # once watched anew (`_follow`, which runs only while the folder is there).
-        self.gone = False
+        self._gone = False
+
+    @property
+    def gone(self) -> bool:
+        return self._gone
+
+    @gone.setter
+    def gone(self, gone: bool) -> None:
+        if gone == self._gone:
+            return
+        self._gone = gone
+        for callback in self.on_state:
+            try:
+                callback("missing" if gone else "running")
+            except Exception:
+                log.exception("a watcher state listener failed")
 
     @property
     def state(self) -> str:

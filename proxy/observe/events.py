@@ -29,7 +29,7 @@ from proxy.core.jsontypes import JSONObject
 
 log = logging.getLogger(__name__)
 
-KINDS = ("job", "scene", "recap", "running", "memory", "chat", "request", "call")
+KINDS = ("job", "scene", "recap", "running", "memory", "chat", "request", "call", "health")
 
 
 @dataclass(frozen=True, slots=True)

@@ -255,6 +255,7 @@ def _memory(
         gone_poll=waits.gone_poll,
     )
     watcher.on_files.append(lore.invalidate)
+    watcher.on_state.append(partial(announce_health, bus))
     engine = MemoryEngine(
         store,
         library,
@@ -271,6 +272,12 @@ def _memory(
     )
     actions = MemoryActions(store, engine, library)
     return Memory(store, library, lore, watcher, engine, actions)
+
+
+def announce_health(bus: EventBus, watcher: str) -> None:
+    """Watcher listener: ST's data folder went or came back. The page's health band
+    follows it at once, not at its next poll of `/health`."""
+    bus.publish("health", watcher=watcher)
 
 
 def announce_save(bus: EventBus, result: Refreshed) -> None:

@@ -176,6 +176,8 @@ async def test_a_data_folder_deleted_and_put_back_is_read_and_watched_again(
     backup = tmp_path / "backup"
     shutil.copytree(data, backup)
     async with Watcher(library, debounce_ms=20, gone_poll=0.05) as watcher:
+        told: list[str] = []  # the page's health band hears of both at once
+        watcher.on_state.append(told.append)
         await asyncio.wait_for(watcher.ready.wait(), 5)
         # Gone (ST reinstalled, a backup about to be restored): said, in /health too.
         with caplog.at_level(logging.WARNING, logger="proxy.library.watcher"):
@@ -187,6 +189,7 @@ async def test_a_data_folder_deleted_and_put_back_is_read_and_watched_again(
         shutil.copytree(backup, data)
         await wait_for(lambda: story.chat_id in library.index.entries, what="read again")
         await wait_for(lambda: watcher.state == "running", what="watched again")
+        assert told == ["missing", "running"]
         other = Story(data, set(), char="Bea")
         other.grow(4)
         await wait_for(lambda: other.chat_id in library.index.entries, what="a new chat")

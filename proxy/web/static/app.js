@@ -176,6 +176,10 @@ function onEvent(event) {
     route();
     return;
   }
+  if (event.kind === "health") {
+    checkHealth();
+    return;
+  }
   refreshChats();
   refreshQueue();
   if (state.view === "chat" && event.chat === state.chat) {

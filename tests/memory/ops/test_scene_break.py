@@ -16,7 +16,14 @@ async def test_invalid_detection_answers_are_re_asked_a_bounded_number_of_times(
     as "no break", which marked the window checked and lost its scene for good. The job
     is run again, and its answer then places the break."""
     memory = await memory_proxy(
-        16, ends={8}, **{"memory.scene_break_retries": 2, "memory.message_recaps": False}
+        16,
+        ends={8},
+        **{
+            "memory.scene_break_retries": 2,
+            "memory.message_recaps": False,
+            "queue.backoff_seconds": 0.01,  # the job's second run comes at once
+            "queue.backoff_cap_seconds": 0.01,
+        },
     )
     memory.fake.state.faults = {"detect_scene_break": ["garbage"] * 3}
     await start(memory)
