@@ -33,11 +33,12 @@ from urllib.parse import quote, unquote
 
 import pytest
 
+import proxy.memory.engine as engine_module
 from bench.words import CHAT_WORDS
 from proxy.core.operations import Operation
 from proxy.memory.chatinfo import swipe_of
 from proxy.memory.ops.scene_recap import SceneRecapHandler
-from proxy.memory.views.request import history_start
+from proxy.memory.views.request import history_start, request_memory
 from proxy.sillytavern.chatfile import text_hash
 from proxy.store import Database
 from proxy.web.keys import RUNTIME
@@ -692,15 +693,27 @@ def strings(value: Any) -> list[str]:
     return [s for item in value for s in strings(item)] if isinstance(value, list) else []
 
 
-def covering(memory: Memory, player: Player) -> None:
+def covering(memory: Memory, player: Player, monkeypatch: pytest.MonkeyPatch) -> None:
     """Keep, for each request's memory, what may be left out of it: through the running
     recap's cutoff, the messages it covered (their exact texts) and the positions up to
     it; the marks of the messages the stepped start left out whose recap went in. And
     check that the recaps that went in are of texts the chat shows."""
     engine = memory.engine
     inner = engine.request_memory
+    # The view the request's memory was made from: planning, on the store's thread, may
+    # put the next one in place before `recorded` reads it (a trace of that one told of a
+    # cutoff the request never saw).
+    used: list[Any] = [None]
+    made = request_memory
+
+    def seen(view: Any, *args: Any) -> Any:
+        used[0] = view
+        return made(view, *args)
+
+    monkeypatch.setattr(engine_module, "request_memory", seen)
 
     def recorded(ident: Any, messages: Any, history: Any, *args: Any) -> Any:
+        used[0] = None
         got = inner(ident, messages, history, *args)
         # A recap that goes in is of a text the chat shows now: not of a message deleted,
         # hidden or changed since (its own `u<n>x` mark tells which text it was made from).
@@ -708,7 +721,7 @@ def covering(memory: Memory, player: Player) -> None:
         made = set(re.findall(r"#\d+: (u\d+x)", got.values.get("recent_recaps", "")))
         if made - shown:
             player.lost.append(f"{player.done[-1:]}: recaps of {sorted(made - shown)} went in")
-        view = engine.views.get(ident.chat_id)
+        view = used[0]
         if view is None or not view.running:
             player.traced[ident.chat_id] = (
                 f"no running recap (view {'none' if view is None else 'without one'}); "
@@ -775,13 +788,17 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 # have the traces. Remove the rerun once the race is fixed.
 @pytest.mark.flaky(reruns=1)
 async def test_a_story_played_at_random_keeps_a_true_memory(
-    memory_proxy: MemoryFactory, seed: int, scenario: Scenario, caplog: pytest.LogCaptureFixture
+    memory_proxy: MemoryFactory,
+    seed: int,
+    scenario: Scenario,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     policy = "always" if seed % 2 else "needed"
     settings = scenario.settings
     memory = await memory_proxy(2, ends=set(), **{"memory.message_recaps": policy, **settings})
     player = (GroupPlayer if scenario.group else Player)(memory, random.Random(seed))
-    covering(memory, player)
+    covering(memory, player, monkeypatch)
     player.wire, player.noted = scenario.wire, scenario.noted
     player.names, player.squash = scenario.names, scenario.squash
     player.reasoning, player.status = scenario.reasoning, scenario.status
