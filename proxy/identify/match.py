@@ -367,8 +367,8 @@ def _align(
     """Walk back from request `history[-1]` and file `tail[start]`; skip unmatched requests
     (ST's own prompts), but take one for the file's messages it stands for when it reads
     as them another way (`proxy.identify.readings.MESSAGE`: ST changed it, or merged a run
-    of them). Returns the count of the
-    matched, of the changed, the request indices of both and their chat positions."""
+    of them). Returns the count of the matched, of the changed, the request indices of
+    both and their chat positions."""
     matched: list[int] = []
     positions: list[int] = []
     changed = 0
@@ -379,7 +379,12 @@ def _align(
             positions.append(tail[f].position)
             f -= 1
             skipped = 0
-        elif stands := _read_otherwise(messages, history, fps, tail, r, f):
+        elif stands := next(
+            (n for reading in MESSAGE if (n := reading.read(messages, history, fps, tail, r, f))),
+            0,
+        ):
+            # The first of the `MESSAGE` readings that holds: how many file messages from
+            # `tail[f]` back the request message stands for.
             matched.append(history[r])
             # A merged run stands at its newest position: left out only once all of it is
             # covered (`proxy.core.trim`).
@@ -394,20 +399,3 @@ def _align(
         r -= 1
     used, at = tuple(reversed(matched)), tuple(reversed(positions))
     return len(matched) - changed, changed, used, at
-
-
-def _read_otherwise(
-    messages: Sequence[ChatMessage],
-    history: Sequence[int],
-    fps: dict[int, int],
-    tail: Sequence[IndexedMessage],
-    r: int,
-    f: int,
-) -> int:
-    """How many file messages from `tail[f]` back request `history[r]` stands for by the
-    first of the `MESSAGE` readings that holds; 0 for none."""
-    for reading in MESSAGE:
-        stands = reading.read(messages, history, fps, tail, r, f)
-        if stands:
-            return stands
-    return 0

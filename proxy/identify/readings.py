@@ -180,33 +180,11 @@ ReadMessage = Callable[
 ]
 
 
-def _merged_and_changed(
-    messages: Sequence[ChatMessage],
-    history: Sequence[int],
-    fps: dict[int, int],
-    tail: Sequence[IndexedMessage],
-    r: int,
-    f: int,
-) -> int:
-    run = merged_run(messages, history, fps, tail, r, f)
-    return 1 + run if run else 0
-
-
-def _changed(
-    messages: Sequence[ChatMessage],
-    history: Sequence[int],
-    fps: dict[int, int],
-    tail: Sequence[IndexedMessage],
-    r: int,
-    f: int,
-) -> int:
-    return 1 if is_changed(messages, history, fps, tail, r, f) else 0
-
-
 MESSAGE: tuple[Reading[ReadMessage], ...] = (
-    Reading("same-side messages that ST merged into one turn and changed", _merged_and_changed),
+    Reading("same-side messages that ST merged into one turn and changed",
+            lambda *at: 1 + run if (run := merged_run(*at)) else 0),
     Reading("a message ST changed on its way (a prompt-only regex script, a status block cut,"
-            " an attached file, a speaker's name)", _changed),
+            " an attached file, a speaker's name)", lambda *at: int(is_changed(*at))),
 )  # fmt: skip
 
 

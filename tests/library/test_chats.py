@@ -6,6 +6,7 @@ import asyncio
 import json
 import logging
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +14,7 @@ import pytest
 
 from adapters.openai_chat import OpenAIChatAdapter
 from proxy.core.fingerprints import message_fingerprint
-from proxy.core.models import ChatMessage
+from proxy.core.models import ChatMessage, Identification
 from proxy.library.chats import ChatLibrary, Refreshed
 from proxy.library.watcher import Watcher
 from proxy.sillytavern.layout import ChatLocation, locate, newest_first
@@ -269,6 +270,38 @@ async def test_a_data_folder_that_cannot_be_read_leaves_its_chats_as_they_were(
     await library.store.close()
 
 
+async def asked_while_read(
+    library: ChatLibrary, branch: Story, save: Callable[[], None], monkeypatch: pytest.MonkeyPatch
+) -> Identification | None:
+    """`save` writes the branch as ST does before its request; the request comes while the
+    read the OS's notification started is still under way, and waits for it. What the
+    request was identified as."""
+    gate = asyncio.Event()
+    read = library.refresh
+
+    async def held(paths: list[Path]) -> list[Refreshed]:
+        await gate.wait()
+        return await read(paths)
+
+    monkeypatch.setattr(library, "refresh", held)
+    save()
+    await until(lambda: library._early.under_way(branch.chat_id) is not None, "a read")
+    messages = [ChatMessage(m["role"], m["content"]) for m in branch.request()["messages"]]
+    asking = asyncio.create_task(library.identify_request(messages, MARKERS))
+    gate.set()
+    found = (await asking).identification
+    library.stop_following()
+    await library.store.close()
+    return found
+
+
+def branch_of(parent: Story, data: Path) -> Story:
+    branch = Story(data, ends=set())
+    branch.chat_id = parent.chat_id + " - Branch #1"
+    branch.path = data / f"{branch.chat_id}.jsonl"
+    return branch
+
+
 async def test_a_chat_just_saved_is_waited_for_though_only_another_holds_its_messages(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -279,9 +312,7 @@ async def test_a_chat_just_saved_is_waited_for_though_only_another_holds_its_mes
     data = tmp_path / "data"
     parent = Story(data, ends=set())
     parent.grow(11)  # the user speaks at odd positions: the last is a reply
-    branch = Story(data, ends=set())
-    branch.chat_id = parent.chat_id + " - Branch #1"
-    branch.path = data / f"{branch.chat_id}.jsonl"
+    branch = branch_of(parent, data)
     branch.messages = json.loads(json.dumps(parent.messages))
     for message in branch.messages[8:]:
         message["is_system"] = True  # hidden when the branch was made
@@ -289,25 +320,13 @@ async def test_a_chat_just_saved_is_waited_for_though_only_another_holds_its_mes
     library = ChatLibrary(data, Store(tmp_path / "store.sqlite3"))
     assert library.follow_changes()
     await library.index_all()
-    # The branch's read after ST's save is under way when the request comes.
-    gate = asyncio.Event()
-    read = library.refresh
 
-    async def held(paths: list[Path]) -> list[Refreshed]:
-        await gate.wait()
-        return await read(paths)
+    def shown_again() -> None:
+        for message in branch.messages[8:]:
+            message["is_system"] = False
+        branch.grow(1)  # the user's next message (11); ST saves, then sends the request
 
-    monkeypatch.setattr(library, "refresh", held)
-    for message in branch.messages[8:]:
-        message["is_system"] = False
-    branch.grow(1)  # the user's next message (11); ST saves, then sends the request
-    await until(lambda: library._early.under_way(branch.chat_id) is not None, "a read")
-    messages = [ChatMessage(m["role"], m["content"]) for m in branch.request()["messages"]]
-    asking = asyncio.create_task(library.identify_request(messages, MARKERS))
-    gate.set()
-    found = (await asking).identification
-    library.stop_following()
-    await library.store.close()
+    found = await asked_while_read(library, branch, shown_again, monkeypatch)
     assert found is not None and found.chat_id == branch.chat_id
     assert found.generation == "normal" and found.target_message == 12
 
@@ -325,26 +344,10 @@ async def test_a_new_chat_saved_just_before_its_request_is_read_for_it(
     library = ChatLibrary(data, Store(tmp_path / "store.sqlite3"))
     assert library.follow_changes()
     await library.index_all()
-    gate = asyncio.Event()  # the read is still under way when the request comes
-    read = library.refresh
-
-    async def held(paths: list[Path]) -> list[Refreshed]:
-        await gate.wait()
-        return await read(paths)
-
-    monkeypatch.setattr(library, "refresh", held)
-    branch = Story(data, ends=set())
-    branch.chat_id = parent.chat_id + " - Branch #1"
-    branch.path = data / f"{branch.chat_id}.jsonl"
+    branch = branch_of(parent, data)
     branch.messages = json.loads(json.dumps(parent.messages[:9]))  # branched at 8
     branch.messages[8]["mes"] = "A line only the branch has, moved here from below."
-    branch.save()  # no watcher runs: only the notification can tell of it
-    await until(lambda: library._early.under_way(branch.chat_id) is not None, "a read")
-    messages = [ChatMessage(m["role"], m["content"]) for m in branch.request()["messages"]]
-    asking = asyncio.create_task(library.identify_request(messages, MARKERS))
-    gate.set()
-    found = (await asking).identification
-    library.stop_following()
-    await library.store.close()
+    # No watcher runs: only the notification can tell of the new file.
+    found = await asked_while_read(library, branch, branch.save, monkeypatch)
     assert found is not None and found.chat_id == branch.chat_id
     assert found.confidence == 1.0
