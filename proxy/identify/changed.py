@@ -144,5 +144,7 @@ def before_last(
     fps = message.fps
     if message_fingerprint(text) in fps or bare_print(text, reasoning, fps) is not None:
         return True
-    same = sided(request.role, message) and message.text and alike(text, message, ())
-    return bool(same) and not (last.text and alike(text, last, ()))
+    # Past its reasoning too: a reply ST changed (its post-history instructions joined to
+    # it in a single user message) that it also wrote its reasoning before.
+    same = sided(request.role, message) and message.text and alike(text, message, reasoning)
+    return bool(same) and not (last.text and alike(text, last, reasoning))

@@ -84,6 +84,13 @@ def test_the_last_reply_but_one_and_a_turn_that_holds_both() -> None:
     assert not before_last(ChatMessage("user", first), tail, ())
     # ST merged both for Claude: the turn starts as the first does, but is both.
     assert not before_last(ChatMessage("assistant", f"{first}\n\n{second}"), tail, ())
+    # A single user message, swiped after two replies in a row: the one before ends it,
+    # its name and reasoning before it and the post-history instructions after it
+    # (hunted seed 4036: no chat ended as the request did).
+    thought = "<think>\nShe should warn him.\n</think>\n\n"
+    said = f"Seraphina: {thought}{first}\n\n[Stay in character; write vividly.]"
+    assert before_last(ChatMessage("assistant", said), tail, (DEFAULT_REASONING,))
+    assert not before_last(ChatMessage("assistant", said), tail, ())
 
 
 Merged = tuple[list[ChatMessage], list[int], dict[int, int], list[IndexedMessage]]

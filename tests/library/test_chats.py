@@ -336,8 +336,7 @@ async def test_a_new_chat_saved_just_before_its_request_is_read_for_it(
 ) -> None:
     """A branch ST has just written (its first save, in a folder that holds indexed
     chats), its request sent right after, before the watcher's debounced batch names the
-    new file: the OS's notification starts its read, and the request waits for it (hunted
-    seed 4036 under load: a swipe right after a branch was made was no chat's)."""
+    new file: the OS's notification starts its read, and the request waits for it."""
     data = tmp_path / "data"
     parent = Story(data, ends=set())
     parent.grow(11)
