@@ -144,13 +144,13 @@ SETTINGS[5928] = SETTINGS[4]
 # 2877: two checkpoints made at the same message, the older one opened and swiped: the
 # request is either's (`Player.twin`). 2937: a branch's hidden messages shown again and
 # the user's new one added: the chat just saved is read before the request is matched
-# (`ChatLibrary._to_check`). 4036: a swipe right after a branch was made, before the
-# watcher named the new file: its first save is read on the OS's notification
-# (`ChatLibrary._written`). 4370: a covered message edited, the request before planning
-# read it again: the carried view is outdated and leaves nothing out
-# (`proxy.memory.views.reread.carried`). 4514, 4533: the checker read a view planning put
-# in place after the request's memory was made (`covering` records the one it was made
-# from). The last four failed only under load.
+# (`ChatLibrary._to_check`). 4036: a single user message swiped after two replies in a
+# row, the reply before with its reasoning and ST's post-history instructions joined to
+# it: it is the file's reply but one (`proxy.identify.changed.before_last`). 4370: a
+# covered message edited, the request before planning read it again: the carried view is
+# outdated and leaves nothing out (`proxy.memory.views.reread.carried`). 4514, 4533: the
+# checker read a view planning put in place after the request's memory was made
+# (`covering` records the one it was made from). The last three failed only under load.
 HUNTED: set[int] = {2877, 2937, 4036, 4370, 4514, 4533}
 
 
@@ -786,13 +786,6 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 # on a 2-core machine starve each other's background work, and each checks timing-borne
 # invariants of the memory under a load no user's proxy sees.
 @pytest.mark.xdist_group("random_story")
-# A known race, traced but not fixed yet: under a loaded machine (the suite on both cores),
-# a seed now and then finds a message left out with nothing standing in for it (one cause,
-# a recap the budget left out, is fixed in `proxy.memory.views.request.request_memory`;
-# the rest, seen with text prompts and an Author's Note, do not replay). Rerun once, so
-# that CI fails on what is deterministic; the closing notes of 2026-12-06 and 2026-12-07
-# have the traces. Remove the rerun once the race is fixed.
-@pytest.mark.flaky(reruns=1)
 async def test_a_story_played_at_random_keeps_a_true_memory(
     memory_proxy: MemoryFactory,
     seed: int,
