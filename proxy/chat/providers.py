@@ -98,10 +98,13 @@ async def identify_parsed(
     taken apart: when the index changed meanwhile, the request is read again and
     identified as the chat now is."""
     found: RequestIdentity | None = None
-    asked = _asked(parsed, markers, None)
+    asked: Asked | None = None
     for reading in REQUEST:
         if found is not None and whole(found.identification, found.span):
             break
+        # Read the request as the best reading so far has it (once per reading kept: the
+        # everyday request, whole as it came, builds it once).
+        asked = asked or _asked(parsed, markers, found)
         version = library.index.version
         parts = reading.read(asked, library.index)
         if parts is None:
@@ -115,7 +118,7 @@ async def identify_parsed(
         if found is None or _extent(again) > _extent(found):
             # The best reading so far: the next ones read the request as it has it.
             found, parsed.messages, parsed.layout = again, messages, layout
-            asked = _asked(parsed, markers, found)
+            asked = None
     assert found is not None  # "as it came" or the single message's split always reads
     return found
 
