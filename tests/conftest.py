@@ -34,27 +34,36 @@ Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption(
         "--hunt-seeds",
-        type=_seed_range,
+        type=seed_list,
         default=None,
-        metavar="A-B",
-        help="play the random story (tests/memory/test_random_story.py) on seeds A to B, "
-        "each with a scenario drawn from it, instead of the pinned seeds",
+        metavar="A-B[,N...]",
+        help="play the random story (tests/memory/test_random_story.py) on these seeds (a "
+        "range A-B, single seeds, or both, comma-separated), each with a scenario drawn "
+        "from it, instead of the pinned seeds",
     )
 
 
-def _seed_range(text: str) -> list[int]:
-    first, _, last = text.partition("-")
-    try:
-        seeds = list(range(int(first), int(last or first) + 1))
-    except ValueError:
-        raise pytest.UsageError(f"--hunt-seeds takes A-B or N, not {text!r}") from None
-    if not seeds:
-        raise pytest.UsageError(f"--hunt-seeds {text}: no seed in that range")
+def seed_list(text: str) -> list[int]:
+    """The seeds `--hunt-seeds` names: ranges `A-B` and single seeds, comma-separated, in
+    the order given, each once."""
+    seeds: list[int] = []
+    for part in text.split(","):
+        first, _, last = part.strip().partition("-")
+        try:
+            found = range(int(first), int(last or first) + 1)
+        except ValueError:
+            raise pytest.UsageError(
+                f"--hunt-seeds takes A-B, N or a comma-separated list of them, not {text!r}"
+            ) from None
+        if not found:
+            raise pytest.UsageError(f"--hunt-seeds {part.strip()}: no seed in that range")
+        seeds += [seed for seed in found if seed not in seeds]
     return seeds
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:
-    """Each hunted seed that failed, with the command that plays it again."""
+    """Each hunted seed that failed, with the command that plays it again, and one that
+    plays them all again."""
     hunted = [
         report.nodeid
         for report in terminalreporter.stats.get("failed", [])
@@ -63,11 +72,15 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
     if not hunted:
         return
     terminalreporter.section("hunted seeds that failed")
-    for nodeid in hunted:
-        seed = nodeid.rsplit("[hunt-", 1)[1].rstrip("]")
-        path = nodeid.split("::", 1)[0]
+    seeds = [nodeid.rsplit("[hunt-", 1)[1].rstrip("]") for nodeid in hunted]
+    path = hunted[0].split("::", 1)[0]
+    for seed in seeds:
         terminalreporter.write_line(
             f"seed {seed}: python -m pytest {path} --hunt-seeds {seed} -n 0"
+        )
+    if len(seeds) > 1:
+        terminalreporter.write_line(
+            f"all of them: python -m pytest {path} --hunt-seeds {','.join(seeds)}"
         )
 
 

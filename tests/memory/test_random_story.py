@@ -42,6 +42,7 @@ from proxy.memory.views.request import history_start, request_memory
 from proxy.sillytavern.chatfile import text_hash
 from proxy.store import Database
 from proxy.web.keys import RUNTIME
+from tests.conftest import seed_list
 from tests.fakes.fake_llm import END_SCENE
 from tests.memory.st_wire import (
     PRESETS,
@@ -839,3 +840,12 @@ async def test_a_story_played_at_random_keeps_a_true_memory(
     assert not player.lost, "\n".join(player.lost)
     noted = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
     assert not noted, noted
+
+
+def test_the_hunt_takes_ranges_single_seeds_and_lists() -> None:
+    assert seed_list("7501-7503") == [7501, 7502, 7503]
+    assert seed_list("42") == [42]
+    assert seed_list("4514,4533, 10-11,4514") == [4514, 4533, 10, 11]
+    for bad in ("a-b", "1,,2", "9-3"):
+        with pytest.raises(pytest.UsageError):
+            seed_list(bad)
