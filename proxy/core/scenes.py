@@ -190,6 +190,9 @@ def scene_text(messages: Sequence[Said]) -> str:
 class SceneAnswer(BaseModel):
     scene_name: str = ""
     recap: str
+    # The scene's entities as the model listed them, read leniently by
+    # `proxy.core.entities.entities_of` (an answer without them is a whole recap).
+    entities: object = None
 
     @field_validator("recap")
     @classmethod

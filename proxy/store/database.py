@@ -15,6 +15,7 @@ from pathlib import Path
 from proxy.errors import StoreUnusable
 from proxy.sillytavern.chatfile import STMessage
 from proxy.sillytavern.reconcile import Event, OldMessage
+from proxy.store.entities import EntityTable
 from proxy.store.extensions import ExtensionTable
 from proxy.store.jobs import JobTable
 from proxy.store.lore import LoreTable
@@ -94,6 +95,7 @@ class Database:
         self._tx = _Transaction(self.db)
         self.jobs = JobTable(self.db, self.transaction)
         self.memory = MemoryTable(self.db, self.transaction)
+        self.entities = EntityTable(self.db, self.transaction)
         self.extensions = ExtensionTable(self.db, self.transaction)
         self.usage = UsageTable(self.db, self.transaction)
         self.lore = LoreTable(self.db, self.transaction)

@@ -241,4 +241,23 @@ MIGRATIONS: tuple[str, ...] = (
     CREATE INDEX messages_layout ON messages(chat_id, position, digest);
     DROP INDEX messages_chat;
     """,
+    # v10: the entities each scene recap version listed (`proxy.core.entities`): a scene
+    # recapped again, edited or deleted takes its own along (only the current version of
+    # a visible break counts), and every version keeps what it said.
+    """
+    CREATE TABLE entity_mentions (
+        break_uid   INTEGER NOT NULL,
+        version     INTEGER NOT NULL,
+        chat_id     TEXT NOT NULL REFERENCES chats(id) ON DELETE CASCADE ON UPDATE CASCADE,
+        ordinal     INTEGER NOT NULL,  -- its place in the answer's list
+        name        TEXT NOT NULL,
+        type        TEXT NOT NULL,
+        aliases     TEXT NOT NULL,     -- JSON list of strings
+        facts       TEXT NOT NULL,     -- JSON list of strings
+        PRIMARY KEY (break_uid, version, ordinal),
+        FOREIGN KEY (break_uid, version) REFERENCES scene_recaps(break_uid, version)
+            ON DELETE CASCADE
+    );
+    CREATE INDEX entity_mentions_chat ON entity_mentions(chat_id);
+    """,
 )

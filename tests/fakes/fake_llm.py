@@ -185,6 +185,22 @@ def notable(text: str) -> list[str]:
     return found
 
 
+# An entity a test story names, with what the scene says of it: `[[Name: a fact]]`.
+_ENTITY = re.compile(r"\[\[([^:\]]+): ([^\]]+)\]\]")
+
+
+def entities_in(text: str) -> list[dict[str, object]]:
+    """The entities a scene's messages name (`[[Name: a fact]]`), as a model lists them."""
+    found: dict[str, dict[str, object]] = {}
+    for name, fact in _ENTITY.findall(text):
+        entry = found.setdefault(name, {"name": name, "type": "character", "aliases": [],
+                                        "facts": []})  # fmt: skip
+        facts = entry["facts"]
+        assert isinstance(facts, list)
+        facts.append(fact)
+    return list(found.values())
+
+
 def condensed(recap: str, max_words: int) -> str:
     """The newest lines that fit in two thirds of `max_words` (room for what the next
     scenes add): recent detail stays, old detail goes."""
@@ -230,7 +246,10 @@ def memory_answer(operation: str, prompt: str) -> str:
         limit = _MAX_WORDS.search(prompt)  # the prompt's "At most 250 words"
         if limit:
             recap = " ".join(recap.split(" ")[: int(limit.group(1))])
-        return json.dumps({"scene_name": " ".join(first.split()[:3]), "recap": recap})
+        answer: dict[str, object] = {"scene_name": " ".join(first.split()[:3]), "recap": recap}
+        if '"entities"' in prompt:  # the template asks for them
+            answer["entities"] = entities_in(_between(prompt, "SCENE"))
+        return json.dumps(answer)
     if operation == "running_recap":
         before = _between(prompt, "RUNNING_RECAP")
         scene = " ".join(_between(prompt, "NEW_SCENE").split())

@@ -55,7 +55,21 @@ SCHEMAS: Final[dict[Operation, Schema]] = {
     Operation.DETECT_SCENE_BREAK: _object(
         sceneBreakAt={"type": ["integer", "boolean"]}, rationale=_TEXT
     ),
-    Operation.SCENE_RECAP: _object(scene_name=_TEXT, recap=_TEXT),
+    # Every property required, as OpenAI's strict schemas want: a scene with no entity
+    # worth keeping answers an empty list.
+    Operation.SCENE_RECAP: _object(
+        scene_name=_TEXT,
+        recap=_TEXT,
+        entities={
+            "type": "array",
+            "items": _object(
+                name=_TEXT,
+                type=_TEXT,
+                aliases={"type": "array", "items": _TEXT},
+                facts={"type": "array", "items": _TEXT},
+            ),
+        },
+    ),
     Operation.RUNNING_RECAP: _object(recap=_TEXT),
     Operation.CONDENSE_RUNNING_RECAP: _object(recap=_TEXT),
 }

@@ -119,8 +119,12 @@ def test_the_grammar_admits_the_answers_the_templates_ask_for() -> None:
     """The GBNF, read back as a regular expression (its rules are regular), matches the
     answers a well-behaved model gives and nothing that breaks the shape."""
     for op, good, bad in (
-        (Operation.SCENE_RECAP, '{"scene_name": "The mill", "recap": "Ava hid the \\"key\\"."}',
-         '{"recap": "no title"}'),
+        (Operation.SCENE_RECAP, '{"scene_name": "The mill", "recap": "Ava hid the \\"key\\".", '
+         '"entities": []}', '{"recap": "no title"}'),
+        (Operation.SCENE_RECAP, '{"scene_name": "The mill", "recap": "Ava hid the key.", '
+         '"entities": [{"name": "Ava", "type": "character", "aliases": [], "facts": '
+         '["hid the key", "owns the mill"]}]}',
+         '{"scene_name": "x", "recap": "y", "entities": [{"name": "Ava"}]}'),
         (Operation.DETECT_SCENE_BREAK, '{"sceneBreakAt": false, "rationale": "none"}',
          '{"sceneBreakAt": "5", "rationale": "x"}'),
         (Operation.DETECT_SCENE_BREAK, '{"sceneBreakAt": 12, "rationale": "she leaves"}',
