@@ -23,8 +23,8 @@ newest lines within the budget its prompt states. `FakeState.faults[operation]` 
 modes (`garbage`, `status=N`, `slow`, `hold`: wait for `release`, `long`: an answer far
 over any limit; as a small or base model answers: `echo`, the prompt copied back, its
 example answer included; `placeholders`, the prompt's example answer with its `<...>`
-placeholders as they stand; `unrelated`, a well-formed answer about something else) used
-up by that operation's next calls.
+placeholders as they stand; `unrelated`, a well-formed answer about something else;
+`answer=TEXT`, TEXT) used up by that operation's next calls.
 
 Like a real model, it honours `max_tokens` (counted as 4 characters a token): a longer
 answer is cut there and ends with `finish_reason: "length"`.
@@ -331,6 +331,8 @@ async def chat(request: web.Request) -> web.StreamResponse:
             answer = json.dumps(UNRELATED.get(operation, {"recap": UNRELATED_TEXT}))
         elif mode == "long":
             answer = json.dumps({"recap": "and then " * 4000})
+        elif mode.startswith("answer="):
+            answer = mode.removeprefix("answer=")
         elif state.rambles_unless_shaped and not shaped:
             answer = f"{prompt}\n\n" * 20  # far past any limit: cut off
         else:

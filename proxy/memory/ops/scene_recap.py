@@ -4,9 +4,11 @@ active in it), and the running recap versions built on an older recap of it drop
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
+from proxy.core.entities import Mention, entities_of
 from proxy.core.jsontypes import as_int
 from proxy.core.operations import Operation
 from proxy.core.replies import ReplyError, read_reply
@@ -37,6 +39,11 @@ class _SceneInput:
     shown: list[STMessage]  # the messages as the chat's model sees them in a prompt
 
 
+def _named(name: str, text: str) -> bool:
+    """Whether `text` names `name` as a whole word (both case-folded)."""
+    return re.search(rf"(?<!\w){re.escape(name)}(?!\w)", text) is not None
+
+
 def scene_start(db: Database, chat_id: str, scene: SceneBreak) -> int:
     """The first message of the scene that ends at `scene`: after the last visible break
     before it, else the chat's first."""
@@ -52,6 +59,25 @@ def _made_of(scene_uid: int, records: list[MessageRecord], uid: Callable[[int], 
 
 class SceneRecapHandler(OperationHandler):
     operation = Operation.SCENE_RECAP
+
+    def genuine_entities(self, listed: list[Mention], scene: str) -> list[Mention]:
+        """The entities of an answer that are real ones: named in the scene (by their name
+        or an alias, any case), no placeholder of the prompt's in their name or facts.
+        The rest are left out and the recap stands (a model may list what it made up, or
+        copy the prompt's example)."""
+        text = scene.casefold()
+        kept: list[Mention] = []
+        for mention in listed:
+            if not any(_named(name.casefold(), text) for name in (mention.name, *mention.aliases)):
+                continue
+            try:
+                self.check("", [mention.name, *mention.aliases, *mention.facts])
+            except JobFailure:
+                continue
+            kept.append(mention)
+        if len(kept) < len(listed):
+            log.debug("%d of %d listed entities left out", len(listed) - len(kept), len(listed))
+        return kept
 
     def _scene(
         self, db: Database, chat_id: str, payload: Payload
@@ -129,6 +155,7 @@ class SceneRecapHandler(OperationHandler):
         except ReplyError as exc:
             raise JobFailure(f"{self.operation}: {exc}") from None
         self.check(reply.text, [answer.scene_name, answer.recap], values["scene_messages"])
+        listed = self.genuine_entities(entities_of(answer.entities), values["scene_messages"])
         reasoning = thinking(reply.reasoning, thought)
         name = scene_name(
             answer.scene_name,
@@ -150,6 +177,8 @@ class SceneRecapHandler(OperationHandler):
                 reasoning=reasoning or None,
                 input_hash=job.input_hash,
             )
+            if listed:
+                db.entities.add(job.chat_id, uid, version, listed)
             log.info("%s: scene %d-%d recapped (version %d)", job.chat_id, first, last, version)
             self.context.publish("recap", chat=job.chat_id, scene=last, version=version)
             current = memory.scene_break(uid)

@@ -3,7 +3,10 @@ its scene changed meanwhile or the answer holds the prompt's placeholders."""
 
 from __future__ import annotations
 
-from tests.memory.story import CHAT_ID
+import json
+
+from proxy.core.entities import Mention
+from tests.memory.story import CHAT_ID, Story
 from tests.memory_env import MemoryFactory, hold, start
 
 
@@ -69,3 +72,51 @@ async def test_editing_a_recapped_scene_recaps_and_folds_it_again(
     assert "at the burned" in versions[-1].recap and scene.current == 2
     [running] = await memory.run(lambda db: db.memory.running_recaps(CHAT_ID))
     assert "at the burned" in running.content  # the old version went; the new one is folded in
+
+
+def with_entities(story: Story) -> None:
+    story.grow(16)
+    story.messages[2]["mes"] += " [[Aldric: keeps the guild ledger]]"
+    story.messages[6]["mes"] += " [[Aldric: owes Tom a favour]] [[The Mill: burned down]]"
+    story.messages[12]["mes"] += " [[Aldric: was exiled]]"  # after the scene: not in it
+    for message in story.messages:
+        message["swipes"] = [message["mes"]]
+    story.save()
+
+
+async def test_a_scene_recaps_entities_are_kept_with_its_version(
+    memory_proxy: MemoryFactory,
+) -> None:
+    memory = await memory_proxy(16, ends={8}, build=with_entities,
+                                **{"memory.message_recaps": False})  # fmt: skip
+    await start(memory)
+    await memory.engine.settle()
+    [scene] = await memory.run(lambda db: db.memory.breaks(CHAT_ID))
+    listed = await memory.run(lambda db: db.entities.listed(scene.uid, scene.current or 0))
+    assert listed == [
+        Mention("Aldric", "character", (), ("keeps the guild ledger", "owes Tom a favour")),
+        Mention("The Mill", "character", (), ("burned down",)),
+    ]
+
+
+async def test_an_answers_made_up_or_placeholder_entities_are_left_out(
+    memory_proxy: MemoryFactory,
+) -> None:
+    """The recap stands; only entities the scene names, with no placeholder of the
+    prompt's in them, are kept."""
+    memory = await memory_proxy(16, ends={8}, **{"memory.message_recaps": False})
+    entities = [
+        {"name": "<name>", "type": "character", "aliases": [], "facts": ["<fact>"]},
+        {"name": "Zebulon", "type": "character", "aliases": [], "facts": ["a stranger"]},
+        {"name": "tom", "type": "character", "aliases": [], "facts": ["asks about the mill"]},
+        {"name": "Ava", "type": "character", "aliases": [], "facts": ["<fact>"]},
+    ]
+    answer = {"scene_name": "Walks", "recap": "Ava walks with Tom toward the old mill and the "
+              "river ford, telling of the lanterns.", "entities": entities}  # fmt: skip
+    memory.fake.state.faults = {"scene_recap": ["answer=" + json.dumps(answer)]}
+    await start(memory)
+    await memory.engine.settle()
+    [scene] = await memory.run(lambda db: db.memory.breaks(CHAT_ID))
+    assert scene.current == 1
+    listed = await memory.run(lambda db: db.entities.listed(scene.uid, 1))
+    assert listed == [Mention("tom", "character", (), ("asks about the mill",))]
