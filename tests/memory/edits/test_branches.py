@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote, unquote
 
+from proxy.core.entities import Mention
 from proxy.store import Database
 from tests.memory.story import CHAR, CHAT_ID, Story, line
 from tests.memory_env import Memory, MemoryFactory
@@ -88,6 +89,9 @@ async def scene_recaps(memory: Memory, chat_id: str) -> dict[int, list[tuple[str
 
 async def test_branch_inherits_then_diverges(memory_proxy: MemoryFactory) -> None:
     memory = await parent_built(memory_proxy)
+    [theirs] = await memory.run(lambda db: db.memory.breaks(CHAT_ID))
+    aldric = Mention("Aldric", "character", (), ("keeps the guild ledger",))
+    await memory.run(lambda db: db.entities.add(CHAT_ID, theirs.uid, theirs.current or 0, [aldric]))
 
     # ST's "branch from here" on message 11: a new file with messages 0..11.
     header = {
@@ -107,6 +111,8 @@ async def test_branch_inherits_then_diverges(memory_proxy: MemoryFactory) -> Non
     assert scene.position == 8 and scene.source == "inherited"
     [recap] = await memory.run(lambda db: db.memory.scene_recaps(scene.uid))
     assert recap.source == "inherited"
+    # The entities its recap listed come with it.
+    assert await memory.run(lambda db: db.entities.listed(scene.uid, recap.version)) == [aldric]
     [running] = await memory.run(lambda db: db.memory.running_recaps(BRANCH_ID))
     [parent] = await memory.run(lambda db: db.memory.running_recaps(CHAT_ID))
     assert running.content == parent.content and running.source == "inherited"
