@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import ahocorasick
 
 TYPES = ("character", "place", "item", "group", "other")
+HEADING = "Who and what the story names now, with what is known of them:"
 NAME_LONGEST = 80  # characters of a name or alias; a longer one is no name
 FACT_LONGEST = 400  # characters of a fact; a longer one is a recap, not a fact
 _WORD = re.compile(r"\w", re.UNICODE)
@@ -212,34 +213,34 @@ def _word_at(text: str, at: int) -> bool:
     return 0 <= at < len(text) and _WORD.match(text[at]) is not None
 
 
-def cards_within(
-    entities: Sequence[Entity],
-    order: Sequence[int],
-    budget: int,
-    count: Callable[[str], int],
-) -> str:
-    """The cards of the entities in `order` (most recently mentioned first), as many as
-    `budget` tokens hold, whole; listed in that order. An entity whose card alone is over
-    the budget brings its newest facts that fit."""
-    lines: list[str] = []
-    left = budget
-    for i in order:
-        entity = entities[i]
-        line = card(entity)
-        cost = count(line) if line else 0
-        if line and cost > left:
-            line, cost = _newest_within(entity, left, count)
-        if line and cost <= left:
-            lines.append(line)
-            left -= cost
-    return "\n".join(lines)
-
-
-def _newest_within(entity: Entity, budget: int, count: Callable[[str], int]) -> tuple[str, int]:
-    """The entity's card with its newest facts that `budget` holds (none: "")."""
+def capped(entity: Entity, budget: int, count: Callable[[str], int]) -> tuple[str, int]:
+    """The entity's card and its tokens: whole, or, over `budget` alone, with its newest
+    facts that fit ("" when none does). Made when the registry changes (off the request
+    path), so that a request only adds up what it picks."""
+    line = card(entity)
+    cost = count(line) if line else 0
+    if cost <= budget:
+        return line, cost
     for keep in range(len(entity.facts) - 1, 0, -1):
         line = card(entity, entity.facts[-keep:])
         cost = count(line)
         if cost <= budget:
             return line, cost
     return "", 0
+
+
+def cards_within(
+    cards: Sequence[tuple[str, int]], order: Sequence[int], budget: int
+) -> tuple[str, int]:
+    """`{{entities}}`: the cards (each `(line, tokens)`) of the entities in `order`, most
+    recently mentioned first, as many whole ones as `budget` holds, in that order, under
+    a one-line heading (the memory's frame reserve holds it); and their tokens. One that
+    does not fit is passed over for the next that does."""
+    lines: list[str] = []
+    spent = 0
+    for i in order:
+        line, cost = cards[i]
+        if line and spent + cost <= budget:
+            lines.append(line)
+            spent += cost
+    return (HEADING + "\n" + "\n".join(lines), spent) if lines else ("", 0)

@@ -232,12 +232,26 @@ class MemorySettings(Section):
         description="Chat messages at the end of a request (the last user message and those "
         "before it) that older scenes are matched against.",
     )
+    entities_max_tokens: int = Field(
+        600,
+        ge=0,
+        description="Budget of `{{entities}}`: the cards of the story's people, places, "
+        "items and groups (each with what the scene recaps established about it) that the "
+        "last messages of the request name, the most recently named first. 0: none.",
+    )
+    entities_context: int = Field(
+        4,
+        ge=1,
+        le=20,
+        description="Chat messages at the end of a request (the last user message and those "
+        "before it) whose names bring an entity's card in.",
+    )
     max_memory_tokens: int = Field(
         2500,
         ge=100,
         description="Budget of the whole inserted memory (cl100k tokens, the template's own "
-        "text included): relevant scenes give way first, then the oldest message recaps, "
-        "then the running recap's last lines.",
+        "text included): relevant scenes give way first, then the entities' cards, then "
+        "the oldest message recaps, then the running recap's last lines.",
     )
     strip_patterns: list[str] = Field(
         default_factory=list,

@@ -4,10 +4,12 @@ where a request mentions them, and given as cards within a budget."""
 from __future__ import annotations
 
 from proxy.core.entities import (
+    HEADING,
     Entity,
     Fact,
     Mention,
     Mentions,
+    capped,
     card,
     cards_within,
     entities_of,
@@ -87,14 +89,18 @@ def test_mentions_are_whole_words_in_any_case_the_newest_first() -> None:
 
 def test_cards_go_in_mention_order_within_the_budget() -> None:
     many = Entity("Aldric", "character", (), tuple(Fact(f"Fact {i}.", i, i) for i in range(6)))
-    entities = [MILL, many, AL]
-    assert cards_within(entities, [2, 0], 100, words) == (
-        "- Al (character): A stranger.\n- The Mill (place; also mill): Burned down."
+    # A card over the budget alone keeps its newest facts that fit; none fit: no card.
+    assert capped(many, 9, words) == ("- Aldric (character): Fact 3; Fact 4; Fact 5.", 9)
+    assert capped(many, 2, words) == ("", 0)
+    cards = [capped(entity, 9, words) for entity in (MILL, many, AL)]
+    assert cards_within(cards, [2, 0], 100) == (
+        f"{HEADING}\n- Al (character): A stranger.\n- The Mill (place; also mill): Burned down.",
+        13,
     )
     # Whole cards: the mill's (8 words) fills the budget, Al's does not fit after it; one
     # that does not fit is passed over for the next that does.
-    assert cards_within(entities, [0, 2], 8, words) == "- The Mill (place; also mill): Burned down."
-    assert cards_within(entities, [0, 2], 6, words) == "- Al (character): A stranger."
-    # A card over the budget alone brings its newest facts that fit.
-    assert cards_within(entities, [1], 9, words) == "- Aldric (character): Fact 3; Fact 4; Fact 5."
-    assert cards_within(entities, [1], 2, words) == ""
+    assert cards_within(cards, [0, 2], 8)[0].endswith(
+        "\n- The Mill (place; also mill): Burned down."
+    )
+    assert cards_within(cards, [0, 2], 6)[0] == f"{HEADING}\n- Al (character): A stranger."
+    assert cards_within(cards, [], 100) == ("", 0)

@@ -16,7 +16,7 @@ def genuine(name: str) -> Genuine:
 
 def test_the_templates_placeholders_are_refused_wherever_they_stand() -> None:
     scene = genuine("scene_recap")
-    assert scene.placeholders == {"<shorttitle>", "<recap>"}
+    assert scene.placeholders == {"<shorttitle>", "<recap>", "<name>", "<othername>", "<fact>"}
     for fields in (["<short title >", "<recap>"], ["The mill", "<RECAP>"],
                    ["<short title>", "Ava met Tom."]):  # fmt: skip
         with pytest.raises(NotAnAnswer, match="placeholders"):

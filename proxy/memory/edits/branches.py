@@ -107,14 +107,14 @@ def inherit(db: Database, chat: ChatRecord, now: float, scenes: SceneInputs) -> 
                 fresh = theirs_from == scenes.scene_input(db, parent.id, scene.uid)
                 carried = scenes.carried_input(db, parent.id, scene.uid, paired)
                 mine_from = carried if fresh and carried is not None else OUT_OF_DATE
-            version = memory.add_scene_recap(
+            made = memory.add_scene_recap(
                 chat.id, uid, recap.recap, now, scene_name=recap.scene_name,
                 source=_copied(recap.source), input_hash=mine_from,
             )  # fmt: skip
             # The entities it listed come with it (`proxy.store.entities`).
             listed = db.entities.listed(scene.uid, recap.version)
             if listed:
-                db.entities.add(chat.id, uid, version, listed)
+                db.entities.add(chat.id, uid, made, listed)
         for version in memory.running_recaps(parent.id):
             if version.new_scene_uid not in paired:
                 continue

@@ -8,6 +8,7 @@ from bisect import bisect_left, bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from proxy.core.entities import cards_within
 from proxy.core.models import ChatMessage, Identification
 from proxy.core.recaps import budget_tokens
 from proxy.core.trim import Cut, droppable, stepped_drop, stepped_start
@@ -72,6 +73,11 @@ def request_memory(
         drop = sorted({*drop, *stepped})
     if recent:
         left -= FRAME_TOKENS + spent
+    # The entities the newest messages name come before recalled scenes: a card is a few
+    # lines of what a whole scene would tell of one of them.
+    entities, spent = _named_cards(view, settings, messages, history, left)
+    if entities:
+        left -= FRAME_TOKENS + spent
     scenes = ""
     room = settings.relevant_scenes_max_tokens
     if room > left - FRAME_TOKENS:
@@ -88,8 +94,29 @@ def request_memory(
         "running_recap": view.running,
         "recent_recaps": recent,
         "relevant_scenes": scenes,
+        "entities": entities,
     }
     return RequestMemory(values, tuple(drop))
+
+
+def _named_cards(
+    view: MemoryView,
+    settings: MemorySettings,
+    messages: Sequence[ChatMessage],
+    history: Sequence[int],
+    left: int,
+) -> tuple[str, int]:
+    """`{{entities}}`: the cards of the entities the request's newest chat messages name,
+    the most recently named first, within `entities_max_tokens` and what the memory's
+    budget has `left`; and their tokens."""
+    room = settings.entities_max_tokens
+    if room > left - FRAME_TOKENS:
+        room = left - FRAME_TOKENS
+    if view.mentions is None or room <= 0 or not history:
+        return "", 0
+    newest = [messages[i].text for i in history[-settings.entities_context :]]
+    named = view.mentions.newest_first(newest)
+    return cards_within(view.cards, named, room) if named else ("", 0)
 
 
 def history_start(

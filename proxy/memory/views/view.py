@@ -5,8 +5,9 @@ store but the scene search (`proxy.store.search`).
 
 The whole inserted memory has a budget (`[memory] max_memory_tokens`, the injection
 template's own text included). The running recap comes first; the recaps of messages ST
-cut and the running recap does not cover yet come next; the older scenes recalled for
-what is happening now get what is left (at most `relevant_scenes_max_tokens`).
+cut and the running recap does not cover yet come next; then the cards of the entities the
+newest messages name (at most `entities_max_tokens`); the older scenes recalled for what
+is happening now get what is left (at most `relevant_scenes_max_tokens`).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from bisect import bisect_left
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
+from proxy.core.entities import Entity, Mentions, capped, registry
 from proxy.core.fingerprints import index_message
 from proxy.core.recall import (
     SceneCard,
@@ -63,6 +65,11 @@ class MemoryView:
     names: tuple[str, ...] = ()  # the chat's character and user names
     vocabulary: Vocabulary = field(default_factory=lambda: NO_WORDS)  # of its scene recaps
     budget: int = 0  # tokens the memory's macros may fill (the template's text aside)
+    # The story's entities (`proxy.core.entities`), each card with its tokens, and the
+    # matcher of their names: built when the registry changes.
+    entities: tuple[Entity, ...] = ()
+    cards: tuple[tuple[str, int], ...] = ()
+    mentions: Mentions | None = None
     # The chat file's hash in the store the view was built from; `outdated`: the chat was
     # re-read since, with messages before its newest deleted, added, hidden or changed
     # (`moved_older`), and the view could not be moved with them (`reread.carried`): what
@@ -85,7 +92,9 @@ class Frame:
     budget), and the macros it fills (a part it does not use is never built or searched)."""
 
     tokens: int = 0
-    macros: frozenset[str] = frozenset({"running_recap", "relevant_scenes", "recent_recaps"})
+    macros: frozenset[str] = frozenset(
+        {"running_recap", "relevant_scenes", "recent_recaps", "entities"}
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,6 +155,7 @@ def build_view(
         known = old.scenes if old is not None else {}
         scenes = scene_cards(memory.scene_cards(chat_id), known, count, prime)
         vocabulary = vocabulary_of(scenes, old)
+    entities, cards, mentions = _entities(db, inputs, chat_id, old)
     names = chat_names(db, chat_id, inputs.persona)
     shelf = RecapShelf.of(recaps)
     for text in new_texts(running, shelf, old):
@@ -164,8 +174,33 @@ def build_view(
         names=(names["char"], names["user"]),
         vocabulary=vocabulary,
         budget=budget,
+        entities=entities,
+        cards=cards,
+        mentions=mentions,
         file_hash=chat.file_hash if chat is not None else None,
     )
+
+
+def _entities(
+    db: Database, inputs: ViewInputs, chat_id: str, old: MemoryView | None
+) -> tuple[tuple[Entity, ...], tuple[tuple[str, int], ...], Mentions | None]:
+    """The chat's entities, their cards (each within `entities_max_tokens`, counted and
+    primed here, off the request path) and the matcher of their names; the old view's
+    when the registry is as it was (the matcher is an automaton: built once per change)."""
+    settings = inputs.settings
+    if not settings.entities_max_tokens or "entities" not in inputs.frame.macros:
+        return (), (), None
+    entities = tuple(registry(db.entities.current(chat_id)))
+    if old is not None and old.entities == entities and old.mentions is not None:
+        return entities, old.cards, old.mentions
+    if not entities:
+        return (), (), None
+    budget, count = settings.entities_max_tokens, inputs.counter.count
+    cards = tuple(capped(entity, budget, count) for entity in entities)
+    for line, _ in cards:
+        if line:
+            inputs.counter.prime(line)
+    return entities, cards, Mentions(entities)
 
 
 # `covered_reuse`: the old view's covered messages hold as they are.

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from proxy.core.entities import Mention
+from proxy.core.entities import HEADING, Mention
 from tests.memory.story import CHAT_ID, Story
 from tests.memory_env import MemoryFactory, hold, start
 
@@ -120,3 +120,30 @@ async def test_an_answers_made_up_or_placeholder_entities_are_left_out(
     assert scene.current == 1
     listed = await memory.run(lambda db: db.entities.listed(scene.uid, 1))
     assert listed == [Mention("tom", "character", (), ("asks about the mill",))]
+
+
+async def test_a_request_that_names_an_entity_carries_its_card(
+    memory_proxy: MemoryFactory,
+) -> None:
+    memory = await memory_proxy(16, ends={8}, build=with_entities,
+                                **{"memory.message_recaps": False,
+                                   "memory.entities_context": 1})  # fmt: skip
+    await start(memory)
+    await memory.engine.settle()
+    card = "- Aldric (character): keeps the guild ledger; owes Tom a favour."
+    story = memory.story
+
+    async def sent(last: str) -> str:
+        story.messages[15]["mes"] = story.messages[15]["swipes"][0] = last
+        story.save()
+        response = await memory.client.post("/v1/chat/completions", json=story.request())
+        assert response.status == 200
+        return "\n".join(m["content"] for m in memory.forwarded()[-1]["messages"])
+
+    named = await sent("Tom asks where ALDRIC went.")
+    assert f"{HEADING}\n{card}\n" in named and "The Mill (" not in named
+    # Both named: the one named last first.
+    both = await sent("Tom asks whether Aldric saw the mill burn.")
+    assert f"{HEADING}\n- The Mill (character): burned down.\n{card}\n" in both
+    unnamed = await sent("Tom asks about the weather.")
+    assert "Aldric (" not in unnamed and HEADING not in unnamed

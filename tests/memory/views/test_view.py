@@ -5,17 +5,24 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from proxy.core.entities import Mention
 from proxy.core.recall import Vocabulary
 from proxy.core.recaps import Candidate, RecapShelf
+from proxy.core.tokens import TokenCounter
 from proxy.memory.views.view import (
     KEEP,
+    Frame,
     MemoryView,
+    ViewInputs,
+    _entities,
     covered_reuse,
     new_texts,
     scene_cards,
     vocabulary_of,
 )
+from proxy.settings.memory import MemorySettings
 from proxy.store.records import SceneBreak, SceneRecap
+from tests.store.test_search import CHAT, story
 
 
 def scene(
@@ -88,3 +95,34 @@ def test_only_texts_the_old_view_did_not_hold_are_primed() -> None:
     )
     assert new_texts("The story so far.", shelf, old) == [shelf.lines[1] + "\n"]
     assert new_texts("The story so far.", old.shelf, replace(old)) == []
+
+
+def test_the_entities_cards_are_made_when_the_registry_changes() -> None:
+    db, uids = story(":memory:")
+    aldric = Mention("Aldric", "character", (), ("Keeps the ledger.", "Owes Tom a favour."))
+    db.entities.add(CHAT, uids[0], 1, [aldric])
+    counted: list[str] = []
+
+    def words(text: str) -> int:
+        counted.append(text)
+        return len(text.split())
+
+    counter = TokenCounter(words)
+    inputs = ViewInputs(MemorySettings(entities_max_tokens=8), counter, lambda user: "Tom")
+    entities, cards, mentions = _entities(db, inputs, CHAT, None)
+    # Each card within the budget: over it, the newest facts that fit.
+    assert cards == (("- Aldric (character): Owes Tom a favour.", 7),)
+    assert mentions is not None and mentions.newest_first(["Ask aldric."]) == [0]
+    # The registry as it was: the old view's cards and matcher, nothing counted again.
+    old = MemoryView(entities=entities, cards=cards, mentions=mentions)
+    counted.clear()
+    assert _entities(db, inputs, CHAT, old)[2] is mentions and counted == []
+    # A change (the scene recapped again, naming no one): none left.
+    db.memory.add_scene_recap(CHAT, uids[0], "Again.", 0.0, scene_name=None, source="llm")
+    assert _entities(db, inputs, CHAT, old) == ((), (), None)
+    # Not asked for: the template has no {{entities}}, or its budget is 0.
+    db.entities.add(CHAT, uids[1], 1, [aldric])
+    off = ViewInputs(MemorySettings(entities_max_tokens=0), counter, lambda user: "Tom")
+    assert _entities(db, off, CHAT, None) == ((), (), None)
+    unused = ViewInputs(inputs.settings, counter, lambda user: "Tom", Frame(0, frozenset()))
+    assert _entities(db, unused, CHAT, None) == ((), (), None)
