@@ -363,9 +363,9 @@ class LLMClient:
                 end.completion, prompt, [*own, *stops], end.model, limit, temperature
             )
             if form != "off":
-                body.update(completion_fields(end.completion, operation))
+                body.update(completion_fields(end.completion, operation, messages))
         else:
-            body.update(chat_fields(operation, form))
+            body.update(chat_fields(operation, form, messages))
             if stops:
                 body["stop"] = stops
         try:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 from yarl import URL
@@ -79,10 +80,25 @@ ASK_SECONDS: Final = 5.0  # for a server to say what it is
 REFUSAL_WORDS: Final = ("response_format", "json_schema", "grammar", "format", "schema")
 
 
-def chat_fields(operation: Operation, mode: StructuredOutput) -> dict[str, Any]:
+# A scene recap template that does not ask for entities (yours, or one imported from an
+# extension) gets the shape without them: a grammar would force a list it never asked for.
+_PLAIN_SCENE: Final[Schema] = _object(scene_name=_TEXT, recap=_TEXT)
+
+
+def schema_of(operation: Operation, prompt: Sequence[Mapping[str, Any]] = ()) -> Schema:
+    """The shape of `operation`'s answer to `prompt` (its messages)."""
+    asked = any('"entities"' in str(m.get("content", "")) for m in prompt)
+    if operation is Operation.SCENE_RECAP and prompt and not asked:
+        return _PLAIN_SCENE
+    return SCHEMAS[operation]
+
+
+def chat_fields(
+    operation: Operation, mode: StructuredOutput, prompt: Sequence[Mapping[str, Any]] = ()
+) -> dict[str, Any]:
     """What a chat completion request adds to keep the answer in shape (`auto`: a JSON
     schema, which most servers take)."""
-    schema = SCHEMAS[operation]
+    schema = schema_of(operation, prompt)
     if mode in ("auto", "json_schema"):
         named = {"name": operation.value, "schema": schema, "strict": False}
         return {"response_format": {"type": "json_schema", "json_schema": named}}
@@ -93,10 +109,12 @@ def chat_fields(operation: Operation, mode: StructuredOutput) -> dict[str, Any]:
     return {}
 
 
-def completion_fields(path: str, operation: Operation) -> dict[str, Any]:
+def completion_fields(
+    path: str, operation: Operation, prompt: Sequence[Mapping[str, Any]] = ()
+) -> dict[str, Any]:
     """What a text completion server's own request adds (nothing for one that has no
     such field, or whose field the proxy does not know)."""
-    schema = SCHEMAS[operation]
+    schema = schema_of(operation, prompt)
     if path == "/completion":  # llama.cpp
         return {"json_schema": schema}
     if path == "/api/generate":  # Ollama

@@ -12,7 +12,13 @@ from typing import Any
 import pytest
 
 from proxy.core.operations import Operation
-from proxy.memory.calls.shapes import SCHEMAS, chat_fields, completion_fields, grammar
+from proxy.memory.calls.shapes import (
+    SCHEMAS,
+    chat_fields,
+    completion_fields,
+    grammar,
+    schema_of,
+)
 from tests.memory.story import CHAT_ID
 from tests.memory_env import Memory, MemoryFactory
 
@@ -188,3 +194,15 @@ async def test_koboldcpp_is_asked_for_its_own_grammar(memory_proxy: MemoryFactor
     calls = own_calls(memory)
     assert calls and all("grammar" in b and "response_format" not in b for b in calls)
     assert calls[0]["grammar"] == grammar(SCHEMAS[Operation.DETECT_SCENE_BREAK])
+
+
+def test_a_scene_recap_prompt_that_asks_for_no_entities_gets_the_shape_without_them() -> None:
+    op = Operation.SCENE_RECAP
+    mine = [{"role": "user", "content": 'Recap it. {"scene_name": "<t>", "recap": "<r>"}'}]
+    bundled = [{"role": "user", "content": 'Recap it. {"recap": "<r>", "entities": []}'}]
+    assert "entities" not in schema_of(op, mine)["properties"]
+    assert schema_of(op, bundled) == schema_of(op) == SCHEMAS[op]
+    assert chat_fields(op, "grammar", mine) == {"grammar": grammar(schema_of(op, mine))}
+    assert completion_fields("/completion", op, mine) == {"json_schema": schema_of(op, mine)}
+    other = Operation.RUNNING_RECAP  # only the scene recap lists entities
+    assert schema_of(other, mine) == SCHEMAS[other]
