@@ -78,6 +78,10 @@ async def scenes(request: web.Request, a: MemoryActions) -> JSONAnswer:
     return await a.scenes(_chat(request))
 
 
+async def entities(request: web.Request, a: MemoryActions) -> JSONAnswer:
+    return await a.entities(_chat(request))
+
+
 async def scene(request: web.Request, a: MemoryActions) -> JSONAnswer:
     return await a.scene(_chat(request), _index(request))
 
@@ -325,6 +329,7 @@ def add_memory_routes(app: web.Application, parts: Parts) -> None:
     r.add_post(CHAT + "/backfill", _json(parts, backfill))
     r.add_get(CHAT + "/preview", _json(parts, partial(preview, parts)))
     r.add_get(CHAT + "/scenes", _json(parts, scenes))
+    r.add_get(CHAT + "/entities", _json(parts, entities))
     r.add_post(CHAT + "/scene-check", _json(parts, check_scenes_now))
     r.add_get(scene_path, _json(parts, scene))
     r.add_patch(scene_path, _json(parts, update_scene))

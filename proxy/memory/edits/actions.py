@@ -141,6 +141,13 @@ class MemoryActions:
 
         return await self.store.call(work)
 
+    async def entities(self, chat_id: str) -> list[JSONObject]:
+        def work(db: Database) -> list[JSONObject]:
+            self._chat(db, chat_id)
+            return readout.entities(db, chat_id)
+
+        return await self.store.call(work)
+
     async def scene(self, chat_id: str, index: int) -> JSONObject:
         return await self.store.call(lambda db: readout.scene(db, self._scene(db, chat_id, index)))
 

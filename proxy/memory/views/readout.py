@@ -8,6 +8,7 @@ theirs.
 
 from __future__ import annotations
 
+from proxy.core.entities import registry
 from proxy.core.jsontypes import JSONObject, JSONValue
 from proxy.memory.chatinfo import swipe_of
 from proxy.memory.running import covered_through
@@ -97,6 +98,24 @@ def scenes(db: Database, chat_id: str) -> list[JSONObject]:
         if scene.visible:
             first = scene.position + 1
     return out
+
+
+def entities(db: Database, chat_id: str) -> list[JSONObject]:
+    """The chat's entities (`proxy.core.entities.registry`), in story order, each fact with
+    the scene that established it (the index of its last message, and its name)."""
+    names = {b.uid: b.name for b in db.memory.breaks(chat_id)}
+    return [
+        {
+            "name": entity.name,
+            "type": entity.type,
+            "aliases": list(entity.aliases),
+            "facts": [
+                {"text": fact.text, "scene": fact.position, "scene_name": names.get(fact.scene)}
+                for fact in entity.facts
+            ],
+        }
+        for entity in registry(db.entities.current(chat_id))
+    ]
 
 
 def scene(db: Database, end: SceneBreak) -> JSONObject:

@@ -4,6 +4,7 @@ its scene changed meanwhile or the answer holds the prompt's placeholders."""
 from __future__ import annotations
 
 import json
+from urllib.parse import quote
 
 from proxy.core.entities import HEADING, Mention
 from tests.memory.story import CHAT_ID, Story
@@ -97,6 +98,21 @@ async def test_a_scene_recaps_entities_are_kept_with_its_version(
         Mention("Aldric", "character", (), ("keeps the guild ledger", "owes Tom a favour")),
         Mention("The Mill", "character", (), ("burned down",)),
     ]
+    # As the API shows them: each fact with the scene that established it.
+    api = f"/recap/api/chats/{quote(CHAT_ID, safe='')}"
+    shown = await (await memory.client.get(f"{api}/entities")).json()
+    assert shown[0] == {
+        "name": "Aldric",
+        "type": "character",
+        "aliases": [],
+        "facts": [
+            {"text": "keeps the guild ledger", "scene": 8, "scene_name": scene.name},
+            {"text": "owes Tom a favour", "scene": 8, "scene_name": scene.name},
+        ],
+    }
+    assert [e["name"] for e in shown] == ["Aldric", "The Mill"]
+    missing = await memory.client.get("/recap/api/chats/nobody%2Fchats%2Fx/entities")
+    assert missing.status == 404
 
 
 async def test_an_answers_made_up_or_placeholder_entities_are_left_out(
