@@ -38,7 +38,7 @@ from bench.words import CHAT_WORDS
 from proxy.core.operations import Operation
 from proxy.memory.chatinfo import swipe_of
 from proxy.memory.ops.scene_recap import SceneRecapHandler
-from proxy.memory.views.request import history_start, request_memory
+from proxy.memory.views.request import history_start, request_memory, stands_for
 from proxy.sillytavern.chatfile import text_hash
 from proxy.store import Database
 from proxy.web.keys import RUNTIME
@@ -152,7 +152,11 @@ SETTINGS[5928] = SETTINGS[4]
 # outdated and leaves nothing out (`proxy.memory.views.reread.carried`). 4514, 4533: the
 # checker read a view planning put in place after the request's memory was made
 # (`covering` records the one it was made from). The last three failed only under load.
-HUNTED: set[int] = {2877, 2937, 4036, 4370, 4514, 4533}
+# 5698 (one run in three): a turn ST merged (two replies) stepped away with both recaps
+# in, the newer one the user's own ("Mine 39.", no mark): the checker credited the first
+# part's mark only, and the step checked only the turn's newest position's recap; now
+# every position it stands for (`proxy.memory.views.request.stands_for`), and all marks.
+HUNTED: set[int] = {2877, 2937, 4036, 4370, 4514, 4533, 5698}
 
 
 @dataclass(frozen=True)
@@ -739,14 +743,19 @@ def covering(memory: Memory, player: Player, monkeypatch: pytest.MonkeyPatch) ->
             player.covered[ident.chat_id] = (-1, frozenset(), set())
             return got
         _, stepped = history_start(view, engine.upkeep.settings, ident, history)
-        place = dict(zip(ident.history, ident.positions, strict=False))
         # The positions whose recap line went in, not every one the shelf holds.
         went = set(got.values.get("recent_recaps", "").split("\n"))
         shelf = view.shelf
         recapped = {p for p, line in zip(shelf.positions, shelf.lines, strict=True) if line in went}
-        marks = [
-            re.search(r"\bu\d+x\b", messages[i].text) for i in stepped if place.get(i) in recapped
-        ]
+        # A stepped message stands in by the recaps of every position it stands for (a
+        # turn ST merged is two or more of them): its marks, when all those that have a
+        # recap had it go in.
+        spans, kept = stands_for(ident), set(shelf.positions)
+        marks: set[str] = set()
+        for i in stepped:
+            held = [p for p in spans.get(i, ()) if p in kept]
+            if held and all(p in recapped for p in held):
+                marks.update(re.findall(r"\bu\d+x\b", messages[i].text))
         cutoff = view.cutoff if view.cutoff is not None else -1
         # What a failing check needs to be traced (the race it looks for is rare).
         player.traced[ident.chat_id] = (
@@ -759,7 +768,7 @@ def covering(memory: Memory, player: Player, monkeypatch: pytest.MonkeyPatch) ->
         player.covered[ident.chat_id] = (
             cutoff,
             frozenset(view.covered.raws),
-            {m.group() for m in marks if m},
+            marks,
         )
         return got
 

@@ -63,13 +63,13 @@ def request_memory(
     recap_room = budget if budget < free else free
     recent, spent = view.shelf.newest(sent_from, recap_room)
     if stepped:
-        # A message is stepped away for the recap that stands in for it: one whose recap
+        # A message is stepped away for the recaps that stand in for it: one with a recap
         # the budget leaves out (a long running recap leaves little room) stays.
-        place = dict(zip(ident.history, ident.positions, strict=False))
-        known = (place[i] for i in stepped if i in place)
+        spans = stands_for(ident)
+        known = [p for i in stepped for p in spans.get(i, ())]
         short = view.shelf.left_out_of(known, sent_from, recap_room)
         if short:
-            stepped = [i for i in stepped if place.get(i) not in short]
+            stepped = [i for i in stepped if not short.intersection(spans.get(i, ()))]
         drop = sorted({*drop, *stepped})
     if recent:
         left -= FRAME_TOKENS + spent
@@ -97,6 +97,19 @@ def request_memory(
         "entities": entities,
     }
     return RequestMemory(values, tuple(drop))
+
+
+def stands_for(ident: Identification) -> dict[int, range]:
+    """The chat positions each matched request message stands for: its own, and, for a
+    turn ST merged (`proxy.identify.readings.MESSAGE`, matched at its newest position),
+    those since the matched message before it. Positions between that ST did not send
+    (hidden ones) have no recap to check."""
+    spans: dict[int, range] = {}
+    before: int | None = None
+    for index, position in zip(ident.history, ident.positions, strict=False):
+        spans[index] = range(position if before is None else before + 1, position + 1)
+        before = position
+    return spans
 
 
 def _named_cards(

@@ -9,8 +9,9 @@ import pytest
 
 from proxy.core.fingerprints import index_message
 from proxy.core.models import ChatMessage, Identification
+from proxy.core.recaps import Candidate, RecapShelf
 from proxy.core.trim import Covered, Cut
-from proxy.memory.views.request import history_start, request_memory
+from proxy.memory.views.request import history_start, request_memory, stands_for
 from proxy.memory.views.view import MemoryView
 from proxy.settings.memory import MemorySettings
 
@@ -95,3 +96,25 @@ def test_an_outdated_view_leaves_nothing_out() -> None:
     assert got.drop == tuple(range(2, 11))  # 0-8, covered
     stale = dataclasses.replace(view, outdated=True)
     assert request_memory(stale, SETTINGS, ident, messages, history, unmoved, None).drop == ()
+
+
+def test_a_merged_turn_is_stepped_away_only_with_every_recap_it_stands_for() -> None:
+    """ST sent the chat from 22 on, its 23 and 24 merged into one turn (request index 3,
+    matched at its newest position): the step to 25 leaves it out only when the recaps of
+    both went in (hunted seed 5698: the checker saw one)."""
+    shelf = RecapShelf.of([Candidate(p, 5, f"#{p}: u{p}x") for p in (22, 23, 24)])
+    positions = (22, 24, *range(25, 40))
+    history = list(range(2, 2 + len(positions)))
+    ident = Identification("c", 1.0, "normal", 40, tuple(history), len(history), positions)
+    messages = [ChatMessage("system", "x")] * (2 + len(positions))
+    assert stands_for(ident)[2] == range(22, 23) and stands_for(ident)[3] == range(23, 25)
+
+    def dropped(room: int) -> tuple[int, ...]:
+        view = dataclasses.replace(FOLDED, shelf=shelf, budget=16 + room)
+        start = history_start(view, SETTINGS, ident, history)
+        assert start[1] == [2, 3]  # the step to 25 would leave both out
+        return request_memory(view, SETTINGS, ident, messages, history, start, None).drop
+
+    assert dropped(10) == ()  # only 24's recap goes in: the merged turn stays, and 22
+    assert dropped(16) == (3,)  # 23's and 24's go in: the turn leaves; 22 stays
+    assert dropped(30) == (2, 3)
