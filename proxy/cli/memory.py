@@ -54,6 +54,13 @@ def add_memory_commands(sub: Any, config_arg: Any) -> None:
         help="start this chat from another chat's current running recap",
     )
 
+    entities = sub.add_parser(
+        "entities", help="list who and what a chat's memory keeps, with what is known of them"
+    )
+    server_arg(entities)
+    entities.add_argument("chat", help=chat_help)
+    entities.add_argument("--json", action="store_true", help="print JSON")
+
     export = sub.add_parser("export", help="write a chat's memory as Markdown, JSON or ST lore")
     server_arg(export)
     export.add_argument("chat", help=chat_help)
@@ -118,6 +125,8 @@ async def run_memory_command(args: argparse.Namespace) -> int:
             return await _memory(server, base, args)
         if args.command == "export":
             return await _export(server, base, args, settings)
+        if args.command == "entities":
+            return await _entities(server, base, args)
         if args.command == "clear-recap":
             cleared = await server.call("DELETE", f"{base}/messages/{args.index}/recap", {})
             print(json.dumps(cleared))
@@ -218,6 +227,22 @@ async def _memory(server: Server, base: str, args: argparse.Namespace) -> int:
         made = f"{running['scene_count']} scene(s), {running['source']}"
         print(f"\nrunning recap v{running['version']} ({made}):")
         print(running["content"])
+    return 0
+
+
+async def _entities(server: Server, base: str, args: argparse.Namespace) -> int:
+    found = await server.call("GET", f"{base}/entities")
+    if args.json:
+        print(json.dumps(found, indent=2, ensure_ascii=False))
+        return 0
+    if not found:
+        print("no entities yet (each scene recap lists the ones its scene names)")
+    for entity in found:
+        also = f"; also {', '.join(entity['aliases'])}" if entity["aliases"] else ""
+        print(f"{entity['name']} ({entity['type']}{also})")
+        for fact in entity["facts"]:
+            name = f" {fact['scene_name']}" if fact["scene_name"] else ""
+            print(f"  - {fact['text']}  [scene #{fact['scene']}{name}]")
     return 0
 
 

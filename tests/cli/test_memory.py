@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
 from urllib.parse import quote
 
 import pytest
 
 from proxy.errors import RecapProxyError
+from tests.memory.ops.test_scene_recap import with_entities
 from tests.memory.story import CHAT_ID
 from tests.memory_env import MemoryFactory, cli
 
@@ -193,3 +195,21 @@ async def test_the_open_scene_is_checked_now_when_asked(
     await memory.engine.settle()
     [found] = await memory.run(lambda db: db.memory.breaks(CHAT_ID))
     assert found.position == 20
+
+
+async def test_entities_lists_who_the_memory_keeps(
+    memory_proxy: MemoryFactory, capsys: pytest.CaptureFixture[str]
+) -> None:
+    memory = await memory_proxy(16, ends={8}, build=with_entities,
+                                **{"memory.llm.model": "fake-model"})  # fmt: skip
+    assert await cli(memory, "backfill", CHAT_ID) == 0
+    capsys.readouterr()
+    assert await cli(memory, "entities", CHAT_ID) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "Aldric (character)"
+    assert lines[1].startswith("  - keeps the guild ledger  [scene #8 ")  # and its name
+    assert lines[2].startswith("  - owes Tom a favour  [scene #8 ")
+    assert lines[3] == "The Mill (character)"
+    assert await cli(memory, "entities", CHAT_ID, "--json") == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert [e["name"] for e in shown] == ["Aldric", "The Mill"]
