@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import socket
 import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
@@ -82,6 +83,16 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
         terminalreporter.write_line(
             f"all of them: python -m pytest {path} --hunt-seeds {','.join(seeds)}"
         )
+
+
+@pytest.fixture
+def refused_port() -> Iterator[int]:
+    """A loopback port that nothing answers on for the whole test: bound and never
+    listening, so a connection is refused and no other test's server can take it (a port
+    found free and let go can be, by the tests running beside it)."""
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        yield held.getsockname()[1]
 
 
 def make_settings(**dotted: Any) -> Settings:

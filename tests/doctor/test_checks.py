@@ -96,9 +96,9 @@ async def test_every_prompt_post_processing_passes(
 
 
 async def test_an_upstream_down_and_a_missing_data_folder(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], refused_port: int
 ) -> None:
-    down = f"http://127.0.0.1:{free_port()}/v1"
+    down = f"http://127.0.0.1:{refused_port}/v1"
     _, config, _ = setup(tmp_path, down)
     code, checks = await _doctor(config, tmp_path / "nowhere", capsys)
     assert code == 1
@@ -175,7 +175,7 @@ async def test_a_bad_key_leaves_the_other_checks_on_what_the_file_sets(
 
 
 def test_a_config_that_is_not_toml_leaves_the_defaults(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], refused_port: int
 ) -> None:
     config = tmp_path / "config.toml"
     config.write_text("[server\nport = 1\n", encoding="utf-8")
@@ -186,7 +186,7 @@ def test_a_config_that_is_not_toml_leaves_the_defaults(
     assert "the checks below use the defaults" in checks["config"]["detail"]
     assert "127.0.0.1:5001" in checks["upstream"]["detail"]
     # What the command line gives still counts.
-    down = f"http://127.0.0.1:{free_port()}/api/v1"
+    down = f"http://127.0.0.1:{refused_port}/api/v1"
     argv = ["doctor", "--config", str(config), "--upstream", down, "--port", "8799", "--json"]
     assert main(argv) == 1
     checks = {c["name"]: c for c in json.loads(capsys.readouterr().out)["checks"]}
@@ -203,10 +203,10 @@ async def _doctor(
 
 
 def test_a_running_proxy_with_an_access_key_is_seen_and_asked(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], refused_port: int
 ) -> None:
 
-    data, config, port = setup(tmp_path, f"http://127.0.0.1:{free_port()}/v1")
+    data, config, port = setup(tmp_path, f"http://127.0.0.1:{refused_port}/v1")
     with config.open("a", encoding="utf-8") as extra:
         extra.write('access_key = "a-long-random-access-key"\n')  # under [server]
     proc = launch(tmp_path, "proxy", "serve", "--config", str(config), "--st-data", str(data))
@@ -224,10 +224,10 @@ def test_a_running_proxy_with_an_access_key_is_seen_and_asked(
 
 
 async def test_doctor_takes_serves_options_and_names_the_running_proxys_upstream(
-    tmp_path: Path, fake_llm: FakeLLM, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, fake_llm: FakeLLM, capsys: pytest.CaptureFixture[str], refused_port: int
 ) -> None:
     # The README's way: `serve --upstream URL`, the config (here) naming another API.
-    down = f"http://127.0.0.1:{free_port()}/v1"
+    down = f"http://127.0.0.1:{refused_port}/v1"
     data, config, port = setup(tmp_path, down)
     args = ("--config", str(config), "--st-data", str(data))
     proc = launch(tmp_path, "proxy", "serve", *args, "--upstream", fake_llm.base_url)
@@ -287,9 +287,9 @@ async def test_with_no_upstream_set_doctor_checks_the_one_the_running_proxy_uses
 
 
 def test_a_store_set_inside_st_data_is_a_failed_check(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], refused_port: int
 ) -> None:
-    data, config, _ = setup(tmp_path, f"http://127.0.0.1:{free_port()}/v1")
+    data, config, _ = setup(tmp_path, f"http://127.0.0.1:{refused_port}/v1")
     inside = data / "default-user" / "recap.sqlite3"
     config.write_text(
         config.read_text(encoding="utf-8").replace(str(tmp_path / "s.sqlite3"), str(inside)),
@@ -301,9 +301,9 @@ def test_a_store_set_inside_st_data_is_a_failed_check(
 
 
 def test_a_store_of_another_data_folder_is_a_failed_check(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], refused_port: int
 ) -> None:
-    data, config, _ = setup(tmp_path, f"http://127.0.0.1:{free_port()}/v1")
+    data, config, _ = setup(tmp_path, f"http://127.0.0.1:{refused_port}/v1")
     assert main(["chats", "--config", str(config), "--st-data", str(data)]) == 0
     capsys.readouterr()
     _, checks = doctor(config, data, capsys)
@@ -321,9 +321,9 @@ def test_a_store_of_another_data_folder_is_a_failed_check(
 
 
 def test_a_damaged_or_newer_store_is_a_failed_check_with_what_to_do(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], refused_port: int
 ) -> None:
-    data, config, _ = setup(tmp_path, f"http://127.0.0.1:{free_port()}/v1")
+    data, config, _ = setup(tmp_path, f"http://127.0.0.1:{refused_port}/v1")
     store = tmp_path / "s.sqlite3"
     store.write_bytes(b"not a store, " * 1000)
     _, checks = doctor(config, data, capsys)
@@ -342,9 +342,12 @@ def test_a_damaged_or_newer_store_is_a_failed_check_with_what_to_do(
 
 
 def test_a_store_disk_nearly_full_is_a_failed_check(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    refused_port: int,
 ) -> None:
-    data, config, _ = setup(tmp_path, f"http://127.0.0.1:{free_port()}/v1")
+    data, config, _ = setup(tmp_path, f"http://127.0.0.1:{refused_port}/v1")
     assert main(["chats", "--config", str(config), "--st-data", str(data)]) == 0
     capsys.readouterr()
     _, checks = doctor(config, data, capsys)
@@ -359,9 +362,9 @@ def test_a_store_disk_nearly_full_is_a_failed_check(
 
 
 async def test_an_injection_template_that_carries_no_memory_is_pointed_out(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], refused_port: int
 ) -> None:
-    data, config, _ = setup(tmp_path, f"http://127.0.0.1:{free_port()}/v1")
+    data, config, _ = setup(tmp_path, f"http://127.0.0.1:{refused_port}/v1")
     _, checks = await _doctor(config, data, capsys)
     assert checks["injection template"]["ok"] is True
     with config.open("a", encoding="utf-8") as extra:
