@@ -230,18 +230,22 @@ class Mirror:
         return Refreshed(chat_id, (), None)
 
     def _group_of(self, location: ChatLocation) -> GroupInfo | None:
-        return self.group(location.user, location.name) if location.kind == "group" else None
+        if location.kind != "group":
+            return None
+        return self.group(location.user, location.name, reading=True)
 
-    def group(self, user: str, chat_name: str) -> GroupInfo | None:
+    def group(self, user: str, chat_name: str, *, reading: bool = False) -> GroupInfo | None:
         """The group a group chat belongs to (`groups/*.json`, cached). Worker thread.
 
-        A chat the cached groups do not name has them read again: ST writes a new group
-        chat's group file (its chat list, a branch's parent before ST 1.15) before the
-        chat, and the chat's first save may be read before the watcher names that file."""
+        `reading`: the chat's file is being read. One the cached groups do not name has them
+        read again then: ST writes a new group chat's group file (its chat list, a branch's
+        parent before ST 1.15) before the chat, and the chat's first save may be read
+        before the watcher names that file. Other lookups (the lore's, after every
+        generation) take the cache as it is: a chat no group names costs them no read."""
         if self.data_dir is None:
             return None
         groups = self._groups.get(user)
-        if groups is None or chat_name not in groups:
+        if groups is None or (reading and chat_name not in groups):
             groups = self._groups[user] = read_groups(self.data_dir / user)
         return groups.get(chat_name)
 

@@ -173,11 +173,19 @@ async def test_persona_and_groups_are_reread_when_their_files_change(
     group.write_text(json.dumps({"id": 1, "name": "New", "members": [], "chats": ["g"]}))
     await library.refresh([group])
     assert (await library.store.call(lambda db: library.group("default-user", "g"))).name == "New"  # type: ignore[union-attr]
-    # A new chat of the group, its group file written first and not read again since
-    # (the chat's first save read before the watcher names that file): read for it.
+    # A new chat of the group, its group file written first and not read again since:
+    # a lookup takes the cache (the lore's, after every generation: no read for a chat no
+    # group names), the chat's own read (its first save, before the watcher names that
+    # file) reads the groups again.
     group.write_text(json.dumps({"id": 1, "name": "New", "members": [], "chats": ["g", "h"]}))
-    assert (await library.store.call(lambda db: library.group("default-user", "h"))).name == "New"  # type: ignore[union-attr]
-    assert await library.store.call(lambda db: library.group("default-user", "none")) is None
+    assert await library.store.call(lambda db: library.group("default-user", "h")) is None
+    mirror = library.mirror
+    read = await library.store.call(lambda db: mirror.group("default-user", "h", reading=True))
+    assert read is not None and read.name == "New"
+    assert (await library.store.call(lambda db: library.group("default-user", "h"))) == read
+    assert (
+        await library.store.call(lambda db: mirror.group("default-user", "x", reading=True)) is None
+    )
 
 
 async def test_a_chat_saved_over_and_over_mirrors_as_a_fresh_read_would(tmp_path: Path) -> None:
