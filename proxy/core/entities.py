@@ -213,6 +213,15 @@ def _word_at(text: str, at: int) -> bool:
     return 0 <= at < len(text) and _WORD.match(text[at]) is not None
 
 
+def named_in(mentions: Sequence[Mention], text: str) -> list[Mention]:
+    """The mentions whose name or an alias `text` names, as `Mentions` finds them (a whole
+    word, any case), in their order: a scene recap keeps only the entities its scene names."""
+    found = set(
+        Mentions([Entity(m.name, m.type, m.aliases, ()) for m in mentions]).newest_first([text])
+    )
+    return [mention for i, mention in enumerate(mentions) if i in found]
+
+
 def capped(entity: Entity, budget: int, count: Callable[[str], int]) -> tuple[str, int]:
     """The entity's card and its tokens: whole, or, over `budget` alone, with its newest
     facts that fit ("" when none does). Made when the registry changes (off the request

@@ -13,6 +13,7 @@ from proxy.core.entities import (
     card,
     cards_within,
     entities_of,
+    named_in,
     registry,
 )
 
@@ -104,3 +105,11 @@ def test_cards_go_in_mention_order_within_the_budget() -> None:
     )
     assert cards_within(cards, [0, 2], 6)[0] == f"{HEADING}\n- Al (character): A stranger."
     assert cards_within(cards, [], 100) == ("", 0)
+
+
+def test_a_scene_names_an_entity_by_its_name_or_an_alias_as_a_whole_word() -> None:
+    monk = Mention("Brother Aldric", "character", ("the monk",), ("Keeps it.",))
+    mill, al = Mention("The Mill", "place"), Mention("Al", "character")
+    scene = "Tom met THE MONK by the mill. Aldric's ledger lay open."
+    assert named_in([monk, mill, al], scene) == [monk, mill]  # "Al" only inside "Aldric's"
+    assert named_in([], scene) == [] and named_in([monk], "") == []

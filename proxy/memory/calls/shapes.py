@@ -87,10 +87,10 @@ _PLAIN_SCENE: Final[Schema] = _object(scene_name=_TEXT, recap=_TEXT)
 
 def schema_of(operation: Operation, prompt: Sequence[Mapping[str, Any]] = ()) -> Schema:
     """The shape of `operation`'s answer to `prompt` (its messages)."""
+    if operation is not Operation.SCENE_RECAP or not prompt:
+        return SCHEMAS[operation]
     asked = any('"entities"' in str(m.get("content", "")) for m in prompt)
-    if operation is Operation.SCENE_RECAP and prompt and not asked:
-        return _PLAIN_SCENE
-    return SCHEMAS[operation]
+    return SCHEMAS[operation] if asked else _PLAIN_SCENE
 
 
 def chat_fields(

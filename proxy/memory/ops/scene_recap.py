@@ -4,11 +4,11 @@ active in it), and the running recap versions built on an older recap of it drop
 from __future__ import annotations
 
 import logging
-import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from proxy.core.entities import Mention, entities_of
+from proxy.core.entities import Mention, entities_of, named_in
+from proxy.core.genuine import NotAnAnswer
 from proxy.core.jsontypes import as_int
 from proxy.core.operations import Operation
 from proxy.core.replies import ReplyError, read_reply
@@ -39,11 +39,6 @@ class _SceneInput:
     shown: list[STMessage]  # the messages as the chat's model sees them in a prompt
 
 
-def _named(name: str, text: str) -> bool:
-    """Whether `text` names `name` as a whole word (both case-folded)."""
-    return re.search(rf"(?<!\w){re.escape(name)}(?!\w)", text) is not None
-
-
 def scene_start(db: Database, chat_id: str, scene: SceneBreak) -> int:
     """The first message of the scene that ends at `scene`: after the last visible break
     before it, else the chat's first."""
@@ -65,14 +60,12 @@ class SceneRecapHandler(OperationHandler):
         or an alias, any case), no placeholder of the prompt's in their name or facts.
         The rest are left out and the recap stands (a model may list what it made up, or
         copy the prompt's example)."""
-        text = scene.casefold()
+        genuine = self.context.prompts.genuine[self.operation]
         kept: list[Mention] = []
-        for mention in listed:
-            if not any(_named(name.casefold(), text) for name in (mention.name, *mention.aliases)):
-                continue
+        for mention in named_in(listed, scene):
             try:
-                self.check("", [mention.name, *mention.aliases, *mention.facts])
-            except JobFailure:
+                genuine.check_fields([mention.name, *mention.aliases, *mention.facts])
+            except NotAnAnswer:
                 continue
             kept.append(mention)
         if len(kept) < len(listed):
