@@ -17,6 +17,8 @@ from proxy.web import make_app
 from proxy.web.keys import RUNTIME
 from tests.conftest import FakeLLM, make_settings
 from tests.memory.story import Story
+from tests.memory_env import MemoryFactory
+from tests.waiting import until
 
 
 def settings_for(tmp_path: Path, fake_llm: FakeLLM) -> dict[str, str]:
@@ -115,3 +117,21 @@ def test_without_a_data_folder_the_memory_parts_say_why(fake_llm: FakeLLM) -> No
     assert runtime.memory is None and runtime.engine is None and runtime.queue is None
     with pytest.raises(ConfigError, match="without memory: no SillyTavern data folder"):
         runtime.memory_parts()
+
+
+async def test_st_data_folder_going_and_coming_back_is_a_health_event(
+    memory_proxy: MemoryFactory,
+) -> None:
+    """The page's health band asks /health on it at once, not at its next poll."""
+    memory = await memory_proxy(2, ends=set())
+    events = memory.app[RUNTIME].events
+    data = memory.story.path.parents[3]
+    away = data.with_name("away")
+
+    def told() -> list[object]:
+        return [e.data["watcher"] for e in events.since(0) or [] if e.kind == "health"]
+
+    data.rename(away)
+    await until(lambda: told() == ["missing"], "the folder's loss said")
+    away.rename(data)
+    await until(lambda: told() == ["missing", "running"], "its return said")
