@@ -56,8 +56,8 @@ def entities_of(value: object) -> list[Mention]:
         key = name.casefold()
         if key in found:  # the model listed it twice: one entity
             was = found[key]
-            aliases = _unique((*was.aliases, *aliases), exclude=name)
-            facts = _unique((*was.facts, *facts))
+            aliases = unique((*was.aliases, *aliases), exclude=name)
+            facts = unique((*was.facts, *facts))
             kind, name = was.type, was.name
         found[key] = Mention(name, kind if kind in TYPES else "other", aliases, facts)
     return list(found.values())
@@ -75,10 +75,10 @@ def _texts(value: object, longest: int, exclude: str = "") -> tuple[str, ...]:
         value = [value]
     if not isinstance(value, list):
         return ()
-    return _unique((t for v in value if (t := _text(v, longest)) is not None), exclude=exclude)
+    return unique((t for v in value if (t := _text(v, longest)) is not None), exclude=exclude)
 
 
-def _unique(texts: Iterable[str], exclude: str = "") -> tuple[str, ...]:
+def unique(texts: Iterable[str], exclude: str = "") -> tuple[str, ...]:
     seen = {exclude.casefold()} if exclude else set()
     kept: list[str] = []
     for text in texts:
@@ -97,6 +97,9 @@ class Fact:
     text: str
     scene: int
     position: int
+    # Where it comes from: a scene's recap, condensing (`condense_entity`), the user's
+    # edit, or an extension's lorebook entry (`proxy.core.entity_changes`).
+    source: str = "scene"
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,18 +111,31 @@ class Entity:
     type: str
     aliases: tuple[str, ...]
     facts: tuple[Fact, ...]
+    # What changes made of it (`proxy.core.entity_changes`): written by the user (kept as
+    # written until released), deleted, or its facts condensed (by that change's id).
+    edited: bool = False
+    deleted: bool = False
+    condensed: int | None = None
+    # The facts its scenes (and imports) gave: `facts` unless edited or condensed.
+    from_scenes: tuple[Fact, ...] = ()
+    # Every name it went by, shown or not (a name an edit took away still finds it).
+    known_as: tuple[str, ...] = ()
 
     @property
     def names(self) -> tuple[str, ...]:
         return (self.name, *self.aliases)
 
 
-def registry(mentions: Iterable[tuple[int, int, Mention]]) -> list[Entity]:
+def registry(
+    mentions: Iterable[tuple[int, int, Mention]], links: Iterable[Sequence[str]] = ()
+) -> list[Entity]:
     """The entities of a chat from its scenes' mentions, each `(scene, position, mention)`:
     mentions that share a name or an alias (case-insensitively, transitively: Aldric, then
-    Brother Aldric with the alias Aldric) are one entity. Its name is its earliest
-    mention's, its type the newest mention's that says more than `other`; in story
-    order, the entities by their first scene."""
+    Brother Aldric with the alias Aldric) are one entity, as are the names of each of
+    `links` (a user's merge). Its name is its earliest mention's, its type the newest
+    mention's that says more than `other`; in story order, the entities by their first
+    scene. A mention at a negative position is no scene's: an extension's entry, imported
+    (`proxy.core.entity_changes`), older than the story's first scene."""
     ordered = sorted(mentions, key=lambda m: (m[1], m[0]))
     parent: dict[str, str] = {}
 
@@ -136,6 +152,11 @@ def registry(mentions: Iterable[tuple[int, int, Mention]]) -> list[Entity]:
             other = root(key)
             if other != first:
                 parent[other] = first
+    for names in links:
+        keys = [root(n.casefold()) for n in names]
+        for other in keys[1:]:
+            if root(other) != root(keys[0]):
+                parent[root(other)] = root(keys[0])
     groups: dict[str, list[tuple[int, int, Mention]]] = {}
     for scene, position, mention in ordered:
         groups.setdefault(root(mention.name.casefold()), []).append((scene, position, mention))
@@ -143,15 +164,18 @@ def registry(mentions: Iterable[tuple[int, int, Mention]]) -> list[Entity]:
     for group in groups.values():
         name = group[0][2].name
         typed = [m.type for _, _, m in group if m.type != "other"]
-        aliases = _unique((n for _, _, m in group for n in (m.name, *m.aliases)), exclude=name)
+        aliases = unique((n for _, _, m in group for n in (m.name, *m.aliases)), exclude=name)
         facts: list[Fact] = []
         said: set[str] = set()
         for scene, position, mention in group:
             for text in mention.facts:
                 if text.casefold() not in said:  # told again by a later scene: once
                     said.add(text.casefold())
-                    facts.append(Fact(text, scene, position))
-        entities.append(Entity(name, typed[-1] if typed else "other", aliases, tuple(facts)))
+                    source = "scene" if position >= 0 else "imported"
+                    facts.append(Fact(text, scene, position, source))
+        told = tuple(facts)
+        kind = typed[-1] if typed else "other"
+        entities.append(Entity(name, kind, aliases, told, from_scenes=told))
     return entities
 
 

@@ -4,14 +4,17 @@ A scene recap's answer lists the scene's entities (`proxy.core.entities`); they 
 with the version that listed them. A chat's registry is made of the mentions of its
 visible scenes' current versions, so a scene recapped again (a new current version), a
 recap edited by hand (a version with none) or a scene deleted (its break gone, and with
-it its versions) takes its entities' facts along, and no row is ever rewritten.
+it its versions) takes its entities' facts along, and no row is ever rewritten. What
+the user, condensing and imports changed of them is kept beside, in the order made
+(`proxy.core.entity_changes`), and applied over the registry made anew (`registry`).
 """
 
 from __future__ import annotations
 
 import json
 
-from proxy.core.entities import Mention
+from proxy.core.entities import Entity, Mention
+from proxy.core.entity_changes import Change, resolve
 from proxy.store.records import Table
 
 
@@ -50,6 +53,58 @@ class EntityTable(Table):
             (chat_id,),
         ).fetchall()
         return [(uid, position, _mention(*rest)) for uid, position, *rest in rows]
+
+    def change(self, chat_id: str, change: Change, made: float) -> int:
+        """Keep one change of an entity; its id."""
+        body = {
+            "name": change.name,
+            "type": change.type,
+            "aliases": list(change.aliases),
+            "facts": list(change.facts),
+            "covers": list(change.covers),
+        }
+        cursor = self.db.execute(
+            "INSERT INTO entity_changes (chat_id, kind, key, body, made) VALUES (?,?,?,?,?)",
+            (chat_id, change.kind, change.key, json.dumps(body), made),
+        )
+        return int(cursor.lastrowid or 0)
+
+    def changes(self, chat_id: str) -> list[Change]:
+        """The chat's entity changes, oldest first."""
+        rows = self.db.execute(
+            "SELECT id, kind, key, body, made FROM entity_changes WHERE chat_id=? ORDER BY id",
+            (chat_id,),
+        ).fetchall()
+        out: list[Change] = []
+        for change_id, kind, key, body, made in rows:
+            data = json.loads(body)
+            out.append(
+                Change(
+                    kind,
+                    key,
+                    name=data.get("name", ""),
+                    type=data.get("type", ""),
+                    aliases=tuple(data.get("aliases", ())),
+                    facts=tuple(data.get("facts", ())),
+                    covers=tuple(data.get("covers", ())),
+                    id=change_id,
+                    made=made,
+                )
+            )
+        return out
+
+    def copy_changes(self, source: str, chat_id: str) -> None:
+        """A branch's entities as its parent's: the parent's changes, kept in their order
+        (they name entities by name, and the branch's scenes are its parent's)."""
+        self.db.execute(
+            "INSERT INTO entity_changes (chat_id, kind, key, body, made) SELECT ?, kind, key,"
+            " body, made FROM entity_changes WHERE chat_id=? ORDER BY id",
+            (chat_id, source),
+        )
+
+    def registry(self, chat_id: str) -> list[Entity]:
+        """The chat's entities: its scenes' with its changes applied (deleted ones marked)."""
+        return resolve(self.current(chat_id), self.changes(chat_id))
 
 
 def _mention(name: str, kind: str, aliases: str, facts: str) -> Mention:

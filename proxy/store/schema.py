@@ -260,4 +260,18 @@ MIGRATIONS: tuple[str, ...] = (
     );
     CREATE INDEX entity_mentions_chat ON entity_mentions(chat_id);
     """,
+    # v11: what the user, condensing and imports changed of the entities
+    # (`proxy.core.entity_changes`), in the order made, each naming its entity by a name:
+    # the registry is made anew from the scenes, and these apply over it. Never rewritten.
+    """
+    CREATE TABLE entity_changes (
+        id          INTEGER PRIMARY KEY,
+        chat_id     TEXT NOT NULL REFERENCES chats(id) ON DELETE CASCADE ON UPDATE CASCADE,
+        kind        TEXT NOT NULL,     -- edit, delete, release, merge, condense, import
+        key         TEXT NOT NULL,     -- a name the entity went by then
+        body        TEXT NOT NULL,     -- JSON: name, type, aliases, facts, covers
+        made        REAL NOT NULL
+    );
+    CREATE INDEX entity_changes_chat ON entity_changes(chat_id, id);
+    """,
 )

@@ -79,7 +79,56 @@ async def scenes(request: web.Request, a: MemoryActions) -> JSONAnswer:
 
 
 async def entities(request: web.Request, a: MemoryActions) -> JSONAnswer:
-    return await a.entities(_chat(request))
+    return await a.entities.listed(_chat(request))
+
+
+def _entity(request: web.Request) -> str:
+    return request.match_info["entity"]
+
+
+def _names(data: JSONObject, name: str) -> list[str] | None:
+    value = data.get(name)
+    if value is None:
+        return None
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise RequestError(f"`{name}` must be a list of strings")
+    return [str(v) for v in value]
+
+
+async def entity(request: web.Request, a: MemoryActions) -> JSONAnswer:
+    return await a.entities.one(_chat(request), _entity(request))
+
+
+async def edit_entity(request: web.Request, a: MemoryActions) -> JSONAnswer:
+    """PUT writes the whole entity (`name`, `type`, `aliases`, `facts` all given); PATCH
+    any of them. Either way it is kept as written until released."""
+    data = await json_body(request)
+    if request.method == "PUT":
+        missing = [k for k in ("name", "type", "aliases", "facts") if data.get(k) is None]
+        if missing:
+            raise RequestError(f"PUT writes the whole entity: give {', '.join(missing)} too "
+                               "(or PATCH what changes)")  # fmt: skip
+    return await a.entities.edit(
+        _chat(request),
+        _entity(request),
+        new_name=optional(data, "name", str),
+        type=optional(data, "type", str),
+        aliases=_names(data, "aliases"),
+        facts=_names(data, "facts"),
+    )
+
+
+async def delete_entity(request: web.Request, a: MemoryActions) -> JSONAnswer:
+    return await a.entities.delete(_chat(request), _entity(request))
+
+
+async def release_entity(request: web.Request, a: MemoryActions) -> JSONAnswer:
+    return await a.entities.release(_chat(request), _entity(request))
+
+
+async def merge_entity(request: web.Request, a: MemoryActions) -> JSONAnswer:
+    data = await json_body(request)
+    return await a.entities.merge(_chat(request), _entity(request), field(data, "into", str))
 
 
 async def scene(request: web.Request, a: MemoryActions) -> JSONAnswer:
@@ -330,6 +379,13 @@ def add_memory_routes(app: web.Application, parts: Parts) -> None:
     r.add_get(CHAT + "/preview", _json(parts, partial(preview, parts)))
     r.add_get(CHAT + "/scenes", _json(parts, scenes))
     r.add_get(CHAT + "/entities", _json(parts, entities))
+    entity_path = CHAT + "/entities/{entity:[^/]+}"
+    r.add_get(entity_path, _json(parts, entity))
+    r.add_put(entity_path, _json(parts, edit_entity))
+    r.add_patch(entity_path, _json(parts, edit_entity))
+    r.add_delete(entity_path, _json(parts, delete_entity))
+    r.add_post(entity_path + "/merge", _json(parts, merge_entity))
+    r.add_post(entity_path + "/release", _json(parts, release_entity))
     r.add_post(CHAT + "/scene-check", _json(parts, check_scenes_now))
     r.add_get(scene_path, _json(parts, scene))
     r.add_patch(scene_path, _json(parts, update_scene))

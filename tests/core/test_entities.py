@@ -64,7 +64,8 @@ def test_mentions_of_one_name_or_alias_are_one_entity() -> None:
         ("Was exiled.", 30),
         ("Is alive.", 40),
     ]
-    assert mill == Entity("The Mill", "place", (), (Fact("Burned down.", 20, 40),))
+    burned = (Fact("Burned down.", 20, 40),)
+    assert mill == Entity("The Mill", "place", (), burned, from_scenes=burned)
 
 
 def test_a_card_is_one_line_of_the_entity_and_its_facts() -> None:

@@ -17,6 +17,7 @@ from proxy.core.operations import Operation, job_key
 from proxy.errors import Conflict, NotFound
 from proxy.memory.chatinfo import swipe_of
 from proxy.memory.edits.carry import copy_running, gather
+from proxy.memory.edits.entities import EntityEdits
 from proxy.memory.running import covered_through, drop_running_from
 from proxy.memory.views import readout
 from proxy.memory.views.view import MemoryView
@@ -68,16 +69,17 @@ class MemoryActions:
         self.store = store
         self.engine = engine
         self.switch = switch
+        self.entities = EntityEdits(self)
 
     @staticmethod
-    def _chat(db: Database, chat_id: str) -> ChatRecord:
+    def chat_of(db: Database, chat_id: str) -> ChatRecord:
         chat = db.chat(chat_id)
         if chat is None or chat.deleted:
             raise NotFound(f"no chat {chat_id!r}")
         return chat
 
     def _uid(self, db: Database, chat_id: str, index: int) -> int:
-        self._chat(db, chat_id)
+        self.chat_of(db, chat_id)
         uid = db.memory.uid_at(chat_id, index)
         if uid is None:
             raise NotFound(f"chat {chat_id!r} has no message {index}")
@@ -89,7 +91,7 @@ class MemoryActions:
             raise NotFound(f"no scene ends at message {index} of {chat_id!r}")
         return scene
 
-    async def _then_plan(
+    async def then_plan(
         self, chat_id: str, work: Callable[[Database], T], since: int | None = None
     ) -> T:
         result = await self.store.call(work)
@@ -100,7 +102,7 @@ class MemoryActions:
 
     async def overview(self, chat_id: str) -> JSONObject:
         def work(db: Database) -> JSONObject:
-            chat = self._chat(db, chat_id)
+            chat = self.chat_of(db, chat_id)
             on = self.engine.memory_on(chat_id, chat.enabled)
             check_in = self.engine.messages_until_check(db, chat_id)
             return readout.overview(db, chat, self.engine.views.get(chat_id), on, check_in)
@@ -108,7 +110,7 @@ class MemoryActions:
         return await self.store.call(work)
 
     async def set_enabled(self, chat_id: str, enabled: bool | None) -> JSONObject:
-        await self.store.call(lambda db: self._chat(db, chat_id))
+        await self.store.call(lambda db: self.chat_of(db, chat_id))
         await self.switch.set_enabled(chat_id, enabled)
         if enabled:
             await self.engine.activate(chat_id)
@@ -118,13 +120,13 @@ class MemoryActions:
 
     async def visible_messages(self, chat_id: str) -> list[MessageRecord]:
         def work(db: Database) -> list[MessageRecord]:
-            self._chat(db, chat_id)
+            self.chat_of(db, chat_id)
             return [r for r in db.messages(chat_id) if not r.message.hidden]
 
         return await self.store.call(work)
 
     async def backfill(self, chat_id: str) -> JSONObject:
-        chat = await self.store.call(lambda db: self._chat(db, chat_id))
+        chat = await self.store.call(lambda db: self.chat_of(db, chat_id))
         # Off (`[memory] enabled`, or the chat's own switch as `[injection]` counts it),
         # the chat gets no upkeep: the caller says so rather than wait for none.
         on = self.engine.upkeep_on(chat_id, chat.enabled)
@@ -136,15 +138,8 @@ class MemoryActions:
 
     async def scenes(self, chat_id: str) -> list[JSONObject]:
         def work(db: Database) -> list[JSONObject]:
-            self._chat(db, chat_id)
+            self.chat_of(db, chat_id)
             return readout.scenes(db, chat_id)
-
-        return await self.store.call(work)
-
-    async def entities(self, chat_id: str) -> list[JSONObject]:
-        def work(db: Database) -> list[JSONObject]:
-            self._chat(db, chat_id)
-            return readout.entities(db, chat_id)
 
         return await self.store.call(work)
 
@@ -158,7 +153,7 @@ class MemoryActions:
                 db.memory.set_break(chat_id, uid, "manual", self.engine.clock())
             db.memory.update_break(uid, visible=int(visible))
 
-        await self._then_plan(chat_id, work, since=index)
+        await self.then_plan(chat_id, work, since=index)
         return await self.scene(chat_id, index)
 
     async def check_scenes_now(self, chat_id: str) -> JSONObject:
@@ -166,7 +161,7 @@ class MemoryActions:
         `scene_break_every` more messages."""
 
         def work(db: Database) -> int:
-            self._chat(db, chat_id)
+            self.chat_of(db, chat_id)
             job = self.engine.check_now(db, chat_id)
             if job is None:
                 raise Conflict(
@@ -187,7 +182,7 @@ class MemoryActions:
             # The scene merges with the next one: detection looks at it again.
             db.memory.set_state(chat_id, checked_uid=None)
 
-        await self._then_plan(chat_id, work, since=index)
+        await self.then_plan(chat_id, work, since=index)
         return {"removed": index}
 
     async def update_scene(
@@ -205,7 +200,7 @@ class MemoryActions:
             db.memory.update_break(scene.uid, current=current_version)
             return {"folded_in_again": drop_running_from(db, chat_id, scene.position)}
 
-        folded = await self._then_plan(chat_id, work)
+        folded = await self.then_plan(chat_id, work)
         return {**await self.scene(chat_id, index), **folded}
 
     async def edit_scene_recap(
@@ -219,7 +214,7 @@ class MemoryActions:
             )  # fmt: skip
             return drop_running_from(db, chat_id, scene.position)
 
-        folded = await self._then_plan(chat_id, work)
+        folded = await self.then_plan(chat_id, work)
         # False: a running recap version you wrote comes after this scene; it stays.
         return {**await self.scene(chat_id, index), "folded_in_again": folded}
 
@@ -235,14 +230,14 @@ class MemoryActions:
 
     async def running(self, chat_id: str) -> list[JSONObject]:
         def work(db: Database) -> list[JSONObject]:
-            self._chat(db, chat_id)
+            self.chat_of(db, chat_id)
             return readout.running_versions(db.memory, chat_id)
 
         return await self.store.call(work)
 
     async def edit_running(self, chat_id: str, content: str) -> JSONObject:
         def work(db: Database) -> int:
-            self._chat(db, chat_id)
+            self.chat_of(db, chat_id)
             current = db.memory.current_running(chat_id)
             if current is None:
                 raise Conflict("there is no running recap to edit yet")
@@ -254,17 +249,17 @@ class MemoryActions:
                 )
             )  # fmt: skip
 
-        version = await self._then_plan(chat_id, work)
+        version = await self.then_plan(chat_id, work)
         return {"version": version}
 
     async def select_running(self, chat_id: str, version: int) -> JSONObject:
         def work(db: Database) -> None:
-            self._chat(db, chat_id)
+            self.chat_of(db, chat_id)
             if version not in {v.version for v in db.memory.running_recaps(chat_id)}:
                 raise NotFound(f"no running recap version {version} in {chat_id!r}")
             db.memory.set_state(chat_id, current_recap=version)
 
-        await self._then_plan(chat_id, work)
+        await self.then_plan(chat_id, work)
         return {"current_version": version}
 
     async def copy_from(self, chat_id: str, other: str) -> JSONObject:
@@ -280,7 +275,7 @@ class MemoryActions:
 
     async def regenerate_running(self, chat_id: str) -> JSONObject:
         def work(db: Database) -> int:
-            self._chat(db, chat_id)
+            self.chat_of(db, chat_id)
             current = db.memory.current_running(chat_id)
             if current is None or current.new_scene_uid is None:
                 raise Conflict("there is no running recap to regenerate yet")
@@ -295,7 +290,7 @@ class MemoryActions:
 
     async def message_recaps(self, chat_id: str) -> list[JSONObject]:
         def work(db: Database) -> list[JSONObject]:
-            self._chat(db, chat_id)
+            self.chat_of(db, chat_id)
             return readout.message_recaps(db, chat_id, self.engine.views.get(chat_id))
 
         return await self.store.call(work)
@@ -309,7 +304,7 @@ class MemoryActions:
                 self.engine.clock(), edited=True,
             )  # fmt: skip
 
-        await self._then_plan(chat_id, work)
+        await self.then_plan(chat_id, work)
         return {"index": index, "recap": recap.strip(), "edited": True}
 
     async def clear_message_recap(self, chat_id: str, index: int) -> JSONObject:
@@ -321,14 +316,14 @@ class MemoryActions:
             record = db.memory.messages_by_uid([uid])[uid]
             return db.memory.delete_message_recap(uid, swipe_of(record))
 
-        cleared = await self._then_plan(chat_id, work)
+        cleared = await self.then_plan(chat_id, work)
         return {"index": index, "cleared": bool(cleared)}
 
     async def exclude_message(self, chat_id: str, index: int, excluded: bool) -> JSONObject:
         def work(db: Database) -> None:
             db.memory.set_excluded(chat_id, self._uid(db, chat_id, index), excluded)
 
-        await self._then_plan(chat_id, work)
+        await self.then_plan(chat_id, work)
         return {"index": index, "excluded": excluded}
 
     async def regenerate_message(self, chat_id: str, index: int) -> JSONObject:

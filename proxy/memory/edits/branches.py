@@ -115,6 +115,9 @@ def inherit(db: Database, chat: ChatRecord, now: float, scenes: SceneInputs) -> 
             listed = db.entities.listed(scene.uid, recap.version)
             if listed:
                 db.entities.add(chat.id, uid, made, listed)
+        # What was done to the entities (edits, merges, condensing) comes along too: it
+        # names them by name, so what the branch's scenes do not name applies to nothing.
+        db.entities.copy_changes(parent.id, chat.id)
         for version in memory.running_recaps(parent.id):
             if version.new_scene_uid not in paired:
                 continue

@@ -8,7 +8,10 @@ theirs.
 
 from __future__ import annotations
 
-from proxy.core.entities import registry
+from collections.abc import Sequence
+
+from proxy.core.entities import Fact
+from proxy.core.entity_changes import Change, find
 from proxy.core.jsontypes import JSONObject, JSONValue
 from proxy.memory.chatinfo import swipe_of
 from proxy.memory.running import covered_through
@@ -101,21 +104,56 @@ def scenes(db: Database, chat_id: str) -> list[JSONObject]:
 
 
 def entities(db: Database, chat_id: str) -> list[JSONObject]:
-    """The chat's entities (`proxy.core.entities.registry`), in story order, each fact with
-    the scene that established it (the index of its last message, and its name)."""
+    """The chat's entities (`proxy.core.entity_changes.resolve`), in story order, each fact
+    with where it comes from (the scene that established it: the index of its last
+    message, and its name), and the changes made to it (`versions`), oldest first. One
+    the user deleted is listed, marked, so that it can be released."""
     names = {b.uid: b.name for b in db.memory.breaks(chat_id)}
-    return [
-        {
+    found = db.entities.registry(chat_id)
+    versions: dict[str, list[JSONValue]] = {}
+    for change in db.entities.changes(chat_id):
+        entity = find(found, change.key)
+        if entity is not None:
+            versions.setdefault(entity.name, []).append(_change(change))
+
+    def facts(told: Sequence[Fact]) -> list[JSONValue]:
+        return [
+            {
+                "text": fact.text,
+                "source": fact.source,
+                "scene": fact.position if fact.position >= 0 else None,
+                "scene_name": names.get(fact.scene),
+            }
+            for fact in told
+        ]
+
+    out: list[JSONObject] = []
+    for entity in found:
+        item: JSONObject = {
+            "id": entity.name,
             "name": entity.name,
+            "known_as": list(entity.known_as),
             "type": entity.type,
             "aliases": list(entity.aliases),
-            "facts": [
-                {"text": fact.text, "scene": fact.position, "scene_name": names.get(fact.scene)}
-                for fact in entity.facts
-            ],
+            "facts": facts(entity.facts),
+            "edited": entity.edited,
+            "deleted": entity.deleted,
+            "condensed": entity.condensed,
+            "versions": versions.get(entity.name, []),
         }
-        for entity in registry(db.entities.current(chat_id))
-    ]
+        if entity.edited or entity.condensed is not None:
+            item["scene_facts"] = facts(entity.from_scenes)
+        out.append(item)
+    return out
+
+
+def _change(change: Change) -> JSONObject:
+    item: JSONObject = {"id": change.id, "kind": change.kind, "made": change.made}
+    if change.kind in ("edit", "import", "merge"):
+        item["name"] = change.name
+    if change.kind in ("edit", "import", "condense"):
+        item["facts"] = list(change.facts)
+    return item
 
 
 def scene(db: Database, end: SceneBreak) -> JSONObject:

@@ -16,7 +16,7 @@ from bisect import bisect_left
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
-from proxy.core.entities import Entity, Mentions, capped, registry
+from proxy.core.entities import Entity, Mentions, capped
 from proxy.core.fingerprints import index_message
 from proxy.core.recall import (
     SceneCard,
@@ -190,7 +190,7 @@ def _entities(
     settings = inputs.settings
     if not settings.entities_max_tokens or "entities" not in inputs.frame.macros:
         return (), (), None
-    entities = tuple(registry(db.entities.current(chat_id)))
+    entities = tuple(e for e in db.entities.registry(chat_id) if not e.deleted)
     if old is not None and old.entities == entities and old.mentions is not None:
         return entities, old.cards, old.mentions
     if not entities:

@@ -101,14 +101,21 @@ async def test_a_scene_recaps_entities_are_kept_with_its_version(
     # As the API shows them: each fact with the scene that established it.
     api = f"/recap/api/chats/{quote(CHAT_ID, safe='')}"
     shown = await (await memory.client.get(f"{api}/entities")).json()
+    told = {"source": "scene", "scene": 8, "scene_name": scene.name}
     assert shown[0] == {
+        "id": "Aldric",
         "name": "Aldric",
+        "known_as": ["aldric"],
         "type": "character",
         "aliases": [],
         "facts": [
-            {"text": "keeps the guild ledger", "scene": 8, "scene_name": scene.name},
-            {"text": "owes Tom a favour", "scene": 8, "scene_name": scene.name},
+            {"text": "keeps the guild ledger", **told},
+            {"text": "owes Tom a favour", **told},
         ],
+        "edited": False,
+        "deleted": False,
+        "condensed": None,
+        "versions": [],
     }
     assert [e["name"] for e in shown] == ["Aldric", "The Mill"]
     missing = await memory.client.get("/recap/api/chats/nobody%2Fchats%2Fx/entities")
