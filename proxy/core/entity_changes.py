@@ -29,7 +29,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
-from proxy.core.entities import Entity, Fact, Mention, registry, unique
+from pydantic import BaseModel, field_validator
+
+from proxy.core.entities import FACT_LONGEST, Entity, Fact, Mention, registry, unique
 
 KINDS = ("edit", "delete", "release", "merge", "condense", "import")
 
@@ -163,3 +165,19 @@ def edited(
         aliases=tuple(aliases) if aliases is not None else entity.aliases,
         facts=tuple(facts) if facts is not None else tuple(f.text for f in entity.facts),
     )
+
+
+class CondensedFacts(BaseModel):
+    """`condense_entity`'s answer: the facts rewritten, trimmed, each once."""
+
+    facts: list[str]
+
+    @field_validator("facts")
+    @classmethod
+    def _some(cls, value: list[str]) -> list[str]:
+        texts = unique(" ".join(t.split()) for t in value if t.strip())
+        if not texts:
+            raise ValueError("no facts")
+        if any(len(t) > FACT_LONGEST for t in texts):
+            raise ValueError(f"a fact over {FACT_LONGEST} characters is no fact")
+        return list(texts)

@@ -18,6 +18,13 @@ def as_int(value: JSONValue, what: str) -> int:
     return value
 
 
+def as_str(value: JSONValue, what: str) -> str:
+    """A string read back from stored JSON; a wrong type is a clear error, not a crash."""
+    if not isinstance(value, str):
+        raise ValueError(f"{what}: expected a string, got {value!r}")
+    return value
+
+
 def as_list(value: JSONValue, what: str) -> list[JSONValue]:
     if not isinstance(value, list):
         raise ValueError(f"{what}: expected a list, got {value!r}")

@@ -15,6 +15,7 @@ class Operation(StrEnum):
     SCENE_RECAP = "scene_recap"
     RUNNING_RECAP = "running_recap"
     CONDENSE_RUNNING_RECAP = "condense_running_recap"
+    CONDENSE_ENTITY = "condense_entity"
 
 
 OPERATIONS: tuple[Operation, ...] = tuple(Operation)
@@ -27,6 +28,8 @@ PRIORITIES: dict[Operation, int] = {
     Operation.RUNNING_RECAP: 10,
     Operation.SCENE_RECAP: 20,
     Operation.DETECT_SCENE_BREAK: 30,
+    # An entity's card over its budget still reaches a request (its newest facts).
+    Operation.CONDENSE_ENTITY: 35,
     Operation.MESSAGE_RECAP: 40,
 }
 

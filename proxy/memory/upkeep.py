@@ -23,6 +23,7 @@ from proxy.memory.calls.jobs import JobSpec, write_job
 from proxy.memory.calls.llm import LLMClient
 from proxy.memory.edits.branches import inherit, made_from, parent_of
 from proxy.memory.edits.importing import import_chat
+from proxy.memory.ops.condense_entity import to_condense
 from proxy.memory.ops.handler import OperationHandler
 from proxy.memory.ops.running_recap import RunningPlanner
 from proxy.memory.ops.scene_recap import SceneRecapHandler
@@ -112,6 +113,12 @@ class Upkeep:
         queued = sum(self.stamp(db, chat_id, *job)[1] for job in jobs)
         before = self.views.get(chat_id)
         view = self.views[chat_id] = self.view(db, chat_id, since)
+        # The view made the entities (when the memory uses them): a card over its budget.
+        refused = lambda key: db.jobs.failed_since(key, failed_since)  # noqa: E731
+        count = self.view_inputs.counter.count
+        budget = self.settings.entity_max_tokens
+        for job in to_condense(chat_id, view.entities, budget, count, refused):
+            queued += self.stamp(db, chat_id, *job)[1]
         if before is None or view.vocabulary is not before.vocabulary:
             db.memory.optimize_search()  # its scenes changed: keep recall's queries fast
         return Planned(queued, db.jobs.first_failure(chat_id, failed_since), kin)

@@ -80,7 +80,8 @@ class LLMSettings(Section):
     operations: dict[str, LLMOverride] = Field(
         default_factory=dict,
         description="Per-operation overrides, keyed by `message_recap`, "
-        "`detect_scene_break`, `scene_recap`, `running_recap` or `condense_running_recap`.",
+        "`detect_scene_break`, `scene_recap`, `running_recap`, `condense_running_recap` or "
+        "`condense_entity`.",
         examples=[{"scene_recap": {"model": "gpt-4o-mini", "max_tokens": 2048}}],
     )
 
@@ -238,6 +239,13 @@ class MemorySettings(Section):
         description="Budget of `{{entities}}`: the cards of the story's people, places, "
         "items and groups (each with what the scene recaps established about it) that the "
         "last messages of the request name, the most recently named first. 0: none.",
+    )
+    entity_max_tokens: int = Field(
+        150,
+        ge=0,
+        description="Budget of one entity's card: when the facts the scenes gathered about "
+        "it pass it, `condense_entity` rewrites them shorter, keeping what is current (a "
+        "later fact overrides an earlier one). 0: never condensed.",
     )
     entities_context: int = Field(
         4,

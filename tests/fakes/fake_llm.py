@@ -258,6 +258,12 @@ def memory_answer(operation: str, prompt: str) -> str:
         budget = _MAX_WORDS.search(prompt)
         before = _between(prompt, "RUNNING_RECAP")
         return json.dumps({"recap": condensed(before, int(budget.group(1)) if budget else 200)})
+    if operation == "condense_entity":
+        budget = _MAX_WORDS.search(prompt)
+        told = [line[2:] for line in _between(prompt, "FACTS").splitlines() if line[:2] == "- "]
+        # What is current: the newest facts, as many as fit (a later one overrides).
+        kept = condensed("\n".join(told), int(budget.group(1)) if budget else 100)
+        return json.dumps({"facts": kept.splitlines()})
     return json.dumps({"error": f"unknown operation {operation}"})
 
 

@@ -73,6 +73,7 @@ SCHEMAS: Final[dict[Operation, Schema]] = {
     ),
     Operation.RUNNING_RECAP: _object(recap=_TEXT),
     Operation.CONDENSE_RUNNING_RECAP: _object(recap=_TEXT),
+    Operation.CONDENSE_ENTITY: _object(facts={"type": "array", "items": _TEXT}),
 }
 
 ASK_SECONDS: Final = 5.0  # for a server to say what it is

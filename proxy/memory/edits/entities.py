@@ -9,22 +9,42 @@ its aliases, in any case.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Sequence
+from typing import Protocol, TypeVar
 
 from proxy.core.entities import FACT_LONGEST, NAME_LONGEST, TYPES, Entity
 from proxy.core.entity_changes import Change, edited, find
 from proxy.core.jsontypes import JSONObject
 from proxy.errors import Conflict, NotFound, RequestError
 from proxy.memory.views import readout
-from proxy.store import Database
+from proxy.store import Database, Store
+from proxy.store.records import ChatRecord
 
-if TYPE_CHECKING:  # the actions own this; it only calls back
-    from proxy.memory.edits.actions import MemoryActions
+T = TypeVar("T")
+
+
+class Clock(Protocol):
+    def clock(self) -> float: ...
+
+
+class Owner(Protocol):
+    """The memory actions, as these use them (they own this)."""
+
+    @property
+    def store(self) -> Store: ...
+
+    @property
+    def engine(self) -> Clock: ...
+
+    def chat_of(self, db: Database, chat_id: str) -> ChatRecord: ...
+
+    async def then_plan(
+        self, chat_id: str, work: Callable[[Database], T], since: int | None = None
+    ) -> T: ...
 
 
 class EntityEdits:
-    def __init__(self, actions: MemoryActions) -> None:
+    def __init__(self, actions: Owner) -> None:
         self.actions = actions
 
     async def listed(self, chat_id: str) -> list[JSONObject]:

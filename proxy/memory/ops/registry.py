@@ -9,6 +9,7 @@ written onto a message that was edited, swiped or deleted meanwhile.
 from __future__ import annotations
 
 from proxy.core.operations import Operation
+from proxy.memory.ops.condense_entity import CondenseEntityHandler
 from proxy.memory.ops.handler import HandlerContext, OperationHandler
 from proxy.memory.ops.message_recap import MessageRecapHandler
 from proxy.memory.ops.running_recap import CondenseHandler, RunningRecapHandler
@@ -25,5 +26,6 @@ def handlers(context: HandlerContext) -> dict[Operation, OperationHandler]:
             SceneRecapHandler(context),
             RunningRecapHandler(context),
             CondenseHandler(context),
+            CondenseEntityHandler(context),
         )
     }

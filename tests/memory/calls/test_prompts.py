@@ -19,11 +19,13 @@ def test_bundled_prompts_state_their_json() -> None:
         "scene_recap": '{"scene_name"',
         "running_recap": '{"recap"',
         "condense_running_recap": '{"recap"',
+        "condense_entity": '{"facts"',
     }
     for operation in OPERATIONS:
         assert expected[operation] in prompts.templates[operation].source
     # The running recap's two prompts are told its budget.
-    for operation in (Operation.RUNNING_RECAP, Operation.CONDENSE_RUNNING_RECAP):
+    told = (Operation.RUNNING_RECAP, Operation.CONDENSE_RUNNING_RECAP, Operation.CONDENSE_ENTITY)
+    for operation in told:
         assert {"max_words", "max_tokens"} <= prompts.templates[operation].macros
 
 
