@@ -18,6 +18,7 @@ import aiohttp
 
 from proxy.cli.backfill import backfill, describe_open_scene
 from proxy.cli.server import Server, server_url
+from proxy.core.entities import TYPES
 from proxy.core.export import FORMATS
 from proxy.errors import RecapProxyError
 from proxy.settings import Settings, load_settings
@@ -60,6 +61,23 @@ def add_memory_commands(sub: Any, config_arg: Any) -> None:
     server_arg(entities)
     entities.add_argument("chat", help=chat_help)
     entities.add_argument("--json", action="store_true", help="print JSON")
+    act = entities.add_mutually_exclusive_group()
+    act.add_argument(
+        "--edit",
+        metavar="NAME",
+        help="write an entity as you want it kept (with --name, --type, --alias, --fact), "
+        "whatever later scenes say",
+    )
+    act.add_argument("--delete", metavar="NAME", help="leave an entity out of the memory")
+    act.add_argument("--merge", metavar="NAME", help="make NAME and --into one entity")
+    act.add_argument(
+        "--release", metavar="NAME", help="undo your edit or deletion: what the scenes say"
+    )
+    entities.add_argument("--into", metavar="OTHER", help="with --merge: the one kept")
+    entities.add_argument("--name", help="with --edit: its new name")
+    entities.add_argument("--type", choices=list(TYPES), help="with --edit: its type")
+    entities.add_argument("--alias", action="append", help="with --edit: its other names (each)")
+    entities.add_argument("--fact", action="append", help="with --edit: its facts (each)")
 
     export = sub.add_parser("export", help="write a chat's memory as Markdown, JSON or ST lore")
     server_arg(export)
@@ -231,19 +249,49 @@ async def _memory(server: Server, base: str, args: argparse.Namespace) -> int:
 
 
 async def _entities(server: Server, base: str, args: argparse.Namespace) -> int:
-    found = await server.call("GET", f"{base}/entities")
+    one = args.edit or args.delete or args.merge or args.release
+    if one:
+        path = f"{base}/entities/{quote(one, safe='')}"
+        if args.delete:
+            found = [await server.call("DELETE", path, {})]
+        elif args.release:
+            found = [await server.call("POST", f"{path}/release", {})]
+        elif args.merge:
+            if not args.into:
+                raise RecapProxyError("--merge needs --into (the entity kept)")
+            found = [await server.call("POST", f"{path}/merge", {"into": args.into})]
+        else:
+            given = {"name": args.name, "type": args.type, "aliases": args.alias,
+                     "facts": args.fact}  # fmt: skip
+            changed = {k: v for k, v in given.items() if v is not None}
+            if not changed:
+                raise RecapProxyError("--edit needs --name, --type, --alias or --fact")
+            found = [await server.call("PATCH", path, changed)]
+    else:
+        found = await server.call("GET", f"{base}/entities")
     if args.json:
-        print(json.dumps(found, indent=2, ensure_ascii=False))
+        print(json.dumps(found if not one else found[0], indent=2, ensure_ascii=False))
         return 0
     if not found:
         print("no entities yet (each scene recap lists the ones its scene names)")
     for entity in found:
         also = f"; also {', '.join(entity['aliases'])}" if entity["aliases"] else ""
-        print(f"{entity['name']} ({entity['type']}{also})")
+        marks = [m for m in ("edited", "deleted") if entity.get(m)]
+        if entity.get("condensed") is not None:
+            marks.append("condensed")
+        marked = f"  [{', '.join(marks)}]" if marks else ""
+        print(f"{entity['name']} ({entity['type']}{also}){marked}")
         for fact in entity["facts"]:
-            name = f" {fact['scene_name']}" if fact["scene_name"] else ""
-            print(f"  - {fact['text']}  [scene #{fact['scene']}{name}]")
+            print(f"  - {fact['text']}{_told(fact)}")
     return 0
+
+
+def _told(fact: dict[str, Any]) -> str:
+    if fact["scene"] is None:
+        return "  [yours]" if fact["source"] == "edit" else f"  [{fact['source']}]"
+    name = f" {fact['scene_name']}" if fact["scene_name"] else ""
+    condensed = ", condensed" if fact["source"] == "condensed" else ""
+    return f"  [scene #{fact['scene']}{name}{condensed}]"
 
 
 async def _regenerate(server: Server, base: str, args: argparse.Namespace) -> int:

@@ -213,3 +213,21 @@ async def test_entities_lists_who_the_memory_keeps(
     assert await cli(memory, "entities", CHAT_ID, "--json") == 0
     shown = json.loads(capsys.readouterr().out)
     assert [e["name"] for e in shown] == ["Aldric", "The Mill"]
+    # Corrected from the command line.
+    edit = ("--edit", "aldric", "--name", "Brother Aldric", "--alias", "Aldric", "--fact",
+            "Keeps the guild ledger.")  # fmt: skip
+    assert await cli(memory, "entities", CHAT_ID, *edit) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        "Brother Aldric (character; also Aldric)  [edited]",
+        "  - Keeps the guild ledger.  [yours]",
+    ]
+    assert await cli(memory, "entities", CHAT_ID, "--merge", "The Mill", "--into", "Aldric") == 0
+    assert capsys.readouterr().out.splitlines()[0] == (
+        "Brother Aldric (character; also Aldric, The Mill)  [edited]"
+    )
+    assert await cli(memory, "entities", CHAT_ID, "--release", "Brother Aldric") == 0
+    assert capsys.readouterr().out.splitlines()[0] == "Aldric (character; also The Mill)"
+    assert await cli(memory, "entities", CHAT_ID, "--delete", "Aldric", "--json") == 0
+    assert json.loads(capsys.readouterr().out)["deleted"] is True
+    with pytest.raises(RecapProxyError, match="--merge needs --into"):
+        await cli(memory, "entities", CHAT_ID, "--merge", "Aldric")

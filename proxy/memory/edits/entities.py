@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Protocol, TypeVar
 
-from proxy.core.entities import FACT_LONGEST, NAME_LONGEST, TYPES, Entity
+from proxy.core.entities import FACT_LONGEST, NAME_LONGEST, TYPES, Entity, unique
 from proxy.core.entity_changes import Change, edited, find
 from proxy.core.jsontypes import JSONObject
 from proxy.errors import Conflict, NotFound, RequestError
@@ -83,7 +83,14 @@ class EntityEdits:
                 if into.name == entity.name:
                     raise Conflict(f"{change.key!r} and {change.name!r} are one entity already")
                 kept = Change("merge", entity.name, name=into.name)
-            db.entities.change(chat_id, kept, self.actions.engine.clock())
+            now = self.actions.engine.clock()
+            db.entities.change(chat_id, kept, now)
+            if kept.kind == "merge" and (entity.edited or into.edited):
+                # What the user wrote of either stays written: the one entity is theirs,
+                # with both's names and facts.
+                facts = unique(f.text for f in (*into.facts, *entity.facts))
+                names = unique((*into.aliases, *entity.names), exclude=into.name)
+                db.entities.change(chat_id, edited(into, aliases=names, facts=facts), now)
 
         await self.actions.then_plan(chat_id, work)
         return await self.one(chat_id, shown)
