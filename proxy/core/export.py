@@ -2,9 +2,9 @@
 tools, and a SillyTavern World Info book (`st-world`) that ST imports as it is. Pure.
 
 The World Info book has one entry per scene recap, triggered by the words of the scene's
-name, and one constant entry for the running recap, so that the memory keeps working
-inside ST without the proxy. Field names and defaults are ST's own
-(`newWorldInfoEntryDefinition` in `public/scripts/world-info.js`).
+name, one per entity, triggered by its name and aliases, and one constant entry for the
+running recap, so that the memory keeps working inside ST without the proxy. Field names
+and defaults are ST's own (`newWorldInfoEntryDefinition` in `public/scripts/world-info.js`).
 """
 
 from __future__ import annotations
@@ -45,11 +45,20 @@ class ExportedRunning:
 
 
 @dataclass(frozen=True, slots=True)
+class ExportedEntity:
+    name: str
+    type: str
+    aliases: Sequence[str]
+    facts: Sequence[str]
+
+
+@dataclass(frozen=True, slots=True)
 class Exported:
     chat_id: str
     title: str  # the character's or group's name
     scenes: Sequence[ExportedScene]
     running: ExportedRunning | None
+    entities: Sequence[ExportedEntity] = ()
 
 
 def to_json(memory: Exported) -> JSONObject:
@@ -74,8 +83,12 @@ def to_json(memory: Exported) -> JSONObject:
         }
         for s in memory.scenes
     ]
+    entities: list[JSONValue] = [
+        {"name": e.name, "type": e.type, "aliases": list(e.aliases), "facts": list(e.facts)}
+        for e in memory.entities
+    ]
     return {"chat": memory.chat_id, "title": memory.title, "running_recap": running,
-            "scenes": scenes}  # fmt: skip
+            "scenes": scenes, "entities": entities}  # fmt: skip
 
 
 def to_markdown(memory: Exported) -> str:
@@ -88,6 +101,11 @@ def to_markdown(memory: Exported) -> str:
         lines += ["## Scenes", ""]
         for s in memory.scenes:
             lines += [f"### {s.name or 'Scene'} (messages {s.first}-{s.last})", "", s.recap, ""]
+    if memory.entities:
+        lines += ["## Who and what", ""]
+        for e in memory.entities:
+            also = f"; also {', '.join(e.aliases)}" if e.aliases else ""
+            lines += [f"### {e.name} ({e.type}{also})", "", *(f"- {f}" for f in e.facts), ""]
     if memory.running is None and not memory.scenes:
         lines += ["No memory yet.", ""]
     return "\n".join(lines)
@@ -151,4 +169,10 @@ def to_world(memory: Exported) -> JSONObject:
         # Later scenes sort after earlier ones, as the story goes.
         entries[str(uid)] = _entry(uid, s.name or f"Scene {s.first}-{s.last}", s.recap,
                                    scene_keys(s.name), False, 100 + uid)  # fmt: skip
+    for e in memory.entities:
+        # An entity's entry: what is known of it, when the chat names it (ST-Auto-Recap's
+        # auto-lorebook names its entries `type-Name` too).
+        uid = len(entries)
+        entries[str(uid)] = _entry(uid, f"{e.type}-{e.name}", "\n".join(e.facts),
+                                   [e.name, *e.aliases], False, 100 + uid)  # fmt: skip
     return {"entries": entries}

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from proxy.core.export import (
     Exported,
+    ExportedEntity,
     ExportedRunning,
     ExportedScene,
     scene_keys,
@@ -24,6 +25,14 @@ MEMORY = Exported(
         ExportedScene(9, 17, "Storm at the Ford 9-17", "Tom lost his compass.", 2, "edit"),
     ],
     running=ExportedRunning(3, "DEVELOPMENTS: the key, the storm.", 2, 17, "condensed"),
+    entities=[
+        ExportedEntity(
+            "Brother Aldric",
+            "character",
+            ["Aldric", "the monk"],
+            ["Keeps the guild ledger.", "Was exiled."],
+        ),
+    ],
 )
 
 
@@ -42,6 +51,10 @@ def test_json_names_every_part() -> None:
         {"first": 9, "index": 17, "name": "Storm at the Ford 9-17",
          "recap": "Tom lost his compass.", "version": 2, "source": "edit"},
     ]  # fmt: skip
+    assert data["entities"] == [
+        {"name": "Brother Aldric", "type": "character", "aliases": ["Aldric", "the monk"],
+         "facts": ["Keeps the guild ledger.", "Was exiled."]},
+    ]  # fmt: skip
 
 
 def test_markdown_reads_as_a_document() -> None:
@@ -49,6 +62,8 @@ def test_markdown_reads_as_a_document() -> None:
     assert text.startswith("# Ava\n")
     assert "## The story so far (version 3, through message 17)" in text
     assert "### The Old Mill 0-8 (messages 0-8)\n\nAva hid the brass key." in text
+    assert "### Brother Aldric (character; also Aldric, the monk)\n\n- Was" not in text
+    assert "### Brother Aldric (character; also Aldric, the monk)\n\n- Keeps" in text
     empty = Exported("c", "Mira", [], None)
     assert "No memory yet." in to_markdown(empty)
 
@@ -65,7 +80,7 @@ def test_the_world_book_loads_as_st_lore(tmp_path: Path) -> None:
     book.write_text(json.dumps(to_world(MEMORY), indent=4), encoding="utf-8")
     world = read_world(book)
     assert world is not None and world.bad_entries == 0
-    running, mill, storm = world.entries
+    running, mill, storm, aldric = world.entries
     assert running.constant and running.content == "DEVELOPMENTS: the key, the storm."
     assert running.key == ()
     assert (mill.key, mill.content, mill.constant) == (
@@ -74,6 +89,10 @@ def test_the_world_book_loads_as_st_lore(tmp_path: Path) -> None:
         False,
     )
     assert storm.comment == "Storm at the Ford 9-17" and storm.order > mill.order
+    # An entity: called by its names, what is known of it, one fact a line.
+    assert aldric.comment == "character-Brother Aldric"
+    assert aldric.key == ("Brother Aldric", "Aldric", "the monk") and not aldric.constant
+    assert aldric.content == "Keeps the guild ledger.\nWas exiled."
     # Every entry carries the fields ST's editor expects.
     raw = json.loads(book.read_text())["entries"]
     for entry in raw.values():

@@ -4,7 +4,7 @@ from another chat's running recap (qvink's most asked-for feature). Store thread
 
 from __future__ import annotations
 
-from proxy.core.export import Exported, ExportedRunning, ExportedScene
+from proxy.core.export import Exported, ExportedEntity, ExportedRunning, ExportedScene
 from proxy.errors import Conflict, NotFound
 from proxy.store import Database
 
@@ -32,7 +32,12 @@ def gather(db: Database, chat_id: str) -> Exported:
         through = memory.position_of(current.new_scene_uid)
         running = ExportedRunning(current.version, current.content, current.scene_count,
                                   through, current.source)  # fmt: skip
-    return Exported(chat_id, chat.display_name, scenes, running)
+    entities = [
+        ExportedEntity(e.name, e.type, e.aliases, [f.text for f in e.facts])
+        for e in db.entities.registry(chat_id)
+        if not e.deleted and e.facts
+    ]
+    return Exported(chat_id, chat.display_name, scenes, running, entities)
 
 
 def copy_running(db: Database, target: str, source: str, now: float) -> int:

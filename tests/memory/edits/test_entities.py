@@ -72,6 +72,10 @@ async def test_delete_merge_and_their_errors(memory_proxy: MemoryFactory) -> Non
     gone = await _call(memory, "DELETE", "/The%20Mill")
     assert gone["deleted"]
     assert "The Mill (" not in await _sent(memory, "Tom asks whether the mill burned.")
+    chat = quote(memory.story.chat_id, safe="")
+    book = await (await memory.client.get(f"/recap/api/chats/{chat}/export?format=st-world")).json()
+    keys = [e["key"] for e in book["entries"].values()]
+    assert ["Aldric"] in keys and ["The Mill"] not in keys  # a deleted one is not exported
     assert (await _call(memory, "POST", "/the%20mill/release"))["deleted"] is False
     merged = await _call(memory, "POST", "/The%20Mill/merge", into="aldric")
     assert merged["name"] == "Aldric" and "The Mill" in merged["aliases"]
