@@ -15,7 +15,15 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from proxy.core.fingerprints import normalize
-from proxy.core.lore import LoreEntry, LoreMatcher, StickyTracker, prepare, snapshot, st_sticky_keys
+from proxy.core.lore import (
+    LoreEntry,
+    LoreMatcher,
+    StickyTracker,
+    WorldEntry,
+    prepare,
+    snapshot,
+    st_sticky_keys,
+)
 from proxy.core.models import ChatMessage, Identification
 from proxy.library.chats import ChatLibrary
 from proxy.sillytavern.layout import inside
@@ -180,6 +188,17 @@ class LoreService:
                     entries += prepare(world.name, world.entries, macros)
             matcher = self._matchers[key] = LoreMatcher(entries)
         return matcher if matcher.entries else None
+
+    def own_entries(self, chat: ChatRecord) -> Sequence[WorldEntry]:
+        """The entries of the chat's own book (`chat_metadata.world_info`), as cached: the
+        same tuple until the file changes. Store thread."""
+        data_dir = self.library.data_dir
+        name = chat.own_world
+        if data_dir is None or not name:
+            return ()
+        self._forget_changed()
+        world = self._world(data_dir / chat.user / "worlds" / f"{name}.json")
+        return world.entries if world is not None else ()
 
     def _forget_changed(self) -> None:
         changed = False

@@ -67,10 +67,11 @@ def resolve(
 ) -> list[Entity]:
     """The chat's entities: its scenes' `mentions` (as `registry` takes them) with
     `changes` applied in their order. A deleted entity is in the list, marked."""
+    # An entity imported again (the extension's book changed): its newest import.
+    newest = {c.key.casefold(): c for c in changes if c.kind == "import"}
     imported = [
         (0, -1, Mention(c.name or c.key, c.type or "other", c.aliases, c.facts))
-        for c in changes
-        if c.kind == "import"
+        for c in newest.values()
     ]
     entities = registry([*imported, *mentions], _links(changes))
     index = {n.casefold(): i for i, e in enumerate(entities) for n in e.names}

@@ -100,8 +100,9 @@ class MemoryEngine:
         cool_down = queue_settings.failed_retry_minutes * 60
         inputs = ViewInputs(settings, self.counter, library.persona, frame or Frame())
         self.upkeep = Upkeep(
-            settings, policy, inputs, self.handlers, llm, cool_down=cool_down, clock=clock
-        )
+            settings, policy, inputs, self.handlers, llm, cool_down=cool_down, clock=clock,
+            books=lore.own_entries if lore is not None else None,
+        )  # fmt: skip
         # The chat path reads the views and writes where ST cut (the same dicts as upkeep's).
         self.views = self.upkeep.views
         self.cuts = self.upkeep.cuts

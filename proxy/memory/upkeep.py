@@ -16,13 +16,14 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import NamedTuple
 
+from proxy.core.lore import WorldEntry
 from proxy.core.operations import Operation, job_key
 from proxy.core.plan import InjectionPolicy, chat_enabled
 from proxy.core.trim import Cut
 from proxy.memory.calls.jobs import JobSpec, write_job
 from proxy.memory.calls.llm import LLMClient
 from proxy.memory.edits.branches import inherit, made_from, parent_of
-from proxy.memory.edits.importing import import_chat
+from proxy.memory.edits.importing import import_chat, import_entities
 from proxy.memory.ops.condense_entity import to_condense
 from proxy.memory.ops.handler import OperationHandler
 from proxy.memory.ops.running_recap import RunningPlanner
@@ -31,6 +32,7 @@ from proxy.memory.planning import WorkPlanner
 from proxy.memory.running import prune
 from proxy.memory.views.view import Frame, MemoryView, ViewInputs, build_view
 from proxy.settings.memory import MemorySettings
+from proxy.sillytavern.autolorebook import book_entities
 from proxy.store import Database
 from proxy.store.jobs import Payload
 from proxy.store.records import ChatRecord, MemoryState, SceneBreak
@@ -64,9 +66,10 @@ class Upkeep:
         *,
         cool_down: float,
         clock: Callable[[], float],
+        books: Callable[[ChatRecord], Sequence[WorldEntry]] | None = None,
     ) -> None:
         """`cool_down`: seconds a failed job stands (visible) before planning makes it
-        again."""
+        again; `books`: a chat's own lorebook's entries (a memory extension's entities)."""
         self.llm = llm
         self.handlers = handlers
         self.cool_down = cool_down
@@ -76,6 +79,10 @@ class Upkeep:
         # (written by the chat path, read here: `message_recaps = "needed"`)
         self.cuts: dict[str, Cut] = {}
         self._import_failed: set[str] = set()  # logged once per chat
+        self.books = books
+        # chat -> the own book's entries last imported (the lore cache's tuple: the same
+        # one until the file changes, so an unchanged book costs a lookup)
+        self._books_read: dict[str, Sequence[WorldEntry]] = {}
         self.view_inputs = view_inputs
         self.reconfigure(settings, policy, view_inputs.frame)
 
@@ -135,6 +142,7 @@ class Upkeep:
         if self.settings.import_extensions:
             try:
                 import_chat(db, chat, self.clock())
+                self._import_book(db, chat)
             except Exception:  # the chat's own memory goes on without the import
                 if chat.id not in self._import_failed:
                     self._import_failed.add(chat.id)
@@ -145,6 +153,18 @@ class Upkeep:
             assert again is not None
             state = again
         return state, since
+
+    def _import_book(self, db: Database, chat: ChatRecord) -> None:
+        """The entities ST-Auto-Recap kept in the chat's own lorebook, taken over."""
+        if self.books is None:
+            return
+        entries = self.books(chat)
+        if entries is self._books_read.get(chat.id):
+            return
+        self._books_read[chat.id] = entries
+        found = book_entities(entries)
+        if found:
+            import_entities(db, chat.id, found, self.clock())
 
     def jobs(
         self,

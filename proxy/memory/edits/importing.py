@@ -16,12 +16,15 @@ taken: two segmentations of the same messages would make overlapping scenes.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import orjson
 
+from proxy.core.entity_changes import Change
 from proxy.sillytavern.extensions import (
     RUNNING_KEY,
     ImportedMessage,
@@ -296,3 +299,22 @@ class _Importer:
             return -1
         position = self.memory.position_of(version.new_scene_uid)
         return -1 if position is None else position
+
+
+def import_entities(db: Database, chat_id: str, found: Sequence[Change], now: float) -> int:
+    """Keep the entities an extension holds (`import` changes) that are new or changed
+    since they were last imported; how many. What the proxy's scenes say of them, and
+    what the user did to them, stand beside (`proxy.core.entity_changes`)."""
+    kept = {c.key.casefold(): c for c in db.entities.changes(chat_id) if c.kind == "import"}
+    added = 0
+    with db.transaction():
+        for change in found:
+            was = kept.get(change.key.casefold())
+            if was is not None and dataclasses.replace(was, id=0, made=0.0) == change:
+                continue
+            db.entities.change(chat_id, change, now)
+            added += 1
+    if added:
+        log.info("%s: imported %d entit(y/ies) from its memory extension's lorebook",
+                 chat_id, added)  # fmt: skip
+    return added

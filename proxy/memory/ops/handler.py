@@ -23,6 +23,7 @@ from typing import Protocol, TypeVar
 
 from proxy.core.genuine import NotAnAnswer, check_related
 from proxy.core.jsontypes import JSONValue, as_int, as_list
+from proxy.core.lore import WorldEntry
 from proxy.core.operations import Operation
 from proxy.core.regex_scripts import NONE as NO_SCRIPTS
 from proxy.core.regex_scripts import PromptScripts
@@ -37,7 +38,7 @@ from proxy.settings.memory import MemorySettings
 from proxy.sillytavern.chatfile import STMessage
 from proxy.store import Database, Store
 from proxy.store.jobs import Job, Payload
-from proxy.store.records import MessageRecord
+from proxy.store.records import ChatRecord, MessageRecord
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +67,10 @@ class LoreSource(Protocol):
     """The lorebook snapshots, as a scene recap reads them."""
 
     async def active_lore(self, chat_id: str, first: int, last: int) -> str: ...
+
+    def own_entries(self, chat: ChatRecord) -> Sequence[WorldEntry]:
+        """The entries of the chat's own lorebook (store thread)."""
+        ...
 
 
 def _no_scripts(user: str) -> PromptScripts:

@@ -3,11 +3,13 @@ released), delete, merge, release; the cards a request gets follow at once."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 from urllib.parse import quote
 
 from proxy.core.entities import HEADING
 from tests.memory.ops.test_scene_recap import with_entities
+from tests.memory.story import Story
 from tests.memory_env import Memory, MemoryFactory, start
 
 API = "/recap/api/chats/{chat}/entities"
@@ -95,3 +97,43 @@ async def test_delete_merge_and_their_errors(memory_proxy: MemoryFactory) -> Non
     assert "give name, type, aliases too" in whole["error"]["message"]
     blank = await _call(memory, "PATCH", "/Aldric", status=400, facts=[" "])
     assert "1 to 400 characters" in blank["error"]["message"]
+
+
+async def test_st_auto_recaps_auto_lorebook_entities_are_taken_over(
+    memory_proxy: MemoryFactory,
+) -> None:
+    book = {
+        "entries": {
+            "0": {"uid": 0, "comment": "_registry_character", "key": [], "content":
+                  "[Registry: character]\n- UID=1 | name: character-Marcus | aliases: the "
+                  "smith | synopsis: the blacksmith"},
+            "1": {"uid": 1, "comment": "character-Marcus", "key": ["Marcus"],
+                  "content": "Is the village blacksmith.\nOwes Ava money."},
+        }
+    }  # fmt: skip
+
+    def story(s: Story) -> None:
+        with_entities(s)
+        worlds = s.path.parents[3] / "default-user" / "worlds"
+        worlds.mkdir(parents=True)
+        (worlds / "z-AutoLB-Ava.json").write_text(json.dumps(book), encoding="utf-8")
+        s.metadata["world_info"] = "z-AutoLB-Ava"
+        s.save()
+
+    memory = await memory_proxy(16, ends={8}, build=story,
+                                **{"memory.message_recaps": False,
+                                   "memory.entities_context": 1})  # fmt: skip
+    await start(memory)
+    await memory.engine.settle()
+    marcus = await _call(memory, "GET", "/the%20smith")
+    assert marcus["name"] == "Marcus" and marcus["aliases"] == ["the smith"]
+    assert [(f["text"], f["source"], f["scene"]) for f in marcus["facts"]] == [
+        ("Is the village blacksmith.", "imported", None),
+        ("Owes Ava money.", "imported", None),
+    ]
+    assert [v["kind"] for v in marcus["versions"]] == ["import"]
+    card = "- Marcus (character; also the smith): Is the village blacksmith; Owes Ava money."
+    assert card in await _sent(memory, "Tom asks the smith for nails.")
+    # Planned again with the book unchanged: not imported twice.
+    await memory.engine.plan_now(memory.story.chat_id)
+    assert len((await _call(memory, "GET", "/Marcus"))["versions"]) == 1
