@@ -15,7 +15,7 @@ from proxy.errors import NotFound
 
 STATIC = Path(__file__).parent / "static"
 PAGE = "/recap/"
-FILES = {"app.js", "chat.js", "app.css"}
+FILES = {"app.js", "chat.js", "entities.js", "app.css"}
 # Answers of the page's own files: revalidated each time (an upgrade shows at once).
 HEADERS = {"Cache-Control": "no-cache", "X-Content-Type-Options": "nosniff"}
 

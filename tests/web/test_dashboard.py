@@ -537,3 +537,66 @@ async def test_the_key_is_asked_once_though_a_request_is_answered_after_it(
     release.set()
     await expect(page.locator("#live")).to_have_class(re.compile(r"\bon\b"))
     assert not await page.locator("#key-dialog").is_visible()
+
+
+async def test_entities_are_searched_filtered_edited_merged_and_released(
+    served: Served, browser: Browser, tmp_path: Path
+) -> None:
+    story = served.story
+    story.messages[2]["mes"] += " [[Aldric: keeps the guild ledger]]"
+    story.messages[6]["mes"] += (
+        " [[Aldric: owes Tom a favour]] [[The Mill: burned down]] [[Mara: forges keys]]"
+    )
+    for message in story.messages:
+        message["swipes"] = [message["mes"]]
+    story.save()
+    await chat_request(served)
+    page = await open_dashboard(browser, served)
+    await page.fill("#filter", "ava")
+    await page.locator("#chats tbody tr:visible a").click()
+    await expect(page.locator("#running-version")).to_have_text("running recap v1")
+    await page.get_by_role("tab", name="Entities").click()
+    rows = page.locator("#entities .entity")
+    await expect(rows).to_have_count(3)
+    await expect(page.locator("#entity-count")).to_have_text("3 entities")
+    aldric = page.locator('.entity[data-entity="Aldric"]')
+    await expect(aldric.locator(".facts li")).to_have_count(2)
+    await expect(aldric.locator(".facts li").first).to_contain_text("keeps the guild ledger")
+
+    # Search and filter.
+    await page.fill("#entity-search", "ledger")
+    await expect(rows).to_have_count(1)
+    await expect(page.locator("#entity-count")).to_have_text("1 of 3")
+    await page.fill("#entity-search", "")
+    await page.select_option("#entity-type", "place")
+    await expect(rows).to_have_count(0)
+    await page.select_option("#entity-type", "")
+    await expect(rows).to_have_count(3)
+
+    # Edit: kept as written.
+    await aldric.get_by_role("button", name="Edit").click()
+    await page.fill("#entity-name", "Brother Aldric")
+    await page.fill("#entity-aliases", "Aldric, the monk")
+    await page.fill("#entity-facts", "Keeps the guild ledger.\nOwes Tom a favour.")
+    await page.click("#entity-save")
+    brother = page.locator('.entity[data-entity="Brother Aldric"]')
+    await expect(brother.locator(".badge", has_text="yours")).to_be_visible()
+    await expect(brother).to_contain_text("also Aldric, the monk")
+    await expect(brother.locator(".facts li").first).to_contain_text("(yours)")
+
+    # Merge the mill into him: one entity, both's facts.
+    mill = page.locator('.entity[data-entity="The Mill"]')
+    await mill.get_by_role("button", name="Merge into…").click()
+    await page.select_option("#merge-into", "Brother Aldric")
+    await page.click("#merge-save")
+    await expect(rows).to_have_count(2)
+    await expect(brother.locator(".facts")).to_contain_text("burned down")
+    await screenshot(page, "entities", tmp_path)
+
+    # Delete, then release back.
+    mara = page.locator('.entity[data-entity="Mara"]')
+    await mara.get_by_role("button", name="Delete").click()
+    await expect(mara.locator(".badge", has_text="deleted")).to_be_visible()
+    await mara.get_by_role("button", name="Release").click()
+    await expect(mara.locator(".badge", has_text="deleted")).to_have_count(0)
+    assert page.errors == []  # type: ignore[attr-defined]

@@ -24,7 +24,12 @@ async def test_the_page_loads_without_the_key_and_its_data_needs_it(aiohttp_clie
     assert page.status == 200 and "text/html" in page.headers["Content-Type"]
     html = await page.text()
     assert "/recap/static/chat.js" in html and "http" not in html.replace("http-equiv", "")
-    kinds = {"app.js": "javascript", "chat.js": "javascript", "app.css": "text/css"}
+    kinds = {
+        "app.js": "javascript",
+        "chat.js": "javascript",
+        "entities.js": "javascript",
+        "app.css": "text/css",
+    }
     for name, kind in kinds.items():
         answer = await client.get(f"/recap/static/{name}")
         assert answer.status == 200 and kind in answer.headers["Content-Type"]
@@ -38,7 +43,7 @@ async def test_the_page_loads_without_the_key_and_its_data_needs_it(aiohttp_clie
 
 def test_the_first_load_is_small_and_fetches_nothing_from_outside() -> None:
     files = sorted(STATIC.iterdir())
-    assert {f.name for f in files} == {"index.html", "app.js", "chat.js", "app.css"}
+    assert {f.name for f in files} == {"index.html", "app.js", "chat.js", "entities.js", "app.css"}
     assert sum(f.stat().st_size for f in files) < 100 * 1024
     for path in files:
         text = path.read_text(encoding="utf-8")

@@ -18,7 +18,7 @@ async function renderChat(id) {
   state.messages = messages;
   const tab = state.tab || "story";
   const tabs = h("div", { class: "tabs", role: "tablist" },
-    [["story", "Scenes & messages"], ["running", "Running recap"], ["model", "What the model gets"]].map(([name, label]) =>
+    [["story", "Scenes & messages"], ["running", "Running recap"], ["entities", "Entities"], ["model", "What the model gets"]].map(([name, label]) =>
       h("button", { role: "tab", "data-tab": name, "aria-selected": String(name === tab), onclick: () => {
         state.tab = name;
         for (const b of tabs.children) b.setAttribute("aria-selected", String(b.dataset.tab === name));
@@ -83,6 +83,7 @@ async function showTab(story) {
   const tab = state.tab || "story";
   if (tab === "story") await renderStory(section, story);
   else if (tab === "running") await renderRunning(section);
+  else if (tab === "entities") await renderEntities(section);
   else await renderModel(section);
 }
 
