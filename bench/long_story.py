@@ -14,11 +14,18 @@ is built with `recap-proxy backfill` (its progress bar goes to stderr); then, fo
 fact, the user's next message asks about it (saved first, as ST does) and the request is
 previewed through the proxy.
 
+A character, Brother Aldric, gets a fact in an early, a middle and a late scene (the fake
+model lists a scene's entities from `[[Name: fact]]` marks, as a real one lists the named
+people it reads about): a question that names him must bring all three facts in his card,
+and the questions about the hidden things, which do not name him, must carry no card of
+his.
+
 Printed: scenes found, failed jobs, whether every closed scene is folded in, recall (asked
 facts whose text reached the model in the inserted memory, not in the chat history), the
-largest inserted memory, upkeep calls and prompt tokens per 100 messages, backfill wall
-time, and the chat path's relevance selection (search and choice) over 500 scenes. With
-`--scale N`, a second chat of N messages is backfilled too (calls and wall time).
+entity case, the largest inserted memory, upkeep calls and prompt tokens per 100 messages,
+backfill wall time, and the chat path's relevance selection (search and choice) over 500
+scenes. With `--scale N`, a second chat of N messages is backfilled too (calls and wall
+time).
 """
 
 from __future__ import annotations
@@ -88,9 +95,24 @@ def chat_id(char: str) -> str:
     return f"default-user/chats/{char}/{char} - 2026-11-22@10h00m00s"
 
 
+ENTITY = "Brother Aldric"
+ENTITY_FACTS = (
+    "keeps the guild ledger in the chapel",
+    "was exiled to Saltmarsh for the missing silver",
+    "came back as the ferryman of the Greyford",
+)
+
+
+def entity_scenes(n: int) -> tuple[int, int, int]:
+    """The scenes of Brother Aldric's three facts: early, middle, late (all closed)."""
+    last = n // SCENE_LENGTH - 1
+    return 1, last // 2, last - 2
+
+
 def story(n: int, seed: int = 11) -> tuple[list[dict[str, Any]], list[tuple[int, str, str]]]:
     """n messages (ending with the user's), and the facts: (scene, fact sentence, thing)."""
     rng = random.Random(seed)
+    aldric = dict(zip(entity_scenes(n), ENTITY_FACTS, strict=True))
     messages: list[dict[str, Any]] = []
     facts: list[tuple[int, str, str]] = []
     for i in range(n):
@@ -107,6 +129,8 @@ def story(n: int, seed: int = 11) -> tuple[list[dict[str, Any]], list[tuple[int,
             fact = f"{CHAR} hid the {thing} under the {SPOTS[(n_fact * 5) % 24]}."
             facts.append((scene, fact, thing))
             text += " " + fact
+        if not is_user and i % SCENE_LENGTH == 6 and scene in aldric:
+            text += f" {ENTITY} passes by. [[{ENTITY}: {aldric[scene]}]]"
         if not is_user and i % SCENE_LENGTH == SCENE_LENGTH - 2:
             text += f" They part ways at the gate. {END_SCENE}"
         messages.append(st_message(i, USER if is_user else CHAR, is_user, text))
@@ -241,7 +265,7 @@ async def long_story(serve: Serve, llm_url: str, n: int) -> dict[str, Any]:
     async with aiohttp.ClientSession() as session:
         wall, used, state = await backfilled(session, serve, llm_url, CHAR, n)
         # Ask about facts from early, middle and late scenes, as the user's next message.
-        asked, recalled, inserted = 0, 0, []
+        asked, recalled, stray, inserted = 0, 0, 0, []
         closed = [f for f in facts if f[0] < n // SCENE_LENGTH - 1]
         for _, fact, thing in closed:
             question = f"Tom stops at the crossroads. Do you still have the {thing}? Where is it?"
@@ -263,6 +287,22 @@ async def long_story(serve: Serve, llm_url: str, n: int) -> dict[str, Any]:
                 recalled += 1
             elif os.environ.get("BENCH_DEBUG"):
                 print(f"\nnot recalled: {fact}\n{injected}\n", file=sys.stderr)
+            if f"- {ENTITY} (" in injected:
+                stray += 1
+        # The entity case: a question that names him.
+        question = f"Tom looks toward the river. What became of {ENTITY}, do you know?"
+        messages[-1]["mes"] = messages[-1]["swipes"][0] = question
+        save(path, CHAR, messages)
+        await asyncio.sleep(0.1)
+        async with session.post(f"{serve.url}/recap/api/preview", json=request(messages)) as r:
+            preview = await r.json()
+        injected = (preview["injected"] or {}).get("text", "")
+        card = next(
+            (line for line in injected.splitlines() if line.startswith(f"- {ENTITY} (")), ""
+        )
+        named = [fact for fact in ENTITY_FACTS if fact in card]
+        if os.environ.get("BENCH_DEBUG") and len(named) < len(ENTITY_FACTS):
+            print(f"\nentity card: {card!r}\n{injected}\n", file=sys.stderr)
     scenes = state["scenes"]
     running = state["overview"]["running_recap"]
     return {
@@ -273,6 +313,8 @@ async def long_story(serve: Serve, llm_url: str, n: int) -> dict[str, Any]:
         "folded": running is not None and running["new_scene_index"] == scenes[-1]["index"],
         "running_tokens": counter.count(running["content"]) if running else 0,
         "recall": (recalled, asked),
+        "entity": (len(named), counter.count(card) if card else 0, stray),
+        "entity_inserted": counter.count(injected) if injected else 0,
         "inserted_max": max(inserted, default=0),
         "used": used,
         "wall": wall,
@@ -396,6 +438,12 @@ async def main() -> None:
     print(f"recall: {recalled}/{asked} asked facts in the inserted memory "
           f"({100 * recalled / max(1, asked):.0f} %); largest inserted memory "
           f"{result['inserted_max']} tokens (budget 2500)")  # fmt: skip
+    found, card_tokens, stray = result["entity"]
+    early, middle, late = entity_scenes(n)
+    print(f"entity: {found}/{len(ENTITY_FACTS)} of {ENTITY}'s facts (scenes {early}, {middle}, "
+          f"{late}) in his card ({card_tokens} tokens; inserted memory "
+          f"{result['entity_inserted']} tokens) when the last message names him; his card "
+          f"in {stray} of {asked} requests that do not name him")  # fmt: skip
     report_usage(n, result["used"])
     print(f"backfill wall time: {result['wall']:.1f} s")
     p50, p95 = selection()
