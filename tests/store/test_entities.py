@@ -5,6 +5,7 @@ own along."""
 from __future__ import annotations
 
 from proxy.core.entities import Mention
+from proxy.core.entity_changes import Change
 from tests.store.test_search import CHAT, story
 
 ALDRIC = Mention("Aldric", "character", ("the monk",), ("Keeps the ledger.",))
@@ -34,3 +35,24 @@ def test_a_chats_entities_are_its_current_scene_recaps() -> None:
     assert db.entities.current(CHAT) == []
     db.db.execute("DELETE FROM messages WHERE uid=?", (uids[2],))
     assert db.db.execute("SELECT COUNT(*) FROM entity_mentions").fetchone()[0] == 0
+
+
+def test_changes_are_kept_in_order_and_follow_a_rename() -> None:
+    db, uids = story(":memory:")
+    db.entities.add(CHAT, uids[0], 1, [ALDRIC, MILL])
+    written = Change("edit", "Aldric", name="Brother Aldric", type="character",
+                     aliases=("the monk",), facts=("Keeps the guild ledger.",))  # fmt: skip
+    first = db.entities.change(CHAT, written, 5.0)
+    second = db.entities.change(CHAT, Change("delete", "The Mill"), 6.0)
+    assert second > first
+    kept = db.entities.changes(CHAT)
+    assert [(c.kind, c.key, c.id, c.made) for c in kept] == [
+        ("edit", "Aldric", first, 5.0),
+        ("delete", "The Mill", second, 6.0),
+    ]
+    assert kept[0].facts == ("Keeps the guild ledger.",) and kept[0].aliases == ("the monk",)
+    names = [(e.name, e.edited, e.deleted) for e in db.entities.registry(CHAT)]
+    assert names == [("Brother Aldric", True, False), ("The Mill", False, True)]
+    db.rename(CHAT, CHAT + " (renamed)")
+    assert [c.kind for c in db.entities.changes(CHAT + " (renamed)")] == ["edit", "delete"]
+    assert db.entities.changes(CHAT) == []

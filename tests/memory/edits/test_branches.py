@@ -8,6 +8,7 @@ from typing import Any
 from urllib.parse import quote, unquote
 
 from proxy.core.entities import Mention
+from proxy.core.entity_changes import Change
 from proxy.store import Database
 from tests.memory.story import CHAR, CHAT_ID, Story, line
 from tests.memory_env import Memory, MemoryFactory
@@ -92,6 +93,10 @@ async def test_branch_inherits_then_diverges(memory_proxy: MemoryFactory) -> Non
     [theirs] = await memory.run(lambda db: db.memory.breaks(CHAT_ID))
     aldric = Mention("Aldric", "character", (), ("keeps the guild ledger",))
     await memory.run(lambda db: db.entities.add(CHAT_ID, theirs.uid, theirs.current or 0, [aldric]))
+    # The user wrote him in the parent: the branch keeps that too.
+    written = Change("edit", "Aldric", name="Brother Aldric", type="character",
+                     facts=("Keeps the ledger.",))  # fmt: skip
+    await memory.run(lambda db: db.entities.change(CHAT_ID, written, 1.0))
 
     # ST's "branch from here" on message 11: a new file with messages 0..11.
     header = {
@@ -113,6 +118,8 @@ async def test_branch_inherits_then_diverges(memory_proxy: MemoryFactory) -> Non
     assert recap.source == "inherited"
     # The entities its recap listed come with it.
     assert await memory.run(lambda db: db.entities.listed(scene.uid, recap.version)) == [aldric]
+    [mine] = await memory.run(lambda db: db.entities.registry(BRANCH_ID))
+    assert mine.name == "Brother Aldric" and mine.edited
     [running] = await memory.run(lambda db: db.memory.running_recaps(BRANCH_ID))
     [parent] = await memory.run(lambda db: db.memory.running_recaps(CHAT_ID))
     assert running.content == parent.content and running.source == "inherited"
