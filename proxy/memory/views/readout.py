@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from proxy.core.entities import Fact
-from proxy.core.entity_changes import Change, find
+from proxy.core.entity_changes import Change
 from proxy.core.jsontypes import JSONObject, JSONValue
 from proxy.memory.chatinfo import swipe_of
 from proxy.memory.running import covered_through
@@ -110,11 +110,13 @@ def entities(db: Database, chat_id: str) -> list[JSONObject]:
     the user deleted is listed, marked, so that it can be released."""
     names = {b.uid: b.name for b in db.memory.breaks(chat_id)}
     found = db.entities.registry(chat_id)
+    # Each change under the entity its name finds (one index: a chat may have thousands).
+    named = {n.casefold(): e.name for e in found for n in (*e.names, *e.known_as)}
     versions: dict[str, list[JSONValue]] = {}
     for change in db.entities.changes(chat_id):
-        entity = find(found, change.key)
-        if entity is not None:
-            versions.setdefault(entity.name, []).append(_change(change))
+        owner = named.get(change.key.casefold())
+        if owner is not None:
+            versions.setdefault(owner, []).append(_change(change))
 
     def facts(told: Sequence[Fact]) -> list[JSONValue]:
         return [
