@@ -107,6 +107,7 @@ def main() -> int:
     print(f"scene breaks: {report['breaks_found']} of {report['breaks_true']} "
           f"(elsewhere: {report['breaks_other']})")  # fmt: skip
     print(f"stored: {report['stored']}; most history left out: {report['left_out_max']}")
+    print(f"entities: {', '.join(report['entities']) or 'none'}")
     print(f"failed jobs: {report['failed']}")
     for failure in report["failures"]:
         print(f"  {failure[:200]}")

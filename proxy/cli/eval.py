@@ -197,7 +197,10 @@ def _state(db: Database) -> dict[str, Any]:
         "scene_recaps": sum(len(memory.scene_recaps(b.uid)) for b in memory.breaks(CHAT_ID)),
         "running_recaps": len(memory.running_recaps(CHAT_ID)),
     }
-    return {"breaks": breaks, "calls": calls, "failures": failures, "stored": stored}
+    entities = [f"{e.name} ({e.type}, {len(e.facts)} facts)" for e in db.entities.registry(CHAT_ID)]
+    stored["entities"] = len(entities)
+    return {"breaks": breaks, "calls": calls, "failures": failures, "stored": stored,
+            "entities": entities}  # fmt: skip
 
 
 def _report(
@@ -225,6 +228,7 @@ def _report(
         "failures": state["failures"],
         # What the memory kept, and the most chat messages a request left out for it.
         "stored": state["stored"],
+        "entities": state["entities"],
         "left_out_max": max((n for _, n in asked), default=0),
         "calls": calls,
         "prompt_tokens": total["prompt_tokens"],
@@ -249,7 +253,7 @@ def _summary(report: dict[str, Any]) -> str:
         + (f", {len(report['breaks_other'])} elsewhere" if report["breaks_other"] else ""),
         f"failed jobs: {report['failed']}",
         "stored: {message_recaps} message recaps, {scene_recaps} scene recaps, "
-        "{running_recaps} running recap versions".format(**report["stored"])
+        "{running_recaps} running recap versions, {entities} entities".format(**report["stored"])
         + f"; a request left out at most {report['left_out_max']} chat messages for them",
         *(f"  {failure}" for failure in report["failures"][:10]),
         "calls: " + ", ".join(f"{op} {c['calls']}" for op, c in sorted(report["calls"].items())),
