@@ -20,6 +20,7 @@
     │   ├── NoCredentials           no model or key known yet: waits for the chat's next request
     │   └── Refused                 the LLM refused it (4xx): not retried
     │       └── Unauthorized        401/403
+    ├── EmbeddingFailure            the embeddings API gave no vectors: recall goes on by words
     └── UpstreamError               we could not get an answer from the upstream API
         ├── UpstreamUnreachable     connect refused, DNS, reset before a response  -> 502
         └── UpstreamTimeout         connect or read timeout                        -> 504
@@ -161,6 +162,11 @@ class Refused(JobFailure):
 
 class Unauthorized(Refused):
     """401/403 from the LLM: retrying with the same key cannot help."""
+
+
+class EmbeddingFailure(RecapProxyError):
+    """The embeddings API gave no usable vectors (unreachable, an error answer, a body of
+    another shape, too slow). Nothing waits on it: recall goes on by words alone."""
 
 
 class UpstreamError(RecapProxyError):

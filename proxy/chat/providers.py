@@ -55,6 +55,10 @@ class MemorySource(Protocol):
         model: str | None,
     ) -> RequestMemory: ...
 
+    async def question_ready(self, messages: Sequence[ChatMessage]) -> None:
+        """Wait (up to `recall_wait_ms`) for the question's vector being made."""
+        ...
+
 
 class MemoryProvider(Protocol):
     async def memory_for(
@@ -219,6 +223,7 @@ class ChatMemory:
                 # importing what an extension left), no LLM call; waiting a moment
                 # lets this request already carry what exists.
                 await asyncio.wait({started}, timeout=self.first_request)
+            await self.engine.question_ready(parsed.messages)
         return self.known(ident, parsed.messages, found.span, parsed.model, found.replacements)
 
     def known(

@@ -21,7 +21,6 @@ from collections.abc import Callable, Mapping, Sequence
 from functools import partial
 
 from proxy.core.models import Caller, ChatMessage, Identification
-from proxy.core.operations import Operation
 from proxy.core.plan import InjectionPolicy
 from proxy.core.tokens import TokenCounter
 from proxy.core.trim import Cut
@@ -30,25 +29,25 @@ from proxy.memory.calls.jobs import JobQueue
 from proxy.memory.calls.llm import LLMClient
 from proxy.memory.calls.prompts import Prompts
 from proxy.memory.calls.retries import Retries
+from proxy.memory.embedder import Embedder
 from proxy.memory.ops.handler import HandlerContext, LoreSource
 from proxy.memory.ops.registry import handlers
-from proxy.memory.upkeep import Upkeep
+from proxy.memory.upkeep import Upkeep, UpkeepCalls
 from proxy.memory.views.recall import rank_ahead
-from proxy.memory.views.request import RequestMemory, history_start, request_memory
+from proxy.memory.views.request import RequestMemory, history_start, note_cut, request_memory
 from proxy.memory.views.reread import carried
 from proxy.memory.views.view import Frame, ViewInputs
 from proxy.observe.events import EventBus
 from proxy.settings import QueueSettings
 from proxy.settings.memory import MemorySettings
-from proxy.store import Database, Store, file_error
-from proxy.store.jobs import Payload
+from proxy.store import Store, file_error
 from proxy.tasks import TaskSet
 from proxy.waits import SERVING, Waits
 
 log = logging.getLogger(__name__)
 
 
-class MemoryEngine:
+class MemoryEngine(UpkeepCalls):
     """Owns the planner, the job queue and the memory views; an async context manager."""
 
     def __init__(
@@ -67,12 +66,14 @@ class MemoryEngine:
         frame: Frame | None = None,
         events: EventBus | None = None,
         waits: Waits = SERVING,
+        embedder: Embedder | None = None,
     ) -> None:
         """`frame`: what the injection template takes itself (default: all the macros);
         `events`: where what the memory does is announced (the dashboard's stream);
         `waits`: its pauses (`request_hold`, `store_retry`)."""
         self.waits = waits
         self.events = events
+        self.embedder = embedder  # recall by meaning (`[memory.embeddings]`), when set
         self.store = store
         self.library = library
         self.llm = llm
@@ -149,6 +150,8 @@ class MemoryEngine:
         if self.on_refresh in self.library.listeners:
             self.library.listeners.remove(self.on_refresh)
         self._retries.cancel()
+        if self.embedder is not None:
+            await self.embedder.close()
         await self._tasks.cancel()
         await self.queue.__aexit__(*exc)
 
@@ -207,7 +210,7 @@ class MemoryEngine:
             return
         try:
             rank_ahead(self.store.search, self.views.get(chat_id), chat_id, entry.tail,
-                       self.settings)  # fmt: skip
+                       self.settings, self.embedder)  # fmt: skip
         except Exception:
             log.exception("ranking the scenes of %s ahead of its request failed", chat_id)
 
@@ -320,6 +323,9 @@ class MemoryEngine:
             self._retries.store_failed(chat_id, "planning", exc, again)
             return 0
         self._retries.worked(chat_id)
+        view = self.views.get(chat_id)
+        if self.embedder is not None and view is not None:
+            self.embedder.want(chat_id, view.unembedded)
         if planned.queued:
             self.queue.wake()
             if self.events is not None:
@@ -364,36 +370,16 @@ class MemoryEngine:
         start = history_start(view, settings, ident, history)
         self._note_cut(ident, start[0])
         return request_memory(
-            view, settings, ident, messages, history, start, model, self.store.search
-        )
+            view, settings, ident, messages, history, start, model, self.store.search,
+            self.embedder,
+        )  # fmt: skip
+
+    async def question_ready(self, messages: Sequence[ChatMessage]) -> None:
+        if self.embedder is not None:
+            await self.embedder.ready(messages, self.settings.recall_wait_ms)
 
     def _note_cut(self, ident: Identification, cut: Cut | None) -> None:
-        """Keep where ST cuts the chat (the oldest message its request still carries): with
-        `message_recaps = "needed"`, the messages before it are the ones to recap. A cut
-        that moved plans the chat again (in the background: the request does not wait)."""
-        if self.settings.message_recaps != "needed" or ident.generation == "quiet":
-            return
-        if cut is None or self.cuts.get(ident.chat_id) == cut:
-            return
-        self.cuts[ident.chat_id] = cut
-        if cut.st > 0 and ident.chat_id in self.active:
+        # A cut that moved plans the chat again (in the background: the request does not
+        # wait); see `note_cut`.
+        if note_cut(self.settings, self.cuts, ident, cut) and ident.chat_id in self.active:
             self.schedule(ident.chat_id)
-
-    # -- store thread (`Upkeep`) -----------------------------------------------------------
-
-    def memory_on(self, chat_id: str, own_state: bool | None) -> bool:
-        return self.upkeep.memory_on(chat_id, own_state)
-
-    def upkeep_on(self, chat_id: str, own_state: bool | None) -> bool:
-        return self.upkeep.upkeep_on(chat_id, own_state)
-
-    def messages_until_check(self, db: Database, chat_id: str) -> int | None:
-        return self.upkeep.messages_until_check(db, chat_id)
-
-    def check_now(self, db: Database, chat_id: str) -> int | None:
-        return self.upkeep.check_now(db, chat_id)
-
-    def stamp(
-        self, db: Database, chat_id: str, operation: Operation, key: str, payload: Payload
-    ) -> tuple[int | None, bool]:
-        return self.upkeep.stamp(db, chat_id, operation, key, payload)

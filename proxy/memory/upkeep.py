@@ -286,3 +286,27 @@ class Upkeep:
 
     def view(self, db: Database, chat_id: str, since: int | None = None) -> MemoryView:
         return build_view(db, self.view_inputs, chat_id, self.views.get(chat_id), since)
+
+
+class UpkeepCalls:
+    """What corrections through the API ask the engine on the store's thread: its
+    upkeep's answers (a mixin of `proxy.memory.engine.MemoryEngine`)."""
+
+    upkeep: Upkeep
+
+    def memory_on(self, chat_id: str, own_state: bool | None) -> bool:
+        return self.upkeep.memory_on(chat_id, own_state)
+
+    def upkeep_on(self, chat_id: str, own_state: bool | None) -> bool:
+        return self.upkeep.upkeep_on(chat_id, own_state)
+
+    def messages_until_check(self, db: Database, chat_id: str) -> int | None:
+        return self.upkeep.messages_until_check(db, chat_id)
+
+    def check_now(self, db: Database, chat_id: str) -> int | None:
+        return self.upkeep.check_now(db, chat_id)
+
+    def stamp(
+        self, db: Database, chat_id: str, operation: Operation, key: str, payload: Payload
+    ) -> tuple[int | None, bool]:
+        return self.upkeep.stamp(db, chat_id, operation, key, payload)

@@ -109,6 +109,8 @@ class Health:
     vitals: Vitals
     # The newest failed job's operation and error: why some chat's memory is not built.
     memory_failure: str | None = None
+    # Recall by meaning: "off" (no `[memory.embeddings]`), "ok", or "failing: <why>".
+    embeddings: str = "off"
 
     @property
     def problems(self) -> list[str]:
@@ -121,6 +123,11 @@ class Health:
             found.append(
                 "SillyTavern's data folder is missing (not there yet, or gone): its chats are "
                 "not followed until it is there"
+            )
+        if self.embeddings.startswith("failing"):
+            found.append(
+                f"embeddings: {self.embeddings.removeprefix('failing: ')} (older scenes are "
+                "recalled by their words alone until it answers)"
             )
         if self.vitals.upstream_failing:
             found.append(
@@ -140,6 +147,7 @@ class Health:
             "watcher": self.watcher,
             "queue": dict(self.queue),
             "memory": {"last_failure": self.memory_failure},
+            "embeddings": {"state": self.embeddings},
             "upstream": {
                 "last_status": upstream.last_status,
                 "last_error": upstream.last_error,

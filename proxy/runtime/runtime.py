@@ -28,9 +28,11 @@ from proxy.core.tokens import TokenCounter
 from proxy.errors import ConfigError
 from proxy.library.chats import ChatLibrary, Refreshed
 from proxy.library.watcher import Watcher
+from proxy.memory.calls.embeddings import EmbeddingClient
 from proxy.memory.calls.jobs import JobQueue
 from proxy.memory.calls.llm import LLMClient
 from proxy.memory.edits.actions import MemoryActions
+from proxy.memory.embedder import Embedder
 from proxy.memory.engine import MemoryEngine
 from proxy.memory.views.view import Frame
 from proxy.observe.events import EventBus
@@ -79,6 +81,8 @@ class Runtime:
     waits: Waits = SERVING
     # The memory LLM's own API, when `[memory.llm] base_url` is not the upstream.
     own_upstream: Upstream | None = None
+    # The embeddings API (`[memory.embeddings] base_url`), when set.
+    embed_upstream: Upstream | None = None
     # A store with no memory: one a test passes with a fixed memory provider.
     store: Store | None = None
     memory: Memory | None = None
@@ -123,6 +127,8 @@ class Runtime:
             await stack.enter_async_context(self.upstream)
             if self.own_upstream is not None:
                 await stack.enter_async_context(self.own_upstream)
+            if self.embed_upstream is not None:
+                await stack.enter_async_context(self.embed_upstream)
             # Off the loop, before the first request needs it.
             await asyncio.to_thread(self.counter.warm_up)
             memory = self.memory
@@ -178,6 +184,7 @@ def build_runtime(
     if problem is not None:
         log.warning("%s ([injection] template, template_file)", problem)
     own_upstream: Upstream | None = None
+    embed_upstream: Upstream | None = None
     memory: Memory | None = None
     if data_dir is not None:
         store = store or Store(settings.store.resolved_path(), clock=clock)
@@ -189,6 +196,7 @@ def build_runtime(
         frame = Frame(sum(map(counter.count, templates.own_text())), templates.macros)
         llm = LLMClient(llm_settings, upstream, own_upstream)
         memory = _memory(settings, data_dir, store, llm, policy, counter, bus, clock, frame, waits)
+        embed_upstream = _embedder(settings, memory.engine, upstream)
         provider = ChatMemory(
             memory.library, engine=memory.engine, first_request=waits.first_request
         )
@@ -227,6 +235,7 @@ def build_runtime(
         recorder=recorder,
         waits=waits,
         own_upstream=own_upstream,
+        embed_upstream=embed_upstream,
         store=store,
         memory=memory,
     )
@@ -272,6 +281,24 @@ def _memory(
     )
     actions = MemoryActions(store, engine, library)
     return Memory(store, library, lore, watcher, engine, actions)
+
+
+def _embedder(settings: Settings, engine: MemoryEngine, upstream: Upstream) -> Upstream | None:
+    """Recall by meaning for the engine, when `[memory.embeddings]` names an API: its
+    own connections (the upstream's settings: proxies, certificates), returned to start."""
+    embeddings = settings.memory.embeddings
+    if embeddings.base_url is None:
+        return None
+    own = Upstream(settings.upstream.model_copy(update={"base_url": embeddings.base_url}))
+    engine.embedder = Embedder(
+        embeddings,
+        EmbeddingClient(embeddings, own),
+        engine.store,
+        planned=engine.plan_now,
+        clock=engine.clock,
+        events=engine.events,
+    )
+    return own
 
 
 def announce_health(bus: EventBus, watcher: str) -> None:

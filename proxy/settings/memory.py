@@ -10,6 +10,7 @@ from pydantic import Field, SecretStr, field_validator, model_validator
 from proxy.core.operations import Operation
 from proxy.core.recaps import RecapRules
 from proxy.core.scenes import DetectionRules
+from proxy.settings.embeddings import EmbeddingSettings
 from proxy.settings.section import Section, UserPath
 
 # How the memory's calls ask a server to keep to their answer's shape (`proxy.memory.calls.shapes`).
@@ -310,8 +311,21 @@ class MemorySettings(Section):
         "prompt cache (or llama.cpp's) can reuse it. 1: start exactly where ST cuts (as with "
         "`auto_hide_scene_count = -1`).",
     )
+    recall_wait_ms: int = Field(
+        0,
+        ge=0,
+        le=2000,
+        description="With `[memory.embeddings]`: how long a request may wait for its "
+        "question's vector when it is not ready yet (it is made when ST saves the message, "
+        "before the request). 0: never wait; recall by words alone for that request.",
+    )
     llm: LLMSettings = Field(
         default_factory=LLMSettings, description="The LLM that writes the memory."
+    )
+    embeddings: EmbeddingSettings = Field(
+        default_factory=EmbeddingSettings,
+        description="Recall by meaning: the embeddings API that turns scene recaps, entity "
+        "cards and the user's question into vectors.",
     )
 
     @field_validator("message_recaps", mode="before")

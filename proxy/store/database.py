@@ -33,6 +33,7 @@ from proxy.store.records import (
 )
 from proxy.store.schema import DELETED_CHAT_TTL, MIGRATIONS
 from proxy.store.usage import UsageTable
+from proxy.store.vectors import VectorTable
 
 Clock = Callable[[], float]
 
@@ -96,6 +97,7 @@ class Database:
         self.jobs = JobTable(self.db, self.transaction)
         self.memory = MemoryTable(self.db, self.transaction)
         self.entities = EntityTable(self.db, self.transaction)
+        self.vectors = VectorTable(self.db, self.transaction)
         self.extensions = ExtensionTable(self.db, self.transaction)
         self.usage = UsageTable(self.db, self.transaction)
         self.lore = LoreTable(self.db, self.transaction)

@@ -274,4 +274,16 @@ MIGRATIONS: tuple[str, ...] = (
     );
     CREATE INDEX entity_changes_chat ON entity_changes(chat_id, id);
     """,
+    # v12: embeddings (recall by meaning), by what was embedded (its text's hash) and the
+    # model that embedded it: a text met again (a branch's scenes, a recap chosen back) is
+    # not embedded again, and another model's vectors are another's.
+    """
+    CREATE TABLE vectors (
+        model   TEXT NOT NULL,   -- the API, model and size (`EmbeddingSettings.identity`)
+        hash    TEXT NOT NULL,   -- of the text embedded
+        vector  BLOB NOT NULL,   -- float32, little-endian, unit length
+        made    REAL NOT NULL,
+        PRIMARY KEY (model, hash)
+    ) WITHOUT ROWID;
+    """,
 )

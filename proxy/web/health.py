@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from aiohttp import web
@@ -14,6 +15,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 
 from proxy.errors import ConfigError, RequestError, TemplateError
 from proxy.library.watcher import Watcher
+from proxy.memory.embedder import Embedder
 from proxy.observe.metrics import Metrics
 from proxy.observe.vitals import Health, Vitals
 from proxy.runtime.reload import Reloader
@@ -34,6 +36,8 @@ class Service:
     vitals: Vitals
     metrics: Metrics
     reloader: Reloader
+    # The engine's embedder (recall by meaning), looked up at each call: None when off.
+    embedder: Callable[[], Embedder | None] = lambda: None
 
     async def health(self, request: web.Request) -> web.Response:
         """`{"status": "ok" | "degraded", ...}`: HTTP 200 when ok, 503 when degraded."""
@@ -53,7 +57,9 @@ class Service:
             except Exception as exc:  # the store's own error is what the operator needs
                 state = store.failure or f"{type(exc).__name__}: {exc}"
         watching = self.watcher.state if self.watcher else "off"
-        report = Health(state, watching, queue, self.vitals, failure).to_json()
+        embedder = self.embedder()
+        embeddings = embedder.state if embedder is not None else "off"
+        report = Health(state, watching, queue, self.vitals, failure, embeddings).to_json()
         return web.json_response(report, status=200 if report["status"] == "ok" else 503)
 
     async def exposition(self, request: web.Request) -> web.Response:
@@ -90,6 +96,7 @@ def add_health_routes(app: web.Application, runtime: Runtime) -> None:
         runtime.vitals,
         runtime.metrics,
         runtime.reloader,
+        lambda: runtime.engine.embedder if runtime.engine is not None else None,
     )
     app.router.add_get("/health", service.health)
     app.router.add_get("/metrics", service.exposition)

@@ -41,6 +41,9 @@ class Engine:
     ) -> Got:
         return Got({"running_recap": f"recap of {ident.chat_id}"}, (history[0],))
 
+    async def question_ready(self, messages: Sequence[ChatMessage]) -> None:
+        return None  # no embeddings: nothing to wait for
+
 
 def solo_request() -> bytes:
     records = [json.loads(line) for line in REQUESTS.read_text().splitlines()]

@@ -268,13 +268,13 @@ def memory_answer(operation: str, prompt: str) -> str:
 
 
 async def models(request: web.Request) -> web.Response:
-    request.app[STATE].seen.append(await _seen(request))
+    request.app[STATE].seen.append(await seen_of(request))
     return web.json_response({"object": "list", "data": [{"id": "fake-model"}]})
 
 
 async def chat(request: web.Request) -> web.StreamResponse:
     state = request.app[STATE]
-    seen = await _seen(request)
+    seen = await seen_of(request)
     state.seen.append(seen)
     if not state.chat_route:
         raise web.HTTPNotFound(text="Not Found")
@@ -421,7 +421,7 @@ async def messages(request: web.Request) -> web.StreamResponse:
     """Anthropic's `POST /v1/messages`: ST's Claude requests and the proxy's own calls for
     Claude chats (the prompt is the first user turn; `system` holds the rest)."""
     state = request.app[STATE]
-    seen = await _seen(request)
+    seen = await seen_of(request)
     state.seen.append(seen)
     payload = json.loads(seen.body)
     model = str(payload.get("model", "claude-fake"))
@@ -512,7 +512,7 @@ async def stats(request: web.Request) -> web.Response:
 
 async def echo(request: web.Request) -> web.Response:
     """Any other path: say what arrived, so passthrough can be checked."""
-    seen = await _seen(request)
+    seen = await seen_of(request)
     request.app[STATE].seen.append(seen)
     return web.json_response(
         {"method": seen.method, "path": seen.path, "query": seen.query, "size": len(seen.body)},
@@ -528,7 +528,7 @@ async def kobold_version(request: web.Request) -> web.Response:
     return web.json_response({"result": "KoboldCpp", "version": "1.75.2", "protected": False})
 
 
-async def _seen(request: web.Request) -> Seen:
+async def seen_of(request: web.Request) -> Seen:
     return Seen(
         method=request.method,
         path=request.rel_url.raw_path,
@@ -547,6 +547,9 @@ def make_fake_llm(state: FakeState | None = None) -> web.Application:
     from tests.fakes.fake_text import add_routes  # its handlers use this module's
 
     add_routes(app)
+    from tests.fakes.fake_embed import add_routes as add_embeddings
+
+    add_embeddings(app)
     app.router.add_get("/_fake/stats", stats)
     app.router.add_get("/api/extra/version", kobold_version)
     app.router.add_route("*", "/{tail:.*}", echo)

@@ -69,7 +69,7 @@ ROUTES: dict[str, tuple[str, Frames, Callable[[str, str], dict[str, Any]]]] = {
 
 async def complete(request: web.Request) -> web.StreamResponse:
     state = request.app[fake_llm.STATE]
-    seen = await fake_llm._seen(request)
+    seen = await fake_llm.seen_of(request)
     state.seen.append(seen)
     state.started.set()
     path = request.path

@@ -75,6 +75,7 @@ async def test_a_store_from_before_extension_data_reads_its_chats_again(tmp_path
         # v9's and v8's
         "DROP INDEX messages_layout; CREATE INDEX messages_chat ON messages(chat_id, position); "
         "DROP TABLE usage; DROP TABLE entity_mentions; DROP TABLE entity_changes; "
+        "DROP TABLE vectors; "
         "DROP INDEX messages_extension_new; ALTER TABLE messages DROP COLUMN extension; "
         "ALTER TABLE messages DROP COLUMN extension_new; "
         "ALTER TABLE message_recaps DROP COLUMN source; "
@@ -99,4 +100,4 @@ async def test_a_store_from_before_extension_data_reads_its_chats_again(tmp_path
     assert uids == before  # every message keeps its identity
     assert events == len(story.messages)  # the first indexing's "added" only: no edits
     assert pending[3] == (3, f'{{"recap":"{qvink_memory(3)}"}}')
-    assert len(MIGRATIONS) == 11, "this test rebuilt a store of schema 6 (v8 to v11 dropped too)"
+    assert len(MIGRATIONS) == 12, "this test rebuilt a store of schema 6 (v8 to v12 dropped too)"

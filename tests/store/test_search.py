@@ -101,9 +101,10 @@ def test_a_store_from_before_the_index_gets_its_scenes_indexed(tmp_path: Path) -
     )
     db.db.executescript(
         "ALTER TABLE memory_state DROP COLUMN condense_version; "
-        # and without what schemas 7 to 11 added
+        # and without what schemas 7 to 12 added
         "DROP INDEX messages_layout; CREATE INDEX messages_chat ON messages(chat_id, position); "
         "DROP TABLE usage; DROP TABLE entity_mentions; DROP TABLE entity_changes; "
+        "DROP TABLE vectors; "
         "DROP INDEX messages_extension_new; ALTER TABLE messages DROP COLUMN extension; "
         "ALTER TABLE messages DROP COLUMN extension_new; "
         "ALTER TABLE message_recaps DROP COLUMN source; "

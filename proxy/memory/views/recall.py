@@ -1,6 +1,8 @@
 """Recalling older scenes on the chat path: what a request asks the scene search
 (`proxy.store.search`), memoised, and the `{{relevant_scenes}}` text it makes of the answer
-(`proxy.core.recall` decides the terms and the choice)."""
+(`proxy.core.recall` decides the terms and the choice). With embeddings, the scenes
+nearest the user's question by meaning are fused with that ranking (`proxy.core.vectors`),
+when the question's vector is ready; the request never waits for one here."""
 
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ from proxy.core.recall import (
     render_scenes,
     search_terms,
 )
+from proxy.core.vectors import SceneVectors, Vector, fuse
 from proxy.settings.memory import MemorySettings
 
 
@@ -38,6 +41,17 @@ class ChatScenes(Protocol):
 
     @property
     def names(self) -> tuple[str, ...]: ...  # the chat's character and user names
+
+    @property
+    def vectors(self) -> SceneVectors | None: ...  # its scenes by meaning, when embedded
+
+
+class Questions(Protocol):
+    """The embedder, as a request asks it for its question's vector."""
+
+    def vector_for(self, text: str) -> Vector | None: ...
+
+    def ask(self, chat_id: str, text: str) -> None: ...
 
 
 # Scenes asked of the search per request, and the least bm25 score that counts as a match
@@ -65,17 +79,35 @@ def relevant_scenes(
     settings: MemorySettings,
     before: int | None,
     room: int,
+    questions: Questions | None = None,
 ) -> str:
     """`{{relevant_scenes}}`: the older scenes that bear on the recent messages, ending
     before chat position `before`, within `room` tokens."""
     recent = tuple([messages[i] for i in history[-settings.relevant_scenes_context :]])
-    key = (search, view.vocabulary, chat_id, view.names, recent, before, room)
+    near = nearest(view, recent, questions, settings.embeddings.min_similarity)
+    key = (search, view.vocabulary, chat_id, view.names, recent, before, room, near)
     found = _RELEVANT.get(key)
     if found is None:
         ranked = ranking(search, view, chat_id, recent)
+        if near:
+            ranked = fuse([ranked, near])
         found = render_scenes(pick_scenes(ranked, view.scenes, before, room))
         _keep(_RELEVANT, key, found)
     return found
+
+
+def nearest(
+    view: ChatScenes, recent: Sequence[ChatMessage], questions: Questions | None, floor: float
+) -> tuple[int, ...]:
+    """The scenes nearest the user's last message by meaning, best first; none when its
+    vector is not ready (or the chat's scenes are not embedded)."""
+    if questions is None or view.vectors is None:
+        return ()
+    users = [m for m in recent if m.role == "user"]
+    question = questions.vector_for(users[-1].text) if users else None
+    if question is None:
+        return ()
+    return tuple(view.vectors.nearest(question, SEARCH_LIMIT, floor))
 
 
 def ranking(
@@ -101,14 +133,19 @@ def rank_ahead(
     chat_id: str,
     tail: Sequence[IndexedMessage],
     settings: MemorySettings,
+    questions: Questions | None = None,
 ) -> None:
     """ST saved new messages of the chat, and the request that carries them follows (once
     ST has built its prompt): rank the older scenes against its newest messages (`tail`,
     the chat index's) now. `ranking` keeps it by their fingerprints, so that request finds
     it instead of working out search terms and asking the store's full-text index on its
-    way (two queries, most of what its memory step cost)."""
+    way (two queries, most of what its memory step cost). With embeddings, the user's
+    message is embedded now too (`questions`), for the request to find its vector ready."""
     if view is None or not view.scenes or not settings.relevant_scenes_max_tokens:
         return
+    asked = [m for m in tail if m.is_user]
+    if questions is not None and view.vectors is not None and asked:
+        questions.ask(chat_id, asked[-1].text)
     newest = tail[-settings.relevant_scenes_context :]
     ranking(search, view, chat_id, [ChatMessage("user" if m.is_user else "assistant", m.text)
                                      for m in newest])  # fmt: skip

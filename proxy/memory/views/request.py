@@ -12,7 +12,7 @@ from proxy.core.entities import cards_within
 from proxy.core.models import ChatMessage, Identification
 from proxy.core.recaps import budget_tokens
 from proxy.core.trim import Cut, droppable, stepped_drop, stepped_start
-from proxy.memory.views.recall import SceneRanker, relevant_scenes
+from proxy.memory.views.recall import Questions, SceneRanker, relevant_scenes
 from proxy.memory.views.view import FRAME_TOKENS, MemoryView
 from proxy.settings.memory import MemorySettings
 
@@ -33,6 +33,7 @@ def request_memory(
     start: tuple[Cut | None, list[int]],
     model: str | None,
     search: SceneRanker | None = None,
+    questions: Questions | None = None,
 ) -> RequestMemory:
     """The macro values and the request indices to leave out, for one request. `start`:
     where ST cut it and the history's start, with the indices to leave out for that
@@ -88,7 +89,7 @@ def request_memory(
         if drop and view.cutoff is not None:
             before = max(before or 0, view.cutoff + 1)
         scenes = relevant_scenes(
-            search, view, ident.chat_id, messages, history, settings, before, room
+            search, view, ident.chat_id, messages, history, settings, before, room, questions
         )
     values = {
         "running_recap": view.running,
@@ -97,6 +98,20 @@ def request_memory(
         "entities": entities,
     }
     return RequestMemory(values, tuple(drop))
+
+
+def note_cut(
+    settings: MemorySettings, cuts: dict[str, Cut], ident: Identification, cut: Cut | None
+) -> bool:
+    """Keep where ST cut the chat (the oldest message its request still carries) in
+    `cuts`: with `message_recaps = "needed"`, the messages before it are the ones to
+    recap. Whether it moved past ST's start (the chat is then to be planned again)."""
+    if settings.message_recaps != "needed" or ident.generation == "quiet":
+        return False
+    if cut is None or cuts.get(ident.chat_id) == cut:
+        return False
+    cuts[ident.chat_id] = cut
+    return cut.st > 0
 
 
 def stands_for(ident: Identification) -> dict[int, range]:

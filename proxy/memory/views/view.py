@@ -33,6 +33,7 @@ from proxy.core.recaps import (
 )
 from proxy.core.tokens import TokenCounter
 from proxy.core.trim import Covered, trim_cutoff
+from proxy.core.vectors import SceneVectors, stacked
 from proxy.memory.chatinfo import PersonaLookup, chat_names, swipe_of
 from proxy.settings.memory import MemorySettings
 from proxy.sillytavern.chatfile import text_hash
@@ -70,6 +71,10 @@ class MemoryView:
     entities: tuple[Entity, ...] = ()
     cards: tuple[tuple[str, int], ...] = ()
     mentions: Mentions | None = None
+    # Recall by meaning (`[memory.embeddings]`): the scenes' vectors, and the scene texts
+    # (each with its hash) not embedded yet, which the embedder takes up after planning.
+    vectors: SceneVectors | None = None
+    unembedded: tuple[tuple[str, str], ...] = ()
     # The chat file's hash in the store the view was built from; `outdated`: the chat was
     # re-read since, with messages before its newest deleted, added, hidden or changed
     # (`moved_older`), and the view could not be moved with them (`reread.carried`): what
@@ -156,6 +161,7 @@ def build_view(
         scenes = scene_cards(memory.scene_cards(chat_id), known, count, prime)
         vocabulary = vocabulary_of(scenes, old)
     entities, cards, mentions = _entities(db, inputs, chat_id, old)
+    vectors, unembedded = _vectors(db, inputs, scenes, vocabulary, old)
     names = chat_names(db, chat_id, inputs.persona)
     shelf = RecapShelf.of(recaps)
     for text in new_texts(running, shelf, old):
@@ -177,6 +183,8 @@ def build_view(
         entities=entities,
         cards=cards,
         mentions=mentions,
+        vectors=vectors,
+        unembedded=unembedded,
         file_hash=chat.file_hash if chat is not None else None,
     )
 
@@ -201,6 +209,30 @@ def _entities(
         if line:
             inputs.counter.prime(line)
     return entities, cards, Mentions(entities)
+
+
+def _vectors(
+    db: Database,
+    inputs: ViewInputs,
+    scenes: dict[int, SceneCard],
+    vocabulary: Vocabulary,
+    old: MemoryView | None,
+) -> tuple[SceneVectors | None, tuple[tuple[str, str], ...]]:
+    """The scenes' vectors (the old view's while its scenes are the same and all were
+    embedded), and the scene texts that have none yet."""
+    embeddings = inputs.settings.embeddings
+    if not embeddings.enabled or not scenes:
+        return None, ()
+    same = old is not None and old.vocabulary is vocabulary and not old.unembedded
+    if same and old is not None and old.vectors is not None:
+        return old.vectors, ()
+    texts = {uid: card.entry for uid, card in scenes.items()}
+    hashes = {uid: text_hash(text) for uid, text in texts.items()}
+    found = db.vectors.get(embeddings.identity(), list(dict.fromkeys(hashes.values())))
+    uids = [uid for uid in scenes if hashes[uid] in found]
+    vectors = stacked(uids, [found[hashes[uid]] for uid in uids])
+    missing = {hashes[uid]: texts[uid] for uid in scenes if hashes[uid] not in found}
+    return vectors, tuple(missing.items())
 
 
 # `covered_reuse`: the old view's covered messages hold as they are.
