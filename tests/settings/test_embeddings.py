@@ -13,7 +13,8 @@ from tests.conftest import make_settings
 def test_off_until_a_url_is_given_and_the_kind_is_told_from_it() -> None:
     assert not EmbeddingSettings().enabled
     openai = EmbeddingSettings(base_url="https://api.openai.com/v1/")
-    assert openai.enabled and openai.kind() == "openai" and openai.base_url.endswith("/v1")
+    assert openai.enabled and openai.kind() == "openai"
+    assert openai.base_url == "https://api.openai.com/v1"
     assert EmbeddingSettings(base_url="http://127.0.0.1:11434").kind() == "ollama"
     assert EmbeddingSettings(base_url="http://box:8000/api").kind() == "ollama"
     assert EmbeddingSettings(base_url="http://box:8000/api", api="openai").kind() == "openai"

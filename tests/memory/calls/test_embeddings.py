@@ -16,7 +16,7 @@ from tests.fakes.fake_embed import vector
 
 
 async def embed(base_url: str, texts: list[str], **given: object) -> list[np.ndarray]:
-    settings = EmbeddingSettings(base_url=base_url, **given)  # type: ignore[arg-type]
+    settings = EmbeddingSettings(base_url=base_url, **given)
     async with Upstream(UpstreamSettings(base_url=base_url)) as upstream:
         vectors, _ = await EmbeddingClient(settings, upstream).embed(texts)
     return vectors

@@ -52,7 +52,7 @@ async def test_an_edited_entity_is_kept_as_written_and_reaches_the_request(
     memory = await _ready(memory_proxy)
     one = await _call(memory, "GET", "/aldric")  # any case
     assert one["name"] == "Aldric" and not one["edited"]
-    names = {"name": "Brother Aldric", "aliases": ["Aldric", "the monk"]}
+    names: dict[str, Any] = {"name": "Brother Aldric", "aliases": ["Aldric", "the monk"]}
     edited = await _call(memory, "PATCH", "/Aldric", **names, facts=["Keeps the guild ledger."])
     assert edited["name"] == "Brother Aldric" and edited["edited"]
     assert [f["text"] for f in edited["facts"]] == ["Keeps the guild ledger."]
