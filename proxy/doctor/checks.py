@@ -27,6 +27,7 @@ from proxy.core.tokens import TokenCounter
 from proxy.doctor.net import (
     PROBE_SECONDS,
     Check,
+    embeddings_check,
     history_checks,
     listed_proxy,
     memory_llm_check,
@@ -104,6 +105,7 @@ async def run_checks(
                     await probe(upstream, route.base_url, key, f"route {route.prefix}", where)
                 )
             checks.append(await memory_llm_check(upstream, settings))
+        checks.append(await embeddings_check(settings))
         checks.append(_template(settings))
         checks.append(_tokenizer())
         checks.extend(history_checks(running))

@@ -20,7 +20,8 @@ from yarl import URL
 
 from proxy.core.guard import reachable
 from proxy.core.headers import safe_url
-from proxy.errors import UpstreamError
+from proxy.errors import EmbeddingFailure, UpstreamError
+from proxy.memory.calls.embeddings import EmbeddingClient
 from proxy.settings import Settings
 from proxy.store.lock import serving
 from proxy.upstream.upstreams import Upstream
@@ -207,6 +208,24 @@ async def memory_llm_check(upstream: Upstream, settings: Settings) -> Check:
         return Check("memory LLM", True, "the chat's own upstream, with the chat's own key")
     key = llm.api_key.get_secret_value() if llm.api_key is not None else None
     return await probe(upstream, llm.base_url, key, "memory LLM", "[memory.llm] base_url")
+
+
+async def embeddings_check(settings: Settings) -> Check:
+    """Whether recall by meaning works: one text embedded, as `serve` would embed it."""
+    embeddings = settings.memory.embeddings
+    name = "embeddings"
+    if embeddings.base_url is None:
+        off = "off: older scenes are recalled by their words alone (set [memory.embeddings] "
+        return Check(name, None, off + "base_url to recall them by meaning too)")
+    own = settings.upstream.model_copy(update={"base_url": embeddings.base_url})
+    try:
+        async with Upstream(own) as upstream:
+            vectors, _ = await EmbeddingClient(embeddings, upstream).embed(["recap-proxy doctor"])
+    except EmbeddingFailure as exc:
+        fix = "check [memory.embeddings] base_url, model and api_key, and that the server runs"
+        return Check(name, False, f"{embeddings.kind()} API at {embeddings.base_url}: {exc}", fix)
+    model = embeddings.model or "its model"
+    return Check(name, True, f"{model} at {embeddings.base_url}: {vectors[0].shape[0]} dimensions")
 
 
 # What to do about the running proxy's store failing, by the words of SQLite's error.

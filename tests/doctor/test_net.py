@@ -14,10 +14,11 @@ import pytest
 from aiohttp import web
 
 from proxy.cli.main import main
-from proxy.doctor.net import history_checks, running_proxy, upstream_check
+from proxy.doctor.net import embeddings_check, history_checks, running_proxy, upstream_check
 from proxy.upstream.upstreams import Upstream
 from tests.conftest import FakeLLM, HttpsServer, make_settings
 from tests.doctor.test_checks import _doctor, setup
+from tests.fakes.fake_embed import DIMENSIONS
 from tests.test_serve_e2e import free_port, launch, stop, wait_for_port
 
 
@@ -172,3 +173,21 @@ async def test_upstreams_are_probed_as_serve_reaches_them(
         assert check.ok is ok, check
         if not ok:
             assert "CERTIFICATE_VERIFY_FAILED" in check.detail
+
+
+async def test_embeddings_are_checked_by_embedding_one_text(
+    fake_llm: FakeLLM, refused_port: int
+) -> None:
+    off = await embeddings_check(make_settings())
+    assert off.ok is None and off.detail.startswith("off: older scenes are recalled by their words")
+    works = await embeddings_check(make_settings(**{
+        "memory.embeddings.base_url": fake_llm.base_url, "memory.embeddings.model": "e5",
+    }))  # fmt: skip
+    assert works.ok and works.detail == f"e5 at {fake_llm.base_url}: {DIMENSIONS} dimensions"
+    down = await embeddings_check(make_settings(**{
+        "memory.embeddings.base_url": f"http://127.0.0.1:{refused_port}",
+        "memory.embeddings.api_key": "sk-never-shown",
+    }))  # fmt: skip
+    assert down.ok is False and "ollama" not in down.detail and "cannot reach" in down.detail
+    assert "sk-never-shown" not in down.detail + down.fix
+    assert "base_url, model and api_key" in down.fix
