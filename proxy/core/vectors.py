@@ -39,7 +39,7 @@ def from_blob(blob: bytes) -> Vector:
 
 
 @dataclass(frozen=True, slots=True, eq=False)
-class SceneVectors:
+class VectorSet:
     """A chat's scenes as vectors: `uids[i]` is the break whose recap `matrix[i]` embeds.
     Built off the request path; compared by identity."""
 
@@ -58,14 +58,14 @@ class SceneVectors:
         return [self.uids[i] for i in ordered if scores[i] >= floor]
 
 
-def stacked(uids: Sequence[int], vectors: Sequence[Vector]) -> SceneVectors:
+def stacked(uids: Sequence[int], vectors: Sequence[Vector]) -> VectorSet:
     """The scenes whose vectors share the first one's dimensions (a model change leaves
     some of the old size until they are embedded again)."""
     if not vectors:
-        return SceneVectors((), np.zeros((0, 0), dtype=np.float32))
+        return VectorSet((), np.zeros((0, 0), dtype=np.float32))
     size = vectors[0].shape[0]
     kept = [(u, v) for u, v in zip(uids, vectors, strict=True) if v.shape[0] == size]
-    return SceneVectors(tuple(u for u, _ in kept), np.vstack([v for _, v in kept]))
+    return VectorSet(tuple(u for u, _ in kept), np.vstack([v for _, v in kept]))
 
 
 def fuse(rankings: Sequence[Sequence[int]], k: int = RRF_K) -> list[int]:

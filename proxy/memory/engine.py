@@ -124,7 +124,10 @@ class MemoryEngine(UpkeepCalls):
         self, settings: MemorySettings, policy: InjectionPolicy, frame: Frame, prompts: Prompts
     ) -> None:
         """New settings and prompts, live (a reload): jobs from now on use them, and every
-        active chat is planned again (its view rebuilt) in the background."""
+        active chat is planned again (its view rebuilt) in the background. Not
+        `[memory.embeddings]`: the embedder and the vectors views read are of one model until
+        a restart."""
+        settings = settings.model_copy(update={"embeddings": self.settings.embeddings})
         context = next(iter(self.handlers.values())).context
         context = dataclasses.replace(context, settings=settings, prompts=prompts)
         for handler in self.handlers.values():

@@ -53,6 +53,8 @@ RESTART = (
     "server.header_timeout",
     "record.",
     "memory.llm.base_url",
+    # The embedder is built for one API and model (its vectors are kept under them).
+    "memory.embeddings.",
 )
 
 

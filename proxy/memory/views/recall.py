@@ -20,7 +20,7 @@ from proxy.core.recall import (
     render_scenes,
     search_terms,
 )
-from proxy.core.vectors import SceneVectors, Vector, fuse
+from proxy.core.vectors import Vector, VectorSet, fuse
 from proxy.settings.memory import MemorySettings
 
 
@@ -43,7 +43,7 @@ class ChatScenes(Protocol):
     def names(self) -> tuple[str, ...]: ...  # the chat's character and user names
 
     @property
-    def vectors(self) -> SceneVectors | None: ...  # its scenes by meaning, when embedded
+    def vectors(self) -> VectorSet | None: ...  # its scenes by meaning, when embedded
 
 
 class Questions(Protocol):

@@ -16,6 +16,9 @@ from proxy.memory.views.recall import Questions, SceneRanker, relevant_scenes
 from proxy.memory.views.view import FRAME_TOKENS, MemoryView
 from proxy.settings.memory import MemorySettings
 
+# Entities a request's question may bring by meaning, after those its messages name.
+ENTITIES_NEAR = 4
+
 
 # Not frozen: built for every chat request (see proxy.core.models).
 @dataclass(slots=True)
@@ -76,7 +79,7 @@ def request_memory(
         left -= FRAME_TOKENS + spent
     # The entities the newest messages name come before recalled scenes: a card is a few
     # lines of what a whole scene would tell of one of them.
-    entities, spent = _named_cards(view, settings, messages, history, left)
+    entities, spent = _named_cards(view, settings, messages, history, left, questions)
     if entities:
         left -= FRAME_TOKENS + spent
     scenes = ""
@@ -133,10 +136,12 @@ def _named_cards(
     messages: Sequence[ChatMessage],
     history: Sequence[int],
     left: int,
+    questions: Questions | None = None,
 ) -> tuple[str, int]:
     """`{{entities}}`: the cards of the entities the request's newest chat messages name,
-    the most recently named first, within `entities_max_tokens` and what the memory's
-    budget has `left`; and their tokens."""
+    the most recently named first, then (with embeddings) those nearest the user's last
+    message by meaning, within `entities_max_tokens` and what the memory's budget has
+    `left`; and their tokens."""
     room = settings.entities_max_tokens
     if room > left - FRAME_TOKENS:
         room = left - FRAME_TOKENS
@@ -144,6 +149,13 @@ def _named_cards(
         return "", 0
     newest = [messages[i].text for i in history[-settings.entities_context :]]
     named = view.mentions.newest_first(newest)
+    if questions is not None and view.entity_vectors is not None:
+        users = [messages[i].text for i in history if messages[i].role == "user"]
+        question = questions.vector_for(users[-1]) if users else None
+        if question is not None:
+            floor = settings.embeddings.min_similarity
+            near = view.entity_vectors.nearest(question, ENTITIES_NEAR, floor)
+            named += [i for i in near if i not in named]
     return cards_within(view.cards, named, room) if named else ("", 0)
 
 

@@ -33,7 +33,7 @@ from proxy.core.recaps import (
 )
 from proxy.core.tokens import TokenCounter
 from proxy.core.trim import Covered, trim_cutoff
-from proxy.core.vectors import SceneVectors, stacked
+from proxy.core.vectors import VectorSet, stacked
 from proxy.memory.chatinfo import PersonaLookup, chat_names, swipe_of
 from proxy.settings.memory import MemorySettings
 from proxy.sillytavern.chatfile import text_hash
@@ -71,10 +71,13 @@ class MemoryView:
     entities: tuple[Entity, ...] = ()
     cards: tuple[tuple[str, int], ...] = ()
     mentions: Mentions | None = None
-    # Recall by meaning (`[memory.embeddings]`): the scenes' vectors, and the scene texts
-    # (each with its hash) not embedded yet, which the embedder takes up after planning.
-    vectors: SceneVectors | None = None
+    # Recall by meaning (`[memory.embeddings]`): the scenes' vectors (by break uid), the
+    # entity cards' (by index in `entities`), and the texts (each with its hash) not
+    # embedded yet, which the embedder takes up after planning.
+    vectors: VectorSet | None = None
+    entity_vectors: VectorSet | None = None
     unembedded: tuple[tuple[str, str], ...] = ()
+    embedded_by: str = ""  # the model they are of (`EmbeddingSettings.identity`)
     # The chat file's hash in the store the view was built from; `outdated`: the chat was
     # re-read since, with messages before its newest deleted, added, hidden or changed
     # (`moved_older`), and the view could not be moved with them (`reread.carried`): what
@@ -161,7 +164,7 @@ def build_view(
         scenes = scene_cards(memory.scene_cards(chat_id), known, count, prime)
         vocabulary = vocabulary_of(scenes, old)
     entities, cards, mentions = _entities(db, inputs, chat_id, old)
-    vectors, unembedded = _vectors(db, inputs, scenes, vocabulary, old)
+    vectors, entity_vectors, unembedded = _vectors(db, inputs, scenes, vocabulary, cards, old)
     names = chat_names(db, chat_id, inputs.persona)
     shelf = RecapShelf.of(recaps)
     for text in new_texts(running, shelf, old):
@@ -184,7 +187,9 @@ def build_view(
         cards=cards,
         mentions=mentions,
         vectors=vectors,
+        entity_vectors=entity_vectors,
         unembedded=unembedded,
+        embedded_by=settings.embeddings.identity() if settings.embeddings.enabled else "",
         file_hash=chat.file_hash if chat is not None else None,
     )
 
@@ -216,23 +221,30 @@ def _vectors(
     inputs: ViewInputs,
     scenes: dict[int, SceneCard],
     vocabulary: Vocabulary,
+    cards: tuple[tuple[str, int], ...],
     old: MemoryView | None,
-) -> tuple[SceneVectors | None, tuple[tuple[str, str], ...]]:
-    """The scenes' vectors (the old view's while its scenes are the same and all were
-    embedded), and the scene texts that have none yet."""
+) -> tuple[VectorSet | None, VectorSet | None, tuple[tuple[str, str], ...]]:
+    """The scenes' and the entity cards' vectors (the old view's while what they embed is
+    the same and was all embedded), and the texts (with their hashes) that have none yet."""
     embeddings = inputs.settings.embeddings
-    if not embeddings.enabled or not scenes:
-        return None, ()
-    same = old is not None and old.vocabulary is vocabulary and not old.unembedded
-    if same and old is not None and old.vectors is not None:
-        return old.vectors, ()
-    texts = {uid: card.entry for uid, card in scenes.items()}
-    hashes = {uid: text_hash(text) for uid, text in texts.items()}
+    if not embeddings.enabled:
+        return None, None, ()
+    same = old is not None and old.embedded_by == embeddings.identity() and not old.unembedded
+    if same and old is not None and old.vocabulary is vocabulary and old.cards == cards:
+        return old.vectors, old.entity_vectors, ()
+    texts = {("s", uid): card.entry for uid, card in scenes.items()}
+    texts.update({("e", i): line for i, (line, _) in enumerate(cards) if line})
+    hashes = {key: text_hash(text) for key, text in texts.items()}
     found = db.vectors.get(embeddings.identity(), list(dict.fromkeys(hashes.values())))
-    uids = [uid for uid in scenes if hashes[uid] in found]
-    vectors = stacked(uids, [found[hashes[uid]] for uid in uids])
-    missing = {hashes[uid]: texts[uid] for uid in scenes if hashes[uid] not in found}
-    return vectors, tuple(missing.items())
+
+    def of(kind: str) -> VectorSet | None:
+        keys = [key for key in texts if key[0] == kind and hashes[key] in found]
+        if not any(key[0] == kind for key in texts):
+            return None
+        return stacked([i for _, i in keys], [found[hashes[key]] for key in keys])
+
+    missing = {hashes[key]: text for key, text in texts.items() if hashes[key] not in found}
+    return of("s"), of("e"), tuple(missing.items())
 
 
 # `covered_reuse`: the old view's covered messages hold as they are.
