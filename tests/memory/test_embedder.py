@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from proxy.core.entities import HEADING as CARDS
 from proxy.core.recall import HEADING
 from tests.conftest import FakeLLM
 from tests.memory.story import CHAT_ID, Story
@@ -19,7 +20,7 @@ LEDGER = "Brother Aldric was exiled after he stole the guild ledger in Thornwick
 def facts(story: Story) -> None:
     story.grow(30)
     story.messages[4]["mes"] += " " + KEY
-    story.messages[12]["mes"] += " " + LEDGER
+    story.messages[12]["mes"] += " " + LEDGER + " [[Brother Aldric: stole the guild ledger]]"
     for message in story.messages:
         message["swipes"] = [message["mes"]]
     story.save()
@@ -33,13 +34,15 @@ async def _memory(memory_proxy: MemoryFactory, fake_llm: FakeLLM, **more: Any) -
     return memory
 
 
-async def embedded(memory: Memory, scenes: int) -> None:
-    """Until the chat's view holds the vectors of `scenes` scenes."""
+async def embedded(memory: Memory, scenes: int, entities: int = 1) -> None:
+    """Until the chat's view holds the vectors of `scenes` scenes (and its entities)."""
     for _ in range(300):
         await memory.engine.settle()
         view = memory.engine.views.get(CHAT_ID)
         if view is not None and view.vectors is not None and len(view.vectors.uids) == scenes:
-            return
+            cards = view.entity_vectors
+            if len(cards.uids if cards is not None else ()) == entities:
+                return
         await asyncio.sleep(0.02)
     raise AssertionError("the scenes were never embedded")
 
@@ -60,12 +63,15 @@ async def test_a_paraphrase_brings_back_its_scene_by_meaning(
     memory_proxy: MemoryFactory, fake_llm: FakeLLM
 ) -> None:
     memory = await _memory(memory_proxy, fake_llm, **{"memory.recall_wait_ms": 2000})
-    await embedded(memory, 2)
+    await embedded(memory, 2, entities=1)
     # Words alone find nothing: no content word in common with either scene.
     sent = await asked(memory, "Where did we stash the opener?")
     assert "silver key" in sent and "guild ledger" not in sent
     sent = await asked(memory, "What happened to the friar who took the account book?")
     assert "guild ledger" in sent and "silver key" not in sent
+    # Not named, but meant: his card comes too.
+    whole = "\n".join(m["content"] for m in memory.forwarded()[-1]["messages"])
+    assert f"{CARDS}\n- Brother Aldric (character): stole the guild ledger." in whole
     # Each scene embedded once; each question once (a swipe asks the same again).
     embeds = fake_llm.state.operations.count("embed")
     await asked(memory, "What happened to the friar who took the account book?")

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
+from typing import Any
+
 import pytest
 
 from proxy.core.fingerprints import normalize
 from proxy.core.models import ChatMessage
 from proxy.core.recall import SceneCard, Vocabulary, words_of
+from proxy.core.vectors import stacked, unit
 from proxy.memory.views import recall
 from proxy.memory.views.recall import CONTEXT_CHARS, rank_scenes, ranking, relevant_scenes
 from proxy.memory.views.view import MemoryView
@@ -120,3 +124,37 @@ def test_the_ranking_made_from_the_files_copy_is_the_one_the_request_finds(
     # Other words are another question.
     ranking(search, view, "c", [*written[:1], ChatMessage("user", "Who saw the fire?")])
     assert worked
+
+
+class Ready:
+    """The embedder, as a request sees it: a question's vector, or none yet."""
+
+    def __init__(self) -> None:
+        self.vectors: dict[str, Any] = {}
+
+    def vector_for(self, text: str) -> Any:
+        return self.vectors.get(text)
+
+    def ask(self, chat_id: str, text: str) -> None:
+        pass
+
+
+def test_a_ready_question_vector_brings_the_scene_nearest_by_meaning() -> None:
+    """Words rank scene 1 before 2 (the search's answer); by meaning, scene 2 is the one
+    asked about: fused, it comes first, and it is the one that fits. Before the vector is
+    ready, words alone."""
+    search = CountingSearch()
+    view = dataclasses.replace(
+        scenes_view("They met at the mill"),
+        vectors=stacked([1, 2], [unit([1, 0]), unit([0, 1])]),
+    )
+    messages = [ChatMessage("user", "The mill burned.")]
+    questions = Ready()
+
+    def ask() -> str:  # room for one scene
+        return relevant_scenes(search, view, "c", messages, [0], SETTINGS, None, 6, questions)
+
+    assert "mill 1" in ask() and "mill 2" not in ask()
+    questions.vectors["The mill burned."] = unit([0.1, 1])
+    meant = ask()  # not the answer kept for the question before its vector was ready
+    assert "mill 2" in meant and "mill 1" not in meant
