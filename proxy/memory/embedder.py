@@ -73,6 +73,9 @@ class Embedder:
         self._asking: dict[str, asyncio.Future[Vector | None]] = {}
         self._tasks = TaskSet()
         self.calls = 0
+        # Requests whose question's vector was ready (True) or not (False) when recall
+        # asked: how often ST's save comes early enough.
+        self.ready_counts = {True: 0, False: 0}
 
     # -- scenes -----------------------------------------------------------------------------
 
@@ -149,9 +152,13 @@ class Embedder:
             if not future.done():
                 future.set_result(found)
 
-    def vector_for(self, text: str) -> Vector | None:
-        """The question's vector when it is ready (the chat path: no waiting)."""
-        return self._questions.get(text_hash(question_text(text)))
+    def vector_for(self, text: str, *, count: bool = False) -> Vector | None:
+        """The question's vector when it is ready (the chat path: no waiting). `count`:
+        a request's recall asks; whether it was ready is counted (`/health`)."""
+        found = self._questions.get(text_hash(question_text(text)))
+        if count:
+            self.ready_counts[found is not None] += 1
+        return found
 
     async def ready(self, messages: Sequence[ChatMessage], wait_ms: int) -> None:
         """Wait up to `wait_ms` (`recall_wait_ms`) for the vector of the request's question

@@ -109,8 +109,10 @@ class Health:
     vitals: Vitals
     # The newest failed job's operation and error: why some chat's memory is not built.
     memory_failure: str | None = None
-    # Recall by meaning: "off" (no `[memory.embeddings]`), "ok", or "failing: <why>".
+    # Recall by meaning: "off" (no `[memory.embeddings]`), "ok", or "failing: <why>"; and
+    # how many requests found their question's vector ready, and how many did not.
     embeddings: str = "off"
+    questions: tuple[int, int] = (0, 0)
 
     @property
     def problems(self) -> list[str]:
@@ -147,7 +149,11 @@ class Health:
             "watcher": self.watcher,
             "queue": dict(self.queue),
             "memory": {"last_failure": self.memory_failure},
-            "embeddings": {"state": self.embeddings},
+            "embeddings": {
+                "state": self.embeddings,
+                "questions_ready": self.questions[0],
+                "questions_not_ready": self.questions[1],
+            },
             "upstream": {
                 "last_status": upstream.last_status,
                 "last_error": upstream.last_error,

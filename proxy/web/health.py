@@ -58,8 +58,12 @@ class Service:
                 state = store.failure or f"{type(exc).__name__}: {exc}"
         watching = self.watcher.state if self.watcher else "off"
         embedder = self.embedder()
-        embeddings = embedder.state if embedder is not None else "off"
-        report = Health(state, watching, queue, self.vitals, failure, embeddings).to_json()
+        embeddings, asked = "off", (0, 0)
+        if embedder is not None:
+            embeddings = embedder.state
+            asked = (embedder.ready_counts[True], embedder.ready_counts[False])
+        health = Health(state, watching, queue, self.vitals, failure, embeddings, asked)
+        report = health.to_json()
         return web.json_response(report, status=200 if report["status"] == "ok" else 503)
 
     async def exposition(self, request: web.Request) -> web.Response:

@@ -82,6 +82,9 @@ async def test_a_paraphrase_brings_back_its_scene_by_meaning(
         ).fetchone()[0]
     )
     assert calls == embeds  # counted in the chat's usage
+    health = await (await memory.client.get("/health")).json()
+    assert health["embeddings"]["state"] == "ok"
+    assert health["embeddings"]["questions_ready"] == 3  # each request found its vector
 
 
 async def test_without_its_vector_a_request_ranks_by_words_and_never_waits(

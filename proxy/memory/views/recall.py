@@ -49,7 +49,7 @@ class ChatScenes(Protocol):
 class Questions(Protocol):
     """The embedder, as a request asks it for its question's vector."""
 
-    def vector_for(self, text: str) -> Vector | None: ...
+    def vector_for(self, text: str, *, count: bool = False) -> Vector | None: ...
 
     def ask(self, chat_id: str, text: str) -> None: ...
 
@@ -104,7 +104,7 @@ def nearest(
     if questions is None or view.vectors is None:
         return ()
     users = [m for m in recent if m.role == "user"]
-    question = questions.vector_for(users[-1].text) if users else None
+    question = questions.vector_for(users[-1].text, count=True) if users else None
     if question is None:
         return ()
     return tuple(view.vectors.nearest(question, SEARCH_LIMIT, floor))

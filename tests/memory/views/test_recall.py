@@ -132,7 +132,7 @@ class Ready:
     def __init__(self) -> None:
         self.vectors: dict[str, Any] = {}
 
-    def vector_for(self, text: str) -> Any:
+    def vector_for(self, text: str, *, count: bool = False) -> Any:
         return self.vectors.get(text)
 
     def ask(self, chat_id: str, text: str) -> None:
