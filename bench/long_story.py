@@ -51,8 +51,10 @@ import aiohttp  # noqa: E402
 from bench.overhead import free_port, start, stop  # noqa: E402
 from bench.words import chat_file, st_message  # noqa: E402
 from proxy.core.models import ChatMessage  # noqa: E402
+from proxy.core.recall import HEADING as SCENES  # noqa: E402
 from proxy.core.recall import SceneCard, Vocabulary, pick_scenes, render_scenes, words_of  # noqa: E402
 from proxy.core.tokens import TokenCounter  # noqa: E402
+from proxy.core.vectors import fuse, stacked, unit  # noqa: E402
 from proxy.memory.views.recall import rank_scenes  # noqa: E402
 from proxy.memory.views.view import MemoryView  # noqa: E402
 from proxy.settings.memory import MemorySettings  # noqa: E402
@@ -60,6 +62,7 @@ from proxy.sillytavern.chatfile import STMessage  # noqa: E402
 from proxy.sillytavern.reconcile import Event  # noqa: E402
 from proxy.store import ChatRecord, Database  # noqa: E402
 from proxy.store.search import SceneSearch  # noqa: E402
+from tests.fakes.fake_embed import CONCEPTS  # noqa: E402
 from tests.fakes.fake_llm import END_SCENE  # noqa: E402
 from tests.st_data import save_like_st  # noqa: E402
 
@@ -89,6 +92,18 @@ SPOTS = (  # noqa: SIM905 (a word list reads better as text)
     "Tanner's Yard,Shrine Steps,Hay Loft,Pike Pond,Watch Cairn,Grain Store,Smithy Vault,"
     "Boat Shed,Peat Bank"
 ).split(",")
+
+
+# What a question calls each hidden thing instead: the fake embeddings' synonyms
+# (`tests/fakes/fake_embed.py`), so that it shares no content word with the fact.
+SYNONYMS = {group[0]: group[1] for group in CONCEPTS if group[0].title() in THINGS}
+STAYS = {"tom", "stops", "at", "the", "crossroads", "where", "did", "you", "it"}
+
+
+def paraphrase(thing: str) -> str:
+    """A question about a hidden thing in other words: 'the lamp' for the Amber Lantern."""
+    noun = thing.split()[-1].lower()
+    return f"Tom stops at the crossroads. Where did you stash the {SYNONYMS[noun]}?"
 
 
 def chat_id(char: str) -> str:
@@ -155,7 +170,7 @@ def request(messages: list[dict[str, Any]]) -> dict[str, Any]:
 class Serve:
     """`recap-proxy serve` in its own process, and the calls a user makes to it."""
 
-    def __init__(self, tmp: Path, llm_url: str) -> None:
+    def __init__(self, tmp: Path, llm_url: str, *, embeddings: bool = False) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.data = tmp / "data"
@@ -178,6 +193,7 @@ templates_dir = "{tmp / "no-templates"}"
 [memory.llm]
 model = "fake-model"
 """
+            + (f'[memory.embeddings]\nbase_url = "{llm_url}"\n' if embeddings else "")
         )
         self.config = config
         self.proc: subprocess.Popen[bytes] | None = None
@@ -263,6 +279,7 @@ async def long_story(serve: Serve, llm_url: str, n: int) -> dict[str, Any]:
     save(path, CHAR, messages)
     counter = TokenCounter()
     async with aiohttp.ClientSession() as session:
+        first = await stats(session, llm_url)
         wall, used, state = await backfilled(session, serve, llm_url, CHAR, n)
         # Ask about facts from early, middle and late scenes, as the user's next message.
         asked, recalled, stray, inserted = 0, 0, 0, []
@@ -303,6 +320,8 @@ async def long_story(serve: Serve, llm_url: str, n: int) -> dict[str, Any]:
         named = [fact for fact in ENTITY_FACTS if fact in card]
         if os.environ.get("BENCH_DEBUG") and len(named) < len(ENTITY_FACTS):
             print(f"\nentity card: {card!r}\n{injected}\n", file=sys.stderr)
+        meant = await paraphrased(session, serve, path, messages, closed)
+        calls = {op: c for op, (c, _) in usage_since(await stats(session, llm_url), first).items()}
     scenes = state["scenes"]
     running = state["overview"]["running_recap"]
     return {
@@ -313,12 +332,52 @@ async def long_story(serve: Serve, llm_url: str, n: int) -> dict[str, Any]:
         "folded": running is not None and running["new_scene_index"] == scenes[-1]["index"],
         "running_tokens": counter.count(running["content"]) if running else 0,
         "recall": (recalled, asked),
+        "meant": meant,
+        "calls": calls,
         "entity": (len(named), counter.count(card) if card else 0, stray),
         "entity_inserted": counter.count(injected) if injected else 0,
         "inserted_max": max(inserted, default=0),
         "used": used,
         "wall": wall,
     }
+
+
+async def paraphrased(
+    session: aiohttp.ClientSession,
+    serve: Serve,
+    path: Path,
+    messages: list[dict[str, Any]],
+    closed: list[tuple[int, str, str]],
+) -> tuple[int, int, int, int]:
+    """Every closed fact asked once in words that share none with it, each saved 30 ms
+    before its request (ST's save-to-request gap): how many came back among the recalled
+    scenes, of how many; and how many requests found the question's vector ready, and how
+    many did not (`/health`)."""
+    before = await health_questions(session, serve.url)
+    recalled = 0
+    for _, fact, thing in closed:
+        question = paraphrase(thing)
+        shared = (set(question.lower().strip("?.").split()) - STAYS) & set(fact.lower().split())
+        assert not shared, f"{question!r} shares {shared} with {fact!r}"
+        messages[-1]["mes"] = messages[-1]["swipes"][0] = question
+        save(path, CHAR, messages)
+        await asyncio.sleep(0.03)
+        async with session.post(f"{serve.url}/recap/api/preview", json=request(messages)) as r:
+            preview = await r.json()
+        injected = (preview["injected"] or {}).get("text", "")
+        scenes = injected.split(SCENES, 1)[1] if SCENES in injected else ""
+        core = fact.removeprefix(f"{CHAR} hid the ").removesuffix(".")
+        recalled += core in scenes
+        if os.environ.get("BENCH_DEBUG") and core not in scenes:
+            print(f"\nnot recalled by meaning: {question} ({fact})\n{scenes}\n", file=sys.stderr)
+    after = await health_questions(session, serve.url)
+    return recalled, len(closed), after[0] - before[0], after[1] - before[1]
+
+
+async def health_questions(session: aiohttp.ClientSession, url: str) -> tuple[int, int]:
+    async with session.get(f"{url}/health") as r:
+        embeddings = (await r.json())["embeddings"]
+    return embeddings.get("questions_ready", 0), embeddings.get("questions_not_ready", 0)
 
 
 async def scale(serve: Serve, llm_url: str, n: int) -> dict[str, Any]:
@@ -350,10 +409,14 @@ def zipf_words(rng: random.Random, count: int, vocabulary: int = 5000) -> list[s
     return [f"{FILLER[k % len(FILLER)]}{k // len(FILLER)}" for k in picks]
 
 
+DIMS = 384
+
+
 def selection(scenes: int = 500, rounds: int = 2000) -> tuple[float, float]:
     """p50 and p95 (ms) of the chat path's relevance selection over a chat of `scenes`
     scenes (recaps of 150 words from a 5,000-word vocabulary of natural frequencies):
-    search terms, the bm25 queries, the choice within budget, the text."""
+    search terms, the bm25 queries, the scenes nearest the question's vector (384
+    dimensions) fused with them, the choice within budget, the text."""
     rng = random.Random(3)
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "store.sqlite3"
@@ -379,6 +442,8 @@ def selection(scenes: int = 500, rounds: int = 2000) -> tuple[float, float]:
             cards[m.uid] = SceneCard(m.uid, position, f"Scene {position}", recap,
                                      counter.count(recap), words_of(recap))  # fmt: skip
         db.memory.optimize_search()  # as planning does after a chat's scenes change
+        # Vectors of a typical small embedding model's size (bge-small, e5-small: 384).
+        vectors = stacked(list(cards), [unit([rng.random() for _ in range(DIMS)]) for _ in cards])
         view = MemoryView(
             scenes=cards,
             names=(CHAR, USER),
@@ -393,8 +458,11 @@ def selection(scenes: int = 500, rounds: int = 2000) -> tuple[float, float]:
             roles = ["assistant", "user", "assistant", "user"]  # the question is the user's
             messages = [ChatMessage(r, t) for r, t in zip(roles, [*texts, question], strict=True)]
             recent = messages[-settings.relevant_scenes_context :]
+            meant = unit([rng.gauss(0, 1) for _ in range(DIMS)])  # the question's vector
             began = time.perf_counter()
-            ranked = rank_scenes(search, view, chat, recent)
+            asked, context = rank_scenes(search, view, chat, recent)
+            ranked = fuse([asked, vectors.nearest(meant, 24, 0.0)])
+            ranked += [uid for uid in context if uid not in ranked]
             render_scenes(pick_scenes(ranked, cards, scenes - 10, 800))
             times.append(time.perf_counter() - began)
             if i == 0:
@@ -427,6 +495,12 @@ async def main() -> None:
         with tempfile.TemporaryDirectory() as tmp, Serve(Path(tmp), llm_url) as serve:
             result = await long_story(serve, llm_url, args.messages)
             big = await scale(serve, llm_url, args.scale) if args.scale else None
+        # The same story again, recalled by meaning too (the fake's embeddings).
+        with (
+            tempfile.TemporaryDirectory() as tmp,
+            Serve(Path(tmp), llm_url, embeddings=True) as serve,
+        ):
+            meaning = await long_story(serve, llm_url, args.messages)
     finally:
         fake.terminate()
     n = result["messages"]
@@ -446,6 +520,22 @@ async def main() -> None:
           f"in {stray} of {asked} requests that do not name him")  # fmt: skip
     report_usage(n, result["used"])
     print(f"backfill wall time: {result['wall']:.1f} s")
+    words, asked_meant, _, _ = result["meant"]
+    hybrid, _, ready, not_ready = meaning["meant"]
+    embeds = meaning["calls"].get("embed", 0)
+    print(f"\n== recall by meaning: each of the {asked_meant} facts asked in words it shares "
+          f"none with (\"Where did you stash the lamp?\")")  # fmt: skip
+    print(f"full-text search alone: {words}/{asked_meant} ({100 * words / asked_meant:.0f} %); "
+          f"hybrid with embeddings: {hybrid}/{asked_meant} "
+          f"({100 * hybrid / asked_meant:.0f} %)")  # fmt: skip
+    print(f"the question's vector ready when the request came (30 ms after ST's save): "
+          f"{ready} of {ready + not_ready}")  # fmt: skip
+    questions = meaning["recall"][1] + 1 + asked_meant  # by words, the entity's, by meaning
+    by_words = "/".join(map(str, meaning["recall"]))
+    print(f"embedding calls: {embeds}: {embeds - questions} for the scene recaps and entity "
+          f"cards of the backfill (batched), and one per question asked ({questions}); in a "
+          f"chat, one per user message saved: 50 per 100 messages. Recall of the facts "
+          f"asked by their words, with embeddings on: {by_words}")  # fmt: skip
     p50, p95 = selection()
     print(f"relevance selection on the chat path, 500 scenes: p50 {p50:.3f} ms, p95 {p95:.3f} ms")
     if big is not None:

@@ -27,6 +27,9 @@ class Waits:
     store_retry: float = 5.0
     # How long indexing waits before reading again the chats a failing store did not take.
     index_retry: float = 10.0
+    # How long scene texts to embed gather before the call that embeds them (a backfill
+    # writes a scene recap every few seconds: one call for many, not one each).
+    embed_gather: float = 2.0
 
 
 SERVING = Waits()

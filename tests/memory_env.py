@@ -44,6 +44,7 @@ QUICK = Waits(
     gone_poll=0.05,
     store_retry=0.05,
     index_retry=0.05,
+    embed_gather=0.0,
 )
 
 

@@ -31,6 +31,7 @@ from proxy.settings.embeddings import EmbeddingSettings
 from proxy.sillytavern.chatfile import text_hash
 from proxy.store import Database, Store
 from proxy.tasks import TaskSet
+from proxy.waits import SERVING
 
 log = logging.getLogger(__name__)
 
@@ -55,14 +56,17 @@ class Embedder:
         planned: Callable[[str], Awaitable[object]],
         clock: Callable[[], float],
         events: EventBus | None = None,
+        gather: float = SERVING.embed_gather,
     ) -> None:
-        """`planned(chat)`: plans a chat again once vectors of its scenes are stored."""
+        """`planned(chat)`: plans a chat again once vectors of its scenes are stored;
+        `gather`: seconds texts to embed gather before a call (`Waits.embed_gather`)."""
         self.settings = settings
         self.client = client
         self.store = store
         self.model = settings.identity()
         self.planned = planned
         self.clock = clock
+        self.gather = gather
         self.events = events
         self.state = "ok"  # or "failing: <why>"
         self._pause = 0.0
@@ -88,6 +92,8 @@ class Embedder:
             self._worker = self._tasks.spawn(self._work(), "embed scenes")
 
     async def _work(self) -> None:
+        if sum(map(len, self._wanted.values())) < self.settings.batch_size:
+            await asyncio.sleep(self.gather)  # more may come: one call for many
         while self._wanted:
             wait = self._retry_at - self.clock()
             if wait > 0:

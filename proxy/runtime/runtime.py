@@ -297,6 +297,7 @@ def _embedder(settings: Settings, engine: MemoryEngine, upstream: Upstream) -> U
         planned=engine.plan_now,
         clock=engine.clock,
         events=engine.events,
+        gather=engine.waits.embed_gather,
     )
     return own
 

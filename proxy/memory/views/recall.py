@@ -67,7 +67,8 @@ MIN_SCORE = 1.0
 _RELEVANT: dict[Hashable, str] = {}
 RELEVANT_KEPT = 256
 # `ranking`'s answers, by the recent messages' fingerprints (see there).
-_RANKS: dict[Hashable, list[int]] = {}
+Ranked = tuple[tuple[int, ...], tuple[int, ...]]  # by the question's words; then the rest's
+_RANKS: dict[Hashable, Ranked] = {}
 
 
 def relevant_scenes(
@@ -88,9 +89,11 @@ def relevant_scenes(
     key = (search, view.vocabulary, chat_id, view.names, recent, before, room, near)
     found = _RELEVANT.get(key)
     if found is None:
-        ranked = ranking(search, view, chat_id, recent)
-        if near:
-            ranked = fuse([ranked, near])
+        asked, context = ranking(search, view, chat_id, recent)
+        # The question's own words and its meaning are one kind of evidence, fused; the
+        # newest messages' words (what is happening around it) come after both.
+        ranked = fuse([asked, near]) if near else list(asked)
+        ranked += [uid for uid in context if uid not in ranked]
         found = render_scenes(pick_scenes(ranked, view.scenes, before, room))
         _keep(_RELEVANT, key, found)
     return found
@@ -112,7 +115,7 @@ def nearest(
 
 def ranking(
     search: SceneRanker, view: ChatScenes, chat_id: str, recent: Sequence[ChatMessage]
-) -> list[int]:
+) -> Ranked:
     """`rank_scenes`, memoised by the roles and fingerprints of `recent` (their text with
     the whitespace folded, all that the ranking reads), not by their text as written: the
     ranking `rank_ahead` makes from the chat file's copy when ST saves is then
@@ -159,9 +162,9 @@ def _keep(memo: dict[Hashable, Any], key: Hashable, value: object) -> None:
 
 def rank_scenes(
     search: SceneRanker, view: ChatScenes, chat_id: str, recent: Sequence[ChatMessage]
-) -> list[int]:
+) -> Ranked:
     """The scenes that match the user's last message of `recent` (the newest chat
-    messages), best first, then those that match all of them."""
+    messages), best first; and then those only the words of all of them match."""
     users = [m for m in recent if m.role == "user"]
     words = view.vocabulary
     asked = search_terms([users[-1].text], words, view.names) if users else []
@@ -174,12 +177,11 @@ def rank_scenes(
         for term in search_terms(tails, words, view.names, rarest=True, limit=6 + len(asked))
         if term not in asked
     ][:6]
-    ranked: list[int] = []
-    for terms in (asked, context):
-        if terms:
-            found = _ranked(search, words, chat_id, match_query(terms))
-            ranked.extend(uid for uid in found if uid not in ranked)
-    return ranked
+    found = [
+        _ranked(search, words, chat_id, match_query(terms)) if terms else ()
+        for terms in (asked, context)
+    ]
+    return found[0], tuple(uid for uid in found[1] if uid not in found[0])
 
 
 @lru_cache(maxsize=256)

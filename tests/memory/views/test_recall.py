@@ -158,3 +158,25 @@ def test_a_ready_question_vector_brings_the_scene_nearest_by_meaning() -> None:
     questions.vectors["The mill burned."] = unit([0.1, 1])
     meant = ask()  # not the answer kept for the question before its vector was ready
     assert "mill 2" in meant and "mill 1" not in meant
+
+
+def test_meaning_counts_as_the_questions_words_before_the_context_words(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The question's words find nothing; the newest messages' words find scene 1; its
+    meaning finds scene 2, which is what is asked about: with room for one, scene 2."""
+    monkeypatch.setattr(recall, "ranking", lambda *args: ((), (1,)))
+    view = dataclasses.replace(
+        scenes_view("They met at the mill"),
+        vectors=stacked([1, 2], [unit([1, 0]), unit([0, 1])]),
+    )
+    messages = [ChatMessage("user", "Where is it now?")]
+    questions = Ready()
+    search = CountingSearch()
+
+    def ask() -> str:  # room for one scene
+        return relevant_scenes(search, view, "c", messages, [0], SETTINGS, None, 6, questions)
+
+    assert "mill 1" in ask()  # the context's, without the vector
+    questions.vectors["Where is it now?"] = unit([0, 1])
+    assert "mill 2" in ask() and "mill 1" not in ask()
