@@ -317,6 +317,9 @@ async def _queue(server: Server, args: argparse.Namespace) -> int:
             query.append(f"done={SHOWN_DONE}")
         listing = await server.call("GET", "/recap/api/queue?" + "&".join(query))
         print(f"paused: {listing['paused']}")
+        if "embeddings" in listing:
+            embeddings = listing["embeddings"]
+            print(f"embeddings: {embeddings['state']}, {embeddings['waiting']} text(s) waiting")
         jobs = sorted(listing["jobs"], key=lambda j: (j["state"] == "done", int(j["id"])))
         for job in jobs:
             error = f"  {job['error']}" if job["error"] else ""

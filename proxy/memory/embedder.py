@@ -81,6 +81,11 @@ class Embedder:
         # asked: how often ST's save comes early enough.
         self.ready_counts = {True: 0, False: 0}
 
+    @property
+    def waiting(self) -> int:
+        """Scene texts and entity cards wanted and not embedded yet."""
+        return sum(map(len, self._wanted.values()))
+
     # -- scenes -----------------------------------------------------------------------------
 
     def want(self, chat_id: str, texts: Sequence[tuple[str, str]]) -> None:

@@ -335,6 +335,9 @@ async def queue(parts: Parts, request: web.Request) -> web.Response:
     if shown is not None and after is not None:
         raise RequestError("ask for done=N or after=ID, not both")
     answer: JSONObject = {"paused": await queue.paused()}
+    embedder = parts.engine.embedder if parts.engine is not None else None
+    if embedder is not None:  # its work is no job, but it is the memory's work too
+        answer["embeddings"] = {"state": embedder.state, "waiting": embedder.waiting}
     if shown is not None:
         jobs, answer["older_done"] = await queue.newest_done(chat, shown)
     elif after is not None:

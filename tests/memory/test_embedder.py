@@ -112,6 +112,8 @@ async def test_a_failing_api_leaves_recall_on_words_and_says_so(
     health = await (await memory.client.get("/health")).json()
     assert health["embeddings"]["state"].startswith("failing: 503 from")
     assert any("embeddings" in p for p in health["problems"])
+    queue = await (await memory.client.get("/recap/api/queue")).json()
+    assert queue["embeddings"]["state"].startswith("failing") and queue["embeddings"]["waiting"]
     # The chat goes on, its request with its memory (no scene near by meaning).
     assert await asked(memory, "Where did we stash the opener?") == ""
     whole = "\n".join(m["content"] for m in memory.forwarded()[-1]["messages"])

@@ -275,7 +275,9 @@ async function renderQueue() {
   main().replaceChildren(
     h("h2", {}, "Queue"),
     h("div", { class: "bar-row" }, h("span", { id: "queue-state" }, queue.paused ? "paused" : "running"),
-      queue.paused ? control("resume", "Resume") : control("pause", "Pause"), control("clear", "Clear")),
+      queue.paused ? control("resume", "Resume") : control("pause", "Pause"), control("clear", "Clear"),
+      queue.embeddings ? h("span", { id: "embeddings", class: queue.embeddings.state === "ok" ? "muted" : "badge bad" },
+        `embeddings ${queue.embeddings.state}` + (queue.embeddings.waiting ? `, ${plural(queue.embeddings.waiting, "text")} waiting` : "")) : ""),
     h("table", { id: "jobs" }, h("thead", {}, h("tr", {}, ["Job", "Chat", "Operation", "State", "Attempts", "Error", "Updated", ""].map((t) => h("th", {}, t)))),
       h("tbody", {}, jobs.map((j) => h("tr", { "data-job": j.id },
         h("td", {}, j.id), h("td", {}, chatLink(j.chat, j.chat.split("/").pop())),
