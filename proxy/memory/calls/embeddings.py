@@ -23,6 +23,10 @@ from proxy.settings.embeddings import EmbeddingSettings
 from proxy.upstream.upstreams import Upstream
 
 OPERATION = "embed"  # what its calls are counted under (usage, the fake's stats)
+# Characters of a text that are embedded: its start (about 400 tokens). Small embedding
+# models read 512 tokens at most, and llama.cpp refuses a longer input outright: one long
+# hand-written recap would fail its whole batch again and again.
+MAX_CHARS = 1600
 OPERATION_HEADER = "X-Recap-Proxy-Operation"
 
 
@@ -43,7 +47,7 @@ class EmbeddingClient:
     async def embed(self, texts: Sequence[str]) -> tuple[list[Vector], int | None]:
         """One vector per text (unit length), and the prompt tokens the API counted."""
         settings = self.settings
-        body: dict[str, Any] = {"input": list(texts)}
+        body: dict[str, Any] = {"input": [text[:MAX_CHARS] for text in texts]}
         if settings.model:
             body["model"] = settings.model
         if settings.kind() == "openai":

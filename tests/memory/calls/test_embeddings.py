@@ -3,11 +3,13 @@ failure an `EmbeddingFailure` that says what came back."""
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
 from proxy.errors import EmbeddingFailure
-from proxy.memory.calls.embeddings import EmbeddingClient
+from proxy.memory.calls.embeddings import MAX_CHARS, EmbeddingClient
 from proxy.settings import UpstreamSettings
 from proxy.settings.embeddings import EmbeddingSettings
 from proxy.upstream.upstreams import Upstream
@@ -54,3 +56,12 @@ async def test_an_api_that_is_not_there_or_too_slow(fake_llm: FakeLLM, refused_p
     fake_llm.state.faults = {"embed": ["slow"]}
     with pytest.raises(EmbeddingFailure, match="no answer in 0 s"):
         await embed(fake_llm.base_url, ["a text"], timeout_seconds=0.2)
+
+
+async def test_a_long_text_is_embedded_by_its_start(fake_llm: FakeLLM) -> None:
+    """Small models read 512 tokens at most (llama.cpp refuses more): a long recap is
+    embedded by its first part, never failing its batch."""
+    long = "Ava hid the key. " + "word " * 2000
+    [got] = await embed(fake_llm.base_url, [long])
+    sent = json.loads(fake_llm.state.seen[-1].body)["input"]
+    assert len(sent[0]) == MAX_CHARS and np.allclose(got, vector(long[:MAX_CHARS]), atol=1e-6)
